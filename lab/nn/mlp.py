@@ -1,0 +1,118 @@
+"""The residual MLP of seed 003 §3.1: 2-D input → width-H stem → L residual blocks (Linear + activation) → head."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from lab.nn.block import ResidualBlock
+from lab.nn.registry import register_model
+from lab.shortcuts import block_scales
+
+_ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "tanh": nn.Tanh, "identity": nn.Identity}
+ACTIVATIONS = tuple(_ACTIVATIONS)
+
+
+def make_activation(name: str) -> nn.Module:
+    """An activation module by name (gelu, relu, tanh, identity)."""
+    if name not in _ACTIVATIONS:
+        raise ValueError(f"unknown activation {name!r}; valid: {', '.join(_ACTIVATIONS)}")
+    return _ACTIVATIONS[name]()
+
+
+class MLPBranch(nn.Module):
+    """F(x) = act(fc(x)), ``[B, H] -> [B, H]``; ``fc`` is the branch's output layer (zero-initialisable)."""
+
+    def __init__(self, width: int, activation: str = "gelu") -> None:
+        super().__init__()
+        self.fc = nn.Linear(width, width)
+        self.act = make_activation(activation)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.fc(x))
+
+    def zero_init_(self) -> None:
+        """Zero the output layer so the block starts as its (scaled) shortcut (seed 000 §3.2)."""
+        nn.init.zeros_(self.fc.weight)
+        nn.init.zeros_(self.fc.bias)
+
+
+class ResidualMLP(nn.Module):
+    """A residual MLP for 2-D toy data.
+
+    The stem is linear (θ_pre of Algorithm 1), so the residual stream h_0 is the input seen through H linear
+    read-outs; each block is ``h_{l+1} = α_l h_l + β_l act(W_l h_l + b_l)``; the head maps h_L to logits.
+
+    Args:
+        depth: number of residual blocks L.
+        width: hidden width H.
+        in_dim: input dimension (2 for the toy sets).
+        num_classes: number of classes.
+        activation: branch activation (gelu, as seed 003; relu, tanh, identity).
+        shortcut: α schedule (:mod:`lab.shortcuts`).
+        alpha_min: last α of the decayed schedules.
+        zero_init: zero-initialise every branch's output layer.
+        drop_rate: per-sample drop probability of every branch (droppath / ResidualDroppath).
+    """
+
+    def __init__(self, depth: int = 32, width: int = 32, in_dim: int = 2, num_classes: int = 2,
+                 activation: str = "gelu", shortcut: str = "identity", alpha_min: float = 1.0,
+                 zero_init: bool = False, drop_rate: float = 0.0) -> None:
+        super().__init__()
+        if depth < 1 or width < 1:
+            raise ValueError(f"depth and width must be >= 1; got depth={depth}, width={width}")
+        self.depth, self.width, self.num_classes = depth, width, num_classes
+        self.shortcut_schedule, self.alpha_min = shortcut, alpha_min
+        self.stem = nn.Linear(in_dim, width)
+        self.blocks = nn.ModuleList(
+            ResidualBlock(MLPBranch(width, activation), alpha, beta, drop_rate)
+            for alpha, beta in block_scales(shortcut, depth, alpha_min)
+        )
+        self.head = nn.Linear(width, num_classes)
+        if zero_init:
+            for block in self.blocks:
+                block.branch.zero_init_()
+
+    def iter_blocks(self) -> Iterator[tuple[str, ResidualBlock]]:
+        """``("blocks.{i}", block)`` in forward order."""
+        for i, block in enumerate(self.blocks):
+            yield f"blocks.{i}", block
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, in_dim] -> [B, H]``: the residual stream after the last block, h_L."""
+        h = self.stem(x)
+        for block in self.blocks:
+            h = block(h)
+        return h
+
+    def forward_head(self, h: torch.Tensor) -> torch.Tensor:
+        """``[B, H] -> [B, C]`` logits."""
+        return self.head(h)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+    def forward_intermediates(self, x: torch.Tensor, *, intermediates_only: bool = False
+                              ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+        """The residual stream at every depth.
+
+        Returns:
+            ``[h_0, …, h_L]``: L + 1 tensors ``[B, H]`` (h_0 = stem output = block 0's input, h_{i+1} = block i's
+            output), and unless ``intermediates_only`` the logits ``[B, C]`` first, as ``(logits, intermediates)``.
+        """
+        h = self.stem(x)
+        states = [h]
+        for block in self.blocks:
+            h = block(h)
+            states.append(h)
+        if intermediates_only:
+            return states
+        return self.forward_head(h), states
+
+
+@register_model
+def residual_mlp(**kwargs) -> ResidualMLP:
+    """Seed 003's residual MLP; defaults are the 32-layer, 32-wide model of Figure 1."""
+    return ResidualMLP(**kwargs)

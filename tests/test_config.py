@@ -1,0 +1,83 @@
+import pytest
+
+from lab.config import (
+    ConfigError,
+    DataConfig,
+    ExperimentConfig,
+    ModelConfig,
+    TrainConfig,
+    apply_overrides,
+    load_config,
+    save_config,
+)
+
+
+def test_defaults_validate_and_round_trip_yaml(tmp_path):
+    cfg = apply_overrides(ExperimentConfig(), ["model.depth=16", "train.lr=0.005", "train.betas=[0.8, 0.99]"])
+    assert cfg.model.depth == 16 and cfg.train.lr == 0.005 and cfg.train.betas == (0.8, 0.99)
+    for suffix in ("yaml", "json"):
+        save_config(cfg, tmp_path / f"c.{suffix}")
+        assert load_config(tmp_path / f"c.{suffix}") == cfg
+
+
+def test_shipped_configs_load():
+    lab_default = load_config("configs/spiral.yaml")
+    paper = load_config("configs/spiral_seed003.yaml")
+    assert (paper.model.depth, paper.model.width, paper.model.activation) == (32, 32, "gelu")
+    assert (paper.train.lr, paper.train.betas, paper.train.batch_size, paper.train.epochs) == (
+        0.1, (0.9, 0.999), 256, 1000)
+    assert paper.data.n == 16384 and lab_default.data.n == 16384
+    assert lab_default == ExperimentConfig(name="spiral"), "the lab default config is the dataclass default"
+
+
+def test_unknown_key_names_itself_and_valid_keys():
+    with pytest.raises(ConfigError, match=r"unknown key model\.alpha_mni.*model\.alpha_min"):
+        apply_overrides(ExperimentConfig(), ["model.alpha_mni=0.5"])
+    with pytest.raises(ConfigError, match=r"unknown key modle\.depth.*valid keys: .*model"):
+        apply_overrides(ExperimentConfig(), ["modle.depth=3"])
+    with pytest.raises(ConfigError, match="unknown key train.foo"):
+        load_config(None, {"train.foo": 1})
+
+
+def test_unknown_key_in_yaml(tmp_path):
+    (tmp_path / "bad.yaml").write_text("model:\n  depht: 3\n")
+    with pytest.raises(ConfigError, match=r"unknown key model\.depht; valid keys: .*model\.depth"):
+        load_config(tmp_path / "bad.yaml")
+
+
+@pytest.mark.parametrize(("override", "pattern"), [
+    ("model.alpha_min=1.5", r"model\.alpha_min must be in \[0\.0, 1\.0\]; got 1\.5"),
+    ("model.alpha_min=-0.1", r"model\.alpha_min must be in \[0\.0, 1\.0\]; got -0\.1"),
+    ("model.depth=0", r"model\.depth must be in \[1, 1024\]; got 0"),
+    ("model.width=0", r"model\.width must be in \[1, 65536\]; got 0"),
+    ("train.lr=0", r"train\.lr must be in \(0\.0, 100\.0\]; got 0"),
+    ("train.batch_size=0", r"train\.batch_size must be >= 1; got 0"),
+    ("data.noise=-1", r"data\.noise must be in \[0\.0, 10\.0\]; got -1"),
+    ("model.shortcut=decayed", r"model\.shortcut must be one of identity, linear"),
+    ("model.depth=2.5", r"model\.depth must be an integer; got 2\.5"),
+    ("model.zero_init=3", r"model\.zero_init must be true or false"),
+    ("train.lr=.nan", r"train\.lr must be a finite number"),
+    ("train.betas=[0.9]", r"train\.betas must have 2 values"),
+])
+def test_out_of_range_values_name_field_range_and_value(override, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        apply_overrides(ExperimentConfig(), [override])
+
+
+def test_direct_construction_validates():
+    with pytest.raises(ConfigError, match="alpha_min"):
+        ModelConfig(alpha_min=2.0)
+    with pytest.raises(ConfigError, match="train_fraction"):
+        DataConfig(train_fraction=0.0)
+    with pytest.raises(ConfigError, match="drop_rate must be < 1"):
+        TrainConfig(droppath="droppath", drop_rate=1.0)
+
+
+def test_malformed_override():
+    with pytest.raises(ConfigError, match="section.key=value"):
+        apply_overrides(ExperimentConfig(), ["model.depth"])
+
+
+def test_missing_file():
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config("configs/does-not-exist.yaml")
