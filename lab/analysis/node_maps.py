@@ -1,0 +1,91 @@
+"""What the Playground draws: every node's output over the input grid, each layer's weights, the decision map."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from lab.data.grid import grid
+from lab.probe import iter_blocks
+
+
+@dataclass(frozen=True)
+class NodeMaps:
+    """Arrays behind a TFMeter-style frame (float32 numpy, ready to publish as a snapshot).
+
+    Attributes:
+        maps: ``[L+1, H, R, R]`` residual-stream value of node k at depth l over the grid (l = 0 is the stem's
+            output); rows run along y, columns along x (:func:`lab.data.grid.grid`).
+        weights: ``[L+1, H, H_in]`` zero-padded weight matrices feeding each layer: the stem's ``[H, in_dim]``
+            first, then each block's branch input layer ``[H, H]``.
+        decision: ``[R, R]`` probability of class 1 (softmax over the logits) over the grid.
+        limit: the grid spans [−limit, limit]².
+    """
+
+    maps: np.ndarray
+    weights: np.ndarray
+    decision: np.ndarray
+    limit: float
+
+    def as_arrays(self) -> dict[str, np.ndarray]:
+        return {"maps": self.maps, "weights": self.weights, "decision": self.decision,
+                "limit": np.float32(self.limit)}
+
+
+def _first_linear(module: nn.Module) -> nn.Linear | None:
+    if isinstance(module, nn.Linear):
+        return module
+    return next((m for m in module.modules() if isinstance(m, nn.Linear)), None)
+
+
+def layer_weights(model: nn.Module) -> np.ndarray:
+    """``[L+1, H, H_in]``: the stem's weight, then each block's first linear layer in its branch (zero-padded).
+
+    Only the public surface is used: the model's ``stem`` if it has one, and each block's ``branch``.
+    """
+    mats = []
+    stem = getattr(model, "stem", None)
+    lin = _first_linear(stem) if stem is not None else None
+    mats.append(lin.weight.detach().float().cpu().numpy() if lin is not None else None)
+    for _, block in iter_blocks(model):
+        lin = _first_linear(block.branch)
+        mats.append(lin.weight.detach().float().cpu().numpy() if lin is not None else None)
+    present = [m for m in mats if m is not None]
+    if not present:
+        return np.zeros((len(mats), 0, 0), np.float32)
+    rows = max(m.shape[0] for m in present)
+    cols = max(m.shape[1] for m in present)
+    out = np.zeros((len(mats), rows, cols), np.float32)
+    for i, m in enumerate(mats):
+        if m is not None:
+            out[i, :m.shape[0], :m.shape[1]] = m
+    return out
+
+
+@torch.inference_mode()
+def node_maps(model: nn.Module, resolution: int = 50, limit: float = 1.0) -> NodeMaps:
+    """Evaluate a 2-D model on the ``resolution²`` grid and collect every layer's node outputs (eval mode).
+
+    Args:
+        model: a model with ``forward_intermediates`` and ``iter_blocks`` taking ``[N, 2]`` inputs.
+        resolution: grid points per axis (50 in seed 003).
+        limit: half-width of the square.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        device = next(model.parameters()).device
+        points = grid(resolution, limit).to(device)
+        logits, states = model.forward_intermediates(points)
+        width = max(s.shape[1] for s in states)
+        maps = np.zeros((len(states), width, resolution * resolution), np.float32)
+        for l, state in enumerate(states):  # [R*R, H] each; one transposing copy straight into the output
+            maps[l, :state.shape[1]] = state.float().cpu().numpy().T
+        decision = torch.softmax(logits.float(), dim=1)[:, -1].reshape(resolution, resolution)
+    finally:
+        model.train(was_training)
+    maps = maps.reshape(len(states), width, resolution, resolution)
+    return NodeMaps(maps, layer_weights(model), decision.cpu().numpy(), float(limit))
