@@ -45,9 +45,8 @@ def test_hooks_removed_when_body_raises_and_selection_works():
     assert cap["blocks.1.output"].shape == (5, 3)  # two calls concatenated
     with pytest.raises(KeyError, match="nothing captured at 'blocks.0.output'"):
         cap["blocks.0.output"]
-    with pytest.raises(ValueError, match="unknown capture point"):
-        with capture(model, points=("weights",)):
-            pass
+    with pytest.raises(ValueError, match="unknown capture point"), capture(model, points=("weights",)):
+        pass
 
 
 def test_block_and_branch_functions():

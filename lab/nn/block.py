@@ -16,7 +16,7 @@ class ResidualBlock(nn.Module):
         ``alpha``, ``beta``: shortcut and branch scales from :mod:`lab.shortcuts` (plain floats; part of the config,
         not learned).
         ``drop_path``: per-sample dropping of F's output (droppath / ResidualDroppath).
-        ``post_act``: activation after the sum for post-activation ResNets (identity for pre-activation blocks).
+        ``post_act``: activation after the sum for post-activation ResNets (None for pre-activation blocks).
 
     Args:
         branch: module mapping ``[B, *D] -> [B, *D]``.
@@ -33,16 +33,18 @@ class ResidualBlock(nn.Module):
         self.alpha = float(alpha)
         self.beta = float(beta)
         self.drop_path = DropPath(drop_rate)
-        self.post_act = post_act if post_act is not None else nn.Identity()
+        self.post_act = post_act  # None for pre-activation blocks (skipping an Identity call per block)
 
     def shortcut(self, x: torch.Tensor) -> torch.Tensor:
         """α · x, skipping the multiply when α = 1 so the standard ResNet costs nothing extra."""
         return x if self.alpha == 1.0 else self.alpha * x
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        f = self.drop_path(self.branch(x))  # F(x) per sample, possibly dropped
-        f = f if self.beta == 1.0 else self.beta * f
-        return self.post_act(self.shortcut(x) + f)
+        f = self.branch(x)  # F(x)
+        if self.drop_path.active:
+            f = self.drop_path(f)  # per-sample drop (droppath / ResidualDroppath)
+        h = self.shortcut(x) + (f if self.beta == 1.0 else self.beta * f)
+        return h if self.post_act is None else self.post_act(h)
 
     def extra_repr(self) -> str:
         return f"alpha={self.alpha:.4g}, beta={self.beta:.4g}"

@@ -39,6 +39,11 @@ class DropPath(nn.Module):
         self.generator: torch.Generator | None = None  # set by the trainer so masks follow train.seed
         self.mask: torch.Tensor | None = None  # [B, 1, ...] keep mask of the last rdp_drop iteration
 
+    @property
+    def active(self) -> bool:
+        """Whether :meth:`forward` can change its input (callers skip the module call otherwise)."""
+        return self.training and (self.mode.startswith("rdp") or (self.mode == "droppath" and self.rate > 0.0))
+
     def _sample_keep(self, x: torch.Tensor) -> torch.Tensor:
         shape = (x.shape[0],) + (1,) * (x.ndim - 1)
         keep = torch.full(shape, 1.0 - self.rate, device=x.device, dtype=x.dtype)

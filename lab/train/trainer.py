@@ -94,6 +94,8 @@ class Trainer:
         self.alpha_min = alpha_min
         self.mask_generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.step = 0
+        self._perm: tuple[int, torch.Tensor] | None = None  # (epoch, permutation of the training set)
+        self._drop_path_modules = self._drop_paths() if cfg.droppath != "off" else []
         self.should_stop = False
         self.last_eval: dict[str, float] = {}
         self.last_eval_step = -1
@@ -113,9 +115,10 @@ class Trainer:
     def batch_indices(self, step: int) -> torch.Tensor:
         """Indices of the training batch of global ``step``; a pure function of (train.seed, epoch, step)."""
         epoch, k = divmod(step, self.steps_per_epoch)
-        g = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + epoch)
-        perm = torch.randperm(len(self.data.x_train), generator=g)
-        return perm[k * self.batch_size:(k + 1) * self.batch_size].to(self.device)
+        if self._perm is None or self._perm[0] != epoch:
+            g = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + epoch)
+            self._perm = (epoch, torch.randperm(len(self.data.x_train), generator=g).to(self.device))
+        return self._perm[1][k * self.batch_size:(k + 1) * self.batch_size]
 
     def _droppath_mode(self, step: int) -> str:
         if self.cfg.droppath == "droppath":
@@ -130,8 +133,10 @@ class Trainer:
         Raises:
             Diverged: the loss is non-finite; no update was applied.
         """
-        set_droppath_mode(self.model, self._droppath_mode(self.step), self.mask_generator)
-        self.model.train()
+        if self._drop_path_modules:
+            set_droppath_mode(self.model, self._droppath_mode(self.step), self.mask_generator)
+        if not self.model.training:  # train() walks every module: ~2 ms per step for the 32-block model
+            self.model.train()
         loss = F.cross_entropy(self.model(x), y)
         value = loss.item()
         if not math.isfinite(value):

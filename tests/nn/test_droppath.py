@@ -10,7 +10,7 @@ def test_droppath_is_per_sample_and_rescaled_like_timm():
     x = torch.ones(20000, 3)
     y = dp(x)
     row_values = y[:, 0]
-    assert torch.all((y == y[:, :1]))  # one decision per sample
+    assert torch.all(y == y[:, :1])  # one decision per sample
     assert row_values.unique().tolist() == pytest.approx([0.0, 1 / 0.75])
     assert (row_values == 0).float().mean().item() == pytest.approx(0.25, abs=0.01)
     assert y.mean().item() == pytest.approx(1.0, abs=0.02)  # expectation preserved
