@@ -1,0 +1,120 @@
+"""The process-wide job manager: a bound on concurrent jobs, ownership by browser session, clean shutdown."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from lab.config import ExperimentConfig
+from lab.jobs.process import ProcessJob, attach
+from lab.jobs.store import RunStore
+from lab.jobs.thread import Job, ThreadJob
+
+
+class ManagerBusy(RuntimeError):
+    """All job slots are taken; the message says how many and what to do."""
+
+
+class JobManager:
+    """Start and track jobs; at most ``max_jobs`` run at once (extra requests get :class:`ManagerBusy`).
+
+    Args:
+        runs_dir: the runs folder (default ``$LAB_RUNS_DIR`` or ``./runs``); every job writes only there.
+        max_jobs: concurrent running jobs (threads and processes together).
+    """
+
+    def __init__(self, runs_dir: str | Path | None = None, max_jobs: int = 2) -> None:
+        if max_jobs < 1:
+            raise ValueError(f"max_jobs must be >= 1; got {max_jobs}")
+        self.store = RunStore(runs_dir)
+        self.max_jobs = max_jobs
+        self._jobs: list[Job] = []
+        self._lock = threading.Lock()
+
+    def active(self) -> list[Job]:
+        """Jobs still running (or paused)."""
+        with self._lock:
+            self._jobs = [j for j in self._jobs if j.is_alive()]
+            return list(self._jobs)
+
+    def _admit(self, job: Job) -> Job:
+        with self._lock:
+            self._jobs = [j for j in self._jobs if j.is_alive()]
+            if len(self._jobs) >= self.max_jobs:
+                raise ManagerBusy(f"busy: {len(self._jobs)} of {self.max_jobs} training jobs are running; "
+                                  "stop one or wait for it to finish")
+            self._jobs.append(job)
+        try:
+            return job.start()
+        except BaseException:
+            with self._lock:
+                self._jobs.remove(job)
+            raise
+
+    def start_thread(self, cfg: ExperimentConfig, *, owner: str | None = None, name: str | None = None,
+                     **job_kwargs) -> ThreadJob:
+        """Train ``cfg`` in a thread of this process (toy models); see :class:`ThreadJob` for ``job_kwargs``."""
+        self._check_room()
+        return self._admit(ThreadJob(cfg, self.store.create(name or cfg.name), owner=owner, **job_kwargs))
+
+    def start_process(self, cfg: ExperimentConfig | None = None, *, command: list[str] | None = None,
+                      owner: str | None = None, name: str | None = None) -> ProcessJob:
+        """Train ``cfg`` (or run ``command``) in a child process writing to a new run folder."""
+        self._check_room()
+        run = self.store.create(name or (cfg.name if cfg else "process"))
+        return self._admit(ProcessJob(run, command, cfg=cfg, owner=owner))
+
+    def resume(self, run_id: str, *, in_process: bool = True, owner: str | None = None, **job_kwargs) -> Job:
+        """Continue a stopped, diverged or killed run from its last checkpoint."""
+        from lab.jobs.runner import config_of_run
+
+        self._check_room()
+        run = self.store.open(run_id)
+        if in_process:
+            return self._admit(ThreadJob(config_of_run(run), run, resume=True, owner=owner, **job_kwargs))
+        return self._admit(ProcessJob(run, resume=True, owner=owner))
+
+    def attach(self, run_id_or_path: str | Path) -> Job:
+        """Watch a run folder (does not count against the bound: it runs elsewhere)."""
+        path = Path(run_id_or_path)
+        return attach(path if path.is_dir() else self.store.open(str(run_id_or_path)).path)
+
+    def _check_room(self) -> None:
+        if len(self.active()) >= self.max_jobs:
+            raise ManagerBusy(f"busy: {self.max_jobs} of {self.max_jobs} training jobs are running; "
+                              "stop one or wait for it to finish")
+
+    def release_owner(self, owner: str) -> None:
+        """Stop the jobs a closed browser session started, unless the user kept them."""
+        for job in self.active():
+            if job.owner == owner and not job.keep:
+                job.stop()
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        """Stop every job and wait for threads and child processes to end."""
+        for job in self.active():
+            job.stop(timeout)
+        with self._lock:
+            self._jobs.clear()
+
+
+_MANAGER: JobManager | None = None
+_MANAGER_LOCK = threading.Lock()
+
+
+def get_manager(**kwargs) -> JobManager:
+    """The process-wide manager, created on first use (kwargs apply only then)."""
+    global _MANAGER
+    with _MANAGER_LOCK:
+        if _MANAGER is None:
+            _MANAGER = JobManager(**kwargs)
+        return _MANAGER
+
+
+def shutdown_manager() -> None:
+    """Shut the process-wide manager down (server exit)."""
+    global _MANAGER
+    with _MANAGER_LOCK:
+        if _MANAGER is not None:
+            _MANAGER.shutdown()
+            _MANAGER = None

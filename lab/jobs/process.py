@@ -1,0 +1,164 @@
+"""Jobs whose training runs in another process: a ``python -m lab`` or ``torchrun`` child, or a run to attach to.
+
+Their state lives in the run folder alone, so the same page can watch a child process or a cluster job writing
+to a shared folder. Stopping is cooperative first: a ``STOP`` file in the run folder (checked every step by
+:class:`StopFile`), then SIGTERM to the process group, then SIGKILL after a grace period.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lab.config import ExperimentConfig, save_config
+from lab.jobs.store import FINISHED, Run
+from lab.jobs.thread import Job
+from lab.train.trainer import Callback, Trainer
+
+STOP_FILE = "STOP"
+
+
+class StopFile(Callback):
+    """Stop training when ``<run>/STOP`` appears (checked at most every ``every_s`` seconds)."""
+
+    def __init__(self, run: Run, every_s: float = 0.2) -> None:
+        self.path, self.every_s, self._t = run.path / STOP_FILE, every_s, 0.0
+
+    def on_step_end(self, trainer: Trainer, loss: float) -> None:
+        now = time.monotonic()
+        if now - self._t >= self.every_s:
+            self._t = now
+            if self.path.exists():
+                trainer.should_stop = True
+
+
+class AttachedJob(Job):
+    """Watch a run that something else started: status, metrics and snapshots from its folder.
+
+    :meth:`stop` asks it to stop by writing the STOP file; pause and resume are not available from outside.
+    """
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+
+    def start(self) -> AttachedJob:
+        return self
+
+    def pause(self) -> None:
+        raise NotImplementedError("an attached run cannot be paused from here; stop it and resume it later")
+
+    def resume(self) -> None:
+        raise NotImplementedError("an attached run cannot be resumed from here")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        (self.run.path / STOP_FILE).touch()
+
+    def latest(self, kind: str) -> tuple[int, dict[str, np.ndarray]] | None:
+        """The newest readable snapshot on disk; its version is the training step it was taken at."""
+        found = self.run.load_snapshot(kind)
+        if found is None:
+            return None
+        version, arrays = found
+        return version, {k: (v.astype(np.float32) if v.dtype == np.float16 else v) for k, v in arrays.items()}
+
+
+class ProcessJob(AttachedJob):
+    """Run a command (by default ``python -m lab train``) in its own process group, writing into ``run``.
+
+    Args:
+        run: the run folder the child writes into.
+        command: the full command; default trains ``cfg`` (saved as ``run/config.yaml``) into ``run``.
+        cfg: the experiment, for the default command.
+        resume: for the default command, continue from the last checkpoint.
+        grace_s: seconds between the STOP file and SIGTERM, and between SIGTERM and SIGKILL.
+        env: extra environment variables.
+    """
+
+    def __init__(self, run: Run, command: Sequence[str] | None = None, *, cfg: ExperimentConfig | None = None,
+                 resume: bool = False, grace_s: float = 3.0, env: dict[str, str] | None = None,
+                 owner: str | None = None) -> None:
+        super().__init__(run)
+        if command is None:
+            if resume:
+                command = [sys.executable, "-m", "lab", "resume", str(run.path), "--no-progress"]
+            elif cfg is not None:
+                save_config(cfg, run.path / "config.yaml")
+                command = [sys.executable, "-m", "lab", "train", str(run.path / "config.yaml"),
+                           "--run-dir", str(run.path), "--no-progress", "--snapshot-every", "50"]
+            else:
+                raise ValueError("ProcessJob needs a command or a config")
+        self.command = list(command)
+        self.grace_s, self.env, self.owner = grace_s, env, owner
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> ProcessJob:
+        (self.run.path / STOP_FILE).unlink(missing_ok=True)
+        if self.run.read_status().get("state") in ("unknown", *FINISHED):
+            self.run.write_status("queued", "starting process", step=self.run.read_status().get("step", 0))
+        env = {**os.environ, "LAB_RUN_DIR": str(self.run.path), "PYTHONUNBUFFERED": "1", **(self.env or {})}
+        with open(self.run.path / "process.log", "ab") as log:  # the child keeps its own copy of the handle
+            self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True, stdin=subprocess.DEVNULL)
+        return self
+
+    def is_alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def status(self) -> dict[str, Any]:
+        """status.json; a child that died without finishing (killed, crashed) is reported as ``failed``."""
+        status = self.run.read_status()
+        if self.proc is not None and self.proc.poll() is not None and status.get("state") not in FINISHED:
+            code = self.proc.returncode
+            status = self.run.write_status(
+                "failed", f"process exited with code {code} before finishing; resume continues from the last "
+                          "checkpoint", step=status.get("step", 0), epoch=status.get("epoch", 0),
+                total_steps=status.get("total_steps"), returncode=code)
+        return status
+
+    def _signal(self, sig: int) -> None:
+        if self.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, sig)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """STOP file → SIGTERM → SIGKILL, each after ``grace_s``; returns when the process group is gone."""
+        grace = self.grace_s if timeout is None else timeout / 3
+        super().stop()
+        for sig in (None, signal.SIGTERM, signal.SIGKILL):
+            if sig is not None:
+                self._signal(sig)
+            try:
+                self.proc.wait(grace)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        self.status()
+
+    def kill(self) -> None:
+        """SIGKILL the process group at once (as a crash would)."""
+        self._signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait()
+
+    def wait(self, timeout: float | None = None, poll: float = 0.05) -> dict[str, Any]:
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout)
+        return self.status()
+
+
+def attach(run_folder: str | Path) -> AttachedJob:
+    """Watch a run folder written by another process (a CLI run, a cluster job on a shared disk)."""
+    path = Path(run_folder)
+    if not path.is_dir():
+        raise FileNotFoundError(f"no run folder at {path}")
+    return AttachedJob(Run(path))

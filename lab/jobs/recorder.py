@@ -1,0 +1,72 @@
+"""A trainer callback that records a run into its folder: metrics, status heartbeats, checkpoints, TensorBoard."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from lab.jobs.store import Run
+from lab.train.trainer import Callback, Trainer
+
+
+class RunRecorder(Callback):
+    """Write what a run does as it does it.
+
+    Step records (``{"kind": "step", "step", "epoch", "loss", "time"}``) every ``train.log_every`` steps; eval
+    records (``{"kind": "eval", "step", "epoch", "train_loss", "train_acc", "test_loss", "test_acc", "time"}``)
+    after each evaluation, followed by the ``last`` checkpoint (and ``best`` when test accuracy improved), so a
+    run resumed from ``last`` has every metric up to its step and none after.
+
+    Args:
+        run: the run folder.
+        tensorboard: also write TensorBoard scalars (``tensorboard --logdir runs``).
+        heartbeat_s: minimum seconds between status.json rewrites during training.
+    """
+
+    def __init__(self, run: Run, *, tensorboard: bool = True, heartbeat_s: float = 1.0) -> None:
+        self.run, self.heartbeat_s = run, heartbeat_s
+        self._last_beat = 0.0
+        self.best_acc = -math.inf
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter  # imported lazily: it is slow to import
+
+            self.writer = SummaryWriter(log_dir=str(run.path), flush_secs=5)
+
+    def _status(self, trainer: Trainer, state: str, message: str = "") -> None:
+        self.run.write_status(state, message, step=trainer.step, epoch=trainer.epoch,
+                              total_steps=trainer.total_steps, metrics=trainer.last_eval)
+        self._last_beat = time.time()
+
+    def on_train_start(self, trainer: Trainer) -> None:
+        self._status(trainer, "running", f"training from step {trainer.step}")
+
+    def on_step_end(self, trainer: Trainer, loss: float) -> None:
+        if trainer.step % trainer.cfg.log_every == 0:
+            self.run.append_metrics({"kind": "step", "step": trainer.step, "epoch": trainer.epoch, "loss": loss,
+                                     "time": time.time()})
+            if self.writer is not None:
+                self.writer.add_scalar("train/loss_step", loss, trainer.step)
+        if time.time() - self._last_beat >= self.heartbeat_s:
+            self._status(trainer, "running", f"step {trainer.step} of {trainer.total_steps}")
+
+    def on_eval_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
+        self.run.append_metrics({"kind": "eval", "step": trainer.step, "epoch": trainer.epoch, **metrics,
+                                 "time": time.time()})
+        if self.writer is not None:
+            for key, value in metrics.items():
+                split, name = key.split("_", 1)
+                self.writer.add_scalar(f"{split}/{name}", value, trainer.step)
+        acc = metrics.get("test_acc", metrics.get("train_acc", -math.inf))
+        best = acc > self.best_acc
+        self.best_acc = max(acc, self.best_acc)
+        self.run.save_checkpoint(trainer.state_dict(), "last", *(("best",) if best else ()))
+
+    def on_train_end(self, trainer: Trainer) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None

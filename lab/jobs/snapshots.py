@@ -1,0 +1,115 @@
+"""Snapshot builders: what a job publishes for the views, computed on the training thread between steps.
+
+A builder maps a :class:`~lab.train.Trainer` to a dict of float32 numpy arrays. Each kind has its own cadence
+because costs differ: node maps are one forward pass of the grid; layer similarity needs a Gram matrix.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from lab.analysis.node_maps import node_maps
+from lab.analysis.similarity import layer_distances, linear_cka
+from lab.train.trainer import Callback, Trainer
+
+Builder = Callable[[Trainer], dict[str, np.ndarray]]
+
+
+def nodes_snapshot(trainer: Trainer, resolution: int = 50, limit: float = 1.0) -> dict[str, np.ndarray]:
+    """Node maps ``[L+1, H, R, R]``, weights ``[L+1, H, H_in]``, decision ``[R, R]`` and the α of every block."""
+    frame = node_maps(trainer.model, resolution, limit).as_arrays()
+    blocks = [b for _, b in trainer.model.iter_blocks()]
+    frame["alphas"] = np.array([b.alpha for b in blocks], np.float32)
+    return frame
+
+
+@torch.no_grad()
+def similarity_snapshot(trainer: Trainer, resolution: int = 50, limit: float = 1.0,
+                        cka_points: int = 625) -> dict[str, np.ndarray]:
+    """Layer distance ``[L+1, L+1]`` on the full grid and linear CKA on an evenly strided subset of it."""
+    maps = node_maps(trainer.model, resolution, limit).maps  # [L+1, H, R, R]
+    feats = torch.from_numpy(maps).flatten(2).transpose(1, 2)  # [L+1, R*R, H]
+    stride = max(1, feats.shape[1] // cka_points)
+    return {"distance": layer_distances(feats).numpy(), "cka": linear_cka(feats[:, ::stride]).numpy()}
+
+
+BUILDERS: dict[str, Builder] = {"nodes": nodes_snapshot, "similarity": similarity_snapshot}
+
+
+def all_finite(arrays: dict[str, np.ndarray]) -> bool:
+    """True when every floating array is free of NaN and inf (a frame with either is never published)."""
+    return all(np.isfinite(a).all() for a in arrays.values() if np.issubdtype(np.asarray(a).dtype, np.floating))
+
+
+DEFAULT_CADENCE = {"nodes": (10, 0.0), "similarity": (0, 2.0)}
+
+
+class Publisher(Callback):
+    """Build snapshots on a per-kind cadence and hand them to ``sink(kind, payload)``.
+
+    Args:
+        sink: receives each finite payload (with ``step`` added); a job's memory slot or the run folder.
+        cadence: per kind, ``(every_n_steps, every_t_seconds)``; either may be 0 (off).
+        builders: snapshot builders by kind.
+    """
+
+    def __init__(self, sink: Callable[[str, dict[str, np.ndarray]], None],
+                 cadence: dict[str, tuple[int, float]] | None = None, builders: dict[str, Builder] | None = None
+                 ) -> None:
+        self.sink = sink
+        self.cadence = dict(DEFAULT_CADENCE if cadence is None else cadence)
+        self.builders = dict(BUILDERS if builders is None else builders)
+        missing = [k for k in self.cadence if k not in self.builders]
+        if missing:
+            raise ValueError(f"no snapshot builder for {missing}; known: {', '.join(self.builders)}")
+        self._last: dict[str, tuple[int, float]] = {}
+
+    def on_train_start(self, trainer: Trainer) -> None:
+        self.publish(trainer, force=True)
+
+    def on_step_end(self, trainer: Trainer, loss: float) -> None:
+        self.publish(trainer)
+
+    def on_train_end(self, trainer: Trainer) -> None:
+        self.publish(trainer, force=True)
+
+    def publish(self, trainer: Trainer, force: bool = False) -> None:
+        now = time.monotonic()
+        for kind, (every_steps, every_s) in self.cadence.items():
+            last = self._last.get(kind)
+            due = last is None or (every_steps and trainer.step - last[0] >= every_steps) or (
+                every_s and now - last[1] >= every_s)
+            if not (force or due) or (last is not None and last[0] == trainer.step and not force):
+                continue
+            self._last[kind] = (trainer.step, now)
+            payload = self.builders[kind](trainer)
+            if not all_finite(payload):
+                continue  # never publish a NaN frame as valid; the last good one stays
+            payload["step"] = np.int64(trainer.step)
+            self.sink(kind, payload)
+
+
+def compact(payload: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Halve the disk size of large float arrays (node maps) by storing them as float16."""
+    return {k: (v.astype(np.float16) if isinstance(v, np.ndarray) and v.dtype == np.float32 and v.size > 4096
+                else v) for k, v in payload.items()}
+
+
+class DiskSink:
+    """Write snapshots into a run folder at most every ``every_s`` seconds per kind, pruning old ones."""
+
+    def __init__(self, run, every_s: float = 2.0, keep_last: int = 3, keep_history: int = 24) -> None:
+        self.run, self.every_s, self.keep_last, self.keep_history = run, every_s, keep_last, keep_history
+        self._t: dict[str, float] = {}
+
+    def __call__(self, kind: str, payload: dict[str, np.ndarray]) -> None:
+        now = time.monotonic()
+        if now - self._t.get(kind, -1e18) < self.every_s:
+            return
+        self._t[kind] = now
+        self.run.save_snapshot(kind, int(payload["step"]), compact(payload))
+        self.run.prune_snapshots(kind, keep_last=self.keep_last, keep_history=self.keep_history)

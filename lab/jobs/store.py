@@ -1,0 +1,297 @@
+"""The run store: one folder per run, the contract between jobs (which write) and views (which read).
+
+A run folder holds::
+
+    config.json     resolved config + package versions + git commit (when available)
+    status.json     state, human message, step, epoch, heartbeat time (atomic writes)
+    metrics.jsonl   one JSON record per line, appended and flushed as written
+    snapshots/      versioned ``<kind>-<version>.npz`` of what the views draw
+    checkpoints/    ``last.pt`` / ``best.pt`` (temp file + os.replace; loaded with weights_only=True)
+    events.out.tfevents.*   TensorBoard scalars
+
+Readers are forgiving: a half-written last line of ``metrics.jsonl`` is skipped until it is complete, and a
+missing or unreadable ``status.json`` reads as state ``unknown``. Nothing is ever written outside the runs folder:
+run ids are sanitised and every path is checked to resolve inside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+STATES = ("queued", "running", "paused", "completed", "stopped", "diverged", "failed")
+FINISHED = ("completed", "stopped", "diverged", "failed")
+_PACKAGES = ("torch", "numpy", "timm", "panel", "holoviews", "bokeh", "residual-lab")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint file is missing, truncated or not a checkpoint; the message names the file."""
+
+
+def default_runs_dir() -> Path:
+    """``$LAB_RUNS_DIR`` if set, else ``./runs``."""
+    return Path(os.environ.get("LAB_RUNS_DIR", "runs"))
+
+
+def sanitize_name(name: str) -> str:
+    """A name safe as one path component: letters, digits, ``-``, ``_``, ``.``; at most 48 characters."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")
+    return cleaned[:48] or "run"
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = False) -> None:
+    """Write ``data`` to a temp file beside ``path`` then ``os.replace`` it: readers see old or new, never half.
+
+    A killed process cannot leave a torn file either way; ``durable`` adds an fsync so the file also survives a
+    power cut (worth it for checkpoints, not for once-a-second status heartbeats).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; run folders are meant to be read by other processes
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, json.dumps(obj, indent=2, default=_json_default).encode())
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def environment_info() -> dict[str, Any]:
+    """Package versions and the git commit of the working directory, when available."""
+    versions = {}
+    for name in _PACKAGES:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            versions[name] = metadata.version(name)
+    commit = None
+    with contextlib.suppress(Exception):
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+        commit = out.stdout.strip() or None if out.returncode == 0 else None
+    return {"versions": versions, "git_commit": commit}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run folder. Cheap to create; every method reads or writes the disk."""
+
+    path: Path
+
+    @property
+    def id(self) -> str:
+        return self.path.name
+
+    # -- config -----------------------------------------------------------------------------------------------
+    def write_config(self, config: dict[str, Any], **extra: Any) -> None:
+        """Save the resolved config with package versions and git commit (and any extra fields)."""
+        atomic_write_json(self.path / "config.json", {"config": config, **environment_info(), **extra})
+
+    def read_config(self) -> dict[str, Any]:
+        """The ``config`` section of config.json (``{}`` if missing)."""
+        with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+            return json.loads((self.path / "config.json").read_text()).get("config", {})
+        return {}
+
+    # -- status -----------------------------------------------------------------------------------------------
+    def write_status(self, state: str, message: str = "", **fields: Any) -> dict[str, Any]:
+        """Atomically replace status.json; ``fields`` carries step, epoch, total_steps, … ."""
+        if state not in STATES:
+            raise ValueError(f"unknown run state {state!r}; valid: {', '.join(STATES)}")
+        status = {"state": state, "message": message, "heartbeat": time.time(), **fields}
+        atomic_write_json(self.path / "status.json", status)
+        return status
+
+    def read_status(self) -> dict[str, Any]:
+        """status.json, or ``{"state": "unknown", ...}`` when missing or unreadable (an older or foreign run)."""
+        try:
+            status = json.loads((self.path / "status.json").read_text())
+            return status if isinstance(status, dict) and "state" in status else {"state": "unknown", "message": ""}
+        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+            return {"state": "unknown", "message": "no readable status.json"}
+
+    # -- metrics ----------------------------------------------------------------------------------------------
+    def append_metrics(self, *records: dict[str, Any]) -> None:
+        """Append records to metrics.jsonl, one line each, flushed."""
+        text = "".join(json.dumps(r, default=_json_default) + "\n" for r in records)
+        with open(self.path / "metrics.jsonl", "a") as f:
+            f.write(text)
+            f.flush()
+
+    def read_metrics(self, cursor: int = 0) -> tuple[list[dict[str, Any]], int]:
+        """Records written since byte offset ``cursor``, and the new cursor.
+
+        A last line without its newline is not returned (a writer may be mid-line); the cursor stays before it so
+        the next call picks it up complete. A complete but unparseable line is skipped.
+        """
+        try:
+            with open(self.path / "metrics.jsonl", "rb") as f:
+                f.seek(cursor)
+                data = f.read()
+        except FileNotFoundError:
+            return [], cursor
+        end = data.rfind(b"\n") + 1
+        records = []
+        for line in data[:end].splitlines():
+            with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
+                rec = json.loads(line)
+                if isinstance(rec, dict):
+                    records.append(rec)
+        return records, cursor + end
+
+    def truncate_metrics_after(self, step: int) -> None:
+        """Drop records with ``step`` > ``step`` (and a torn last line): a resumed run rewrites them."""
+        records, _ = self.read_metrics()
+        keep = [r for r in records if r.get("step", 0) <= step]
+        atomic_write_bytes(self.path / "metrics.jsonl",
+                           "".join(json.dumps(r, default=_json_default) + "\n" for r in keep).encode())
+
+    # -- checkpoints ------------------------------------------------------------------------------------------
+    def checkpoint_path(self, name: str = "last") -> Path:
+        return self.path / "checkpoints" / f"{sanitize_name(name)}.pt"
+
+    def save_checkpoint(self, state: dict[str, Any], *names: str) -> Path:
+        """Serialise ``state`` (tensors, numbers, strings, containers) once and write it atomically under each
+        name (default ``last``); returns the first path."""
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        paths = [self.checkpoint_path(n) for n in (names or ("last",))]
+        for path in paths:
+            atomic_write_bytes(path, buffer.getvalue(), durable=True)
+        return paths[0]
+
+    def load_checkpoint(self, name: str = "last", map_location: str | torch.device = "cpu") -> dict[str, Any]:
+        """Load a checkpoint with ``weights_only=True``.
+
+        Raises:
+            CheckpointError: missing, truncated or not a checkpoint; names the file.
+        """
+        path = self.checkpoint_path(name)
+        if not path.is_file():
+            raise CheckpointError(f"no checkpoint at {path}")
+        try:
+            state = torch.load(path, map_location=map_location, weights_only=True)
+        except Exception as err:  # torch raises several types for corrupt files
+            raise CheckpointError(f"checkpoint {path} is corrupt or not a lab checkpoint: {err}") from None
+        if not isinstance(state, dict):
+            raise CheckpointError(f"checkpoint {path} does not hold a state dict")
+        return state
+
+    def has_checkpoint(self, name: str = "last") -> bool:
+        return self.checkpoint_path(name).is_file()
+
+    # -- snapshots --------------------------------------------------------------------------------------------
+    def save_snapshot(self, kind: str, version: int, arrays: dict[str, np.ndarray]) -> Path:
+        """Write ``snapshots/<kind>-<version>.npz`` atomically."""
+        buffer = io.BytesIO()
+        np.savez(buffer, **arrays)
+        path = self.path / "snapshots" / f"{sanitize_name(kind)}-{version:09d}.npz"
+        atomic_write_bytes(path, buffer.getvalue())
+        return path
+
+    def snapshot_versions(self, kind: str) -> list[int]:
+        """Versions of ``kind`` on disk, ascending."""
+        prefix = f"{sanitize_name(kind)}-"
+        out = []
+        for p in (self.path / "snapshots").glob(f"{prefix}*.npz"):
+            with contextlib.suppress(ValueError):
+                out.append(int(p.stem[len(prefix):]))
+        return sorted(out)
+
+    def load_snapshot(self, kind: str, version: int | None = None) -> tuple[int, dict[str, np.ndarray]] | None:
+        """``(version, arrays)`` of the given or latest readable snapshot of ``kind``; None if there is none."""
+        versions = self.snapshot_versions(kind) if version is None else [version]
+        for v in reversed(versions):
+            path = self.path / "snapshots" / f"{sanitize_name(kind)}-{v:09d}.npz"
+            with contextlib.suppress(OSError, ValueError, EOFError), np.load(path) as z:
+                return v, {k: z[k] for k in z.files}
+        return None
+
+    def prune_snapshots(self, kind: str, keep_last: int = 5, keep_history: int = 50) -> None:
+        """Bound disk use: keep the newest ``keep_last`` and at most ``keep_history`` older ones, evenly thinned."""
+        versions = self.snapshot_versions(kind)
+        older = versions[:-keep_last] if keep_last else versions
+        if len(older) <= keep_history:
+            return
+        keep = set(np.linspace(0, len(older) - 1, keep_history).round().astype(int).tolist())
+        for i, v in enumerate(older):
+            if i not in keep:
+                with contextlib.suppress(FileNotFoundError):
+                    (self.path / "snapshots" / f"{sanitize_name(kind)}-{v:09d}.npz").unlink()
+
+
+class RunStore:
+    """The runs folder: creates run folders with safe unique ids and finds them again."""
+
+    def __init__(self, root: str | Path | None = None) -> None:
+        self.root = Path(root) if root is not None else default_runs_dir()
+
+    def _inside(self, path: Path) -> Path:
+        root = self.root.resolve()
+        resolved = path.resolve()
+        if resolved != root and root not in resolved.parents:
+            raise ValueError(f"{path} is outside the runs folder {root}")
+        return path
+
+    def create(self, name: str = "run") -> Run:
+        """A new run folder ``<root>/<YYYYmmdd-HHMMSS>-<sanitised name>`` (suffixed ``-2``, ``-3`` if taken)."""
+        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        base = f"{stamp}-{sanitize_name(name)}"
+        self.root.mkdir(parents=True, exist_ok=True)
+        for k in range(1, 10_000):
+            path = self._inside(self.root / (base if k == 1 else f"{base}-{k}"))
+            try:
+                path.mkdir()
+            except FileExistsError:
+                continue
+            for sub in ("snapshots", "checkpoints"):
+                (path / sub).mkdir()
+            return Run(path)
+        raise RuntimeError(f"could not create a unique run folder for {base!r}")
+
+    def open(self, run_id: str) -> Run:
+        """An existing run by id (a single path component inside the runs folder)."""
+        if sanitize_name(run_id) != run_id:
+            raise ValueError(f"invalid run id {run_id!r}")
+        path = self._inside(self.root / run_id)
+        if not path.is_dir():
+            raise FileNotFoundError(f"no run {run_id!r} in {self.root}")
+        return Run(path)
+
+    def runs(self) -> Iterator[Run]:
+        """Every run folder, newest first."""
+        if not self.root.is_dir():
+            return iter(())
+        folders = sorted((p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")),
+                         key=lambda p: p.name, reverse=True)
+        return (Run(p) for p in folders)

@@ -1,0 +1,101 @@
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from lab.config import save_config
+from lab.jobs.process import ProcessJob, attach
+from lab.jobs.store import RunStore
+from tests.jobs.helpers import tiny
+
+pytestmark = pytest.mark.slow  # each test starts Python processes that import torch
+
+
+def _wait_for(predicate, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _check_metrics(run, total, log_every=5):
+    records, _ = run.read_metrics()
+    steps = [r["step"] for r in records if r["kind"] == "step"]
+    evals = [r["step"] for r in records if r["kind"] == "eval"]
+    assert steps == list(range(log_every, total + 1, log_every)), "gaps or duplicates in step records"
+    assert evals == sorted(set(evals)) and evals[-1] == total
+
+
+def test_kill_9_then_resume_continues_from_the_checkpoint(tmp_path):
+    cfg = tiny(**{"train.max_steps": 600, "train.eval_every": 25})
+    run = RunStore(tmp_path).create("k")
+    job = ProcessJob(run, cfg=cfg).start()
+    assert _wait_for(lambda: run.has_checkpoint("last") and run.read_status().get("step", 0) >= 100)
+    job.kill()  # SIGKILL: no chance to write anything
+    status = job.status()
+    assert status["state"] == "failed" and "exited with code -9" in status["message"]
+    step_at_checkpoint = run.load_checkpoint()["step"]
+    assert 0 < step_at_checkpoint < 600
+    # a checkpoint write interrupted by the kill leaves only a temp file beside the good one
+    (run.path / "checkpoints" / ".last.pt.interrupted.tmp").write_bytes(b"\x80\x02partial")
+    resumed = ProcessJob(run, resume=True).start()
+    final = resumed.wait(120)
+    assert final["state"] == "completed" and final["step"] == 600, final
+    _check_metrics(run, 600)
+
+
+def test_stop_uses_stop_file_first(tmp_path):
+    run = RunStore(tmp_path).create("s")
+    job = ProcessJob(run, cfg=tiny(**{"train.max_steps": 100000}), grace_s=10).start()
+    assert _wait_for(lambda: run.read_status().get("state") == "running")
+    t0 = time.monotonic()
+    job.stop()
+    assert time.monotonic() - t0 < 5  # the child saw the STOP file; no signal needed
+    assert job.status()["state"] == "stopped" and job.proc.returncode == 0
+
+
+def test_sigterm_stops_cleanly_and_corrupt_checkpoint_is_reported(tmp_path):
+    run = RunStore(tmp_path).create("t")
+    job = ProcessJob(run, cfg=tiny(**{"train.max_steps": 100000})).start()
+    assert _wait_for(lambda: run.read_status().get("state") == "running")
+    os.killpg(job.proc.pid, signal.SIGTERM)
+    assert job.wait(30)["state"] == "stopped"
+    run.checkpoint_path().write_bytes(b"garbage")
+    out = subprocess.run([sys.executable, "-m", "lab", "resume", str(run.path), "--no-progress"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "last.pt is corrupt" in out.stderr
+    assert run.read_status()["state"] == "failed" and "last.pt" in run.read_status()["message"]
+
+
+def test_attach_follows_a_run_written_by_another_process(tmp_path):
+    cfg = tiny(**{"train.max_steps": 300})
+    run = RunStore(tmp_path).create("a")
+    save_config(cfg, run.path / "config.yaml")
+    proc = subprocess.Popen([sys.executable, "-m", "lab", "train", str(run.path / "config.yaml"), "--run-dir",
+                             str(run.path), "--no-progress", "--snapshot-every", "20"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        watcher = attach(run.path)
+        cursor, seen_steps, versions = 0, [], []
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            records, cursor = watcher.metrics_since(cursor)
+            seen_steps += [r["step"] for r in records if r["kind"] == "step"]
+            latest = watcher.latest("nodes")
+            if latest and (not versions or latest[0] != versions[-1]):
+                versions.append(latest[0])
+            time.sleep(0.05)
+        records, cursor = watcher.metrics_since(cursor)
+        seen_steps += [r["step"] for r in records if r["kind"] == "step"]
+    finally:
+        proc.kill()
+    assert seen_steps == list(range(5, 301, 5))
+    assert versions == sorted(versions) and versions[-1] == 300 and len(versions) >= 2
+    assert watcher.status()["state"] == "completed"
+    with pytest.raises(FileNotFoundError):
+        attach(tmp_path / "nope")

@@ -1,0 +1,121 @@
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from lab.jobs.store import CheckpointError, Run, RunStore, default_runs_dir, sanitize_name
+
+
+def test_run_ids_are_sanitised_and_stay_inside_the_runs_folder(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    for name in ("../../etc/passwd", "/abs/path", "a b\\c", "..", "", "\0x"):
+        run = store.create(name)
+        assert run.path.parent == store.root
+        assert run.path.resolve().is_relative_to(store.root.resolve())
+    assert not (tmp_path / "etc").exists()
+    assert sanitize_name("../../etc/passwd") == "etc-passwd"
+    with pytest.raises(ValueError, match="invalid run id"):
+        store.open("../x")
+
+
+def test_ids_are_unique_and_listed_newest_first(tmp_path):
+    store = RunStore(tmp_path)
+    a, b = store.create("same"), store.create("same")
+    assert a.id != b.id and b.id.endswith("-2")
+    assert [r.id for r in store.runs()] == sorted([a.id, b.id], reverse=True)
+    assert store.open(a.id) == a
+
+
+def test_default_runs_dir_follows_environment(runs_dir):
+    assert default_runs_dir() == runs_dir
+    assert RunStore().root == runs_dir
+
+
+def test_metrics_reader_skips_half_written_last_line(tmp_path):
+    run = Run(tmp_path)
+    run.append_metrics({"step": 1}, {"step": 2})
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 3, "lo')  # a writer mid-line
+    records, cursor = run.read_metrics()
+    assert [r["step"] for r in records] == [1, 2]
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('ss": 0.5}\nnot json\n')
+    more, cursor2 = run.read_metrics(cursor)
+    assert more == [{"step": 3, "loss": 0.5}] and cursor2 > cursor  # the garbage line is skipped
+
+
+def test_truncate_metrics_after_step(tmp_path):
+    run = Run(tmp_path)
+    run.append_metrics(*({"step": s} for s in range(10)))
+    run.truncate_metrics_after(4)
+    assert [r["step"] for r in run.read_metrics()[0]] == [0, 1, 2, 3, 4]
+
+
+def test_status_round_trip_and_missing_status(tmp_path):
+    run = Run(tmp_path)
+    assert run.read_status()["state"] == "unknown"
+    (tmp_path / "status.json").write_text("{broken")
+    assert run.read_status()["state"] == "unknown"
+    run.write_status("running", "hello", step=3)
+    assert {k: run.read_status()[k] for k in ("state", "message", "step")} == {
+        "state": "running", "message": "hello", "step": 3}
+    with pytest.raises(ValueError, match="unknown run state"):
+        run.write_status("exploded")
+
+
+def test_checkpoints_are_atomic_and_load_weights_only(tmp_path):
+    run = Run(tmp_path)
+    state = {"model": {"w": torch.arange(3.0)}, "step": 7}
+    path = run.save_checkpoint(state)
+    assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+    loaded = run.load_checkpoint()
+    assert loaded["step"] == 7 and torch.equal(loaded["model"]["w"], torch.arange(3.0))
+    # a torn temp file from a writer killed mid-write does not affect the checkpoint
+    (path.parent / ".last.pt.abc.tmp").write_bytes(b"partial")
+    assert run.load_checkpoint()["step"] == 7
+
+
+def test_corrupt_and_missing_checkpoints_name_the_file(tmp_path):
+    run = Run(tmp_path)
+    with pytest.raises(CheckpointError, match="no checkpoint at .*last.pt"):
+        run.load_checkpoint()
+    run.checkpoint_path().parent.mkdir(parents=True)
+    run.checkpoint_path().write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match=r"checkpoint .*last\.pt is corrupt"):
+        run.load_checkpoint()
+
+
+def test_checkpoint_refuses_pickled_code(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned",))
+
+    run = Run(tmp_path)
+    run.checkpoint_path().parent.mkdir(parents=True)
+    torch.save({"x": Evil()}, run.checkpoint_path())
+    with pytest.raises(CheckpointError, match="corrupt or not a lab checkpoint"):
+        run.load_checkpoint()
+
+
+def test_snapshots_latest_and_retention(tmp_path):
+    run = Run(tmp_path)
+    for v in range(100):
+        run.save_snapshot("nodes", v, {"a": np.full(3, v, np.float32)})
+    run.prune_snapshots("nodes", keep_last=3, keep_history=10)
+    versions = run.snapshot_versions("nodes")
+    assert len(versions) == 13 and versions[-3:] == [97, 98, 99] and versions[0] == 0
+    version, arrays = run.load_snapshot("nodes")
+    assert version == 99 and arrays["a"][0] == 99
+    (tmp_path / "snapshots" / "nodes-000000099.npz").write_bytes(b"torn")
+    assert run.load_snapshot("nodes")[0] == 98  # a corrupt newest snapshot falls back to the previous
+    assert run.load_snapshot("missing") is None
+
+
+def test_config_json_records_versions(tmp_path):
+    run = Run(tmp_path)
+    run.write_config({"name": "x"})
+    data = json.loads((tmp_path / "config.json").read_text())
+    assert data["config"] == {"name": "x"} and "torch" in data["versions"] and "git_commit" in data
+    assert run.read_config() == {"name": "x"}
