@@ -1,0 +1,16 @@
+"""Start the process-wide job manager with the server and stop every job with it.
+
+Settings: ``LAB_RUNS_DIR`` (runs folder, default ./runs) and ``LAB_MAX_JOBS`` (concurrent jobs, default 2).
+"""
+
+import os
+
+from lab.jobs.manager import get_manager, shutdown_manager
+
+
+def on_server_loaded(server_context):
+    get_manager(runs_dir=os.environ.get("LAB_RUNS_DIR"), max_jobs=int(os.environ.get("LAB_MAX_JOBS", "2")))
+
+
+def on_server_unloaded(server_context):
+    shutdown_manager()

@@ -1,0 +1,73 @@
+"""The lab shell: a template titled Residual Lab whose sidebar navigation swaps pages in and out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import panel as pn
+import param
+
+from lab.jobs.manager import JobManager, get_manager
+from lab.ui.data_page import DataPage
+
+PageFactory = Callable[[JobManager], pn.viewable.Viewer]
+
+
+def default_pages() -> dict[str, PageFactory]:
+    """The pages in navigation order; each factory takes the job manager."""
+    return {"Data": lambda manager: DataPage(manager=manager)}
+
+
+class LabShell(pn.viewable.Viewer):
+    """Navigation + the selected page. Pages are built on first visit and kept, so runs survive navigation.
+
+    Each page is a Viewer with ``title``, ``controls()`` (shown in the sidebar) and ``__panel__`` (the main area).
+    """
+
+    page = param.Selector(default=None, objects=[])
+
+    def __init__(self, manager: JobManager | None = None, pages: dict[str, PageFactory] | None = None,
+                 **params: Any) -> None:
+        self._factories = pages or default_pages()
+        self.param.page.objects = list(self._factories)
+        params.setdefault("page", next(iter(self._factories)))
+        super().__init__(**params)
+        self.manager = manager or get_manager()
+        self._pages: dict[str, pn.viewable.Viewer] = {}
+        self._nav = pn.widgets.RadioButtonGroup.from_param(self.param.page, orientation="vertical",
+                                                          button_type="primary", button_style="outline",
+                                                          sizing_mode="stretch_width", name="")
+        self._controls = pn.Column(sizing_mode="stretch_width")
+        self._main = pn.Column(sizing_mode="stretch_both")
+        self._show()
+
+    def get_page(self, name: str) -> pn.viewable.Viewer:
+        """The page called ``name``, built on first use."""
+        if name not in self._pages:
+            self._pages[name] = self._factories[name](self.manager)
+        return self._pages[name]
+
+    @param.depends("page", watch=True)
+    def _show(self) -> None:
+        page = self.get_page(self.page)
+        self._controls[:] = [page.controls()]
+        self._main[:] = [page]
+
+    def sidebar(self) -> list[pn.viewable.Viewable]:
+        return [pn.pane.Markdown("### Pages", margin=(0, 10)), self._nav, pn.layout.Divider(), self._controls]
+
+    def template(self) -> pn.template.BaseTemplate:
+        """The served page: Residual Lab's template; the page selection lives in the URL (``?page=…``)."""
+        if pn.state.location is not None:
+            pn.state.location.sync(self, {"page": "page"})
+        if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
+            session_id = pn.state.curdoc.session_context.id
+            pn.state.on_session_destroyed(lambda ctx: self.manager.release_owner(session_id))
+        return pn.template.FastListTemplate(
+            title="Residual Lab", sidebar=self.sidebar(), main=[self._main], accent="#0877bd",
+            header_background="#183a5a", sidebar_width=330, theme_toggle=False)
+
+    def __panel__(self) -> pn.viewable.Viewable:
+        """For notebooks: sidebar and page side by side."""
+        return pn.Row(pn.Column(*self.sidebar(), width=330), self._main, sizing_mode="stretch_width")

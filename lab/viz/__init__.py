@@ -1,0 +1,1 @@
+"""Views: snapshot arrays → HoloViews elements. Pure functions; no Panel state, no training."""

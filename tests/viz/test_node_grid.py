@@ -1,0 +1,216 @@
+"""TFMeter grid: mosaic layout and colours, weight lines, hover data, narrowing, and one Bokeh figure for 33 × 32."""
+
+from __future__ import annotations
+
+import holoviews as hv
+import numpy as np
+import pytest
+from bokeh.models import HoverTool, LinearColorMapper, Plot, Segment
+
+from lab.viz.node_grid import (
+    EMPTY,
+    alpha_bars,
+    mosaic,
+    node_grid,
+    sample_indices,
+    similarity_heatmaps,
+)
+from lab.viz.palette import BLUE, ORANGE
+
+T, G = 10, 2  # tile and gap used throughout: pitch 12 down, 20 across (tile + weights column)
+
+
+def rgb(h: str) -> tuple[int, int, int]:
+    return int(h[1:3], 16), int(h[3:5], 16), int(h[5:7], 16)
+
+
+@pytest.fixture
+def frame() -> dict:
+    """L+1 = 5 layers, H = 4 nodes, R = 50: node k of layer l is (k + 1)(l + 1)·y for even k, ·x for odd k."""
+    axis = np.linspace(-1, 1, 50, dtype=np.float32)
+    yy, xx = np.meshgrid(axis, axis, indexing="ij")  # rows along y, columns along x
+    maps = np.stack([np.stack([(k + 1) * (l + 1) * (yy if k % 2 == 0 else xx) for k in range(4)])
+                     for l in range(5)]).astype(np.float32)
+    rng = np.random.default_rng(0)
+    weights = rng.normal(size=(5, 4, 4)).astype(np.float32)
+    weights[0, :, 2:] = 0.0  # the stem reads 2 inputs; zero-padded like layer_weights()
+    weights[3, 1, 2] = 0.0  # one exact zero in a block: skipped
+    decision = (xx > 0).astype(np.float32)
+    return {"maps": maps, "weights": weights, "decision": decision, "limit": np.float32(1.0),
+            "alphas": np.ones(4, np.float32), "step": np.int64(7)}
+
+
+def tile_px(m, col: int, row: int) -> np.ndarray:
+    """RGBA ``[T, T, 4]`` of tile (col, row), array row 0 = top of the plot."""
+    top, left = row * (m.tile + m.gap), col * (m.tile + m.weight)
+    return m.rgba()[top:top + m.tile, left:left + m.tile]
+
+
+def test_mosaic_size_follows_layout_formula(frame):
+    m = mosaic(frame, tile_px=T, gap_px=G)
+    rows, cols = 4, 1 + 5  # input column + one per layer
+    height = rows * (T + G) - G
+    grid_w = cols * T + (cols - 1) * T  # weights columns as wide as tiles
+    side = min(rows, 4) * (T + G) - G  # decision tile: 4 rows tall (all of them here)
+    assert m.index.shape == (height, grid_w + T + side) == (46, 166)
+    assert m.index.dtype == np.uint8 and m.rgba().shape == (46, 166, 4)
+    assert m.decision == (grid_w + T, height - side, side)
+    # weights columns and gaps are transparent
+    assert (m.index[:, T:T + T] == EMPTY).all() and (m.index[T:T + G, :grid_w] == EMPTY).all()
+    assert (m.rgba()[m.index == EMPTY][:, 3] == 0).all()
+
+
+def test_tile_colours_orange_negative_blue_positive(frame):
+    m = mosaic(frame, tile_px=50, gap_px=G)  # one pixel per grid point, so the extremes ±1 are sampled exactly
+    # layer 2, node 0 varies along y: top of the tile (y = +1) pure blue, bottom pure orange
+    t = tile_px(m, col=1 + 2, row=0)
+    assert tuple(t[0, 5, :3]) == rgb(BLUE) and tuple(t[-1, 5, :3]) == rgb(ORANGE)
+    # layer 4, node 1 varies along x: left orange, right blue
+    t = tile_px(m, col=1 + 4, row=1)
+    assert tuple(t[5, 0, :3]) == rgb(ORANGE) and tuple(t[5, -1, :3]) == rgb(BLUE)
+    # every pixel's hue follows the sign of the value it samples (blue channel > red ⇔ positive)
+    src = frame["maps"][3, 3]  # ·x
+    m = mosaic(frame, tile_px=T, gap_px=G)
+    ix = ((np.arange(T) + 0.5) * 50 / T).astype(int)  # nearest-neighbour resampling 50 → T
+    vals = src[ix[::-1, None], ix[None, :]]
+    t = tile_px(m, col=1 + 3, row=3).astype(int)
+    assert ((t[..., 2] > t[..., 0]) == (vals > 0)).all() and ((t[..., 0] > t[..., 2]) == (vals < 0)).all()
+    # input column: x tile orange → blue left to right; y tile blue at top; other input rows empty
+    assert tuple(tile_px(m, 0, 0)[3, 0, :3]) == rgb(ORANGE) and tuple(tile_px(m, 0, 0)[3, -1, :3]) == rgb(BLUE)
+    assert tuple(tile_px(m, 0, 1)[0, 3, :3]) == rgb(BLUE) and tuple(tile_px(m, 0, 1)[-1, 3, :3]) == rgb(ORANGE)
+    assert (tile_px(m, 0, 2)[..., 3] == 0).all()
+
+
+def test_normalize_tile_layer_global(frame):
+    f = dict(frame, maps=frame["maps"].copy())
+    f["maps"][1, 2] *= 1e-3  # a faint node
+    sat = {}
+    for mode in ("tile", "layer", "global"):
+        t = tile_px(mosaic(f, tile_px=50, gap_px=G, normalize=mode), col=2, row=2)
+        sat[mode] = tuple(t[0, 5, :3])
+    assert sat["tile"] == rgb(BLUE)  # own range: full colour
+    assert sat["layer"] != rgb(BLUE) and sat["global"] != rgb(BLUE)  # scaled by a larger max: near white
+    with pytest.raises(ValueError):
+        mosaic(f, normalize="column")
+
+
+def test_segments_count_positions_and_sign_colours(frame):
+    el = node_grid(frame, tile_px=T)
+    seg = el.get(1)
+    assert isinstance(seg, hv.Segments)
+    w = seg.dimension_values("w")
+    # nonzero weights only: stem 4 nodes × 2 inputs, then 4 blocks × 4 × 4, minus the one zero
+    assert len(w) == 4 * 2 + 4 * 16 - 1 == np.count_nonzero(frame["weights"])
+    m = mosaic(frame, tile_px=T)
+    x0, y0, x1, y1 = (seg.dimension_values(d) for d in ("x0", "y0", "x1", "y1"))
+    first = w == frame["weights"][0, 3, 1]  # stem: input y (row 1) → node 3
+    assert x0[first][0] == T and x1[first][0] == T + T  # from the input column's right edge to column 1
+    assert y0[first][0] == m.height - 1 * (T + 2) - T / 2 and y1[first][0] == m.height - 3 * (T + 2) - T / 2
+    lw = seg.dimension_values("lw")
+    assert (lw > 0).all() and np.isclose(lw.max(), lw[np.abs(w) == np.abs(w).max()][0])
+    # the rendered glyph maps w through a 2-colour mapper split at 0: negative orange, positive blue
+    fig = hv.render(el, backend="bokeh")
+    (glyph,) = [r.glyph for r in fig.renderers if isinstance(r.glyph, Segment)]
+    mapper = glyph.line_color.transform
+    assert isinstance(mapper, LinearColorMapper) and list(mapper.palette) == [ORANGE, BLUE]
+    assert mapper.low < 0 < mapper.high and (np.abs(w) > mapper.high).all()
+    assert (w < 0).any() and (w > 0).any()
+
+
+def test_layer_and_node_ranges_shrink_the_grid(frame):
+    m = mosaic(frame, layers=(1, 4), nodes=(1, 3), tile_px=T, gap_px=G)
+    assert not m.has_input and list(m.layers) == [1, 2, 3] and list(m.nodes) == [1, 2]
+    assert m.index.shape == (2 * (T + G) - G, 3 * 2 * T - T + T + 2 * (T + G) - G) == (22, 82)
+    el = node_grid(frame, layers=(1, 4), nodes=(1, 3), tile_px=T)
+    # two weights columns (into layers 2 and 3), 2 × 2 each, less the zero at weights[3, 1, 2]
+    assert len(el.get(1)) == 2 * 2 * 2 - 1
+    # layer 2 node 2 (·y) is the tile in column 1, row 1
+    t = tile_px(m, col=1, row=1).astype(int)
+    assert t[0, 5, 2] > t[0, 5, 0] and t[-1, 5, 0] > t[-1, 5, 2]  # ·y: blue at the top, orange at the bottom
+    with pytest.raises(ValueError):
+        mosaic(frame, layers=(3, 3))
+    with pytest.raises(ValueError):
+        mosaic(frame, nodes=(0, 5))
+
+
+def test_sampler_picks_evenly_spaced_subset(frame):
+    assert list(sample_indices(0, 33, 5)) == [0, 8, 16, 24, 32]
+    assert list(sample_indices(0, 4, 10)) == [0, 1, 2, 3]
+    m = mosaic(frame, max_layers=3, max_nodes=2, tile_px=T)
+    assert list(m.layers) == [0, 2, 4] and list(m.nodes) == [0, 3] and m.rows == 2
+    seg = node_grid(frame, max_layers=3, max_nodes=2, tile_px=T).get(1)
+    assert len(seg) == 2 * 2 + 2 * (2 * 2)  # stem from x, y; then weights into layers 2 and 4 among nodes 0, 3
+    w = seg.dimension_values("w")
+    assert set(w[-4:]) == set(frame["weights"][4][np.ix_([0, 3], [0, 3])].ravel())
+
+
+def test_hover_names_layer_node_and_range(frame):
+    el = node_grid(frame, tile_px=T)
+    boxes = el.get(2)
+    assert isinstance(boxes, hv.Rectangles)
+    layer, node = boxes.dimension_values("layer"), boxes.dimension_values("node")
+    lo, hi = boxes.dimension_values("min"), boxes.dimension_values("max")
+    assert len(boxes) == 2 + 5 * 4 + 1  # input x, y; every node; the decision tile
+    assert (layer[0], node[0], layer[1], node[1]) == ("input", "x", "input", "y")
+    i = np.flatnonzero((layer == "3") & (node == "1"))[0]
+    assert np.isclose(lo[i], frame["maps"][3, 1].min()) and np.isclose(hi[i], frame["maps"][3, 1].max())
+    assert layer[-1] == "output"
+    # boxes sit on their tiles
+    m = mosaic(frame, tile_px=T)
+    assert boxes.dimension_values("x0")[i] == (1 + 3) * 2 * T and boxes.dimension_values("y1")[i] == m.height - 12
+    fig = hv.render(el, backend="bokeh")
+    tips = [t for tool in fig.tools if isinstance(tool, HoverTool) for t in tool.tooltips]
+    assert ("layer", "@{layer}") in tips and ("node", "@{node}") in tips
+
+
+def test_points_on_decision_tile(frame):
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-1, 1, (5000, 2)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    el = node_grid(frame, points=(x, y), tile_px=T, max_points=200)
+    pts = el.get(3)
+    m = mosaic(frame, tile_px=T)
+    dx, dy, side = m.decision
+    px, py = pts.dimension_values("x"), pts.dimension_values("y")
+    assert len(pts) == 200
+    assert (px >= dx).all() and (px <= dx + side).all() and (py >= dy).all() and (py <= dy + side).all()
+    # the decision map (1 where x > 0) is blue on the tile's right half, lighter than a node tile
+    tile = m.rgba()[0:side, dx:dx + side].astype(int)
+    assert tile[5, -2, 2] > tile[5, -2, 0] and tile[5, 1, 0] > tile[5, 1, 2]
+
+
+def test_rgba_encoding_matches_index(frame):
+    el = node_grid(frame, tile_px=T, encoding="rgba")
+    assert isinstance(el.get(0), hv.RGB)
+    assert isinstance(node_grid(frame, tile_px=T).get(0), hv.Image)
+
+
+def test_full_32x32_frame_is_one_bokeh_figure():
+    import lab
+    from lab.analysis.node_maps import node_maps
+
+    f = node_maps(lab.create_model("residual_mlp", seed=0)).as_arrays()
+    assert f["maps"].shape == (33, 32, 50, 50)
+    el = node_grid(f, points=(np.zeros((10, 2), np.float32), np.arange(10) % 2))
+    seg = el.get(1)
+    assert len(seg) == np.count_nonzero(f["weights"][0][:, :2]) + np.count_nonzero(f["weights"][1:])
+    assert len(el.get(2)) == 2 + 33 * 32 + 1
+    fig = hv.render(el, backend="bokeh")
+    plots = [m for m in fig.references() if isinstance(m, Plot)]
+    assert len(plots) == 1 and plots[0] is fig
+    assert len(fig.renderers) == 4  # mosaic, lines, hover boxes, points
+
+
+def test_alpha_bars_and_similarity_heatmaps():
+    bars = alpha_bars(np.array([1.0, 0.75, 0.5], np.float32))
+    assert isinstance(bars, hv.Bars)
+    assert list(bars.dimension_values("layer")) == ["1", "2", "3"]
+    assert np.allclose(bars.dimension_values("alpha"), [1.0, 0.75, 0.5])
+    dist = np.arange(9, dtype=np.float32).reshape(3, 3)
+    cka = np.eye(3, dtype=np.float32)
+    lay = similarity_heatmaps(dist, cka)
+    assert isinstance(lay, hv.Layout) and [e.label for e in lay] == ["Euclidean distance", "linear CKA"]
+    d = lay.values()[0]
+    assert d[2, 0] == dist[0, 2] and d[0, 2] == dist[2, 0]  # cell (x = j, y = i) holds values[i, j]
+    assert d.kdims[0].label == "layer" and d.kdims[1].label == "layer"
+    hv.render(lay, backend="bokeh")
