@@ -1,0 +1,30 @@
+"""Helpers shared by the benchmarks: timing and table printing (benchmarks are scripts, not tests)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+
+
+def timed(fn: Callable[[], object], repeats: int = 5) -> list[float]:
+    """Wall-clock seconds of ``repeats`` calls of ``fn``."""
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def median(xs: Sequence[float]) -> float:
+    return statistics.median(xs)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """A plain-text table with right-aligned columns."""
+    cells = [list(map(str, headers))] + [[f"{c:.3f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)

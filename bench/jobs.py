@@ -1,0 +1,79 @@
+"""Training throughput of seed 003's model headless vs inside a ThreadJob publishing a snapshot every 10 steps,
+and the latency from ``stop()`` to the job's end.
+
+Headless = the lab trainer with no callbacks. The job records metrics, status and checkpoints as any run does,
+and builds the node-map snapshot (the 33 × 32 × 50 × 50 grid forward) every 10 steps. Target: job >= 90 % of
+headless; stop latency < 1 s.
+
+    python bench/jobs.py [--steps 300] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import median, table  # noqa: E402
+from lab.config import load_config  # noqa: E402
+from lab.jobs.runner import make_trainer  # noqa: E402
+from lab.jobs.store import RunStore  # noqa: E402
+from lab.jobs.thread import ThreadJob  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    cfg = load_config("configs/spiral_seed003.yaml", ["train.lr=0.01", f"train.max_steps={args.steps}"])
+    store = RunStore(tempfile.mkdtemp(prefix="lab-bench-"))
+
+    def headless() -> float:
+        trainer = make_trainer(cfg)
+        t0 = time.perf_counter()
+        trainer.fit()
+        return args.steps / (time.perf_counter() - t0)
+
+    def in_job() -> float:
+        job = ThreadJob(cfg, store.create("bench"), cadence={"nodes": (10, 0.0)}, disk_every_s=2.0).start()
+        while job.status().get("state") != "running":  # start timing once model and data are built
+            time.sleep(0.005)
+        start_step, t0 = job.status().get("step", 0), time.perf_counter()
+        job.wait()
+        return (args.steps - start_step) / (time.perf_counter() - t0)
+
+    headless()  # warm-up (first optimizer construction imports torch._dynamo)
+    rates_h, rates_j = [], []
+    for _ in range(args.repeats):
+        rates_h.append(headless())
+        rates_j.append(in_job())
+    latencies = []
+    for _ in range(5):
+        job = ThreadJob(cfg.__class__(**{**cfg.__dict__, "train": cfg.train.__class__(
+            **{**cfg.train.__dict__, "max_steps": 0, "epochs": 1000})}), store.create("stop")).start()
+        while job.latest("nodes") is None or job.status().get("state") != "running":
+            time.sleep(0.01)
+        time.sleep(0.3)
+        t0 = time.perf_counter()
+        job.stop()
+        latencies.append(time.perf_counter() - t0)
+        assert not job.is_alive()
+    h, j = median(rates_h), median(rates_j)
+    print(f"seed-003 model (32 x 32, batch 256), {args.steps} steps x {args.repeats} repeats, 1 torch thread")
+    print(table(["run", "steps/s (median)", "ratio vs headless", "target"], [
+        ["headless trainer", h, 1.0, ""],
+        ["ThreadJob, snapshot / 10 steps", j, j / h, ">= 0.90 " + ("PASS" if j / h >= 0.9 else "FAIL")],
+    ]))
+    print(table(["stop() -> job ended", "median s", "max s", "target"], [
+        ["latency", median(latencies), max(latencies), "< 1 s " + ("PASS" if max(latencies) < 1 else "FAIL")]]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Create .venv (if missing) and install Residual Lab into it. Extra arguments name pip extras, e.g. `test`.
+#   TORCH_SPEC overrides the torch pair (default: the CPU/CUDA wheels this project is tested with); set
+#   TORCH_SPEC="torch torchvision" to take the current release instead.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+TORCH_SPEC=${TORCH_SPEC:-"torch==2.14.1 torchvision==0.29.1"}
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+# torch first and explicitly, so no later requirement makes pip resolve a different (multi-GB) build
+# shellcheck disable=SC2086
+.venv/bin/python -m pip install -q $TORCH_SPEC
+extras=""
+[ $# -gt 0 ] && extras="[$(IFS=,; echo "$*")]"
+.venv/bin/python -m pip install -q -e ".${extras}"

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Set up everything the tests need on a fresh machine (venv, packages, Debian's chromium), then run them all.
+# Extra arguments go to pytest (e.g. `-m "not slow"`).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh test
+if ! [ -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+exec .venv/bin/python -m pytest "$@"
