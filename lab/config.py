@@ -250,6 +250,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as err:
         raise ConfigError(f"override {text!r}: cannot parse value: {err}") from None
+    if isinstance(value, bool) and raw.strip().lower() not in ("true", "false"):
+        value = raw.strip()  # YAML 1.1 reads off/on/yes/no as booleans; `train.droppath=off` means the string
     return key, value
 
 

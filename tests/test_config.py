@@ -73,6 +73,13 @@ def test_direct_construction_validates():
         TrainConfig(droppath="droppath", drop_rate=1.0)
 
 
+def test_yaml_one_one_booleans_stay_strings_where_a_string_is_meant():
+    cfg = apply_overrides(ExperimentConfig(), ["train.droppath=off", "model.zero_init=true"])
+    assert cfg.train.droppath == "off" and cfg.model.zero_init is True
+    with pytest.raises(ConfigError, match="model.zero_init must be true or false; got 'yes'"):
+        apply_overrides(ExperimentConfig(), ["model.zero_init=yes"])
+
+
 def test_malformed_override():
     with pytest.raises(ConfigError, match="section.key=value"):
         apply_overrides(ExperimentConfig(), ["model.depth"])

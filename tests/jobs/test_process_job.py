@@ -55,7 +55,7 @@ def test_stop_uses_stop_file_first(tmp_path):
     assert _wait_for(lambda: run.read_status().get("state") == "running")
     t0 = time.monotonic()
     job.stop()
-    assert time.monotonic() - t0 < 5  # the child saw the STOP file; no signal needed
+    assert time.monotonic() - t0 < 10  # ended within the STOP file's grace period: no signal was sent
     assert job.status()["state"] == "stopped" and job.proc.returncode == 0
 
 
