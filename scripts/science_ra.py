@@ -105,7 +105,7 @@ def main() -> None:
     mean, std = split.x_train.mean(), split.x_train.std()
     data = ToyData((split.x_train - mean) / std, split.y_train, (split.x_test - mean) / std, split.y_test, "digits")
     cfg = TrainConfig(optimizer="sgd", lr=args.lr, momentum=0.9, weight_decay=args.weight_decay, batch_size=128,
-                      epochs=epochs, seed=0, device="cpu", threads=0)
+                      epochs=epochs, seed=0, device="cpu", threads=1)
     print(f"digits: {len(data.x_train)} train / {len(data.x_test)} test, 64 features, {C} classes; "
           f"FC ResNet L={args.depth}, D={args.width}, post-activation + BatchNorm; SGD lr {args.lr} cosine, "
           f"momentum 0.9, wd {args.weight_decay}, batch 128, {epochs} epochs; RA metrics at {n_inputs} test inputs, "

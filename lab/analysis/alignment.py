@@ -59,14 +59,15 @@ def jacobian_svds(
         if jacobians.ndim != 3:
             raise ValueError(f"stacked jacobians must be [L, m, n], got {tuple(jacobians.shape)}")
         U, S, Vh = torch.linalg.svd(jacobians, full_matrices=False)  # batched, one call
-        return [(U[i, :, :k], S[i, :k], Vh[i, :k].mT) for i in range(len(jacobians))]
+        # clones: slices would keep every block's full D × D factors alive
+        return [(U[i, :, :k].clone(), S[i, :k].clone(), Vh[i, :k].mT.clone()) for i in range(len(jacobians))]
     out = []
     for J in jacobians:
         if isinstance(J, LinearOperator):
             out.append(randomized_svd(J, k, iters=iters, oversample=oversample, seed=seed))
         else:
             U, S, Vh = torch.linalg.svd(J, full_matrices=False)
-            out.append((U[:, :k], S[:k], Vh[:k].mT))
+            out.append((U[:, :k].clone(), S[:k].clone(), Vh[:k].mT.clone()))
     return out
 
 

@@ -1,5 +1,9 @@
-"""Networks: the residual block with named parts, the registry, and the models built from them."""
+"""Networks: the residual block with named parts, the registry, and the models built from them.
 
+Importing this package registers every model: the residual MLP, seed 004's ResNets and the timm adapters.
+"""
+
+from lab.nn import resnets, timm_adapter  # noqa: F401  (registration side effect)
 from lab.nn.block import ResidualBlock
 from lab.nn.droppath import DropPath, set_droppath_mode
 from lab.nn.mlp import MLPBranch, ResidualMLP

@@ -1,0 +1,220 @@
+"""Residual Jacobians (seed 004 §1.3): the linearisation of each residual branch at an input's residual stream.
+
+For block i with input h_i, shortcut scale α (or projection P), branch scale β and post-activation σ,
+
+    J_i = diag(σ'(α h_i + β F_i(h_i))) · β · ∂F_i/∂h_i      [D_out, D_in]
+
+the derivative of the block with respect to its input *excluding the skip connection* (DESIGN.md Conventions). It
+is computed as the Jacobian of ``h ↦ σ(α h_i + β F_i(h))`` at h = h_i with the skip term held fixed, which gives
+exactly that product for any element-wise σ (σ = identity for pre-activation blocks, so J_i = β ∂F_i/∂h_i; β = 1
+except for the Table-3b controls). D is the flattened feature size: the width for FC blocks, C·H·W for conv blocks.
+
+Evaluation happens in ``eval()`` mode (BatchNorm uses its running statistics, drop path is off), at the residual
+stream state h_i of the given input from the model's ``forward_intermediates``; the training flag of every module
+is restored afterwards. Only the public model surface is used: ``forward_intermediates``, ``iter_blocks`` and each
+block's ``branch``, ``beta``, ``post_act`` (None for pre-activation blocks) and ``shortcut`` (α·x, or a timm
+projection).
+
+Small D: dense matrices via ``torch.func.jacfwd`` under ``vmap``. Forward mode, because the branch's first layer
+applied to the identity basis does not depend on the input, so vmap computes it once for the whole batch (reverse
+mode starts at the input-dependent output end; it measured several times slower on FC blocks with BatchNorm).
+Large D (conv blocks: 64 × 16 × 16 = 16,384): a matrix-free :class:`~lab.analysis.svd.LinearOperator` whose
+products are batched ``jvp`` / ``vjp`` calls, for :func:`~lab.analysis.svd.randomized_svd`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.func import jacfwd, jvp, vjp, vmap
+
+from lab.analysis.alignment import SVDTriplet, jacobian_svds
+from lab.analysis.svd import LinearOperator
+from lab.probe import iter_blocks
+
+__all__ = ["block_jacobians", "block_svds", "jacobian_operator", "residual_jacobians"]
+
+_CHUNK_ELEMENTS = 2**24  # auto chunk: about 64 MB of float32 Jacobian entries per vmapped batch
+
+
+@contextlib.contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    """Put every module in eval mode; restore each module's own flag on exit (mixed flags survive)."""
+    flags = [(m, m.training) for m in model.modules()]
+    blocks = [b for _, b in iter_blocks(model)]  # adapter views may live outside model.modules()
+    flags += [(m, m.training) for b in blocks for m in b.modules()]
+    try:
+        model.eval()
+        for b in blocks:
+            b.eval()
+        yield
+    finally:
+        for m, flag in flags:
+            m.training = flag
+
+
+def _as_batch(x: Tensor) -> tuple[Tensor, bool]:
+    """(x with a batch dim, whether the caller asked for one input). A vector [in] or image [C, H, W] is one input."""
+    if x.ndim in (1, 3):
+        return x[None], True
+    return x, len(x) == 1
+
+
+def _select(n_blocks: int, blocks: Sequence[int] | None) -> list[int]:
+    idx = list(range(n_blocks)) if blocks is None else [int(i) for i in blocks]
+    for i in idx:
+        if not 0 <= i < n_blocks:
+            raise IndexError(f"block index {i} out of range for a model with {n_blocks} blocks")
+    return idx
+
+
+def _skip(block: nn.Module, h: Tensor) -> Tensor:
+    """The skip term of the block's sum: α·h (lab blocks), h or its projection (timm blocks)."""
+    return block.shortcut(h) if hasattr(block, "shortcut") else float(getattr(block, "alpha", 1.0)) * h
+
+
+def _residual_fn(block: nn.Module) -> Callable[[Tensor, Tensor], Tensor]:
+    """``(h [*S_in], skip [*S_out]) -> σ(skip + β F(h)) [*S_out]`` for one input; its h-Jacobian at h = h_i is J_i."""
+    beta = float(getattr(block, "beta", 1.0))
+    post_act = getattr(block, "post_act", None) or (lambda z: z)  # None: a pre-activation block
+
+    def fn(h: Tensor, skip: Tensor) -> Tensor:
+        return post_act(skip[None] + beta * block.branch(h[None]))[0]
+
+    return fn
+
+
+def _states(model: nn.Module, x: Tensor) -> list[Tensor]:
+    """Residual stream [h_0, …, h_L] of a batch, without autograd history."""
+    with torch.no_grad():
+        return model.forward_intermediates(x, intermediates_only=True)
+
+
+def residual_jacobians(model: nn.Module, x: Tensor, *, blocks: Sequence[int] | None = None,
+                       chunk: int | None = None) -> Tensor:
+    """Dense residual Jacobians J_i of every (or the selected) block at the residual stream of x.
+
+    Args:
+        model: a lab model or adapter with ``forward_intermediates`` and ``iter_blocks``.
+        x: inputs ``[B, ...]``; one input may also be given without batch dim (a vector ``[in]`` or an image
+            ``[C, H, W]``).
+        blocks: block indices (default: all). Their Jacobians must share one shape (e.g. all blocks of an
+            :class:`~lab.nn.resnets.FCResNet`, or one stage of a conv net); use :func:`block_jacobians` otherwise.
+        chunk: inputs per vmapped batch; bounds memory to about chunk × D² entries per block (default: as many as
+            fit in ~2²⁴ entries).
+
+    Returns:
+        ``[L, D, D]`` for one input (unbatched or B = 1), ``[B, L, D, D]`` for a batch; L = number of selected
+        blocks, ``J[..., a, b] = ∂out_a / ∂h_b`` in the flattened (C, H, W) order. Rectangular ``[D_out, D_in]``
+        for projection blocks.
+    """
+    xb, single = _as_batch(x)
+    named = [b for _, b in iter_blocks(model)]
+    idx = _select(len(named), blocks)
+    with _eval_mode(model):
+        first = _states(model, xb[:1])
+        shapes = {i: (_skip(named[i], first[i]).numel(), first[i].numel()) for i in idx}
+        d_out, d_in = shapes[idx[0]]
+        if len(set(shapes.values())) > 1:
+            raise ValueError(f"blocks' Jacobians differ in shape ({shapes}): pass blocks= of one shape, or use "
+                             "block_jacobians()")
+        step = chunk or max(1, _CHUNK_ELEMENTS // (d_out * d_in))
+        out = torch.empty(len(xb), len(idx), d_out, d_in, dtype=first[0].dtype, device=first[0].device)
+        for start in range(0, len(xb), step):
+            states = _states(model, xb[start:start + step])
+            for col, i in enumerate(idx):
+                h = states[i]
+                with torch.no_grad():
+                    J = vmap(jacfwd(_residual_fn(named[i]), argnums=0))(h, _skip(named[i], h))  # [b, *S_out, *S_in]
+                out[start:start + len(h), col] = J.reshape(len(h), d_out, d_in)
+    return out[0] if single else out
+
+
+def jacobian_operator(model: nn.Module, x: Tensor, i: int) -> LinearOperator:
+    """Block i's residual Jacobian J_i at input x as a matrix-free operator (never materialised).
+
+    ``matmat(X [D_in, k])`` = J_i X by k vmapped ``jvp`` calls; ``rmatmat(Y [D_out, k])`` = J_iᵀ Y by k vmapped
+    calls of one ``vjp`` (the forward pass is recorded once, when the operator is built). Each product runs with
+    the model in eval mode and restores the training flags, so the operator stays valid while the model trains.
+
+    Args:
+        model: a lab model or adapter.
+        x: one input, ``[1, ...]`` or without batch dim.
+        i: block index.
+
+    Returns:
+        An operator of shape (D_out, D_in) in the model's dtype and device.
+    """
+    xb, single = _as_batch(x)
+    if not single:
+        raise ValueError(f"jacobian_operator takes one input; got a batch of {len(xb)}")
+    named = [b for _, b in iter_blocks(model)]
+    (i,) = _select(len(named), [i])
+    block = named[i]
+    with _eval_mode(model):
+        h = _states(model, xb)[i][0]
+        with torch.no_grad():
+            skip = _skip(block, h[None])[0]
+        fn = _residual_fn(block)
+        with torch.no_grad():
+            _, pullback = vjp(lambda v: fn(v, skip), h)
+    in_shape, out_shape = h.shape, skip.shape
+
+    def matmat(X: Tensor) -> Tensor:  # [D_in, k] -> [D_out, k]
+        tangents = X.mT.reshape(-1, *in_shape)
+        with _eval_mode(model), torch.no_grad():
+            Y = vmap(lambda t: jvp(lambda v: fn(v, skip), (h,), (t,))[1])(tangents)
+        return Y.reshape(len(Y), -1).mT
+
+    def rmatmat(Y: Tensor) -> Tensor:  # [D_out, k] -> [D_in, k]
+        cotangents = Y.mT.reshape(-1, *out_shape)
+        with torch.no_grad():
+            (X,) = vmap(pullback)(cotangents)
+        return X.reshape(len(X), -1).mT
+
+    return LinearOperator((skip.numel(), h.numel()), matmat, rmatmat, dtype=h.dtype, device=h.device)
+
+
+def block_jacobians(model: nn.Module, x: Tensor, *, blocks: Sequence[int] | None = None,
+                    dense_max_dim: int = 2048) -> list[Tensor | LinearOperator]:
+    """Each selected block's J_i at one input: dense ``[D_out, D_in]`` when max(D_out, D_in) ≤ ``dense_max_dim``,
+    else a :func:`jacobian_operator`. Blocks may differ in shape (timm stages, projection blocks).
+
+    The list is what :func:`lab.analysis.alignment.alignment_grid` and ``jacobian_svds`` take.
+    """
+    xb, single = _as_batch(x)
+    if not single:
+        raise ValueError(f"block_jacobians takes one input; got a batch of {len(xb)}")
+    named = [b for _, b in iter_blocks(model)]
+    idx = _select(len(named), blocks)
+    with _eval_mode(model):
+        states = _states(model, xb)
+        dims = [max(states[i][0].numel(), _skip(named[i], states[i][:1]).numel()) for i in idx]
+    return [residual_jacobians(model, xb, blocks=[i])[0] if d <= dense_max_dim else jacobian_operator(model, xb, i)
+            for i, d in zip(idx, dims, strict=True)]
+
+
+def block_svds(model: nn.Module, x: Tensor, k: int, *, blocks: Sequence[int] | None = None,
+               dense_max_dim: int = 2048, iters: int = 20, oversample: int = 10, seed: int = 0) -> list[SVDTriplet]:
+    """Top-k SVD of each block's residual Jacobian at one input: exact (dense SVD) for small blocks, randomized
+    subspace iteration on the jvp/vjp operator for large ones (seed 004 §2.4: T = 20, K = 10–30).
+
+    Args:
+        model: a lab model or adapter.
+        x: one input, ``[1, ...]`` or without batch dim.
+        k: singular triplets per block.
+        blocks: block indices (default: all).
+        dense_max_dim: largest D formed densely (a D × D float32 matrix is 4·D² bytes; its SVD costs O(D³)).
+        iters: subspace iterations T of the randomized SVD.
+        oversample: extra sketch columns of the randomized SVD.
+        seed: seed of its Gaussian start.
+
+    Returns:
+        One ``(U [D_out, k], S [k], V [D_in, k])`` per block, S descending — the ``svds=`` that
+        :func:`~lab.analysis.alignment.alignment_grid` accepts together with :func:`block_jacobians`' list.
+    """
+    jacobians = block_jacobians(model, x, blocks=blocks, dense_max_dim=dense_max_dim)
+    return jacobian_svds(jacobians, k, iters=iters, oversample=oversample, seed=seed)

@@ -1,0 +1,229 @@
+"""timm ResNets (resnet18/34/50, resnet50d, …) behind the lab's model surface, block by block.
+
+timm groups blocks into ``layer1 … layer4`` and reports stage-level intermediates; the lab's analyses need every
+block. :class:`TimmResNet` names the blocks ``blocks.{i}`` over all stages in order and gives each a
+:class:`TimmBlock` view with the parts of :class:`lab.nn.block.ResidualBlock`: ``branch`` (the conv path F alone,
+so ``J_i = ∂F_i/∂h_i`` can be taken), ``alpha = beta = 1``, ``drop_path``, ``post_act`` (timm's BasicBlock and
+Bottleneck add the shortcut, then apply ReLU) and ``shortcut``. The first block of stages 2–4 (and of stage 1 in
+Bottleneck nets) has a downsample projection on its shortcut and maps one space to a different one; it is marked
+``has_projection`` so analyses can skip it or treat its rectangular Jacobian apart.
+
+The adapter runs the model through those views, so probes (:func:`lab.probe.capture`) see every block's input,
+output and branch. Weights are never downloaded (``pretrained=False``); load a checkpoint into ``.model`` instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+from lab.nn.droppath import DropPath
+from lab.nn.registry import register_model
+
+__all__ = ["TimmBlock", "TimmBranch", "TimmResNet", "set_drop_path", "timm_resnet"]
+
+
+class TimmBranch(nn.Module):
+    """The residual branch F of a timm BasicBlock or Bottleneck: everything before the shortcut is added.
+
+    BasicBlock: ``conv1 → bn1 → drop_block → act1 → aa → conv2 → bn2 → se``; Bottleneck: ``conv1 → bn1 → act1 →
+    conv2 → bn2 → drop_block → act2 → aa → conv3 → bn3 → se`` (timm's order; drop_block is identity in eval).
+    Shares the block's modules, it does not own copies.
+    """
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        bottleneck = hasattr(block, "conv3")
+        names = (("conv1", "bn1", "act1", "conv2", "bn2", "drop_block", "act2", "aa", "conv3", "bn3") if bottleneck
+                 else ("conv1", "bn1", "drop_block", "act1", "aa", "conv2", "bn2"))
+        self.path = nn.Sequential(*(getattr(block, n) for n in names))
+        self.se = block.se if block.se is not None else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.se(self.path(x))
+
+
+class TimmBlock(nn.Module):
+    """A timm residual block seen as ``post_act(shortcut(x) + drop_path(F(x)))``, with the lab's named parts.
+
+    Args:
+        block: a timm ``BasicBlock`` or ``Bottleneck`` (not copied: the view and the timm model share it).
+    """
+
+    alpha = 1.0
+    beta = 1.0
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        self.block = block
+        self.branch = TimmBranch(block)
+        self.post_act = block.act3 if hasattr(block, "act3") else block.act2
+
+    @property
+    def has_projection(self) -> bool:
+        """Whether the shortcut is a downsample projection (then the block maps ``[C, H, W]`` to another shape)."""
+        return self.block.downsample is not None
+
+    @property
+    def drop_path(self) -> nn.Module | None:
+        """The block's drop path module (None when stochastic depth is off)."""
+        return self.block.drop_path
+
+    def set_drop_rate(self, rate: float) -> None:
+        """Install a lab :class:`DropPath` (so droppath and ResidualDroppath modes apply) with this rate."""
+        self.block.drop_path = DropPath(rate) if rate > 0 else None
+
+    def shortcut(self, x: torch.Tensor) -> torch.Tensor:
+        """The skip path: x itself, or its downsample projection."""
+        return x if self.block.downsample is None else self.block.downsample(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = self.branch(x)  # F(x)
+        if self.block.drop_path is not None:
+            f = self.block.drop_path(f)  # per-sample drop (stochastic depth), timm's or the lab's
+        return self.post_act(self.shortcut(x) + f)
+
+
+class TimmResNet(nn.Module):
+    """A timm ResNet with the lab's model surface: ``iter_blocks``, per-block ``forward_intermediates``.
+
+    ``self.model`` is the timm model and owns every parameter (its ``state_dict`` keys are unchanged); the block
+    views are kept outside the module tree so nothing is registered twice.
+
+    Args:
+        model: a ``timm.models.ResNet``.
+    """
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.num_classes = model.num_classes
+        stages = [getattr(model, f"layer{s}") for s in range(1, 5)]
+        self._views = [TimmBlock(b) for stage in stages for b in stage]  # a list, so not registered as children
+
+    def train(self, mode: bool = True) -> TimmResNet:
+        super().train(mode)
+        for view in self._views:  # the views' own flags follow (their modules already do, through self.model)
+            view.train(mode)
+        return self
+
+    def iter_blocks(self) -> Iterator[tuple[str, TimmBlock]]:
+        """``("blocks.{i}", block view)`` over all stages in forward order."""
+        for i, view in enumerate(self._views):
+            yield f"blocks.{i}", view
+
+    def stem(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, in_chans, H, W]`` → h_0 ``[B, C, H/4, W/4]`` (conv, norm, act, max-pool)."""
+        m = self.model
+        return m.maxpool(m.act1(m.bn1(m.conv1(x))))
+
+    def forward_intermediates(self, x: torch.Tensor, *, intermediates_only: bool = False
+                              ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+        """Every block's residual stream (not timm's stage-level intermediates).
+
+        Returns:
+            ``[h_0, …, h_L]``: h_0 = stem output, h_{i+1} = block i's output ``[B, C_i, H_i, W_i]``; h_L equals
+            timm's ``forward_features``. Unless ``intermediates_only``, ``(logits [B, classes], intermediates)``.
+        """
+        h = self.stem(x)
+        states = [h]
+        for view in self._views:
+            h = view(h)
+            states.append(h)
+        if intermediates_only:
+            return states
+        return self.forward_head(self.model.forward_head(h, pre_logits=True)), states
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, in_chans, H, W]`` → pooled features ``[B, F]`` (timm's pre-logits)."""
+        h = self.stem(x)
+        for view in self._views:
+            h = view(h)
+        return self.model.forward_head(h, pre_logits=True)
+
+    def forward_head(self, features: torch.Tensor) -> torch.Tensor:
+        """``[B, F] -> [B, classes]``."""
+        return self.model.fc(features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+
+def set_drop_path(model: nn.Module, rate: float, *, schedule: str = "linear") -> list[float]:
+    """Set stochastic depth on every block of a lab model or :class:`TimmResNet`.
+
+    ``linear`` is timm's ``drop_path_rate`` rule: block i of L drops with probability rate · i / (L − 1) (0 for the
+    first block); ``constant`` gives every block ``rate`` (seed 004 Fig. 5 drops every block with 0.3). The drops
+    are lab :class:`DropPath` modules, so the trainer's droppath / ResidualDroppath modes apply to timm nets too.
+
+    Returns:
+        The rate of each block.
+    """
+    if not 0.0 <= rate < 1.0:
+        raise ValueError(f"drop rate must be in [0, 1); got {rate}")
+    blocks = [b for _, b in model.iter_blocks()]
+    L = len(blocks)
+    if schedule == "linear":
+        rates = [rate * i / (L - 1) if L > 1 else rate for i in range(L)]
+    elif schedule == "constant":
+        rates = [rate] * L
+    else:
+        raise ValueError(f"unknown drop schedule {schedule!r}; valid: linear, constant")
+    for block, r in zip(blocks, rates, strict=True):
+        if isinstance(block, TimmBlock):
+            block.set_drop_rate(r)
+        elif isinstance(getattr(block, "drop_path", None), DropPath):
+            block.drop_path.rate = float(r)
+        else:
+            raise TypeError(f"{type(block).__name__} has no lab DropPath to set")
+    return rates
+
+
+@register_model
+def timm_resnet(arch: str = "resnet18", num_classes: int = 1000, in_chans: int = 3, drop_path_rate: float = 0.0,
+                zero_init: bool = False, **timm_kwargs) -> TimmResNet:
+    """A timm ResNet by name (``resnet18``, ``resnet34``, ``resnet50``, ``resnet50d``, …), never pretrained.
+
+    Args:
+        arch: a timm ResNet architecture name (not ``name``: that is :func:`create_model`'s own argument).
+        num_classes: classifier outputs.
+        in_chans: input channels.
+        drop_path_rate: stochastic depth, timm's linear rule (:func:`set_drop_path`).
+        zero_init: zero the last norm of every branch (timm's ``zero_init_last``; timm's default is True, the
+            lab's is False so an untrained net has non-zero residual Jacobians).
+        **timm_kwargs: passed on to ``timm.create_model``.
+    """
+    import timm  # imported here: it takes seconds, and only these builders need it
+
+    model = timm.create_model(arch, pretrained=False, num_classes=num_classes, in_chans=in_chans,
+                              zero_init_last=zero_init, **timm_kwargs)
+    adapter = TimmResNet(model)
+    if drop_path_rate > 0:
+        set_drop_path(adapter, drop_path_rate)
+    return adapter
+
+
+@register_model
+def timm_resnet18(**kwargs) -> TimmResNet:
+    """timm ``resnet18``: 8 BasicBlocks."""
+    return timm_resnet("resnet18", **kwargs)
+
+
+@register_model
+def timm_resnet34(**kwargs) -> TimmResNet:
+    """timm ``resnet34``: 16 BasicBlocks."""
+    return timm_resnet("resnet34", **kwargs)
+
+
+@register_model
+def timm_resnet50(**kwargs) -> TimmResNet:
+    """timm ``resnet50``: 16 Bottlenecks."""
+    return timm_resnet("resnet50", **kwargs)
+
+
+@register_model
+def timm_resnet50d(**kwargs) -> TimmResNet:
+    """timm ``resnet50d``: 16 Bottlenecks, deep stem, average-pool downsampling (seed 003's ResNet50d)."""
+    return timm_resnet("resnet50d", **kwargs)
