@@ -23,6 +23,7 @@ class DataPage(pn.viewable.Viewer):
     """Toy datasets and a one-button training run of the lab's default 32 × 32 residual MLP."""
 
     title = "Data"
+    url_parameters = ("dataset", "n", "noise", "train_fraction", "seed", "steps")
 
     dataset = param.Selector(default="spiral", objects=list(TOY_DATASETS), doc="toy 2-D set")
     n = param.Integer(default=4096, bounds=(100, 16384), doc="samples (half per class)")
@@ -49,8 +50,8 @@ class DataPage(pn.viewable.Viewer):
         self._decision = hv.streams.Pipe(data=None)
         self._records_pipe = hv.streams.Pipe(data=[])
         self._curves_pane.object = (
-            hv.DynamicMap(loss_curves, streams={"records": self._records_pipe})
-            + hv.DynamicMap(accuracy_curves, streams={"records": self._records_pipe})).opts(shared_axes=False)
+            hv.DynamicMap(lambda data: loss_curves(data), streams=[self._records_pipe])
+            + hv.DynamicMap(lambda data: accuracy_curves(data), streams=[self._records_pipe])).opts(shared_axes=False)
         self._draw_data()
 
     # -- config -----------------------------------------------------------------------------------------------

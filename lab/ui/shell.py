@@ -10,13 +10,15 @@ import param
 
 from lab.jobs.manager import JobManager, get_manager
 from lab.ui.data_page import DataPage
+from lab.ui.playground import PlaygroundPage
 
 PageFactory = Callable[[JobManager], pn.viewable.Viewer]
 
 
 def default_pages() -> dict[str, PageFactory]:
     """The pages in navigation order; each factory takes the job manager."""
-    return {"Data": lambda manager: DataPage(manager=manager)}
+    return {"Playground": lambda manager: PlaygroundPage(manager=manager),
+            "Data": lambda manager: DataPage(manager=manager)}
 
 
 class LabShell(pn.viewable.Viewer):
@@ -61,6 +63,10 @@ class LabShell(pn.viewable.Viewer):
         """The served page: Residual Lab's template; the page selection lives in the URL (``?page=…``)."""
         if pn.state.location is not None:
             pn.state.location.sync(self, {"page": "page"})
+            for page in map(self.get_page, self._factories):  # each page's settings live in the URL too
+                names = getattr(page, "url_parameters", ())
+                if names:
+                    pn.state.location.sync(page, {n: n for n in names})
         if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
             session_id = pn.state.curdoc.session_context.id
             pn.state.on_session_destroyed(lambda ctx: self.manager.release_owner(session_id))

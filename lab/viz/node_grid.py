@@ -331,14 +331,18 @@ def node_grid(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tupl
         title="" if step is None else f"step {int(step)}", toolbar="above", bgcolor="white")
 
 
-def alpha_bars(alphas: np.ndarray) -> hv.Bars:
-    """``alphas [L]``: the shortcut scale α of each block, as bars at layer index l = 1..L (block l−1's output)."""
+def alpha_bars(alphas: np.ndarray) -> hv.Histogram:
+    """``alphas [L]``: the shortcut scale α of each block, as bars at layer index l = 1..L (block l−1's output).
+
+    A histogram on a numeric axis rather than categorical ``hv.Bars``: when the depth changes live, a categorical
+    axis has its factors and its data replaced in two steps, which the browser reports as a size mismatch.
+    """
     a = np.asarray(alphas, np.float32).ravel()
-    data = {"layer": [str(i) for i in range(1, len(a) + 1)], "alpha": a}
+    edges = np.arange(len(a) + 1, dtype=np.float32) + 0.5
     top = max(1.0, float(a.max()) if len(a) else 1.0)
-    return hv.Bars(data, kdims=[hv.Dimension("layer")], vdims=[hv.Dimension("alpha", label="α")]).opts(
-        color=BLUE, ylim=(0, top * 1.05), title="α per block", tools=["hover"], xrotation=0, height=200,
-        responsive=True)
+    return hv.Histogram((edges, a), kdims=[hv.Dimension("layer")], vdims=[hv.Dimension("alpha", label="α")]).opts(
+        color=BLUE, line_color="white", ylim=(0, top * 1.05), xlim=(0.5, len(a) + 0.5), title="α per block",
+        tools=["hover"], height=200, responsive=True, framewise=True)
 
 
 def _layer_image(values: np.ndarray, label: str, clim: tuple[float | None, float | None]) -> hv.Image:

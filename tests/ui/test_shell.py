@@ -15,7 +15,8 @@ def manager(tmp_path):
 
 def test_shell_builds_and_navigates(manager):
     shell = LabShell(manager=manager)
-    assert shell.page == "Data" and list(shell.param.page.objects) == ["Data"]
+    assert shell.page == "Playground" and list(shell.param.page.objects) == ["Playground", "Data"]
+    shell.page = "Data"
     assert isinstance(shell.get_page("Data"), DataPage) and len(shell._main) == 1
     assert isinstance(shell.template(), pn.template.FastListTemplate)
     assert isinstance(shell.__panel__(), pn.Row)

@@ -1,0 +1,65 @@
+"""The node grid as a live Bokeh figure: rendered once per layout, then updated by replacing source data.
+
+Re-rendering the HoloViews overlay for every frame costs hundreds of milliseconds (bench/render_grid.py); a frame
+of the same layout only changes the mosaic pixels, the weight lines and the hover ranges, so those are written
+into the existing figure's data sources (about 16 ms) and only the changed arrays travel to the browser.
+Bokeh models are touched only here, on the session's thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import holoviews as hv
+import numpy as np
+import panel as pn
+from bokeh.models import Image, Quad, Segment
+
+from lab.viz.node_grid import hover_boxes, mosaic, node_grid, weight_lines
+
+
+class LiveGrid:
+    """Hold one rendered node-grid figure and keep it current.
+
+    Args:
+        max_points: training points drawn on the decision tile.
+    """
+
+    def __init__(self, max_points: int = 300) -> None:
+        self.max_points = max_points
+        self.pane = pn.pane.Bokeh(sizing_mode="fixed")
+        self.figure = None
+        self._layout_key: tuple | None = None
+        self.full_renders = 0  # how often the whole figure was rebuilt (tests and benchmarks read it)
+
+    def _sources(self) -> dict[str, Any]:
+        found = {}
+        for renderer in self.figure.renderers:
+            for kind, glyph in (("image", Image), ("lines", Segment), ("hover", Quad)):
+                if isinstance(renderer.glyph, glyph):
+                    found[kind] = renderer.data_source
+        return found
+
+    def show(self, frame: dict[str, np.ndarray], *, layers: tuple[int, int], nodes: tuple[int, int],
+             normalize: str, points: tuple[np.ndarray, np.ndarray]) -> None:
+        """Draw ``frame`` (a nodes snapshot) with the given view settings."""
+        key = (frame["maps"].shape, frame["weights"].shape, layers, nodes, normalize)
+        if key != self._layout_key or self.figure is None:
+            element = node_grid(frame, layers=layers, nodes=nodes, normalize=normalize, points=points,
+                                max_points=self.max_points)
+            self.figure = hv.render(element, backend="bokeh")
+            self.pane.object = self.figure
+            self._layout_key = key
+            self.full_renders += 1
+            return
+        m = mosaic(frame, layers=layers, nodes=nodes, normalize=normalize)
+        sources = self._sources()
+        sources["image"].data = {**sources["image"].data, "image": [m.index[::-1]]}
+        seg = weight_lines(m, np.asarray(frame["weights"], np.float32), normalize)
+        sources["lines"].data = {"x0": seg["x0"], "y0": seg["y0"], "x1": seg["x1"], "y1": seg["y1"],
+                                 "color": seg["w"], "line_width": seg["lw"]}
+        box = hover_boxes(m, float(frame.get("limit", 1.0)), frame.get("decision"))
+        sources["hover"].data = {**box, "left": box["x0"], "right": box["x1"], "bottom": box["y0"],
+                                 "top": box["y1"]}
+        if "step" in frame:
+            self.figure.title.text = f"step {int(frame['step'])}"

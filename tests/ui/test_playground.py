@@ -1,0 +1,105 @@
+import time
+
+import numpy as np
+import pytest
+import yaml
+from PIL import Image
+
+from lab.config import ExperimentConfig, from_dict
+from lab.jobs.manager import JobManager
+from lab.shortcuts import alphas
+from lab.ui.playground import PlaygroundPage
+
+
+@pytest.fixture
+def manager(tmp_path):
+    m = JobManager(tmp_path / "runs", max_jobs=1)
+    yield m
+    m.shutdown()
+
+
+def small_page(manager, **params):
+    return PlaygroundPage(manager=manager, **{"depth": 4, "width": 5, "n": 400, **params})
+
+
+def _poll_until(page, predicate, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        page.poll()
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_settings_build_the_config_and_the_alpha_chart_follows(manager):
+    page = small_page(manager, shortcut="linear", alpha_min=0.25)
+    cfg = page.config()
+    assert (cfg.model.depth, cfg.model.width, cfg.model.shortcut, cfg.model.alpha_min) == (4, 5, "linear", 0.25)
+    assert page._alpha_pipe.data.tolist() == pytest.approx(alphas("linear", 4, 0.25))
+    page.param.update(depth=6, alpha_min=0.5)
+    assert page._alpha_pipe.data.tolist() == pytest.approx(alphas("linear", 6, 0.5))
+    assert page._frame["maps"].shape == (7, 5, 50, 50)  # rebuilt: a fresh frame of the new shape
+    assert page.param.layer_range.bounds == (0, 7)
+
+
+def test_view_settings_redraw_without_touching_the_job(manager):
+    page = small_page(manager)
+    renders = page._live_grid.full_renders
+    full_width = page._live_grid.figure.renderers[0].data_source.data["image"][0].shape[1]
+    page.layer_range = (1, 3)
+    assert page._live_grid.full_renders == renders + 1
+    narrowed = page._live_grid.figure.renderers[0].data_source.data["image"][0]
+    assert narrowed.shape[1] < full_width and page.job is None
+
+
+def test_training_streams_frames_pause_step_reset(manager):
+    page = small_page(manager, snapshot_every=2)
+    page.param.trigger("play")
+    assert _poll_until(page, lambda: page._frame is not None and int(page._frame["step"]) >= 4)
+    first = page._live_grid.figure.renderers[0].data_source.data["image"][0].copy()
+    assert _poll_until(page, lambda: int(page._frame["step"]) >= 10)
+    second = page._live_grid.figure.renderers[0].data_source.data["image"][0]
+    assert not np.array_equal(first, second)  # the grid changed between two frames
+    assert page._live_grid.full_renders == 1  # ... by updating the one figure in place
+    page.param.trigger("play")  # pause
+    assert _poll_until(page, lambda: page.job.status()["state"] == "paused")
+    step = page.job.status()["step"]
+    page.param.trigger("step")
+    assert _poll_until(page, lambda: page.job.status()["step"] == step + 1 and
+                       page.job.status()["state"] == "paused")
+    assert page.history == len(page._history_steps) - 1 > 0
+    page.depth = 5  # a training setting while a run is in progress asks first
+    assert page._notice.visible and "Reset" in page._notice.object and page.job.is_alive()
+    job = page.job
+    page.param.trigger("reset")
+    assert not job.is_alive() and page.job is None and page._frame["maps"].shape[0] == 6
+
+
+def test_busy_manager_is_reported(manager):
+    other = manager.start_thread(small_page(manager).config(), paused=True)
+    page = small_page(manager)
+    page.param.trigger("play")
+    assert page.job is None and "busy: 1 of 1" in page.status._alert.object
+    other.stop()
+
+
+def test_exports(manager):
+    page = small_page(manager)
+    png = Image.open(page.grid_png())
+    assert png.mode == "RGBA" and png.size[0] > png.size[1] > 0
+    html = page.plots_html().getvalue().decode()
+    assert "Residual Lab Playground" in html and "Bokeh" in html
+    with np.load(page.snapshot_npz()) as z:
+        assert z["maps"].shape == (5, 5, 50, 50)
+    assert from_dict(ExperimentConfig, yaml.safe_load(page.config_yaml())) == page.config()
+    assert isinstance(page.settings_json(), str)
+
+
+def test_diverged_banner_keeps_message():
+    from lab.ui.status import JobStatus
+
+    status = JobStatus()
+    status.show({"state": "diverged", "message": "training diverged at step 7: loss is nan.", "step": 7,
+                 "total_steps": 100})
+    assert status._alert.visible and "step 7" in status._alert.object and status._alert.alert_type == "danger"
