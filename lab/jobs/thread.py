@@ -101,12 +101,13 @@ class ThreadJob(Job):
         disk_every_s: also write each kind's snapshot to ``run/snapshots`` at most this often (0 = never).
         paused: start paused (train only when :meth:`resume` or :meth:`step` is called).
         owner: who started it (a browser session id), for :class:`~lab.jobs.manager.JobManager`.
+        progress: show a progress bar (tqdm.auto: a widget in a notebook, text in a terminal).
     """
 
     def __init__(self, cfg: ExperimentConfig, run: Run, *, cadence: dict[str, tuple[int, float]] | None = None,
                  builders: dict[str, Any] | None = None, resume: bool = False, disk_every_s: float = 2.0,
-                 paused: bool = False, owner: str | None = None) -> None:
-        self.cfg, self.run, self.owner = cfg, run, owner
+                 paused: bool = False, owner: str | None = None, progress: bool = False) -> None:
+        self.cfg, self.run, self.owner, self.progress = cfg, run, owner, progress
         self.resume_from_checkpoint = resume
         self._lock = threading.Lock()
         self._slots: dict[str, tuple[int, dict[str, np.ndarray]]] = {}
@@ -128,7 +129,7 @@ class ThreadJob(Job):
     def _main(self) -> None:
         try:
             train_and_evaluate(self.cfg, self.run, callbacks=[self.publisher, _Control(self)],
-                               resume=self.resume_from_checkpoint, progress=False)
+                               resume=self.resume_from_checkpoint, progress=self.progress)
         except BaseException as err:  # already recorded as "failed" in status.json
             self.error = err
 

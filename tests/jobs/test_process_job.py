@@ -9,18 +9,10 @@ import pytest
 from lab.config import save_config
 from lab.jobs.process import ProcessJob, attach
 from lab.jobs.store import RunStore
-from tests.jobs.helpers import tiny
+from tests.jobs.helpers import tiny, wait_for
 
 pytestmark = pytest.mark.slow  # each test starts Python processes that import torch
 
-
-def _wait_for(predicate, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _check_metrics(run, total, log_every=5):
@@ -35,7 +27,7 @@ def test_kill_9_then_resume_continues_from_the_checkpoint(tmp_path):
     cfg = tiny(**{"train.max_steps": 600, "train.eval_every": 25})
     run = RunStore(tmp_path).create("k")
     job = ProcessJob(run, cfg=cfg).start()
-    assert _wait_for(lambda: run.has_checkpoint("last") and run.read_status().get("step", 0) >= 100)
+    assert wait_for(lambda: run.has_checkpoint("last") and run.read_status().get("step", 0) >= 100)
     job.kill()  # SIGKILL: no chance to write anything
     status = job.status()
     assert status["state"] == "failed" and "exited with code -9" in status["message"]
@@ -52,7 +44,7 @@ def test_kill_9_then_resume_continues_from_the_checkpoint(tmp_path):
 def test_stop_uses_stop_file_first(tmp_path):
     run = RunStore(tmp_path).create("s")
     job = ProcessJob(run, cfg=tiny(**{"train.max_steps": 100000}), grace_s=10).start()
-    assert _wait_for(lambda: run.read_status().get("state") == "running")
+    assert wait_for(lambda: run.read_status().get("state") == "running")
     t0 = time.monotonic()
     job.stop()
     assert time.monotonic() - t0 < 10  # ended within the STOP file's grace period: no signal was sent
@@ -62,7 +54,7 @@ def test_stop_uses_stop_file_first(tmp_path):
 def test_sigterm_stops_cleanly_and_corrupt_checkpoint_is_reported(tmp_path):
     run = RunStore(tmp_path).create("t")
     job = ProcessJob(run, cfg=tiny(**{"train.max_steps": 100000})).start()
-    assert _wait_for(lambda: run.read_status().get("state") == "running")
+    assert wait_for(lambda: run.read_status().get("state") == "running")
     os.killpg(job.proc.pid, signal.SIGTERM)
     assert job.wait(30)["state"] == "stopped"
     run.checkpoint_path().write_bytes(b"garbage")

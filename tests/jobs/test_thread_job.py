@@ -6,22 +6,13 @@ import numpy as np
 
 from lab.jobs.store import RunStore
 from lab.jobs.thread import ThreadJob
-from tests.jobs.helpers import tiny
-
-
-def _wait_for(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return False
+from tests.jobs.helpers import tiny, wait_for
 
 
 def test_snapshots_arrive_with_increasing_versions_and_stop_is_fast(tmp_path):
     job = ThreadJob(tiny(), RunStore(tmp_path).create("t"), cadence={"nodes": (5, 0.0)}).start()
     seen = []
-    assert _wait_for(lambda: job.latest("nodes") is not None)
+    assert wait_for(lambda: job.latest("nodes") is not None)
     while len(seen) < 4:
         v, frame = job.latest("nodes")
         if not seen or v > seen[-1][0]:
@@ -41,15 +32,15 @@ def test_snapshots_arrive_with_increasing_versions_and_stop_is_fast(tmp_path):
 
 def test_pause_step_resume(tmp_path):
     job = ThreadJob(tiny(), RunStore(tmp_path).create("p"), paused=True).start()
-    assert _wait_for(lambda: job.status()["state"] == "paused")
+    assert wait_for(lambda: job.status()["state"] == "paused")
     step = job.status()["step"]
     time.sleep(0.3)
     assert job.status()["step"] == step
     job.step(3)
-    assert _wait_for(lambda: job.status()["state"] == "paused" and job.status()["step"] == step + 3)
+    assert wait_for(lambda: job.status()["state"] == "paused" and job.status()["step"] == step + 3)
     assert int(job.latest("nodes")[1]["step"]) == step + 3  # the paused frame is the paused model
     job.resume()
-    assert _wait_for(lambda: job.status()["step"] > step + 10)
+    assert wait_for(lambda: job.status()["step"] > step + 10)
     job.stop()
     assert job.status()["state"] == "stopped"
 
@@ -72,7 +63,7 @@ def test_resume_after_stop_continues_without_duplicate_metrics(tmp_path):
     cfg = tiny(**{"train.max_steps": 120})
     job = ThreadJob(cfg, store.create("r"), paused=True).start()
     job.step(50)
-    assert _wait_for(lambda: job.status()["state"] == "paused" and job.status()["step"] == 50)
+    assert wait_for(lambda: job.status()["state"] == "paused" and job.status()["step"] == 50)
     job.stop()
     stopped_at = job.status()["step"]
     assert stopped_at == 50

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import threading
 import urllib.request
 from pathlib import Path
 
-import panel as pn
 import pytest
-from tornado.ioloop import IOLoop
 
 from lab.jobs.manager import JobManager
+from lab.ui.serve import serving
 from lab.ui.shell import LabShell
 
 pytestmark = pytest.mark.ui
@@ -20,6 +18,24 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 APPS = Path(__file__).resolve().parents[2] / "apps" / "main.py"
 JS_HAS_TEXT = """(needle) => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
     if (typeof m.text === 'string' && m.text.includes(needle)) return true; return false; }"""
+
+
+@contextlib.contextmanager
+def browser_page(width: int = 1500, height: int = 1100):
+    """A page of Debian's Chromium driven by Playwright, and the list its console and page errors go to."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        page = browser.new_page(viewport={"width": width, "height": height})
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        try:
+            yield page, errors
+        finally:
+            browser.close()
 
 
 @pytest.fixture
@@ -33,23 +49,6 @@ def server(tmp_path, monkeypatch):
         yield url
     manager_module._MANAGER.shutdown()
 
-
-@contextlib.contextmanager
-def serving(apps):
-    """pn.serve on port 0 of 127.0.0.1, its IO loop on a thread of its own; yields the base URL."""
-    loop = IOLoop(make_current=False)
-    server = pn.serve(apps, port=0, address="127.0.0.1", show=False, start=False, loop=loop, verbose=False,
-                      websocket_origin=["127.0.0.1", "localhost"])
-    server.start()
-    thread = threading.Thread(target=loop.start, daemon=True)
-    thread.start()
-    try:
-        assert server.port, "the server did not bind a port"
-        yield f"http://127.0.0.1:{server.port}"
-    finally:
-        loop.add_callback(server.stop)
-        loop.add_callback(loop.stop)
-        thread.join(10)
 
 
 def test_serve_answers_on_apps(server):
@@ -68,23 +67,14 @@ def test_shell_served_by_object_on_port_zero(tmp_path):
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
 def test_browser_trains_and_sees_the_decision_boundary(server):
-    from playwright.sync_api import sync_playwright
-
     url = server
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        errors = []
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
+    with browser_page() as (page, errors):
         page.goto(f"{url}/apps?page=Data&steps=60&n=1000", timeout=60_000)
         page.get_by_role("button", name="Train the default model").click()
         # the status line (a Markdown model) and the plot title (canvas text) are read from Bokeh's models
         page.wait_for_function(JS_HAS_TEXT, arg="step 60 / 60", timeout=300_000)
         page.wait_for_function(JS_HAS_TEXT, arg="Decision boundary at step 60", timeout=60_000)
         assert page.evaluate(JS_HAS_TEXT, "completed")
-        browser.close()
     # the browser may fail to fetch fonts from the closed network; nothing else may error
     assert not [e for e in errors if "ERR_NAME_NOT_RESOLVED" not in e and "Failed to load resource" not in e], errors
 
@@ -107,16 +97,8 @@ def _wait(page, predicate: str, arg=None, timeout: float = 60_000):
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
 def test_browser_playground_trains_live_and_follows_sliders(server):
-    from playwright.sync_api import sync_playwright
-
     url = server
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        page = browser.new_page(viewport={"width": 1500, "height": 1100})
-        errors = []
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
+    with browser_page() as (page, errors):
         # settings come from the URL query
         page.goto(f"{url}/apps?page=Playground&depth=6&width=6&shortcut=linear&alpha_min=0.5", timeout=60_000)
         _wait(page, "(alpha, title, grids) => alpha && grids.length > 0")
@@ -141,5 +123,4 @@ def test_browser_playground_trains_live_and_follows_sliders(server):
         later = page.evaluate(JS_GRIDS)[-1]
         assert later["id"] == grid["id"] and later["hash"] != grid["hash"]  # same figure, new pixels
         page.get_by_role("button", name="Start / pause").click()
-        browser.close()
     assert not [e for e in errors if "ERR_NAME_NOT_RESOLVED" not in e and "Failed to load resource" not in e], errors

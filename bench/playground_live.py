@@ -1,0 +1,92 @@
+"""The Playground in a real browser: frames per second drawn while the 32 × 32 model trains, and training
+throughput with the page open against headless training measured in the same run.
+
+Serves apps/main.py on a free port of 127.0.0.1, opens it in Debian's Chromium (Playwright), presses Start and
+counts, in the browser, how often the grid's title ("step N") changes. Targets: >= 2 frames/s in the browser,
+training with the page open >= 70 % of headless.
+
+    python bench/playground_live.py [--seconds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import table  # noqa: E402
+from lab.config import ExperimentConfig, apply_overrides  # noqa: E402
+from lab.jobs.runner import make_trainer  # noqa: E402
+from lab.ui.serve import serving  # noqa: E402
+
+JS_TITLE = """() => { let last = null; for (const doc of Bokeh.documents) for (const m of doc.all_models)
+    if (typeof m.text === 'string' && m.text.startsWith('step ')) last = m.text; return last; }"""
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+def headless_rate(steps: int) -> float:
+    """Steps/s of the Playground's default experiment trained with no page and no job."""
+    cfg = apply_overrides(ExperimentConfig(), {"data.n": 4096, "train.epochs": 1000, "train.eval_every": 50,
+                                               "train.max_steps": steps})
+    trainer = make_trainer(cfg)
+    trainer.fit(steps=10)
+    t0 = time.perf_counter()
+    trainer.fit(steps=steps)
+    return steps / (time.perf_counter() - t0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=30.0)
+    args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    import lab.jobs.manager as manager_module
+
+    torch.set_num_threads(1)
+    runs = Path(tempfile.mkdtemp(prefix="lab-bench-"))
+    manager_module._MANAGER = manager_module.JobManager(runs, max_jobs=1)
+    app = Path(__file__).resolve().parent.parent / "apps" / "main.py"
+    with serving({"apps": str(app)}) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page.goto(f"{url}/apps?page=Playground", timeout=120_000)
+        page.wait_for_function(f"() => ({JS_TITLE})() !== null", timeout=120_000)
+        page.get_by_role("button", name="Start / pause").click()
+        page.wait_for_function(f"() => {{ const t = ({JS_TITLE})(); return t && t !== 'step 0'; }}",
+                               timeout=120_000)
+        status = next(runs.iterdir()) / "status.json"
+        step0, t0 = json.loads(status.read_text())["step"], time.perf_counter()
+        titles, last = 0, page.evaluate(JS_TITLE)
+        while time.perf_counter() - t0 < args.seconds:
+            title = page.evaluate(JS_TITLE)
+            if title != last:
+                titles, last = titles + 1, title
+            time.sleep(0.02)
+        elapsed = time.perf_counter() - t0
+        step1 = json.loads(status.read_text())["step"]
+        page.get_by_role("button", name="Start / pause").click()
+        browser.close()
+    manager_module._MANAGER.shutdown()
+    open_rate = (step1 - step0) / elapsed
+    fps = titles / elapsed
+    headless = headless_rate(300)
+    print(f"Playground default (32 x 32, spiral n=4096, snapshot every 10 steps), {args.seconds:.0f} s in Chromium")
+    print(table(["measure", "value", "target"], [
+        ["frames drawn in the browser / s", fps, ">= 2 " + ("PASS" if fps >= 2 else "FAIL")],
+        ["training steps/s, page open", open_rate, ""],
+        ["training steps/s, headless", headless, ""],
+        ["page open / headless", open_rate / headless,
+         ">= 0.70 " + ("PASS" if open_rate / headless >= 0.7 else "FAIL")],
+    ]))
+
+
+if __name__ == "__main__":
+    main()
