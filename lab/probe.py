@@ -39,6 +39,24 @@ def _block(model: nn.Module, i: int) -> nn.Module:
     return blocks[i]
 
 
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Evaluation mode inside the ``with``; every module's own training flag is restored afterwards.
+
+    Flags are set directly rather than through ``train()``/``eval()``, which walk the module tree through
+    ``nn.Module.__setattr__`` and cost about 5 ms per call on the 32-block MLP, a fifth of a live snapshot.
+    """
+    modules = list(model.modules())
+    flags = [m.training for m in modules]
+    try:
+        for m in modules:
+            m.__dict__["training"] = False
+        yield
+    finally:
+        for m, flag in zip(modules, flags, strict=True):
+            m.__dict__["training"] = flag
+
+
 class Captured:
     """Tensors recorded by :func:`capture`, by name; several forward calls concatenate along the batch."""
 

@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from lab.nn import ResidualMLP
-from lab.probe import block_function, branch_function, capture, iter_blocks
+from lab.probe import block_function, branch_function, capture, eval_mode, iter_blocks
 
 
 def _hook_count(model):
@@ -59,3 +59,15 @@ def test_block_and_branch_functions():
         block_function(model, 3)
     with pytest.raises(TypeError, match="iter_blocks"):
         list(iter_blocks(torch.nn.Linear(2, 2)))
+
+
+def test_eval_mode_restores_every_modules_own_flag():
+    model = ResidualMLP(depth=3, width=4, drop_rate=0.5).train()
+    model.blocks[1].eval()  # a mixed state must survive
+    with eval_mode(model):
+        assert not any(m.training for m in model.modules())
+        assert not model.blocks[0].drop_path.active
+    assert model.training and not model.blocks[1].training and model.blocks[2].training
+    with pytest.raises(RuntimeError), eval_mode(model):
+        raise RuntimeError
+    assert model.blocks[0].training

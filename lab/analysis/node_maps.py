@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from lab.data.grid import grid
-from lab.probe import iter_blocks
+from lab.probe import eval_mode, iter_blocks
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,8 @@ class NodeMaps:
 
     Attributes:
         maps: ``[L+1, H, R, R]`` residual-stream value of node k at depth l over the grid (l = 0 is the stem's
-            output); rows run along y, columns along x (:func:`lab.data.grid.grid`).
+            output); rows run along y, columns along x (:func:`lab.data.grid.grid`). May be a strided view;
+            ``np.ascontiguousarray`` it before handing it to code that needs contiguous memory.
         weights: ``[L+1, H, H_in]`` zero-padded weight matrices feeding each layer: the stem's ``[H, in_dim]``
             first, then each block's branch input layer ``[H, H]``.
         decision: ``[R, R]`` probability of class 1 (softmax over the logits) over the grid.
@@ -74,18 +75,18 @@ def node_maps(model: nn.Module, resolution: int = 50, limit: float = 1.0) -> Nod
         resolution: grid points per axis (50 in seed 003).
         limit: half-width of the square.
     """
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         device = next(model.parameters()).device
         points = grid(resolution, limit).to(device)
         logits, states = model.forward_intermediates(points)
         width = max(s.shape[1] for s in states)
-        maps = np.zeros((len(states), width, resolution * resolution), np.float32)
-        for l, state in enumerate(states):  # [R*R, H] each; one transposing copy straight into the output
-            maps[l, :state.shape[1]] = state.float().cpu().numpy().T
+        if all(s.shape[1] == width for s in states):
+            # one copy into [L+1, R·R, H]; the [L+1, H, R, R] layout is a strided view of it, not a second copy
+            flat = torch.stack(states).float().cpu().numpy()
+            maps = flat.reshape(len(states), resolution, resolution, width).transpose(0, 3, 1, 2)
+        else:  # layers of different widths: zero-pad the narrower ones
+            maps = np.zeros((len(states), width, resolution, resolution), np.float32)
+            for l, state in enumerate(states):
+                maps[l, :state.shape[1]] = state.float().cpu().numpy().T.reshape(-1, resolution, resolution)
         decision = torch.softmax(logits.float(), dim=1)[:, -1].reshape(resolution, resolution)
-    finally:
-        model.train(was_training)
-    maps = maps.reshape(len(states), width, resolution, resolution)
     return NodeMaps(maps, layer_weights(model), decision.cpu().numpy(), float(limit))

@@ -19,6 +19,7 @@ from torch import nn
 from lab.config import TrainConfig
 from lab.data.toy2d import ToyData
 from lab.nn.droppath import DropPath, set_droppath_mode
+from lab.probe import eval_mode
 
 
 class Diverged(RuntimeError):
@@ -149,19 +150,19 @@ class Trainer:
     @torch.no_grad()
     def evaluate(self, chunk: int = 8192) -> dict[str, float]:
         """Loss and accuracy on the train and test sets, in eval mode (no droppath)."""
-        self.model.eval()
         out: dict[str, float] = {}
-        for split, (x, y) in {"train": (self.data.x_train, self.data.y_train),
-                              "test": (self.data.x_test, self.data.y_test)}.items():
-            if len(x) == 0:
-                continue
-            loss_sum, correct = 0.0, 0
-            for i in range(0, len(x), chunk):
-                logits = self.model(x[i:i + chunk])
-                loss_sum += F.cross_entropy(logits, y[i:i + chunk], reduction="sum").item()
-                correct += (logits.argmax(1) == y[i:i + chunk]).sum().item()
-            out[f"{split}_loss"] = loss_sum / len(x)
-            out[f"{split}_acc"] = correct / len(x)
+        with eval_mode(self.model):
+            for split, (x, y) in {"train": (self.data.x_train, self.data.y_train),
+                                  "test": (self.data.x_test, self.data.y_test)}.items():
+                if len(x) == 0:
+                    continue
+                loss_sum, correct = 0.0, 0
+                for i in range(0, len(x), chunk):
+                    logits = self.model(x[i:i + chunk])
+                    loss_sum += F.cross_entropy(logits, y[i:i + chunk], reduction="sum").item()
+                    correct += (logits.argmax(1) == y[i:i + chunk]).sum().item()
+                out[f"{split}_loss"] = loss_sum / len(x)
+                out[f"{split}_acc"] = correct / len(x)
         self.last_eval, self.last_eval_step = out, self.step
         return out
 
