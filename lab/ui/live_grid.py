@@ -16,6 +16,7 @@ import panel as pn
 from bokeh.models import Image, Quad, Segment
 
 from lab.viz.node_grid import hover_boxes, mosaic, node_grid, weight_lines
+from lab.viz.toy2d import decision_map, points
 
 
 class LiveGrid:
@@ -54,12 +55,48 @@ class LiveGrid:
             return
         m = mosaic(frame, layers=layers, nodes=nodes, normalize=normalize)
         sources = self._sources()
-        sources["image"].data = {**sources["image"].data, "image": [m.index[::-1]]}
+        sources["image"].data.update(image=[m.index[::-1]])
         seg = weight_lines(m, np.asarray(frame["weights"], np.float32), normalize)
-        sources["lines"].data = {"x0": seg["x0"], "y0": seg["y0"], "x1": seg["x1"], "y1": seg["y1"],
-                                 "color": seg["w"], "line_width": seg["lw"]}
+        lines = sources["lines"]
+        if len(lines.data["x0"]) == len(seg["x0"]) and np.array_equal(lines.data["x0"], seg["x0"]):
+            # same lines, new weights: send only the two columns that changed, in float32
+            lines.data.update(color=seg["w"].astype(np.float32), line_width=seg["lw"].astype(np.float32))
+        else:
+            lines.data = {"x0": seg["x0"], "y0": seg["y0"], "x1": seg["x1"], "y1": seg["y1"], "color": seg["w"],
+                          "line_width": seg["lw"]}
         box = hover_boxes(m, float(frame.get("limit", 1.0)), frame.get("decision"))
-        sources["hover"].data = {**box, "left": box["x0"], "right": box["x1"], "bottom": box["y0"],
-                                 "top": box["y1"]}
+        sources["hover"].data.update(min=box["min"], max=box["max"])  # tiles stay put; their ranges change
         if "step" in frame:
             self.figure.title.text = f"step {int(frame['step'])}"
+
+
+class LiveDecision:
+    """The decision map under the training points: rendered once per dataset, then only its pixels and title
+    change (a HoloViews re-render of the overlay cost more than a whole grid frame)."""
+
+    def __init__(self, size: int = 300, max_points: int = 2000) -> None:
+        self.size, self.max_points = size, max_points
+        self.pane = pn.pane.Bokeh(sizing_mode="fixed")
+        self.figure = None
+        self._data_key: object = None
+
+    def element(self, decision: np.ndarray, step: int, x: np.ndarray, y: np.ndarray, limit: float = 1.0
+                ) -> hv.Overlay:
+        """The HoloViews overlay this view draws (also for exports)."""
+        keep = np.linspace(0, len(x) - 1, min(len(x), self.max_points)).astype(int) if len(x) else []
+        return (decision_map(decision, limit, title=f"Decision boundary at step {step}")
+                * points(x[keep], y[keep])).opts(frame_width=self.size, frame_height=self.size,
+                                                  xlim=(-limit, limit), ylim=(-limit, limit))
+
+    def show(self, decision: np.ndarray, step: int, x: np.ndarray, y: np.ndarray, limit: float = 1.0) -> None:
+        """Draw ``decision [R, R]`` (grid order, :func:`lab.data.grid.grid`) at ``step`` over points ``x, y``."""
+        title = f"Decision boundary at step {step}"
+        key = (id(x), decision.shape, limit)
+        if self.figure is None or key != self._data_key:
+            self.figure = hv.render(self.element(decision, step, x, y, limit), backend="bokeh")
+            self.pane.object = self.figure
+            self._data_key = key
+            return
+        image = next(r.data_source for r in self.figure.renderers if isinstance(r.glyph, Image))
+        image.data.update(image=[np.asarray(decision, np.float32)])  # Bokeh's rows run bottom-up, as the grid's
+        self.figure.title.text = title

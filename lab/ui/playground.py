@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 from typing import Any
 
 import holoviews as hv
@@ -28,10 +29,10 @@ from lab.jobs.thread import Job
 from lab.nn.mlp import ACTIVATIONS
 from lab.shortcuts import DECAYED, SCHEDULES, block_scales
 from lab.train.build import build_model
-from lab.ui.live_grid import LiveGrid
+from lab.ui.live_grid import LiveDecision, LiveGrid
 from lab.ui.status import JobStatus
 from lab.viz.node_grid import alpha_bars, mosaic, node_grid, similarity_heatmaps
-from lab.viz.toy2d import accuracy_curves, decision_map, loss_curves, points
+from lab.viz.toy2d import accuracy_curves, loss_curves
 
 TRAINING = ("dataset", "n", "noise", "train_fraction", "depth", "width", "activation", "shortcut", "alpha_min",
             "droppath", "drop_rate", "lr", "batch_size", "data_seed", "init_seed", "snapshot_every")
@@ -87,9 +88,10 @@ class PlaygroundPage(pn.viewable.Viewer):
         self._versions = {"nodes": None, "similarity": None}
         self._history_steps: list[int] = []
         self._cursor, self._records = 0, []
+        self._curves_t = 0.0
         self._callback = None
         self._live_grid = LiveGrid()
-        self._decision_pipe = hv.streams.Pipe(data=None)
+        self._live_decision = LiveDecision()
         self._similarity_pipe = hv.streams.Pipe(data=None)
         self._records_pipe = hv.streams.Pipe(data=[])
         self._alpha_pipe = hv.streams.Pipe(data=np.ones(1, np.float32))
@@ -136,6 +138,7 @@ class PlaygroundPage(pn.viewable.Viewer):
             self._notice.object = f"alpha_min has no effect with the {self.shortcut} schedule."
             self._notice.alert_type, self._notice.visible = "info", True
         self._data = data
+        self._x, self._y = data.x_train.numpy(), data.y_train.numpy()
         self.param.layer_range.bounds = (0, cfg.model.depth + 1)
         self.param.node_range.bounds = (0, cfg.model.width)
         self.layer_range = (min(self.layer_range[0], cfg.model.depth), min(max(self.layer_range[1], 1),
@@ -158,7 +161,7 @@ class PlaygroundPage(pn.viewable.Viewer):
             session = getattr(pn.state.curdoc, "session_context", None) if pn.state.curdoc else None
             self.job = self.manager.start_thread(
                 self.config(), owner=getattr(session, "id", None), paused=paused,
-                cadence={"nodes": (self.snapshot_every, 0.0), "similarity": (0, 2.0)})
+                cadence={"nodes": (self.snapshot_every, 0.0), "similarity": (0, 5.0)})
         except (ManagerBusy, ConfigError, ValueError) as err:
             self.status.error(str(err), "warning" if isinstance(err, ManagerBusy) else "danger")
             return False
@@ -201,8 +204,11 @@ class PlaygroundPage(pn.viewable.Viewer):
             return
         self.status.show(self.job.status())
         new, self._cursor = self.job.metrics_since(self._cursor)
-        if new:
-            self._records.extend(new)
+        self._records.extend(new)
+        now = time.monotonic()
+        # curves redraw every 2 s at most: re-rendering them costs more than a grid frame
+        if new and (now - self._curves_t >= 2.0 or not self.job.is_alive()):
+            self._curves_t = now
             self._records_pipe.send(list(self._records))
         latest = self.job.latest("nodes")
         if latest is not None and latest[0] != self._versions["nodes"]:
@@ -212,7 +218,8 @@ class PlaygroundPage(pn.viewable.Viewer):
             self.param.history.bounds = (0, len(self._history_steps) - 1)
             if live:
                 self._frame = frame
-                self.param.update(history=len(self._history_steps) - 1)
+                with param.discard_events(self):  # follow the live end without replaying from disk
+                    self.history = len(self._history_steps) - 1
                 self._draw()
         sim = self.job.latest("similarity")
         if sim is not None and sim[0] != self._versions["similarity"]:
@@ -226,11 +233,12 @@ class PlaygroundPage(pn.viewable.Viewer):
     def _draw(self) -> None:
         if self._frame is not None:
             self._live_grid.show(self._frame, **self._view())
-            self._decision_pipe.send((self._frame["decision"], int(self._frame["step"])))
+            self._live_decision.show(self._frame["decision"], int(self._frame["step"]), self._x, self._y,
+                                     float(self._frame.get("limit", 1.0)))
 
     def _view(self) -> dict[str, Any]:
         return {"layers": tuple(int(v) for v in self.layer_range), "nodes": tuple(int(v) for v in self.node_range),
-                "normalize": self.normalize, "points": (self._data.x_train.numpy(), self._data.y_train.numpy())}
+                "normalize": self.normalize, "points": (self._x, self._y)}
 
     @param.depends("history", watch=True)
     def _replay(self) -> None:
@@ -248,12 +256,6 @@ class PlaygroundPage(pn.viewable.Viewer):
             self._draw()
 
     # -- views ------------------------------------------------------------------------------------------------
-    def _decision(self, data: tuple[np.ndarray, int] | None) -> hv.Overlay:
-        grid, step = data if data is not None else (np.full((50, 50), 0.5, np.float32), 0)
-        layers = decision_map(grid, 1.0, title=f"Decision boundary at step {step}") * points(
-            self._data.x_train.numpy()[:2000], self._data.y_train.numpy()[:2000])
-        return layers.opts(frame_width=300, frame_height=300, xlim=(-1, 1), ylim=(-1, 1))
-
     def _similarity(self, data: tuple[np.ndarray, np.ndarray] | None) -> hv.Layout:
         if data is None:
             empty = np.zeros((self.depth + 1, self.depth + 1), np.float32)
@@ -261,8 +263,6 @@ class PlaygroundPage(pn.viewable.Viewer):
         return similarity_heatmaps(*data)
 
     def _build_panes(self) -> None:
-        self._decision_pane = pn.pane.HoloViews(
-            hv.DynamicMap(self._decision, streams={"data": self._decision_pipe}), sizing_mode="fixed")
         self._curves_pane = pn.pane.HoloViews(
             (hv.DynamicMap(lambda data: loss_curves(data), streams=[self._records_pipe])
              + hv.DynamicMap(lambda data: accuracy_curves(data), streams=[self._records_pipe])).opts(shared_axes=False),
@@ -285,7 +285,8 @@ class PlaygroundPage(pn.viewable.Viewer):
 
     def plots_html(self) -> io.BytesIO:
         """The grid, decision map and α chart of the current frame as one standalone HTML file."""
-        decision = self._decision((self._frame["decision"], int(self._frame["step"])))
+        decision = self._live_decision.element(self._frame["decision"], int(self._frame["step"]), self._x, self._y,
+                                               float(self._frame.get("limit", 1.0)))
         layout = (node_grid(self._frame, **self._view()) + decision + alpha_bars(self._alphas())).cols(1)
         html = file_html(hv.render(layout, backend="bokeh"), INLINE, "Residual Lab Playground")
         return io.BytesIO(html.encode())
@@ -330,5 +331,5 @@ class PlaygroundPage(pn.viewable.Viewer):
     def __panel__(self) -> pn.viewable.Viewable:
         return pn.Column(
             self._live_grid.pane,
-            pn.Row(self._decision_pane, pn.Column(self._alpha_pane, self._downloads())),
+            pn.Row(self._live_decision.pane, pn.Column(self._alpha_pane, self._downloads())),
             self._curves_pane, self._similarity_pane)
