@@ -301,11 +301,3 @@ def save_config(cfg: Any, path: str | Path) -> None:
     data = to_dict(cfg)
     text = json.dumps(data, indent=2) if path.suffix == ".json" else yaml.safe_dump(data, sort_keys=False)
     path.write_text(text)
-
-
-def field_bounds(cls: type, name: str) -> dict[str, Any]:
-    """Bounds and choices of a config field, so UIs build widgets with the same limits the config enforces."""
-    f = next((f for f in dataclasses.fields(cls) if f.name == name), None)
-    if f is None:
-        raise ConfigError(f"{cls.__name__} has no field {name}")
-    return dict(f.metadata)

@@ -9,14 +9,13 @@ import numpy as np
 import panel as pn
 import param
 
-from lab.config import ConfigError, DataConfig, ExperimentConfig, apply_overrides, field_bounds
+from lab.config import ConfigError, ExperimentConfig, apply_overrides
 from lab.data.toy2d import TOY_DATASETS, make_toy_data
 from lab.jobs.manager import JobManager, ManagerBusy, get_manager
 from lab.jobs.thread import Job
+from lab.ui.live_grid import LiveDecision
 from lab.ui.status import JobStatus
-from lab.viz.toy2d import accuracy_curves, decision_map, loss_curves, points
-
-_N = field_bounds(DataConfig, "n")
+from lab.viz.toy2d import accuracy_curves, loss_curves, points
 
 
 class DataPage(pn.viewable.Viewer):
@@ -43,11 +42,10 @@ class DataPage(pn.viewable.Viewer):
         self.status = JobStatus()
         self._cursor, self._records, self._frame_version = 0, [], None
         self._data_pane = pn.pane.HoloViews(sizing_mode="fixed")
-        self._result_pane = pn.pane.HoloViews(sizing_mode="fixed")
         self._curves_pane = pn.pane.HoloViews(sizing_mode="fixed")
         self._callback = None
-        # Live plots update through streams: only the changed data travels to the browser, not a new figure.
-        self._decision = hv.streams.Pipe(data=None)
+        # Live plots update in place: only the changed data travels to the browser, not a new figure.
+        self._decision = LiveDecision(size=360)
         self._records_pipe = hv.streams.Pipe(data=[])
         self._curves_pane.object = (
             hv.DynamicMap(lambda data: loss_curves(data), streams=[self._records_pipe])
@@ -80,18 +78,9 @@ class DataPage(pn.viewable.Viewer):
         self._draw_result_frame(data)
 
     def _draw_result_frame(self, data) -> None:
-        """The decision map (fed by a stream) under the data points, drawn once per dataset."""
-
-        def decision(data: tuple[np.ndarray, int] | None) -> hv.Image:
-            grid, step = data if data is not None else (np.full((50, 50), 0.5, np.float32), None)
-            title = "Decision boundary: train to see it" if step is None else f"Decision boundary at step {step}"
-            return decision_map(grid, 1.0, title=title)
-
-        overlay = hv.DynamicMap(decision, streams={"data": self._decision}) * points(
-            data.x_train.numpy(), data.y_train.numpy(), label="train")
-        if len(data.x_test):
-            overlay = overlay * points(data.x_test.numpy(), data.y_test.numpy(), label="test", marker="triangle")
-        self._result_pane.object = overlay.opts(frame_width=360, frame_height=360, xlim=(-1, 1), ylim=(-1, 1))
+        """The decision map under the training points: neutral until a run publishes its first frame."""
+        self._x, self._y = data.x_train.numpy(), data.y_train.numpy()
+        self._decision.show(np.full((50, 50), 0.5, np.float32), 0, self._x, self._y)
 
     # -- training ---------------------------------------------------------------------------------------------
     @param.depends("train", watch=True)
@@ -131,7 +120,7 @@ class DataPage(pn.viewable.Viewer):
         latest = self.job.latest("nodes")
         if latest is not None and latest[0] != self._frame_version:
             self._frame_version, frame = latest
-            self._decision.send((frame["decision"], int(frame["step"])))
+            self._decision.show(frame["decision"], int(frame["step"]), self._x, self._y, float(frame["limit"]))
         if not self.job.is_alive() and self._callback is not None:
             self._callback.stop()
             self._callback = None
@@ -144,4 +133,4 @@ class DataPage(pn.viewable.Viewer):
         return pn.Column(widgets, self.status)
 
     def __panel__(self) -> pn.viewable.Viewable:
-        return pn.Column(pn.Row(self._data_pane, self._result_pane), self._curves_pane)
+        return pn.Column(pn.Row(self._data_pane, self._decision.pane), self._curves_pane)

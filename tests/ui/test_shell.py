@@ -41,7 +41,7 @@ def test_train_button_runs_in_background_and_shows_result(manager):
     page.poll()
     assert page.job.status()["state"] == "completed"
     assert "completed" in page.status.message and "step 30 / 30" in page.status.message
-    assert page._result_pane.object is not None and page._curves_pane.object is not None
+    assert page._decision.figure.title.text == "Decision boundary at step 30" and page._curves_pane.object is not None
 
 
 def test_busy_manager_and_second_click_are_reported(manager):
