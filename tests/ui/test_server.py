@@ -70,6 +70,8 @@ def test_browser_trains_and_sees_the_decision_boundary(server):
     url = server
     with browser_page() as (page, errors):
         page.goto(f"{url}/apps?page=Data&steps=60&n=1000", timeout=60_000)
+        # the session is live once the URL's settings reached the server and came back drawn (n=1000 → 800 train)
+        page.wait_for_function(JS_HAS_TEXT, arg="spiral: 800 train", timeout=120_000)
         page.get_by_role("button", name="Train the default model").click()
         # the status line (a Markdown model) and the plot title (canvas text) are read from Bokeh's models
         page.wait_for_function(JS_HAS_TEXT, arg="step 60 / 60", timeout=300_000)
