@@ -24,7 +24,6 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from types import SimpleNamespace
 
 import holoviews as hv
 import numpy as np
@@ -136,7 +135,7 @@ def main() -> None:
     repeats = args.repeats or (3 if args.quick else 7)
 
     model = lab.create_model("residual_mlp", seed=0)
-    frame = nodes_snapshot(SimpleNamespace(model=model))
+    frame = nodes_snapshot(model)
     frame["step"] = np.int64(0)
     other = {**frame, "maps": frame["maps"] * np.float32(1.01), "step": np.int64(1)}
     x, y = spiral(16384)

@@ -6,9 +6,10 @@ import threading
 from pathlib import Path
 
 from lab.config import ExperimentConfig
+from lab.jobs.job import Job
 from lab.jobs.process import ProcessJob, attach
 from lab.jobs.store import RunStore
-from lab.jobs.thread import Job, ThreadJob
+from lab.jobs.thread import ThreadJob
 
 
 class ManagerBusy(RuntimeError):

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from lab.config import ExperimentConfig, save_config
+from lab.jobs.job import Job
 from lab.jobs.store import FINISHED, Run
-from lab.jobs.thread import Job
 from lab.train.trainer import Callback, Trainer
 
 STOP_FILE = "STOP"

@@ -1,37 +1,40 @@
 """Snapshot builders: what a job publishes for the views, computed on the training thread between steps.
 
-A builder maps a :class:`~lab.train.Trainer` to a dict of float32 numpy arrays. Each kind has its own cadence
-because costs differ: node maps are one forward pass of the grid; layer similarity needs a Gram matrix.
+A builder maps a model to a dict of float32 numpy arrays (the publisher adds the step). Builders take the model,
+not the trainer, so a page can draw an untrained model, a loaded checkpoint or a training one alike. Each kind has
+its own cadence because costs differ: node maps are one forward pass of the grid; layer similarity needs a Gram
+matrix. A kind can be on demand: built only when due and asked for, so frames nobody will draw cost nothing.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import torch
+from torch import nn
 
 from lab.analysis.node_maps import node_maps
 from lab.analysis.similarity import layer_distances, linear_cka
 from lab.train.trainer import Callback, Trainer
 
-Builder = Callable[[Trainer], dict[str, np.ndarray]]
+Builder = Callable[[nn.Module], dict[str, np.ndarray]]
 
 
-def nodes_snapshot(trainer: Trainer, resolution: int = 50, limit: float = 1.0) -> dict[str, np.ndarray]:
+def nodes_snapshot(model: nn.Module, resolution: int = 50, limit: float = 1.0) -> dict[str, np.ndarray]:
     """Node maps ``[L+1, H, R, R]``, weights ``[L+1, H, H_in]``, decision ``[R, R]`` and the α of every block."""
-    frame = node_maps(trainer.model, resolution, limit).as_arrays()
-    blocks = [b for _, b in trainer.model.iter_blocks()]
-    frame["alphas"] = np.array([b.alpha for b in blocks], np.float32)
+    frame = node_maps(model, resolution, limit).as_arrays()
+    frame["alphas"] = np.array([b.alpha for _, b in model.iter_blocks()], np.float32)
     return frame
 
 
 @torch.no_grad()
-def similarity_snapshot(trainer: Trainer, resolution: int = 50, limit: float = 1.0,
+def similarity_snapshot(model: nn.Module, resolution: int = 50, limit: float = 1.0,
                         cka_points: int = 625) -> dict[str, np.ndarray]:
     """Layer distance ``[L+1, L+1]`` on the full grid and linear CKA on an evenly strided subset of it."""
-    maps = node_maps(trainer.model, resolution, limit).maps  # [L+1, H, R, R]
+    maps = node_maps(model, resolution, limit).maps  # [L+1, H, R, R]
     feats = torch.from_numpy(maps).flatten(2).transpose(1, 2)  # [L+1, R*R, H]
     stride = max(1, feats.shape[1] // cka_points)
     return {"distance": layer_distances(feats).numpy(), "cka": linear_cka(feats[:, ::stride]).numpy()}
@@ -55,18 +58,28 @@ class Publisher(Callback):
         sink: receives each finite payload (with ``step`` added); a job's memory slot or the run folder.
         cadence: per kind, ``(every_n_steps, every_t_seconds)``; either may be 0 (off).
         builders: snapshot builders by kind.
+        on_demand: kinds built only when due and requested (:meth:`request`); a request is used up by one build.
+            A forced publish (start, pause, end) builds them regardless.
     """
 
     def __init__(self, sink: Callable[[str, dict[str, np.ndarray]], None],
-                 cadence: dict[str, tuple[int, float]] | None = None, builders: dict[str, Builder] | None = None
-                 ) -> None:
+                 cadence: dict[str, tuple[int, float]] | None = None, builders: dict[str, Builder] | None = None,
+                 on_demand: Iterable[str] = ()) -> None:
         self.sink = sink
         self.cadence = dict(DEFAULT_CADENCE if cadence is None else cadence)
         self.builders = dict(BUILDERS if builders is None else builders)
         missing = [k for k in self.cadence if k not in self.builders]
         if missing:
             raise ValueError(f"no snapshot builder for {missing}; known: {', '.join(self.builders)}")
+        self.on_demand = frozenset(on_demand)
+        self._wanted: set[str] = set()
+        self._wanted_lock = threading.Lock()
         self._last: dict[str, tuple[int, float]] = {}
+
+    def request(self, kind: str) -> None:
+        """Ask for the next due snapshot of ``kind`` (any thread)."""
+        with self._wanted_lock:
+            self._wanted.add(kind)
 
     def on_train_start(self, trainer: Trainer) -> None:
         self.publish(trainer, force=True)
@@ -85,8 +98,13 @@ class Publisher(Callback):
                 every_s and now - last[1] >= every_s)
             if not (force or due) or (last is not None and last[0] == trainer.step and not force):
                 continue
+            if kind in self.on_demand:
+                with self._wanted_lock:
+                    if kind not in self._wanted and not force:
+                        continue
+                    self._wanted.discard(kind)
             self._last[kind] = (trainer.step, now)
-            payload = self.builders[kind](trainer)
+            payload = self.builders[kind](trainer.model)
             if not all_finite(payload):
                 continue  # never publish a NaN frame as valid; the last good one stays
             payload["step"] = np.int64(trainer.step)

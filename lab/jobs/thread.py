@@ -1,64 +1,22 @@
-"""Jobs: one interface for a run in this process (:class:`ThreadJob`) or elsewhere (:mod:`lab.jobs.process`).
+"""A run trained inside this process, in a daemon thread: the job the pages and notebooks start.
 
-Views never receive pushes. A job keeps, per snapshot kind, a lock-protected latest ``(version, payload)`` slot
-that views poll from their own thread; versions only grow, so a view redraws exactly when the version changed.
+The UI thread controls it (pause, single steps, resume, stop) and polls its snapshot slots; the training thread
+checks the controls after every step. Both sides take the job's lock, so a click never meets half a change.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import numpy as np
 
 from lab.config import ExperimentConfig
+from lab.jobs.job import Job
 from lab.jobs.runner import train_and_evaluate
 from lab.jobs.snapshots import DiskSink, Publisher
-from lab.jobs.store import FINISHED, Run
+from lab.jobs.store import Run
 from lab.train.trainer import Callback, Trainer
-
-
-class Job:
-    """What pages and notebooks hold: control, status, snapshots, metrics. Subclasses fill in the mechanics."""
-
-    run: Run
-    owner: str | None = None
-    keep: bool = False  # a kept job survives its owner's browser session
-
-    def start(self) -> Job:
-        raise NotImplementedError
-
-    def pause(self) -> None:
-        raise NotImplementedError
-
-    def resume(self) -> None:
-        raise NotImplementedError
-
-    def stop(self, timeout: float = 5.0) -> None:
-        raise NotImplementedError
-
-    def latest(self, kind: str) -> tuple[int, dict[str, np.ndarray]] | None:
-        """``(version, payload)`` of the newest snapshot of ``kind``, or None before the first."""
-        raise NotImplementedError
-
-    def is_alive(self) -> bool:
-        return self.status().get("state") not in (*FINISHED, "unknown")
-
-    def status(self) -> dict[str, Any]:
-        """The run's status.json (state, message, step, epoch, total_steps, metrics, heartbeat)."""
-        return self.run.read_status()
-
-    def wait(self, timeout: float | None = None, poll: float = 0.05) -> dict[str, Any]:
-        """Block until the job has finished (or ``timeout``); returns the status."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.is_alive() and (deadline is None or time.monotonic() < deadline):
-            time.sleep(poll)
-        return self.status()
-
-    def metrics_since(self, cursor: int = 0) -> tuple[list[dict[str, Any]], int]:
-        """New metric records since ``cursor`` (a byte offset; start with 0) and the next cursor."""
-        return self.run.read_metrics(cursor)
 
 
 class _Control(Callback):
@@ -69,11 +27,12 @@ class _Control(Callback):
 
     def on_step_end(self, trainer: Trainer, loss: float) -> None:
         job = self.job
-        if job._step_budget is not None:
-            job._step_budget -= 1
-            if job._step_budget <= 0:
-                job._step_budget = None
-                job._resume.clear()
+        with job._lock:
+            if job._step_budget is not None:
+                job._step_budget -= 1
+                if job._step_budget <= 0:
+                    job._step_budget = None
+                    job._resume.clear()
         if not job._resume.is_set() and not job._stop.is_set():
             job.publisher.publish(trainer, force=True)  # the paused frame is exactly the paused model
             job.run.write_status("paused", f"paused at step {trainer.step}", step=trainer.step,
@@ -96,6 +55,8 @@ class ThreadJob(Job):
         run: its folder.
         cadence: per snapshot kind, ``(every_n_steps, every_t_seconds)`` (default: node maps every 10 steps,
             layer similarity every 2 s).
+        on_demand: kinds built only when due *and* asked for with :meth:`request` (a page asks for the next
+            frame once it has drawn the last, so no frame is computed that nobody will see).
         builders: snapshot builders by kind (default :data:`lab.jobs.snapshots.BUILDERS`).
         resume: continue from the run's last checkpoint.
         disk_every_s: also write each kind's snapshot to ``run/snapshots`` at most this often (0 = never).
@@ -106,13 +67,14 @@ class ThreadJob(Job):
 
     def __init__(self, cfg: ExperimentConfig, run: Run, *, cadence: dict[str, tuple[int, float]] | None = None,
                  builders: dict[str, Any] | None = None, resume: bool = False, disk_every_s: float = 2.0,
-                 paused: bool = False, owner: str | None = None, progress: bool = False) -> None:
+                 paused: bool = False, owner: str | None = None, progress: bool = False,
+                 on_demand: tuple[str, ...] = ()) -> None:
         self.cfg, self.run, self.owner, self.progress = cfg, run, owner, progress
         self.resume_from_checkpoint = resume
         self._lock = threading.Lock()
         self._slots: dict[str, tuple[int, dict[str, np.ndarray]]] = {}
         self._disk = DiskSink(run, disk_every_s) if disk_every_s else None
-        self.publisher = Publisher(self._put, cadence, builders)
+        self.publisher = Publisher(self._put, cadence, builders, on_demand=on_demand)
         self._stop = threading.Event()
         self._resume = threading.Event()
         if not paused:
@@ -134,16 +96,22 @@ class ThreadJob(Job):
             self.error = err
 
     def pause(self) -> None:
-        self._resume.clear()
+        with self._lock:
+            self._resume.clear()
 
     def resume(self) -> None:
-        self._step_budget = None
-        self._resume.set()
+        with self._lock:
+            self._step_budget = None
+            self._resume.set()
 
     def step(self, n: int = 1) -> None:
         """Train ``n`` more steps, then pause again."""
-        self._step_budget = n
-        self._resume.set()
+        with self._lock:
+            self._step_budget = n
+            self._resume.set()
+
+    def request(self, kind: str) -> None:
+        self.publisher.request(kind)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Ask the loop to stop after the current step; waits up to ``timeout`` s for the thread to end."""

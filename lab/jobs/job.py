@@ -1,0 +1,65 @@
+"""The job interface: what pages, notebooks and the command line hold for a run, wherever it trains.
+
+A job is a run folder (:class:`~lab.jobs.store.Run`) plus control. Views never receive pushes: a job keeps, per
+snapshot kind, a latest ``(version, payload)`` slot that views poll from their own thread; versions only grow,
+so a view redraws exactly when the version changed. Implementations: :class:`~lab.jobs.thread.ThreadJob` (a
+run in this process) and :mod:`lab.jobs.process` (a child process, or a run something else writes).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from lab.jobs.store import FINISHED, Run
+
+
+class Job:
+    """Control, status, snapshots and metrics of one run. Subclasses fill in the mechanics."""
+
+    run: Run
+    owner: str | None = None
+    keep: bool = False  # a kept job survives its owner's browser session
+
+    def start(self) -> Job:
+        raise NotImplementedError
+
+    def pause(self) -> None:
+        raise NotImplementedError
+
+    def resume(self) -> None:
+        raise NotImplementedError
+
+    def step(self, n: int = 1) -> None:
+        """Train ``n`` more steps, then pause (jobs in this process only)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot train single steps")
+
+    def stop(self, timeout: float = 5.0) -> None:
+        raise NotImplementedError
+
+    def request(self, kind: str) -> None:
+        """Ask for one more snapshot of an on-demand ``kind`` (a no-op for jobs that publish on a fixed cadence)."""
+
+    def latest(self, kind: str) -> tuple[int, dict[str, np.ndarray]] | None:
+        """``(version, payload)`` of the newest snapshot of ``kind``, or None before the first."""
+        raise NotImplementedError
+
+    def is_alive(self) -> bool:
+        return self.status().get("state") not in (*FINISHED, "unknown")
+
+    def status(self) -> dict[str, Any]:
+        """The run's status.json (state, message, step, epoch, total_steps, metrics, heartbeat)."""
+        return self.run.read_status()
+
+    def wait(self, timeout: float | None = None, poll: float = 0.05) -> dict[str, Any]:
+        """Block until the job has finished (or ``timeout``); returns the status."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.is_alive() and (deadline is None or time.monotonic() < deadline):
+            time.sleep(poll)
+        return self.status()
+
+    def metrics_since(self, cursor: int = 0) -> tuple[list[dict[str, Any]], int]:
+        """New metric records since ``cursor`` (a byte offset; start with 0) and the next cursor."""
+        return self.run.read_metrics(cursor)
