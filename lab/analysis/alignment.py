@@ -1,9 +1,13 @@
-"""Residual Alignment measurements (seed 004): RA1 trajectories, RA2 alignment matrices, RA3/RA4 singular values.
+"""Residual Alignment measurements on residual Jacobians: RA2 alignment matrices, RA3/RA4 singular values.
 
-Inputs are residual Jacobians J_i = ∂F_i/∂h_i [D, D] (skip excluded; see DESIGN.md), either dense — a stacked tensor
-[L, D, D] — or, for large D, matrix-free :class:`~lab.analysis.svd.LinearOperator` objects together with their
-truncated SVDs (U [D, r], S [r], V [D, r]) from :func:`~lab.analysis.svd.randomized_svd`. Every function that needs
-an SVD accepts such precomputed triplets (``svd=`` / ``svds=``), so each block is decomposed once.
+The properties are those of *Residual Alignment: Uncovering the Mechanisms of Residual Networks*; RA1, on the
+trajectories of the representations, is in :mod:`lab.analysis.trajectories` (its functions are re-exported here).
+
+Inputs are residual Jacobians J_i = ∂F_i/∂h_i [D, D] (skip excluded; see :mod:`lab.analysis.jacobian`), either
+dense — a stacked tensor [L, D, D] — or, for large D, matrix-free :class:`~lab.analysis.svd.LinearOperator` objects
+together with their truncated SVDs (U [D, r], S [r], V [D, r]) from :func:`~lab.analysis.svd.randomized_svd`. Every
+function that needs an SVD accepts such precomputed triplets (``svd=`` / ``svds=``), so each block is decomposed
+once.
 
 RA2 is read off the alignment matrix U_{j,K}ᵀ J_i V_{j,K} [K, K]: if the top singular vectors of J_j diagonalise
 J_i the matrix is diagonal. :func:`alignment_score` condenses it to the fraction of Frobenius energy on the diagonal
@@ -19,8 +23,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lab.analysis.embed import pca
 from lab.analysis.svd import LinearOperator, as_operator, randomized_svd
+from lab.analysis.trajectories import project_trajectories, trajectory_stats  # RA1, re-exported from here too
 
 __all__ = [
     "alignment_grid",
@@ -48,7 +52,7 @@ def jacobian_svds(
     Args:
         jacobians: stacked Jacobians [L, m, n] or a sequence of L matrices / operators.
         k: number of triplets kept.
-        iters: subspace iterations for operators (seed 004 uses 20).
+        iters: subspace iterations for operators (the paper uses 20).
         oversample: extra sketch columns for operators.
         seed: seed of the randomized SVD.
 
@@ -91,7 +95,7 @@ def alignment_matrix(
     variant: Variant = "UJV",
     svd: SVDTriplet | None = None,
 ) -> Tensor:
-    """Alignment matrix of J_i in the top-k singular bases of J_j (seed 004 Fig. 2, App. C.2/C.3).
+    """Alignment matrix of J_i in the top-k singular bases of J_j (the paper's Fig. 2, App. C.2/C.3).
 
     ``"UJV"`` gives U_{j,k}ᵀ J_i V_{j,k}; ``"VJU"`` gives V_{j,k}ᵀ J_i U_{j,k} (needs square J). For i = j and
     ``"UJV"`` this is diag(σ_1, …, σ_k) of J_j; a near-diagonal matrix for i ≠ j is RA2.
@@ -243,7 +247,7 @@ def top_singular_values(jacobians: Jacobians, k: int, *, svds: Sequence[SVDTripl
 def inverse_sigma_fit(sigma1: Tensor | np.ndarray | Sequence[float], start: int = 0) -> dict:
     """RA4: least-squares line through 1/σ₁ against the 1-based block index i.
 
-    Under RA4 σ₁(J_i) ≈ 1/i after RA begins, i.e. slope ≈ 1 (seed 004 Fig. 4b: 0.992 after block 5).
+    Under RA4 σ₁(J_i) ≈ 1/i after RA begins, i.e. slope ≈ 1 (the paper's Fig. 4b: 0.992 after block 5).
 
     Args:
         sigma1: top singular value of each block [L].
@@ -276,79 +280,4 @@ def inverse_sigma_fit(sigma1: Tensor | np.ndarray | Sequence[float], start: int 
         "index": index,
         "inv_sigma": inv,
         "fit": slope * index + intercept,
-    }
-
-
-def project_trajectories(
-    states: Tensor | np.ndarray, *, basis: Literal["gaussian", "pca"] = "gaussian", seed: int = 0
-) -> Tensor | np.ndarray:
-    """RA1 picture: project every input's representation after each block onto two directions.
-
-    ``"gaussian"`` uses two independent N(0, I_D) vectors, each scaled to unit norm (not orthogonalised; in high D
-    they are nearly orthogonal), as in seed 004 Fig. 1; no centring. ``"pca"`` uses the top two principal axes of
-    all states pooled ((L+1)·n points, centred by their mean) with the sign convention of :func:`pca`.
-
-    Args:
-        states: representations [L+1, n, D]: h_0 (input to block 1) then the output of each of L blocks.
-        basis: which directions.
-        seed: generator seed for the Gaussian directions.
-
-    Returns:
-        Coordinates [L+1, n, 2], a tensor if ``states`` is one, else a numpy array.
-    """
-    H = torch.as_tensor(states)
-    if H.ndim != 3:
-        raise ValueError(f"states must be [L+1, n, D], got {tuple(H.shape)}")
-    if not H.is_floating_point():
-        H = H.to(torch.get_default_dtype())
-    T, n, D = H.shape
-    if basis == "gaussian":
-        gen = torch.Generator(device="cpu").manual_seed(seed)
-        G = torch.randn(D, 2, generator=gen, dtype=torch.float64)
-        G = (G / G.norm(dim=0)).to(H)
-        out = H @ G
-    elif basis == "pca":
-        out = pca(H.reshape(T * n, D), k=2)[0].reshape(T, n, 2)
-    else:
-        raise ValueError(f"basis must be 'gaussian' or 'pca', got {basis!r}")
-    return out if isinstance(states, Tensor) else out.numpy()
-
-
-def trajectory_stats(states: Tensor | np.ndarray) -> dict:
-    """RA1 statistics: how straight and how evenly spaced each input's trajectory is (Theorem 3.1's prediction).
-
-    For input x with states h_0 … h_L, step lengths are d_l = ‖h_{l+1} − h_l‖. *Straightness* is
-    ‖h_L − h_0‖ / Σ_l d_l (1 = a straight line traversed in one direction, smaller = bent or back-tracking).
-    *Spacing CV* is std_l(d_l) / mean_l(d_l) with population std (0 = equally spaced, as RA1 predicts).
-
-    Args:
-        states: representations [L+1, n, D] (or [L+1, D] for one input), L ≥ 1.
-
-    Returns:
-        ``straightness`` and ``spacing_cv`` (means over inputs, ignoring NaN), ``straightness_per_input`` [n],
-        ``spacing_cv_per_input`` [n] and ``step_lengths`` [L, n], float64 numpy. A trajectory that never moves
-        has NaN statistics.
-    """
-    H = torch.as_tensor(states).detach().to(torch.float64)
-    if H.ndim == 2:
-        H = H[:, None]
-    if H.ndim != 3 or H.shape[0] < 2:
-        raise ValueError(f"states must be [L+1, n, D] with L >= 1, got {tuple(H.shape)}")
-    steps = (H[1:] - H[:-1]).norm(dim=-1)  # [L, n]
-    path = steps.sum(dim=0)
-    chord = (H[-1] - H[0]).norm(dim=-1)
-    mean_step = steps.mean(dim=0)
-    nan = torch.full_like(path, float("nan"))
-    straight = torch.where(path > 0, chord / torch.where(path > 0, path, 1.0), nan)
-    cv = torch.where(mean_step > 0, steps.std(dim=0, correction=0) / torch.where(mean_step > 0, mean_step, 1.0), nan)
-    straight_np, cv_np = straight.cpu().numpy(), cv.cpu().numpy()
-    with np.errstate(all="ignore"):
-        mean_straight = float(np.nanmean(straight_np)) if np.isfinite(straight_np).any() else float("nan")
-        mean_cv = float(np.nanmean(cv_np)) if np.isfinite(cv_np).any() else float("nan")
-    return {
-        "straightness": mean_straight,
-        "spacing_cv": mean_cv,
-        "straightness_per_input": straight_np,
-        "spacing_cv_per_input": cv_np,
-        "step_lengths": steps.cpu().numpy(),
     }

@@ -1,4 +1,7 @@
-"""Data: toy 2-D sets with the evaluation grid, and image sets for the analysis experiments."""
+"""Data: toy 2-D sets with the evaluation grid, and image sets for the analysis experiments.
+
+The image sets are in :mod:`lab.data.images`.
+"""
 
 from lab.data.grid import grid, grid_axis
 from lab.data.toy2d import (

@@ -1,4 +1,8 @@
-"""The evaluation grid of seed 003: equally spaced points over the input plane."""
+"""The evaluation grid: equally spaced points over the input plane.
+
+The grid of *ResidualDroppath: Enhancing Feature Reuse over Residual Connections*, over which every node's output
+is drawn.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,11 @@
-"""Toy 2-D classification sets: seed 003's spiral and TensorFlow Playground's four sets.
+"""Toy 2-D classification sets: the ResidualDroppath paper's spiral and TensorFlow Playground's four sets.
+
+The spiral is that of *ResidualDroppath: Enhancing Feature Reuse over Residual Connections* (§3.1).
 
 All sets return float32 points ``X [n, 2]`` and int64 labels ``y [n]`` (classes 0 and 1, half each) and live on
 the evaluation grid's square [−1, 1]². Playground's sets are generated exactly as its ``dataset.ts`` does, in its
-units (a square of side 12), then divided by 6 — the shapes and noise levels users know, on seed 003's grid.
+units (a square of side 12), then divided by 6 — the shapes and noise levels users know, on the ResidualDroppath
+paper's grid.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ def _pack(points0: np.ndarray, points1: np.ndarray) -> tuple[torch.Tensor, torch
 
 
 def spiral(n: int = 16384, seed: int = 0, noise: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Seed 003 §3.1's spiral.
+    """The spiral of the ResidualDroppath paper, §3.1.
 
     Angles a ~ U(0, 2π) and radius r = a / 2π; class 0 at (r sin a, r cos a), class 1 at the shifted angle a + π
     with the same radius (so each class-1 point is the negated class-0 point). ``noise`` adds isotropic Gaussian

@@ -6,7 +6,7 @@ from lab.config import DataConfig
 from lab.data import TOY_DATASETS, grid, grid_axis, make_points, make_toy_data, spiral, train_test_split
 
 
-def test_spiral_geometry_matches_seed_003():
+def test_spiral_geometry_matches_the_residual_droppath_paper():
     x, y = spiral(16384, seed=3)
     assert x.dtype == torch.float32 and y.dtype == torch.int64 and x.shape == (16384, 2)
     assert (y == 0).sum() == (y == 1).sum() == 8192
