@@ -1,4 +1,6 @@
-"""Cost of residual Jacobians and their SVDs (seed 004 §2.3–2.4) on the CPU, against the analysis targets.
+"""Cost of residual Jacobians and their SVDs on the CPU, against the analysis targets.
+
+The analyses of *Residual Alignment: Uncovering the Mechanisms of Residual Networks* (§2.3–2.4).
 
 Run: ``python bench/jacobians.py [--quick] [--threads N]``. Prints one table: time, peak resident memory, the
 target and pass/fail of each case.

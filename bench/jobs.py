@@ -1,5 +1,7 @@
-"""Training throughput of seed 003's model headless vs inside a ThreadJob publishing a snapshot every 10 steps,
+"""Training throughput of the spiral model headless vs inside a ThreadJob publishing a snapshot every 10 steps,
 and the latency from ``stop()`` to the job's end.
+
+The model is the 32 × 32 residual MLP of *ResidualDroppath: Enhancing Feature Reuse over Residual Connections*.
 
 Headless = the lab trainer with no callbacks. The job records metrics, status and checkpoints as any run does,
 and builds the node-map snapshot (the 33 × 32 × 50 × 50 grid forward) every 10 steps. Target: job >= 90 % of
@@ -32,7 +34,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    cfg = load_config("configs/spiral_seed003.yaml", ["train.lr=0.01", f"train.max_steps={args.steps}"])
+    cfg = load_config("configs/spiral_residual_droppath.yaml", ["train.lr=0.01", f"train.max_steps={args.steps}"])
     store = RunStore(tempfile.mkdtemp(prefix="lab-bench-"))
 
     def headless() -> float:
@@ -82,7 +84,7 @@ def main() -> None:
     busy = timer_lag()
     busy_job.stop()
     h, j = median(rates_h), median(rates_j)
-    print(f"seed-003 model (32 x 32, batch 256), {args.steps} steps x {args.repeats} repeats, 1 torch thread")
+    print(f"spiral model (32 x 32, batch 256), {args.steps} steps x {args.repeats} repeats, 1 torch thread")
     print(table(["run", "steps/s (median)", "ratio vs headless", "target"], [
         ["headless trainer", h, 1.0, ""],
         ["ThreadJob, snapshot / 10 steps", j, j / h, ">= 0.90 " + ("PASS" if j / h >= 0.9 else "FAIL")],

@@ -1,4 +1,6 @@
-"""ms per training step of seed 003's model (32 blocks, width 32, batch 256): the lab trainer vs a plain loop.
+"""ms per training step of the spiral model (32 blocks, width 32, batch 256): the lab trainer vs a plain loop.
+
+The model is the residual MLP of *ResidualDroppath: Enhancing Feature Reuse over Residual Connections*.
 
 Both run in this process on the same data, interleaved, on one torch thread; the plain loop is written here
 with nothing but torch. Target: lab / plain <= 1.05.
@@ -42,7 +44,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     # evaluation is timed separately: a huge eval_every keeps it out of the timed training steps
-    cfg = load_config("configs/spiral_seed003.yaml", ["train.lr=0.01", "train.eval_every=1000000000"])
+    cfg = load_config("configs/spiral_residual_droppath.yaml", ["train.lr=0.01", "train.eval_every=1000000000"])
     trainer = make_trainer(cfg)
     x, y = trainer.data.x_train, trainer.data.y_train
     model = plain_model(cfg.model.depth, cfg.model.width)
@@ -73,7 +75,7 @@ def main() -> None:
     t_eval = median(timed(trainer.evaluate, 3))
     ms_plain = 1000 * median(t_plain) / args.steps
     ms_lab = 1000 * (median(t_lab) - t_eval) / args.steps
-    print(f"seed-003 model: depth {cfg.model.depth}, width {cfg.model.width}, batch {bs}, {args.steps} steps x "
+    print(f"spiral model: depth {cfg.model.depth}, width {cfg.model.width}, batch {bs}, {args.steps} steps x "
           f"{args.repeats} repeats, torch {torch.__version__}, 1 thread")
     print(table(["loop", "ms/step (median)", "ratio vs plain", "target"], [
         ["plain PyTorch", ms_plain, 1.0, ""],

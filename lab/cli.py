@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import warnings
 from pathlib import Path
 
-from lab.config import ConfigError, load_config
+from lab.config import ConfigError, ExperimentConfig, load_config
 from lab.jobs.process import StopFile
 from lab.jobs.runner import config_of_run, train_and_evaluate
 from lab.jobs.snapshots import DiskSink, Publisher
@@ -53,26 +54,36 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _config_and_run(args: argparse.Namespace, store: RunStore) -> tuple[ExperimentConfig, Run]:
+    """The config to train and the run folder to train it into, for ``train`` or ``resume``."""
+    if args.command == "train":
+        cfg = load_config(args.config, args.overrides)
+        if args.run_dir:
+            run = Run(Path(args.run_dir))
+            if not run.path.is_dir():
+                raise FileNotFoundError(f"run folder {run.path} does not exist")
+        else:
+            run = store.create(args.name or cfg.name)
+        return cfg, run
+    path = Path(args.run)
+    run = Run(path) if path.is_dir() else store.open(args.run)
+    return config_of_run(run), run
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 completed or stopped, 1 diverged or failed, 2 bad input)."""
     args = _parser().parse_args(argv)
     store = RunStore(args.runs_dir or default_runs_dir())
     try:
-        if args.command == "train":
-            cfg = load_config(args.config, args.overrides)
-            if args.run_dir:
-                run = Run(Path(args.run_dir))
-                if not run.path.is_dir():
-                    raise FileNotFoundError(f"run folder {run.path} does not exist")
-            else:
-                run = store.create(args.name or cfg.name)
-        else:
-            path = Path(args.run)
-            run = Run(path) if path.is_dir() else store.open(args.run)
-            cfg = config_of_run(run)
+        with warnings.catch_warnings(record=True) as caught:  # e.g. a renamed key: say so, then carry on
+            warnings.simplefilter("always", DeprecationWarning)
+            cfg, run = _config_and_run(args, store)
     except (ConfigError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    finally:
+        for w in caught:
+            print(f"warning: {w.message}", file=sys.stderr)
     print(f"run folder: {run.path}", file=sys.stderr)
     callbacks: list[Callback] = [StopFile(run), _Terminate()]
     if args.snapshot_every > 0:

@@ -3,7 +3,8 @@
 A config is a tree of frozen dataclasses. Every leaf field may carry bounds or a set of choices in its metadata;
 construction validates them, so an invalid config cannot exist. Loading from a mapping is strict: an unknown key
 is an error that names itself and the valid keys, because a silently ignored typo (``model.alpha_mni=0.5``) is a
-wasted experiment.
+wasted experiment. A renamed key is the one exception: its old name still loads, as the new key, with a
+``DeprecationWarning`` (``train.drop_rate`` is now ``train.drop_path_rate``); giving both names is an error.
 
 Example:
     >>> cfg = load_config("configs/spiral.yaml", ["model.depth=16", "train.lr=0.01"])
@@ -16,8 +17,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 import types
 import typing
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +40,30 @@ OPTIMIZERS = ("adam", "adamw", "sgd")
 
 class ConfigError(ValueError):
     """Raised for an unknown key, a wrong type or an out-of-range value; the message says which and why."""
+
+
+# Old dotted key -> (new dotted key, what the value is). The old key still loads as the new one, with a warning.
+_RENAMED = {
+    "train.drop_rate": ("train.drop_path_rate", "it is the drop-path rate"),
+}
+
+
+def _caller_stacklevel() -> int:
+    """``stacklevel`` that attributes a warning to the first caller outside this module (a script, the CLI)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _new_name(old: str, *, new_also_given: bool) -> str:
+    """The current dotted key for the renamed key ``old``; warns, or raises if the new key is given as well."""
+    new, what = _RENAMED[old]
+    if new_also_given:
+        raise ConfigError(f"{old} and {new} are both given; {old} is the old name of {new}, so give only {new}")
+    warnings.warn(f"{old} is deprecated; {what} and is now called {new}", DeprecationWarning,
+                  stacklevel=_caller_stacklevel())
+    return new
 
 
 def _field(default: Any, *, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
@@ -90,7 +117,8 @@ class ModelConfig:
     activation: str = _field("gelu", choices=ACTIVATIONS)
     shortcut: str = _field("identity", choices=SCHEDULES, doc="alpha schedule (lab.shortcuts)")
     alpha_min: float = _field(1.0, lo=0.0, hi=1.0, doc="last block's shortcut scale for decayed schedules")
-    zero_init: bool = _field(False, doc="zero-initialise each branch's output layer (seed 000 §3.2)")
+    zero_init: bool = _field(False, doc="zero-initialise each branch's output layer (Residual Connections Harm "
+                                        "Generative Representation Learning, §3.2)")
     in_dim: int = _field(2, lo=1)
     num_classes: int = _field(2, lo=1)
     seed: int = _field(0, lo=0, doc="initialisation seed, kept apart from data and batch seeds")
@@ -106,7 +134,8 @@ class DataConfig:
     _section = "data"
     name: str = _field("spiral", choices=TOY_DATASETS)
     n: int = _field(16384, lo=2, hi=10_000_000, doc="number of samples, half per class")
-    noise: float = _field(0.0, lo=0.0, hi=10.0, doc="noise level (Gaussian std for the seed-003 spiral)")
+    noise: float = _field(0.0, lo=0.0, hi=10.0, doc="noise level (Gaussian std for the spiral of ResidualDroppath: "
+                                                     "Enhancing Feature Reuse over Residual Connections)")
     train_fraction: float = _field(0.8, lo=0.0, hi=1.0, lo_open=True)
     seed: int = _field(0, lo=0, doc="seed for sampling the data and splitting it")
 
@@ -128,7 +157,8 @@ class TrainConfig:
     epochs: int = _field(6, lo=1)
     max_steps: int = _field(0, lo=0, doc="stop after this many steps; 0 = no limit beyond epochs")
     droppath: str = _field("off", choices=DROPPATH_MODES)
-    drop_rate: float = _field(0.0, lo=0.0, hi=1.0, doc="probability of dropping a block's branch per sample")
+    drop_path_rate: float = _field(0.0, lo=0.0, hi=1.0, doc="drop-path rate: probability of dropping a block's "
+                                                              "branch per sample (timm's drop_path_rate)")
     eval_every: int = _field(0, lo=0, doc="evaluate every N steps; 0 = once per epoch")
     log_every: int = _field(10, lo=1, doc="record the training loss every N steps")
     seed: int = _field(0, lo=0, doc="seed for batch order and droppath masks")
@@ -140,8 +170,8 @@ class TrainConfig:
         if len(self.betas) != 2:
             raise ConfigError(f"train.betas must have two values; got {list(self.betas)}")
         _validate(self)
-        if self.droppath != "off" and self.drop_rate >= 1.0:
-            raise ConfigError("train.drop_rate must be < 1 when droppath is on (every branch would be dropped)")
+        if self.droppath != "off" and self.drop_path_rate >= 1.0:
+            raise ConfigError("train.drop_path_rate must be < 1 when droppath is on (every branch would be dropped)")
 
 
 @dataclass(frozen=True)
@@ -209,14 +239,25 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
 def from_dict(cls: type[T], data: Mapping[str, Any], *, prefix: str = "") -> T:
     """Build config dataclass ``cls`` from a mapping, rejecting unknown keys.
 
+    A renamed key's old name (``train.drop_rate``) is read as the new one with a ``DeprecationWarning``.
+
     Args:
         cls: a config dataclass type.
         data: plain values (from YAML or JSON); nested sections as mappings.
         prefix: dotted path of this section, used in error messages.
 
     Raises:
-        ConfigError: an unknown key (the message lists the valid ones), a wrong type or an out-of-range value.
+        ConfigError: an unknown key (the message lists the valid ones), a wrong type, an out-of-range value, or
+            a renamed key given under both its old and its new name.
     """
+    section = getattr(cls, "_section", "")
+    old_keys = [key for key in data if f"{section}.{key}" in _RENAMED]
+    if old_keys:
+        data = dict(data)
+        for key in old_keys:
+            new = _RENAMED[f"{section}.{key}"][0].rpartition(".")[2]
+            _new_name(f"{section}.{key}", new_also_given=new in data)
+            data[new] = data.pop(key)
     hints = _hints(cls)
     valid = [f.name for f in dataclasses.fields(cls)]
     unknown = [k for k in data if k not in valid]
@@ -258,14 +299,20 @@ def parse_override(text: str) -> tuple[str, Any]:
 def apply_overrides(cfg: T, overrides: Iterable[str] | Mapping[str, Any]) -> T:
     """Return a copy of ``cfg`` with dotted overrides applied and the result re-validated.
 
+    A renamed key's old name (``train.drop_rate``) sets the new key, with a ``DeprecationWarning``.
+
     Args:
         cfg: a config dataclass instance.
         overrides: ``["model.depth=16", "train.lr=0.01"]`` or ``{"model.depth": 16}``.
 
     Raises:
-        ConfigError: an unknown section or key (naming the valid ones) or an invalid value.
+        ConfigError: an unknown section or key (naming the valid ones), an invalid value, or a renamed key given
+            under both its old and its new name.
     """
-    items = overrides.items() if isinstance(overrides, Mapping) else (parse_override(o) for o in overrides)
+    items = list(overrides.items() if isinstance(overrides, Mapping) else (parse_override(o) for o in overrides))
+    keys = {key for key, _ in items}
+    items = [(_new_name(key, new_also_given=_RENAMED[key][0] in keys) if key in _RENAMED else key, value)
+             for key, value in items]
     data = to_dict(cfg)
     for key, value in items:
         node, parts = data, key.split(".")

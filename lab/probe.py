@@ -28,7 +28,10 @@ def block_function(model: nn.Module, i: int) -> Callable[[torch.Tensor], torch.T
 
 
 def branch_function(model: nn.Module, i: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    """Block i's residual branch alone, h_i → F_i(h_i) (the function whose Jacobian seed 004 studies)."""
+    """Block i's residual branch alone, h_i → F_i(h_i).
+
+    The function whose Jacobian *Residual Alignment: Uncovering the Mechanisms of Residual Networks* studies.
+    """
     return _block(model, i).branch
 
 

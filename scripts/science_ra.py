@@ -1,9 +1,12 @@
-"""Science check for Residual Alignment (seed 004) at CPU scale: a Type-4-like FC ResNet on sklearn digits.
+"""Science check for Residual Alignment at CPU scale: a Type-4-like FC ResNet on sklearn digits.
+
+Checks the properties RA1–RA4 of *Residual Alignment: Uncovering the Mechanisms of Residual Networks* on a
+model small enough for a laptop.
 
 Run: ``python scripts/science_ra.py [--quick] [--epochs N] [--inputs N]``. Trains the same 8-block, D = 128
 fully-connected ResNet (post-activation, BatchNorm, as the paper's) twice with the lab Trainer — with skips (Type 4a)
 and without (Type 4b, shortcut ``none``) — on the same data, seed and budget: SGD with momentum, cosine learning
-rate, large weight decay (seed 004 §2.3 uses lr 0.1, cosine, weight decay 1e-2 / 5e-2 for FC models). Then, at N
+rate, large weight decay (the paper's §2.3 uses lr 0.1, cosine, weight decay 1e-2 / 5e-2 for FC models). Then, at N
 test inputs, it takes every block's dense residual Jacobian and reports:
 
 - test accuracy;
@@ -13,7 +16,7 @@ test inputs, it takes every block's dense residual Jacobian and reports:
 - RA4: least-squares fit of 1/σ₁ against the block index (slope, R²), σ₁ averaged over inputs;
 - RA1: straightness and spacing CV of the inputs' trajectories through the blocks.
 
-Expected if RA occurs (seed 004): with skips, alignment well above the baseline and above the no-skip model;
+Expected if RA occurs (as the paper reports): with skips, alignment well above the baseline and above the no-skip model;
 1/σ₁ rising with depth; top-C singular values dominating the rest.
 """
 
@@ -32,9 +35,9 @@ from lab.analysis.alignment import (
     inverse_sigma_fit,
     jacobian_svds,
     random_baseline,
-    trajectory_stats,
 )
 from lab.analysis.jacobian import residual_jacobians
+from lab.analysis.trajectories import trajectory_stats
 from lab.config import TrainConfig
 from lab.data.images import load_digits
 from lab.data.toy2d import ToyData
@@ -44,7 +47,7 @@ from lab.train.trainer import Callback, Trainer
 
 
 class CosineLR(Callback):
-    """Cosine learning-rate decay from the configured lr to 0 over the run (seed 004 §2.3)."""
+    """Cosine learning-rate decay from the configured lr to 0 over the run (the Residual Alignment paper, §2.3)."""
 
     def on_step_end(self, trainer: Trainer, loss: float) -> None:
         lr = 0.5 * trainer.cfg.lr * (1 + math.cos(math.pi * min(trainer.step / trainer.total_steps, 1.0)))

@@ -37,6 +37,20 @@ def test_cli_bad_input_is_a_clear_error(tmp_path, capsys):
     assert not list(tmp_path.iterdir())  # nothing written for bad input
 
 
+def test_cli_says_when_a_config_uses_a_renamed_key(tmp_path, capsys):
+    code = main(["train", "configs/spiral.yaml", "model.depth=2", "model.width=4", "data.n=256",
+                 "train.droppath=droppath", "train.drop_rate=0.2", "train.max_steps=2", "--runs-dir", str(tmp_path),
+                 "--no-progress"])
+    assert code == 0
+    assert "warning: train.drop_rate is deprecated; it is the drop-path rate and is now called " \
+           "train.drop_path_rate" in capsys.readouterr().err
+    (run,) = list(tmp_path.iterdir())
+    assert json.loads((run / "config.json").read_text())["config"]["train"]["drop_path_rate"] == 0.2
+    assert main(["train", "configs/spiral.yaml", "train.drop_rate=0.2", "train.drop_path_rate=0.2",
+                 "--runs-dir", str(tmp_path)]) == 2
+    assert "are both given" in capsys.readouterr().err
+
+
 def test_cli_reports_divergence(tmp_path, capsys):
     code = main(["train", "configs/spiral.yaml", "model.depth=3", "data.n=512", "train.optimizer=sgd",
                  "train.lr=50", "--runs-dir", str(tmp_path), "--no-progress"])

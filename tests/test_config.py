@@ -1,3 +1,5 @@
+import warnings
+
 import pytest
 
 from lab.config import (
@@ -7,6 +9,7 @@ from lab.config import (
     ModelConfig,
     TrainConfig,
     apply_overrides,
+    from_dict,
     load_config,
     save_config,
 )
@@ -22,7 +25,7 @@ def test_defaults_validate_and_round_trip_yaml(tmp_path):
 
 def test_shipped_configs_load():
     lab_default = load_config("configs/spiral.yaml")
-    paper = load_config("configs/spiral_seed003.yaml")
+    paper = load_config("configs/spiral_residual_droppath.yaml")
     assert (paper.model.depth, paper.model.width, paper.model.activation) == (32, 32, "gelu")
     assert (paper.train.lr, paper.train.betas, paper.train.batch_size, paper.train.epochs) == (
         0.1, (0.9, 0.999), 256, 1000)
@@ -69,8 +72,8 @@ def test_direct_construction_validates():
         ModelConfig(alpha_min=2.0)
     with pytest.raises(ConfigError, match="train_fraction"):
         DataConfig(train_fraction=0.0)
-    with pytest.raises(ConfigError, match="drop_rate must be < 1"):
-        TrainConfig(droppath="droppath", drop_rate=1.0)
+    with pytest.raises(ConfigError, match="drop_path_rate must be < 1"):
+        TrainConfig(droppath="droppath", drop_path_rate=1.0)
 
 
 def test_yaml_one_one_booleans_stay_strings_where_a_string_is_meant():
@@ -88,3 +91,63 @@ def test_malformed_override():
 def test_missing_file():
     with pytest.raises(ConfigError, match="config file not found"):
         load_config("configs/does-not-exist.yaml")
+
+
+# ---------------------------------------------------------------- train.drop_rate, renamed train.drop_path_rate
+
+RENAMED = "train.drop_rate is deprecated; it is the drop-path rate and is now called train.drop_path_rate"
+
+
+def test_old_drop_rate_key_loads_as_drop_path_rate_with_a_warning(tmp_path):
+    (tmp_path / "old.yaml").write_text("train:\n  droppath: droppath\n  drop_rate: 0.3\n")
+    (tmp_path / "old.json").write_text('{"train": {"droppath": "droppath", "drop_rate": 0.3}}')
+    expected = apply_overrides(ExperimentConfig(), ["train.droppath=droppath", "train.drop_path_rate=0.3"])
+    loaders = [
+        lambda: load_config(tmp_path / "old.yaml"),
+        lambda: load_config(tmp_path / "old.json"),
+        lambda: load_config(None, ["train.droppath=droppath", "train.drop_rate=0.3"]),
+        lambda: load_config(None, {"train.droppath": "droppath", "train.drop_rate": 0.3}),
+        lambda: from_dict(ExperimentConfig, {"train": {"droppath": "droppath", "drop_rate": 0.3}}),
+    ]
+    for load in loaders:
+        with pytest.warns(DeprecationWarning) as record:
+            cfg = load()
+        assert [str(w.message) for w in record] == [RENAMED]
+        assert cfg == expected and cfg.train.drop_path_rate == 0.3
+    with pytest.warns(DeprecationWarning, match="now called train.drop_path_rate"):
+        assert from_dict(TrainConfig, {"drop_rate": 0.2}).drop_path_rate == 0.2
+
+
+def test_warning_points_at_the_caller():
+    with pytest.warns(DeprecationWarning) as record:
+        load_config(None, ["train.drop_rate=0.1"])
+    assert record[0].filename == __file__
+
+
+def test_old_and_new_drop_rate_keys_together_are_an_error(tmp_path):
+    (tmp_path / "both.yaml").write_text("train:\n  drop_rate: 0.3\n  drop_path_rate: 0.3\n")
+    attempts = {
+        "yaml": lambda: load_config(tmp_path / "both.yaml"),
+        "overrides": lambda: load_config(None, ["train.drop_rate=0.3", "train.drop_path_rate=0.3"]),
+        "mapping": lambda: load_config(None, {"train.drop_path_rate": 0.3, "train.drop_rate": 0.2}),
+        "from_dict": lambda: from_dict(ExperimentConfig, {"train": {"drop_rate": 0.3, "drop_path_rate": 0.3}}),
+    }
+    for attempt in attempts.values():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DeprecationWarning)  # refused outright, not half-accepted with a warning
+            with pytest.raises(ConfigError, match=r"train\.drop_rate and train\.drop_path_rate are both given"):
+                attempt()
+
+
+def test_drop_path_rate_round_trips_and_is_saved_under_its_new_name(tmp_path):
+    with pytest.warns(DeprecationWarning):
+        cfg = load_config(None, ["train.droppath=residual_droppath", "train.drop_rate=0.25"])
+    for suffix in ("yaml", "json"):
+        path = tmp_path / f"c.{suffix}"
+        save_config(cfg, path)
+        text = path.read_text()
+        assert "drop_path_rate" in text and "drop_rate" not in text
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DeprecationWarning)  # the saved file uses the new key only
+            loaded = load_config(path)
+        assert loaded == cfg and loaded.train.drop_path_rate == 0.25

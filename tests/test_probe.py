@@ -62,7 +62,7 @@ def test_block_and_branch_functions():
 
 
 def test_eval_mode_restores_every_modules_own_flag():
-    model = ResidualMLP(depth=3, width=4, drop_rate=0.5).train()
+    model = ResidualMLP(depth=3, width=4, drop_path_rate=0.5).train()
     model.blocks[1].eval()  # a mixed state must survive
     with eval_mode(model):
         assert not any(m.training for m in model.modules())

@@ -1,13 +1,15 @@
-"""Residual Jacobians (seed 004 §1.3): the linearisation of each residual branch at an input's residual stream.
+"""Residual Jacobians: the linearisation of each residual branch at an input's residual stream.
 
-For block i with input h_i, shortcut scale α (or projection P), branch scale β and post-activation σ,
+The Residual Jacobians of *Residual Alignment: Uncovering the Mechanisms of Residual Networks* (§1.3). For block i
+with input h_i, shortcut scale α (or projection P), branch scale β and post-activation σ,
 
     J_i = diag(σ'(α h_i + β F_i(h_i))) · β · ∂F_i/∂h_i      [D_out, D_in]
 
-the derivative of the block with respect to its input *excluding the skip connection* (DESIGN.md Conventions). It
+the derivative of the block with respect to its input *excluding the skip connection* (the lab's convention). It
 is computed as the Jacobian of ``h ↦ σ(α h_i + β F_i(h))`` at h = h_i with the skip term held fixed, which gives
 exactly that product for any element-wise σ (σ = identity for pre-activation blocks, so J_i = β ∂F_i/∂h_i; β = 1
-except for the Table-3b controls). D is the flattened feature size: the width for FC blocks, C·H·W for conv blocks.
+except for the Table-3b controls of :mod:`lab.shortcuts`). D is the flattened feature size: the width for FC blocks,
+C·H·W for conv blocks.
 
 Evaluation happens in ``eval()`` mode (BatchNorm uses its running statistics, drop path is off), at the residual
 stream state h_i of the given input from the model's ``forward_intermediates``; the training flag of every module
@@ -200,7 +202,8 @@ def block_jacobians(model: nn.Module, x: Tensor, *, blocks: Sequence[int] | None
 def block_svds(model: nn.Module, x: Tensor, k: int, *, blocks: Sequence[int] | None = None,
                dense_max_dim: int = 2048, iters: int = 20, oversample: int = 10, seed: int = 0) -> list[SVDTriplet]:
     """Top-k SVD of each block's residual Jacobian at one input: exact (dense SVD) for small blocks, randomized
-    subspace iteration on the jvp/vjp operator for large ones (seed 004 §2.4: T = 20, K = 10–30).
+    subspace iteration on the jvp/vjp operator for large ones (the Residual Alignment paper, §2.4: T = 20,
+    K = 10–30).
 
     Args:
         model: a lab model or adapter.

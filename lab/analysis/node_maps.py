@@ -72,7 +72,7 @@ def node_maps(model: nn.Module, resolution: int = 50, limit: float = 1.0) -> Nod
 
     Args:
         model: a model with ``forward_intermediates`` and ``iter_blocks`` taking ``[N, 2]`` inputs.
-        resolution: grid points per axis (50 in seed 003).
+        resolution: grid points per axis (50 in *ResidualDroppath: Enhancing Feature Reuse over Residual Connections*).
         limit: half-width of the square.
     """
     with eval_mode(model):

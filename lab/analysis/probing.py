@@ -1,8 +1,9 @@
-"""Linear probing of frozen features (seed 000's measure of representation quality).
+"""Linear probing of frozen features: a measure of representation quality.
 
-A multinomial logistic-regression head is trained on standardised features with AdamW and mini-batches. Everything
-random is drawn from seeded generators and the head starts at zero (the problem is convex, so nothing is lost), which
-makes a probe bit-for-bit repeatable on CPU for a given seed.
+The measure *Residual Connections Harm Generative Representation Learning* reports. A multinomial
+logistic-regression head is trained on standardised features with AdamW and mini-batches. Everything random is drawn
+from seeded generators and the head starts at zero (the problem is convex, so nothing is lost), which makes a probe
+bit-for-bit repeatable on CPU for a given seed.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
-"""Effective rank of matrices and of feature sets (Roy & Vetterli 2007; seed 000 §6).
+"""Effective rank of matrices and of feature sets (Roy & Vetterli 2007).
+
+As used in §6 of *Residual Connections Harm Generative Representation Learning*.
 
 With p_i = σ_i / Σ_j σ_j the normalised singular values, the *spectral entropy* is H = −Σ_i p_i log p_i (natural
 log, 0 log 0 = 0) and the *effective rank* is exp(H), a continuous rank between 1 and min(m, n).
 
-Naming trap: seed 000 Eq. 6 calls H itself "effective rank" ρ(A) and its figures plot H, not exp(H). Here
-``effective_rank`` is always Roy & Vetterli's exp(H) and ``spectral_entropy`` is the number seed 000 reports;
-``feature_rank(..., measure="entropy")`` reproduces seed 000's curves.
+Naming trap: that paper's Eq. 6 calls H itself "effective rank" ρ(A) and its figures plot H, not exp(H). Here
+``effective_rank`` is always Roy & Vetterli's exp(H) and ``spectral_entropy`` is the number the paper reports;
+``feature_rank(..., measure="entropy")`` reproduces its curves.
 
 The zero matrix (Σσ = 0) has no normalised spectrum; by convention both functions return 0 for it (its rank), so
 ``spectral_entropy == log(effective_rank)`` holds for every non-zero matrix only.
@@ -69,7 +71,7 @@ def effective_rank_from_singular_values(s: Tensor | np.ndarray) -> Tensor:
 
 
 def spectral_entropy(M: Tensor | np.ndarray) -> Tensor:
-    """Spectral entropy H of M: the quantity seed 000 Eq. 6 reports and calls "effective rank".
+    """Spectral entropy H of M: the quantity Eq. 6 of the decayed-shortcuts paper reports as "effective rank".
 
     Args:
         M: matrix [m, n] or batch [..., m, n].
@@ -100,19 +102,19 @@ def feature_rank(
     measure: Literal["effective_rank", "entropy"] = "effective_rank",
     center: Literal["sample", "feature", "none"] = "sample",
 ) -> Tensor:
-    """Rank of a feature set through the n × n sample-by-sample covariance, as in seed 000 §6.
+    """Rank of a feature set through the n × n sample-by-sample covariance, as in the decayed-shortcuts paper §6.
 
-    Seed 000 takes the singular values of A(i, j) = covariance of the features of samples i and j. With X [n, d]
+    The paper takes the singular values of A(i, j) = covariance of the features of samples i and j. With X [n, d]
     and rows centred as chosen by ``center``, that matrix is A = X_c X_cᵀ / (d − 1); its singular values are
     σ_i(X_c)² / (d − 1), so they are obtained from the SVD of X_c without forming A (O(n·d·min(n, d))). The
     1 / (d − 1) scale cancels in the normalisation. Note the squares: this differs from ``effective_rank(features)``.
 
     Args:
         features: features [n, d] (or a batch [..., n, d]), e.g. last-layer class tokens.
-        measure: ``"effective_rank"`` for exp(H) (Roy & Vetterli) or ``"entropy"`` for H, the number seed 000
+        measure: ``"effective_rank"`` for exp(H) (Roy & Vetterli) or ``"entropy"`` for H, the number the paper
             plots as "effective rank".
         center: ``"sample"`` (default) centres each sample's feature vector over its d coordinates, i.e. A is
-            ``torch.cov(features)`` with samples as the variables — the literal reading of seed 000;
+            ``torch.cov(features)`` with samples as the variables — the literal reading of the paper;
             ``"feature"`` subtracts the mean feature over samples (the usual covariance; the same non-zero spectrum
             as the d × d feature covariance); ``"none"`` uses the raw Gram matrix X Xᵀ.
 

@@ -1,4 +1,7 @@
-"""Layer similarity (seed 003 Fig. 3): Euclidean distance between layers' features, with linear CKA beside it."""
+"""Layer similarity: Euclidean distance between layers' features, with linear CKA beside it.
+
+Fig. 3 of *ResidualDroppath: Enhancing Feature Reuse over Residual Connections*.
+"""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
 """Randomized truncated SVD for dense matrices and matrix-free operators.
 
-Residual Jacobians of convolutional blocks are too large to form (seed 004 §2.4: 16384 × 16384 for 64 channels on
-16 × 16), yet only their top-K singular triplets matter for RA2–RA4. Seed 004 uses Algorithm 971 of Li, Kluger &
-Tygert (2017): subspace iteration in which every product with A or Aᵀ is re-orthonormalised, then a small dense SVD.
-This module implements that scheme over a :class:`LinearOperator`, so a Jacobian can be supplied as a pair of
-jvp / vjp closures and is never materialised. Cost: O(T·K·cost(A·x) + T·D·K²) instead of O(D³).
+Residual Jacobians of convolutional blocks are too large to form (*Residual Alignment: Uncovering the Mechanisms
+of Residual Networks* §2.4: 16384 × 16384 for 64 channels on 16 × 16), yet only their top-K singular triplets matter
+for RA2–RA4. That paper uses Algorithm 971 of Li, Kluger & Tygert (2017): subspace iteration in which every product
+with A or Aᵀ is re-orthonormalised, then a small dense SVD. This module implements that scheme over a
+:class:`LinearOperator`, so a Jacobian can be supplied as a pair of jvp / vjp closures and is never materialised.
+Cost: O(T·K·cost(A·x) + T·D·K²) instead of O(D³).
 """
 
 from __future__ import annotations
@@ -73,9 +74,9 @@ def randomized_svd(
 
     Draws a Gaussian test matrix Ω [n, l] (l = k + oversample, capped at min(m, n)), forms Q = orth(A Ω), then runs
     ``iters`` rounds of Q ← orth(A · orth(Aᵀ Q)), re-orthonormalising by QR after *every* product so the small
-    singular directions are not lost to round-off (the role Algorithm 971 of Li et al. 2017 plays in seed 004 §2.4;
-    seed 004 uses T = 20 and K = 10–30). Finally B = Qᵀ A [l, n] is decomposed densely. The error in σ_i decays like
-    (σ_{l+1}/σ_i)^(2·iters+1), so a gap below σ_k makes the top k essentially exact.
+    singular directions are not lost to round-off (the role Algorithm 971 of Li et al. 2017 plays in the Residual
+    Alignment paper, §2.4, with T = 20 and K = 10–30). Finally B = Qᵀ A [l, n] is decomposed densely. The error in
+    σ_i decays like (σ_{l+1}/σ_i)^(2·iters+1), so a gap below σ_k makes the top k essentially exact.
 
     Ω is drawn on the CPU in float64 from a ``torch.Generator`` seeded with ``seed`` and then moved, so a given seed
     gives the same start on every device. Computation uses A's device and dtype (float16 / bfloat16 are promoted to

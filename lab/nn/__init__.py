@@ -1,6 +1,7 @@
 """Networks: the residual block with named parts, the registry, and the models built from them.
 
-Importing this package registers every model: the residual MLP, seed 004's ResNets and the timm adapters.
+Importing this package registers every model: the residual MLP, the ResNets of *Residual Alignment: Uncovering
+the Mechanisms of Residual Networks* and the timm adapters.
 """
 
 from lab.nn import resnets, timm_adapter  # noqa: F401  (registration side effect)

@@ -22,17 +22,17 @@ class ResidualBlock(nn.Module):
         branch: module mapping ``[B, *D] -> [B, *D]``.
         alpha: shortcut scale α (1 = standard residual, 0 = no shortcut).
         beta: branch scale β.
-        drop_rate: per-sample drop probability of the branch.
+        drop_path_rate: per-sample drop probability of the branch.
         post_act: optional activation applied after the sum.
     """
 
-    def __init__(self, branch: nn.Module, alpha: float = 1.0, beta: float = 1.0, drop_rate: float = 0.0,
+    def __init__(self, branch: nn.Module, alpha: float = 1.0, beta: float = 1.0, drop_path_rate: float = 0.0,
                  post_act: nn.Module | None = None) -> None:
         super().__init__()
         self.branch = branch
         self.alpha = float(alpha)
         self.beta = float(beta)
-        self.drop_path = DropPath(drop_rate)
+        self.drop_path = DropPath(drop_path_rate)
         self.post_act = post_act  # None for pre-activation blocks (skipping an Identity call per block)
 
     def shortcut(self, x: torch.Tensor) -> torch.Tensor:

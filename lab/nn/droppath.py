@@ -1,10 +1,12 @@
 """Per-sample dropping of residual branches: droppath (stochastic depth) and ResidualDroppath.
 
+ResidualDroppath is Algorithm 1 of *ResidualDroppath: Enhancing Feature Reuse over Residual Connections*.
+
 Modes, set on every :class:`DropPath` of a model by the trainer before each iteration:
 
 ``"droppath"``  Stochastic depth as timm does it: keep each sample's branch with probability 1 − p and divide
                 the kept ones by 1 − p, so the expected branch output is unchanged.
-``"rdp_drop"``  ResidualDroppath's even iteration (seed 003, Algorithm 1, line 14): sample a per-sample keep mask,
+``"rdp_drop"``  ResidualDroppath's even iteration (Algorithm 1, line 14): sample a per-sample keep mask,
                 remember it, and output ``F(x) · mask`` without rescaling.
 ``"rdp_train"`` ResidualDroppath's odd iteration (line 16): reuse the remembered mask; the kept branches are
                 detached and the dropped ones trained: ``F(x).detach() · mask + F(x) · (1 − mask)``. The forward
@@ -33,7 +35,7 @@ class DropPath(nn.Module):
     def __init__(self, rate: float = 0.0) -> None:
         super().__init__()
         if not 0.0 <= rate < 1.0:
-            raise ValueError(f"drop rate must be in [0, 1); got {rate}")
+            raise ValueError(f"drop-path rate must be in [0, 1); got {rate}")
         self.rate = float(rate)
         self.mode = "droppath"
         self.generator: torch.Generator | None = None  # set by the trainer so masks follow train.seed

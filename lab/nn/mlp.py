@@ -1,4 +1,7 @@
-"""The residual MLP of seed 003 §3.1: 2-D input → width-H stem → L residual blocks (Linear + activation) → head."""
+"""A residual MLP: 2-D input → width-H stem → L residual blocks (Linear + activation) → head.
+
+The model of *ResidualDroppath: Enhancing Feature Reuse over Residual Connections* §3.1.
+"""
 
 from __future__ import annotations
 
@@ -46,7 +49,10 @@ class MLPBranch(nn.Module):
         return f"activation={self.activation}"
 
     def zero_init_(self) -> None:
-        """Zero the output layer so the block starts as its (scaled) shortcut (seed 000 §3.2)."""
+        """Zero the output layer so the block starts as its (scaled) shortcut.
+
+        As in *Residual Connections Harm Generative Representation Learning* §3.2.
+        """
         nn.init.zeros_(self.fc.weight)
         nn.init.zeros_(self.fc.bias)
 
@@ -62,16 +68,16 @@ class ResidualMLP(nn.Module):
         width: hidden width H.
         in_dim: input dimension (2 for the toy sets).
         num_classes: number of classes.
-        activation: branch activation (gelu, as seed 003; relu, tanh, identity).
+        activation: branch activation (gelu, as the ResidualDroppath paper; relu, tanh, identity).
         shortcut: α schedule (:mod:`lab.shortcuts`).
         alpha_min: last α of the decayed schedules.
         zero_init: zero-initialise every branch's output layer.
-        drop_rate: per-sample drop probability of every branch (droppath / ResidualDroppath).
+        drop_path_rate: per-sample drop probability of every branch (droppath / ResidualDroppath).
     """
 
     def __init__(self, depth: int = 32, width: int = 32, in_dim: int = 2, num_classes: int = 2,
                  activation: str = "gelu", shortcut: str = "identity", alpha_min: float = 1.0,
-                 zero_init: bool = False, drop_rate: float = 0.0) -> None:
+                 zero_init: bool = False, drop_path_rate: float = 0.0) -> None:
         super().__init__()
         if depth < 1 or width < 1:
             raise ValueError(f"depth and width must be >= 1; got depth={depth}, width={width}")
@@ -79,7 +85,7 @@ class ResidualMLP(nn.Module):
         self.shortcut_schedule, self.alpha_min = shortcut, alpha_min
         self.stem = nn.Linear(in_dim, width)
         self.blocks = nn.ModuleList(
-            ResidualBlock(MLPBranch(width, activation), alpha, beta, drop_rate)
+            ResidualBlock(MLPBranch(width, activation), alpha, beta, drop_path_rate)
             for alpha, beta in block_scales(shortcut, depth, alpha_min)
         )
         self.head = nn.Linear(width, num_classes)
@@ -126,5 +132,5 @@ class ResidualMLP(nn.Module):
 
 @register_model
 def residual_mlp(**kwargs) -> ResidualMLP:
-    """Seed 003's residual MLP; defaults are the 32-layer, 32-wide model of Figure 1."""
+    """The ResidualDroppath paper's residual MLP; defaults are the 32-layer, 32-wide model of its Figure 1."""
     return ResidualMLP(**kwargs)

@@ -1,4 +1,6 @@
-"""The ResNets of seed 004 §2.1 (Residual Alignment), built from :class:`ResidualBlock` and sized for a CPU.
+"""The ResNets of *Residual Alignment: Uncovering the Mechanisms of Residual Networks* (§2.1), sized for a CPU.
+
+Built from :class:`ResidualBlock`; the paper's types:
 
 ================  ============================================================================================
 ``ra_type1``      16 fully-connected basic blocks of width D = 512 (a "fully-connected ResNet34").
@@ -73,8 +75,10 @@ class BasicBranch(nn.Sequential):
         super().__init__(*(p for p in parts if not isinstance(p, nn.Identity)))  # norm="none" leaves no trace
 
     def zero_init_(self) -> None:
-        """Make F ≡ 0 at initialisation (seed 000 §3.2): zero the output layer (the last norm's scale and shift,
-        or the last layer's weight and bias), so each block starts as its (scaled) shortcut."""
+        """Make F ≡ 0 at initialisation (*Residual Connections Harm Generative Representation Learning* §3.2).
+
+        Zeroes the output layer (the last norm's scale and shift, or the last layer's weight and bias), so each block
+        starts as its (scaled) shortcut."""
         for module in reversed(self):
             params = [p for p in (getattr(module, "weight", None), getattr(module, "bias", None)) if p is not None]
             if params:
@@ -158,7 +162,7 @@ class ResNet(nn.Module):
 
 
 def _blocks(dims: Sequence[int], conv: bool, preact: bool, norm: str, activation: str, shortcut: str,
-            alpha_min: float, drop_rate: float, zero_init: bool) -> list[ResidualBlock]:
+            alpha_min: float, drop_path_rate: float, zero_init: bool) -> list[ResidualBlock]:
     """One basic block per entry of ``dims`` (its width), α/β from the schedule over all of them."""
     blocks = []
     for dim, (alpha, beta) in zip(dims, block_scales(shortcut, len(dims), alpha_min), strict=True):
@@ -166,7 +170,7 @@ def _blocks(dims: Sequence[int], conv: bool, preact: bool, norm: str, activation
         if zero_init:
             branch.zero_init_()
         post_act = None if preact else make_activation(activation)
-        blocks.append(ResidualBlock(branch, alpha, beta, drop_rate, post_act))
+        blocks.append(ResidualBlock(branch, alpha, beta, drop_path_rate, post_act))
     return blocks
 
 
@@ -182,7 +186,7 @@ def _entry(preact: bool, norm: str, dim: int, conv: bool, activation: str) -> li
 
 
 class FCResNet(ResNet):
-    """Fully-connected ResNet (seed 004 Types 1 and 4): flatten → linear stem → ``depth`` basic FC blocks → head.
+    """Fully-connected ResNet (Residual Alignment Types 1 and 4): flatten → linear stem → ``depth`` FC blocks → head.
 
     Accepts flat ``[B, in_dim]`` or image ``[B, C, H, W]`` input (flattened to ``in_dim = C·H·W``).
 
@@ -197,17 +201,19 @@ class FCResNet(ResNet):
         shortcut: α schedule (:mod:`lab.shortcuts`); ``none`` removes the skip connections (Type 4b).
         alpha_min: last α of the decayed schedules.
         zero_init: zero-initialise every branch's output layer.
-        drop_rate: per-sample drop probability of every branch (stochastic depth; seed 004 Fig. 5 uses 0.3).
+        drop_path_rate: per-sample drop probability of every branch (stochastic depth; the paper's Fig. 5 uses
+            0.3).
     """
 
     def __init__(self, depth: int = 16, width: int = 512, in_dim: int = 64, num_classes: int = 10,
                  preact: bool = False, activation: str = "relu", norm: str = "batch", shortcut: str = "identity",
-                 alpha_min: float = 1.0, zero_init: bool = False, drop_rate: float = 0.0) -> None:
+                 alpha_min: float = 1.0, zero_init: bool = False, drop_path_rate: float = 0.0) -> None:
         if depth < 1 or width < 1:
             raise ValueError(f"depth and width must be >= 1; got depth={depth}, width={width}")
         stem = nn.Sequential(nn.Flatten(), nn.Linear(in_dim, width, bias=norm == "none" or preact),
                              *_entry(preact, norm, width, False, activation))
-        blocks = _blocks([width] * depth, False, preact, norm, activation, shortcut, alpha_min, drop_rate, zero_init)
+        blocks = _blocks([width] * depth, False, preact, norm, activation, shortcut, alpha_min, drop_path_rate,
+                         zero_init)
         super().__init__(stem, blocks, nn.Linear(width, num_classes),
                          final=_final(preact, norm, width, False, activation))
         self.depth, self.width, self.preact = depth, width, preact
@@ -215,7 +221,7 @@ class FCResNet(ResNet):
 
 
 class ConvResNet(ResNet):
-    """Convolutional ResNet (seed 004 Types 2, 3 and 5): conv stem → stages of basic conv blocks → pool → head.
+    """Convolutional ResNet (Residual Alignment Types 2, 3 and 5): conv stem → stages of conv blocks → pool → head.
 
     The stem is a 3 × 3 conv (→ BN → act for post-activation nets) followed by adaptive average pooling to
     ``feature_size`` (e.g. 32 × 32 CIFAR → 16 × 16), so every stage-1 block works at that resolution whatever the
@@ -228,14 +234,14 @@ class ConvResNet(ResNet):
         in_chans: input channels (1 for digits/MNIST, 3 for CIFAR).
         feature_size: spatial size of stage 1 (16 in the paper); None keeps the input resolution.
         num_classes: number of classes C.
-        preact, activation, norm, shortcut, alpha_min, zero_init, drop_rate: as :class:`FCResNet`; the α schedule
+        preact, activation, norm, shortcut, alpha_min, zero_init, drop_path_rate: as :class:`FCResNet`; the α schedule
             runs over all blocks of all stages.
     """
 
     def __init__(self, depths: Sequence[int] = (16,), channels: Sequence[int] = (64,), in_chans: int = 3,
                  feature_size: int | None = 16, num_classes: int = 10, preact: bool = False,
                  activation: str = "relu", norm: str = "batch", shortcut: str = "identity", alpha_min: float = 1.0,
-                 zero_init: bool = False, drop_rate: float = 0.0) -> None:
+                 zero_init: bool = False, drop_path_rate: float = 0.0) -> None:
         depths, channels = tuple(depths), tuple(channels)
         if len(depths) != len(channels) or not depths or min(depths) < 1 or min(channels) < 1:
             raise ValueError(f"need one depth >= 1 per stage and as many channel counts; got {depths}, {channels}")
@@ -245,7 +251,7 @@ class ConvResNet(ResNet):
         if feature_size is not None:
             stem.append(nn.AdaptiveAvgPool2d(feature_size))
         dims = [c for d, c in zip(depths, channels, strict=True) for _ in range(d)]
-        blocks = _blocks(dims, True, preact, norm, activation, shortcut, alpha_min, drop_rate, zero_init)
+        blocks = _blocks(dims, True, preact, norm, activation, shortcut, alpha_min, drop_path_rate, zero_init)
         transitions = {}
         for s in range(1, len(depths)):  # before the first block of stage s
             down = _layer(channels[s - 1], True, bias=not with_norm or preact, stride=2, out_dim=channels[s])
@@ -261,53 +267,53 @@ class ConvResNet(ResNet):
 
 @register_model
 def fc_resnet(**kwargs) -> FCResNet:
-    """Fully-connected ResNet; defaults are seed 004's Type 1 (16 blocks, D = 512) on 8 × 8 digits."""
+    """Fully-connected ResNet; defaults are the Residual Alignment paper's Type 1 (16 blocks, D = 512), 8 × 8 input."""
     return FCResNet(**kwargs)
 
 
 @register_model
 def conv_resnet(**kwargs) -> ConvResNet:
-    """Convolutional ResNet; defaults are seed 004's Type 2 (16 blocks, 64 channels at 16 × 16)."""
+    """Convolutional ResNet; defaults are the Residual Alignment paper's Type 2 (16 blocks, 64 channels at 16 × 16)."""
     return ConvResNet(**kwargs)
 
 
 @register_model
 def ra_type1(**kwargs) -> FCResNet:
-    """Seed 004 Type 1: 16 FC basic blocks, D = 512."""
+    """Residual Alignment Type 1: 16 FC basic blocks, D = 512."""
     return FCResNet(**{"depth": 16, "width": 512, **kwargs})
 
 
 @register_model
 def ra_type4a(**kwargs) -> FCResNet:
-    """Seed 004 Type 4a: Type 1 with 8 blocks."""
+    """Residual Alignment Type 4a: Type 1 with 8 blocks."""
     return FCResNet(**{"depth": 8, "width": 512, **kwargs})
 
 
 @register_model
 def ra_type4b(**kwargs) -> FCResNet:
-    """Seed 004 Type 4b: Type 4a without skip connections (shortcut ``none``)."""
+    """Residual Alignment Type 4b: Type 4a without skip connections (shortcut ``none``)."""
     return FCResNet(**{"depth": 8, "width": 512, "shortcut": "none", **kwargs})
 
 
 @register_model
 def ra_type2(**kwargs) -> ConvResNet:
-    """Seed 004 Type 2: 16 conv basic blocks, 64 channels at 16 × 16."""
+    """Residual Alignment Type 2: 16 conv basic blocks, 64 channels at 16 × 16."""
     return ConvResNet(**{"depths": (16,), "channels": (64,), "feature_size": 16, **kwargs})
 
 
 @register_model
 def ra_type3(**kwargs) -> ConvResNet:
-    """Seed 004 Type 3: 8 blocks at 64 channels, 16 × 16, then 8 at 128 channels, 8 × 8."""
+    """Residual Alignment Type 3: 8 blocks at 64 channels, 16 × 16, then 8 at 128 channels, 8 × 8."""
     return ConvResNet(**{"depths": (8, 8), "channels": (64, 128), "feature_size": 16, **kwargs})
 
 
 @register_model
 def ra_type5a(**kwargs) -> ConvResNet:
-    """Seed 004 Type 5a: Type 2 with 8 blocks."""
+    """Residual Alignment Type 5a: Type 2 with 8 blocks."""
     return ConvResNet(**{"depths": (8,), "channels": (64,), "feature_size": 16, **kwargs})
 
 
 @register_model
 def ra_type5b(**kwargs) -> ConvResNet:
-    """Seed 004 Type 5b: Type 5a without skip connections (shortcut ``none``)."""
+    """Residual Alignment Type 5b: Type 5a without skip connections (shortcut ``none``)."""
     return ConvResNet(**{"depths": (8,), "channels": (64,), "feature_size": 16, "shortcut": "none", **kwargs})

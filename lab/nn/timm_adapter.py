@@ -71,7 +71,7 @@ class TimmBlock(nn.Module):
         """The block's drop path module (None when stochastic depth is off)."""
         return self.block.drop_path
 
-    def set_drop_rate(self, rate: float) -> None:
+    def set_drop_path_rate(self, rate: float) -> None:
         """Install a lab :class:`DropPath` (so droppath and ResidualDroppath modes apply) with this rate."""
         self.block.drop_path = DropPath(rate) if rate > 0 else None
 
@@ -155,14 +155,15 @@ def set_drop_path(model: nn.Module, rate: float, *, schedule: str = "linear") ->
     """Set stochastic depth on every block of a lab model or :class:`TimmResNet`.
 
     ``linear`` is timm's ``drop_path_rate`` rule: block i of L drops with probability rate · i / (L − 1) (0 for the
-    first block); ``constant`` gives every block ``rate`` (seed 004 Fig. 5 drops every block with 0.3). The drops
-    are lab :class:`DropPath` modules, so the trainer's droppath / ResidualDroppath modes apply to timm nets too.
+    first block); ``constant`` gives every block ``rate`` (Fig. 5 of *Residual Alignment: Uncovering the Mechanisms
+    of Residual Networks* drops every block with 0.3). The drops are lab :class:`DropPath` modules, so the trainer's
+    droppath / ResidualDroppath modes apply to timm nets too.
 
     Returns:
         The rate of each block.
     """
     if not 0.0 <= rate < 1.0:
-        raise ValueError(f"drop rate must be in [0, 1); got {rate}")
+        raise ValueError(f"drop-path rate must be in [0, 1); got {rate}")
     blocks = [b for _, b in model.iter_blocks()]
     L = len(blocks)
     if schedule == "linear":
@@ -173,7 +174,7 @@ def set_drop_path(model: nn.Module, rate: float, *, schedule: str = "linear") ->
         raise ValueError(f"unknown drop schedule {schedule!r}; valid: linear, constant")
     for block, r in zip(blocks, rates, strict=True):
         if isinstance(block, TimmBlock):
-            block.set_drop_rate(r)
+            block.set_drop_path_rate(r)
         elif isinstance(getattr(block, "drop_path", None), DropPath):
             block.drop_path.rate = float(r)
         else:
@@ -225,5 +226,8 @@ def timm_resnet50(**kwargs) -> TimmResNet:
 
 @register_model
 def timm_resnet50d(**kwargs) -> TimmResNet:
-    """timm ``resnet50d``: 16 Bottlenecks, deep stem, average-pool downsampling (seed 003's ResNet50d)."""
+    """timm ``resnet50d``: 16 Bottlenecks, deep stem, average-pool downsampling.
+
+    The ResNet50d of *ResidualDroppath: Enhancing Feature Reuse over Residual Connections*.
+    """
     return timm_resnet("resnet50d", **kwargs)

@@ -1,12 +1,14 @@
-"""Residual Jacobians (seed 004): ground truth on linear branches, autograd and finite differences, jvp/vjp
-operators, randomized SVD through them, and Theorem 3.1 (RA2+3+4 imply RA1) on a network built to satisfy it."""
+"""Residual Jacobians: ground truth on linear branches, autograd and finite differences, jvp/vjp operators,
+randomized SVD through them, and Theorem 3.1 of *Residual Alignment: Uncovering the Mechanisms of Residual Networks*
+(RA2+3+4 imply RA1) on a network built to satisfy it."""
 
 import pytest
 import torch
 
-from lab.analysis.alignment import alignment_grid, inverse_sigma_fit, top_singular_values, trajectory_stats
+from lab.analysis.alignment import alignment_grid, inverse_sigma_fit, top_singular_values
 from lab.analysis.jacobian import block_jacobians, block_svds, jacobian_operator, residual_jacobians
 from lab.analysis.svd import LinearOperator, randomized_svd
+from lab.analysis.trajectories import trajectory_stats
 from lab.nn.mlp import ResidualMLP
 from lab.nn.resnets import ConvResNet, FCResNet
 from lab.nn.timm_adapter import timm_resnet

@@ -1,4 +1,5 @@
-"""Effective rank (Roy & Vetterli) and seed 000's feature rank, against closed forms."""
+"""Effective rank (Roy & Vetterli) and the feature rank of *Residual Connections Harm Generative Representation
+Learning*, against closed forms."""
 
 import math
 
@@ -78,7 +79,7 @@ def test_numpy_input():
 
 
 def test_feature_rank_default_is_torch_cov_of_samples():
-    # seed 000: singular values of A(i, j) = covariance of sample i's and sample j's features = torch.cov(X).
+    # the paper: singular values of A(i, j) = covariance of sample i's and sample j's features = torch.cov(X).
     g = torch.Generator().manual_seed(1)
     X = torch.randn(40, 25, generator=g, dtype=torch.float64) @ torch.diag(
         torch.logspace(0, -2, 25, dtype=torch.float64)

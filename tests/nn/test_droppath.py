@@ -42,7 +42,7 @@ def test_residual_droppath_gradient_semantics():
     """Algorithm 1, line 16: in the odd iteration a block kept for every sample gets no gradient, although its
     output still shapes the loss; a block dropped for some samples gets gradient (from those samples alone)."""
     torch.manual_seed(0)
-    model = ResidualMLP(depth=3, width=8, drop_rate=0.5).train()
+    model = ResidualMLP(depth=3, width=8, drop_path_rate=0.5).train()
     x, y = torch.randn(16, 2), torch.randint(0, 2, (16,))
     _branch_grads(model, x, y, "rdp_drop", torch.Generator().manual_seed(1))
     kept_all, dropped_all, mixed = model.blocks[0].drop_path, model.blocks[1].drop_path, model.blocks[2].drop_path
@@ -76,7 +76,7 @@ def test_residual_droppath_gradient_semantics():
 
 
 def test_plain_droppath_forward_drops_and_eval_is_identity():
-    model = ResidualMLP(depth=4, width=4, drop_rate=0.5)
+    model = ResidualMLP(depth=4, width=4, drop_path_rate=0.5)
     x = torch.randn(32, 2)
     model.eval()
     ref = model(x)

@@ -1,4 +1,5 @@
-"""Seed 004's ResNet types and the timm adapter: the model surface, skips, stochastic depth, block views."""
+"""The ResNet types of *Residual Alignment: Uncovering the Mechanisms of Residual Networks* and the timm adapter:
+the model surface, skips, stochastic depth, block views."""
 
 import pytest
 import timm
@@ -111,9 +112,9 @@ def test_zero_init_makes_blocks_their_shortcut():
                 assert torch.allclose(states[i + 1], post(block, states[i]))
 
 
-def test_drop_rate_is_stochastic_depth_in_train_and_identity_in_eval():
+def test_drop_path_rate_is_stochastic_depth_in_train_and_identity_in_eval():
     p = 0.5
-    model = build("ra_type4a", drop_rate=p, preact=True)  # pre-activation: the sum is visible, no ReLU after it
+    model = build("ra_type4a", drop_path_rate=p, preact=True)  # pre-activation: the sum is visible, no ReLU after it
     block = model.blocks[2]
     h = torch.randn(256, 16)
     with torch.no_grad():

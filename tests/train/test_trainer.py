@@ -65,7 +65,7 @@ def test_same_config_same_result():
 
 
 def test_resume_continues_exactly(tmp_path):
-    cfg = small(**{"train.droppath": "residual_droppath", "train.drop_rate": 0.3})
+    cfg = small(**{"train.droppath": "residual_droppath", "train.drop_path_rate": 0.3})
     full = make_trainer(cfg)
     full.fit()
     half = make_trainer(cfg)
@@ -81,7 +81,7 @@ def test_resume_continues_exactly(tmp_path):
 
 
 def test_residual_droppath_uses_equal_batches_and_alternates():
-    cfg = small(**{"train.droppath": "residual_droppath", "train.drop_rate": 0.5})
+    cfg = small(**{"train.droppath": "residual_droppath", "train.drop_path_rate": 0.5})
     t = make_trainer(cfg)
     assert t.steps_per_epoch == 410 // 64  # drop_last: the odd iteration reuses the mask per sample
     assert [t._droppath_mode(s) for s in range(4)] == ["rdp_drop", "rdp_train", "rdp_drop", "rdp_train"]
