@@ -8,8 +8,8 @@ Paths measured (median of N):
 - full frame, server: the same figure as a Bokeh server sends a new document (JSON + raw binary buffers).
 - live update: the figure already on the page (``DynamicMap`` fed by a ``Pipe``); one ``pipe.send(frame)``
   rebuilds the element and updates the data sources in place, then the ``PATCH-DOC`` message is serialised.
-- arrays only: ``mosaic`` + ``weight_lines`` + ``hover_boxes`` assigned to existing Bokeh sources, then the
-  ``PATCH-DOC`` message serialised: the floor for a page that updates its own sources instead of via HoloViews.
+- arrays only: ``mosaic`` (tiles and rasterised weight lines) + ``hover_boxes`` assigned to existing Bokeh
+  sources, then the ``PATCH-DOC`` message serialised: the floor for a page that updates its own sources.
 - reference image: ``hv.Image`` of the mosaic's pixel count, full frame, server protocol.
 - naive 6×6: one figure per node (``hv.Layout`` of 36 images), server protocol, scaled ×(33·32 / 36).
 
@@ -38,7 +38,7 @@ from bokeh.protocol import Protocol
 import lab
 from lab.data.toy2d import spiral
 from lab.jobs.snapshots import nodes_snapshot
-from lab.viz.node_grid import hover_boxes, mosaic, node_grid, weight_lines
+from lab.viz.node_grid import hover_boxes, mosaic, node_grid
 
 TARGET_MS, TARGET_MB = 50.0, 4.0
 
@@ -103,7 +103,7 @@ def live_update(frames: list[dict], points, repeats: int) -> dict:
 
 def arrays_only(frames: list[dict], repeats: int) -> dict:
     doc = Document()
-    sources = [ColumnDataSource() for _ in range(3)]
+    sources = [ColumnDataSource() for _ in range(2)]
     for src in sources:
         doc.add_root(src)
     events: list = []
@@ -116,8 +116,7 @@ def arrays_only(frames: list[dict], repeats: int) -> dict:
         frame = frames[state["i"] % len(frames)]
         m = mosaic(frame)
         sources[0].data = {"image": [m.index]}
-        sources[1].data = weight_lines(m, frame["weights"])
-        sources[2].data = hover_boxes(m, float(frame["limit"]), frame["decision"])
+        sources[1].data = hover_boxes(m, float(frame["limit"]), frame["decision"])
         msg = Protocol().create("PATCH-DOC", list(events))
         size = len(msg.header_json) + len(msg.metadata_json) + len(msg.content_json)
         return size + sum(len(b.to_bytes()) for b in msg.buffers)

@@ -1,25 +1,31 @@
-"""TFMeter grid (seed 003) as ONE plot: every node's output over the input plane, the weights between layers.
+"""The TFMeter grid of *ResidualDroppath: Enhancing Feature Reuse over Residual Connections* as ONE plot: every
+node's output over the input plane, and the weights between layers.
 
-Layout, left to right (H rows × (2N+1) columns, seed 003 §3.1): the input column (x and y as tiles in rows 0
+Layout, left to right (H rows × (2N+1) columns, §3.1 of that paper): the input column (x and y as tiles in rows 0
 and 1), then per shown layer a weights column (lines from the previous column's nodes; colour = sign, blue
-positive, orange negative; width ∝ |w|) and a node-output column (each node's ``[R, R]`` map, Playground's
+positive, orange negative; strength ∝ |w|) and a node-output column (each node's ``[R, R]`` map, Playground's
 orange/white/blue, white at 0). The training points go on a separate, larger decision tile right of the last
 column, not on every last-layer tile: 32 tiles × a few hundred dots would hide the maps they sit on, while the
 decision map is what the points are judged against (as in the Playground's output panel).
 
-Everything is one Bokeh figure with four glyphs: the mosaic (one image of all tiles, encoded as uint8 palette
-indices, or RGBA), one ``hv.Segments`` for all lines, one invisible ``hv.Rectangles`` carrying the hover data, and
-the points. Plot coordinates are mosaic pixels, origin bottom-left; row 0 (node 0) is at the top.
+Everything is one Bokeh figure with three glyphs: the mosaic (one image of all tiles *and* all weight lines,
+encoded as uint8 palette indices, or RGBA), one invisible ``hv.Rectangles`` carrying the hover data, and the points.
+The lines are rasterised into the image on the server (:func:`draw_weights`): 32 × 32 nodes over 32 layers are
+about 33,000 lines, which a browser strokes one by one in hundreds of milliseconds, while as pixels they cost
+nothing extra to send or draw. Plot coordinates are mosaic pixels, origin bottom-left; row 0 (node 0) is at the top.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import holoviews as hv
 import numpy as np
+from scipy import sparse
 
 from lab.viz.palette import BLUE, ORANGE, diverging
+from lab.viz.sizing import frame_sized
 
 hv.extension("bokeh", logo=False)
 
@@ -28,7 +34,6 @@ PALETTE = diverging(255)  # index 0 = orange (−1), 127 = white (0), 254 = blue
 LUT = np.zeros((256, 4), np.uint8)  # palette index → RGBA; LUT[EMPTY] is transparent
 LUT[:255, :3] = [[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in PALETTE]
 LUT[:255, 3] = 255
-MAX_LINE_WIDTH = 2.0  # screen pixels of the largest |w| in a weights column with up to 6 source nodes
 DECISION_SATURATION = 0.6  # the decision tile is drawn lighter than the nodes (as the Playground's output)
 FIT_PX = (1200, 900)  # the default tile size keeps the mosaic within about this width × height
 
@@ -124,12 +129,12 @@ def _range(span: tuple[int, int] | None, n: int, name: str) -> tuple[int, int]:
 
 def mosaic(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tuple[int, int] | None = None,
            max_layers: int | None = None, max_nodes: int | None = None, tile_px: int | None = None,
-           gap_px: int = 2, weight_px: int | None = None, normalize: str = "tile") -> Mosaic:
+           gap_px: int = 2, weight_px: int | None = None, normalize: str = "tile", lines: bool = True) -> Mosaic:
     """Build the tile mosaic of a nodes snapshot with vectorised numpy (no loop over tiles).
 
     Args:
         frame: a nodes snapshot: ``maps [L+1, H, R, R]`` (rows along y), ``limit`` and optionally
-            ``decision [R, R]`` (probability of class 1).
+            ``weights [L+1, H, H_in]`` and ``decision [R, R]`` (probability of class 1).
         layers, nodes: inclusive-exclusive ranges into maps' first and second axes (default: all).
         max_layers, max_nodes: show at most this many, evenly spaced (both ends kept).
         tile_px: side of a node tile in pixels (maps are resampled nearest-neighbour from R); default: the
@@ -138,6 +143,7 @@ def mosaic(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tuple[i
         weight_px: width of a weights column (default ``tile_px``).
         normalize: colour range of a node map: ``"tile"`` (its own max |v|), ``"layer"`` (max |v| over the
             shown nodes of its layer) or ``"global"`` (over all shown tiles). Always symmetric so white = 0.
+        lines: draw the frame's weights as lines in the weights columns (:func:`draw_weights`).
     """
     if normalize not in ("tile", "layer", "global"):
         raise ValueError(f"normalize must be 'tile', 'layer' or 'global'; got {normalize!r}")
@@ -188,41 +194,91 @@ def mosaic(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tuple[i
     else:
         index = np.full((height, grid_w), EMPTY, np.uint8)
     index[:, :grid_w] = block
-    return Mosaic(index, lay, nod, has_input, t, g, w, rows, decision, lo, hi)
+    m = Mosaic(index, lay, nod, has_input, t, g, w, rows, decision, lo, hi)
+    if lines and "weights" in frame:
+        draw_weights(m, frame["weights"], "global" if normalize == "global" else "tile")
+    return m
 
 
-def weight_lines(m: Mosaic, weights: np.ndarray, normalize: str = "tile") -> dict[str, np.ndarray]:
-    """Line endpoints, weight and width of every nonzero weight feeding a shown column (zeros are skipped).
+def weight_matrices(m: Mosaic, weights: np.ndarray) -> np.ndarray:
+    """``[C-1, rows, rows]``: per weights column, the weight into dest row k from source row j (zero = no line).
 
-    Args:
-        m: the mosaic the lines are drawn on.
-        weights: ``[L+1, H, H_in]``; ``weights[l][k, j]`` feeds row k of layer l's column from row j of the
-            column before it (for the stem, j indexes the input column's x and y).
-        normalize: ``"global"`` scales widths by the largest |w| shown; otherwise per weights column.
-
-    Returns:
-        float32 columns x0, y0, x1, y1 (plot coordinates), w (the weight) and lw (line width, screen pixels).
+    ``weights [L+1, H, H_in]``: ``weights[l][k, j]`` feeds node k of layer l from node j of the layer before (for
+    the stem, j indexes the input column's x and y). A weights column always shows the weights into its layer
+    (from layer l−1), also when the previous shown layer is further back.
     """
-    t, n, inp = m.tile, len(m.nodes), int(m.has_input)
-    mats = np.zeros((max(m.columns - 1, 0), m.rows, m.rows), np.float32)  # [C-1, dest, src] per weights column
+    n, inp = len(m.nodes), int(m.has_input)
+    mats = np.zeros((max(m.columns - 1, 0), m.rows, m.rows), np.float32)
     if inp:
         mats[:1, :n, :2] = weights[0][m.nodes][:, :2]  # the stem reads the two input coordinates
     into = m.layers[1:]  # layers whose incoming weights come from a shown column
     if len(into):
         mats[inp:, :n, :n] = weights[np.ix_(into, m.nodes, m.nodes)]
-    c, k, j = np.nonzero(mats)
-    w = mats[c, k, j]
-    col_max = np.abs(mats).max(axis=(1, 2), initial=0.0)  # per weights column, so small branch weights stay
-    top = col_max.max(initial=0.0) if normalize == "global" else col_max[c]  # visible next to the stem's
-    col, f32 = c + 1, np.float32
-    return {"x0": (m.column_x(col - 1) + t).astype(f32), "y0": (m.row_y(j) + t / 2).astype(f32),
-            "x1": m.column_x(col).astype(f32), "y1": (m.row_y(k) + t / 2).astype(f32),
-            "w": w, "lw": (_max_line_width(m) * np.abs(w) / np.maximum(top, 1e-12)).astype(f32)}
+    return mats
 
 
-def _max_line_width(m: Mosaic) -> float:
-    """Thinner lines when many cross one column (32 × 32 lines in a narrow column would be a solid block)."""
-    return MAX_LINE_WIDTH * min(1.0, (6 / len(m.nodes)) ** 0.5) * min(1.0, m.weight / 24) ** 0.5
+LINE_FLOOR = 0.15  # weights below this share of their column's largest are not drawn (a grey haze otherwise)
+LINE_SATURATION = 0.7  # lines are drawn lighter than the tiles, so the tiles stay the figure's subject
+
+
+@functools.lru_cache(maxsize=8)
+def _line_runs(columns: int, rows: int, tile: int, gap: int, weight: int, height: int) -> sparse.csr_matrix:
+    """The geometry of every possible line, as a sparse ``[(height + 1) · columns · weight, columns · rows²]``
+    difference operator: line (c, k, j) adds +1 where its run of rows starts and −1 just past where it ends, in
+    each pixel column it crosses. Depends only on the layout, so it is built once per layout and reused.
+    """
+    pitch = tile + gap
+    c, k, j = (a.ravel() for a in np.meshgrid(np.arange(columns), np.arange(rows), np.arange(rows), indexing="ij"))
+    a = j * pitch + tile / 2.0  # array rows (0 = top) of the line's two ends: source j, destination k
+    b = k * pitch + tile / 2.0
+    px = np.arange(weight)
+    y0 = a[:, None] + (b - a)[:, None] * (px / weight)  # [lines, weight]: heights at each pixel column's edges
+    y1 = a[:, None] + (b - a)[:, None] * ((px + 1) / weight)
+    lo = np.clip(np.floor(np.minimum(y0, y1)), 0, height - 1).astype(np.int64)
+    hi = np.clip(np.floor(np.maximum(y0, y1)), 0, height - 1).astype(np.int64) + 1
+    cols = columns * weight
+    xcol = c[:, None] * weight + px[None, :]
+    line = np.broadcast_to(np.arange(len(c))[:, None], lo.shape)
+    rows_idx = np.concatenate([(lo * cols + xcol).ravel(), (hi * cols + xcol).ravel()])
+    ones = np.ones(lo.size, np.float32)
+    return sparse.csr_matrix((np.concatenate([ones, -ones]), (rows_idx, np.concatenate([line.ravel()] * 2))),
+                             shape=((height + 1) * cols, len(c)))
+
+
+def draw_weights(m: Mosaic, weights: np.ndarray, normalize: str = "tile") -> None:
+    """Rasterise every weight as a line into the weights columns of ``m.index`` (in place).
+
+    A line runs from the right edge of its source tile's row centre to the left edge of its destination's. In each
+    pixel column it covers the run of rows between its heights at the column's two edges, so steep lines stay
+    solid. Where lines overlap their normalised weights add: a pixel's value is ``Σw / max(Σ|w|, 1)``, so one
+    line shows its own strength and sign, and a bundle saturates to the sign of its majority (drawn at
+    :data:`LINE_SATURATION`). Weights are
+    normalised by the largest |w| of their column (of all columns for ``normalize="global"``), so small branch
+    weights stay visible next to the stem's; those under :data:`LINE_FLOOR` of it, and zeros, draw nothing.
+
+    Args:
+        m: the mosaic to draw on.
+        weights: ``[L+1, H, H_in]`` as in :func:`node_grid`.
+        normalize: ``"global"`` scales by the largest |w| shown; otherwise per weights column.
+    """
+    mats = weight_matrices(m, np.asarray(weights, np.float32))
+    if not mats.size:
+        return
+    col_max = np.abs(mats).max(axis=(1, 2))
+    top = np.full_like(col_max, col_max.max()) if normalize == "global" else col_max
+    w = mats / np.maximum(top, 1e-12)[:, None, None]
+    w[np.abs(w) < LINE_FLOOR] = 0.0
+    ncol, wpx, height = len(col_max), m.weight, m.height
+    runs = _line_runs(ncol, m.rows, m.tile, m.gap, wpx, height)
+    flat = w.ravel()
+    # a cumulative sum down each pixel column turns run starts and ends into filled runs
+    total = (runs @ flat).reshape(height + 1, ncol * wpx).cumsum(0)[:-1]
+    cover = (runs @ np.abs(flat)).reshape(height + 1, ncol * wpx).cumsum(0)[:-1]
+    value = (total / np.maximum(cover, 1.0)).astype(np.float32)
+    raster = np.where(cover > 1e-6, _quantise(value * LINE_SATURATION, 1.0), EMPTY).astype(np.uint8)
+    for col in range(ncol):
+        x0 = int(m.column_x(col)) + m.tile
+        m.index[:, x0:x0 + wpx] = raster[:, col * wpx:(col + 1) * wpx]
 
 
 def hover_boxes(m: Mosaic, limit: float = 1.0, decision: np.ndarray | None = None) -> dict[str, np.ndarray]:
@@ -269,7 +325,7 @@ def node_grid(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tupl
               points: tuple[np.ndarray, np.ndarray] | None = None, tile_px: int | None = None,
               normalize: str = "tile", max_layers: int | None = None, max_nodes: int | None = None,
               max_points: int = 300, encoding: str = "index", frame_width: int | None = None) -> hv.Overlay:
-    """Seed 003's TFMeter figure for one nodes snapshot, drawn as a single plot (one Bokeh figure).
+    """The TFMeter figure for one nodes snapshot, drawn as a single plot (one Bokeh figure).
 
     Args:
         frame: a nodes snapshot (:func:`lab.jobs.snapshots.nodes_snapshot`): ``maps [L+1, H, R, R]``,
@@ -280,8 +336,8 @@ def node_grid(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tupl
         points: training ``(x [n, 2], y [n])``, drawn on the decision tile, evenly subsampled to ``max_points``.
         tile_px: pixels per node tile (the mosaic's resolution; default: see :func:`mosaic`). The figure
             shows one screen pixel per mosaic pixel unless ``frame_width`` scales it.
-        normalize: node colour range per ``"tile"``, ``"layer"`` or ``"global"``; line widths are normalised
-            per weights column, or over all columns for ``"global"``.
+        normalize: node colour range per ``"tile"``, ``"layer"`` or ``"global"``; line strengths are
+            normalised per weights column, or over all columns for ``"global"``.
         max_layers, max_nodes: evenly spaced subset for large L, H. A weights column always shows the weights
             into its layer (from layer l−1), also when the previous shown layer is further back.
         encoding: ``"index"`` sends the mosaic as a uint8 image with a 255-colour palette (1 byte per pixel);
@@ -289,9 +345,8 @@ def node_grid(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tupl
         frame_width: width of the plot area in screen pixels (default: one per mosaic pixel).
 
     Returns:
-        Overlay of the mosaic, one ``hv.Segments`` (all weight lines; vdims ``w`` coloured by sign and ``lw``
-        the line width), an invisible ``hv.Rectangles`` hover layer (vdims layer, node, min, max) and, with
-        ``points``, an ``hv.Points`` of the training set.
+        Overlay of the mosaic (tiles and weight lines), an invisible ``hv.Rectangles`` hover layer (vdims
+        layer, node, min, max) and, with ``points``, an ``hv.Points`` of the training set.
     """
     m = mosaic(frame, layers=layers, nodes=nodes, max_layers=max_layers, max_nodes=max_nodes, tile_px=tile_px,
                normalize=normalize)
@@ -304,17 +359,13 @@ def node_grid(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tupl
         image = hv.RGB(m.rgba(), bounds=bounds, kdims=["x", "y"], vdims=["R", "G", "B", "A"])
     else:
         raise ValueError(f"encoding must be 'index' or 'rgba'; got {encoding!r}")
-    seg = weight_lines(m, np.asarray(frame["weights"], np.float32), normalize)
-    lines = hv.Segments(seg, kdims=["x0", "y0", "x1", "y1"], vdims=["w", "lw"]).opts(
-        color="w", cmap=[ORANGE, BLUE], clim=(-1e-12, 1e-12), line_width="lw",
-        alpha=0.7 if len(m.nodes) <= 8 else 0.35)
     decision = frame.get("decision")
     hover = hv.Rectangles(hover_boxes(m, limit, None if decision is None else np.asarray(decision)),
                           kdims=["x0", "y0", "x1", "y1"], vdims=["layer", "node", "min", "max"]).opts(
         fill_alpha=0, line_alpha=0, hover_fill_alpha=0, hover_line_color="black", hover_line_alpha=1,
         tools=["hover"], hover_tooltips=[("layer", "@layer"), ("node", "@node"), ("min", "@min{0.000}"),
                                          ("max", "@max{0.000}")])
-    parts = [image, lines, hover]
+    parts = [image, hover]
     if points is not None and m.decision is not None:
         parts.append(_points(m, points, limit, max_points))
 
@@ -326,7 +377,7 @@ def node_grid(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tupl
     fw = m.width if frame_width is None else int(frame_width)
     step = frame.get("step")
     return hv.Overlay(parts).opts(
-        frame_width=fw, frame_height=max(1, round(fw * m.height / m.width)), xlim=(0, m.width),
+        frame_width=fw, frame_height=max(1, round(fw * m.height / m.width)), hooks=[frame_sized], xlim=(0, m.width),
         ylim=(0, m.height), xticks=xt, yticks=yt, xlabel="layer (0 = stem)", ylabel="node", show_grid=False,
         title="" if step is None else f"step {int(step)}", toolbar="above", bgcolor="white")
 
@@ -342,7 +393,7 @@ def alpha_bars(alphas: np.ndarray) -> hv.Histogram:
     top = max(1.0, float(a.max()) if len(a) else 1.0)
     return hv.Histogram((edges, a), kdims=[hv.Dimension("layer")], vdims=[hv.Dimension("alpha", label="α")]).opts(
         color=BLUE, line_color="white", ylim=(0, top * 1.05), xlim=(0.5, len(a) + 0.5), title="α per block",
-        tools=["hover"], height=200, responsive=True, framewise=True)
+        tools=["hover"], width=360, height=200, framewise=True)
 
 
 def _layer_image(values: np.ndarray, label: str, clim: tuple[float | None, float | None]) -> hv.Image:
@@ -353,13 +404,20 @@ def _layer_image(values: np.ndarray, label: str, clim: tuple[float | None, float
     return hv.Image(v[::-1], bounds=(-0.5, -0.5, n - 0.5, n - 0.5), kdims=[xdim, ydim],
                     vdims=[hv.Dimension("value", label=label)], label=label).opts(
         cmap="viridis", clim=clim, colorbar=True, invert_yaxis=True, title=label, tools=["hover"],
-        frame_width=260, frame_height=260)
+        frame_width=260, frame_height=260, hooks=[frame_sized], framewise=True)
+
+
+def distance_heatmap(distance: np.ndarray) -> hv.Image:
+    """Fig. 3 of the ResidualDroppath paper: Euclidean distance between every pair of layers' grid features,
+    ``distance [L+1, L+1]``; both axes are the layer index into the node maps' first axis (0 = stem output)."""
+    return _layer_image(distance, "Euclidean distance", (0.0, np.nan))
+
+
+def cka_heatmap(cka: np.ndarray) -> hv.Image:
+    """Linear CKA between every pair of layers, ``cka [L+1, L+1]``: the distance map's scale-free companion."""
+    return _layer_image(cka, "linear CKA", (0.0, 1.0))
 
 
 def similarity_heatmaps(distance: np.ndarray, cka: np.ndarray) -> hv.Layout:
-    """Seed 003 Fig. 3 and its CKA companion: ``distance [L+1, L+1]`` and ``cka [L+1, L+1]`` side by side.
-
-    Both axes are the layer index into the node maps' first axis (0 = stem output).
-    """
-    return (_layer_image(distance, "Euclidean distance", (0.0, np.nan)) +
-            _layer_image(cka, "linear CKA", (0.0, 1.0))).opts(shared_axes=False)
+    """:func:`distance_heatmap` and :func:`cka_heatmap` side by side."""
+    return (distance_heatmap(distance) + cka_heatmap(cka)).opts(shared_axes=False)

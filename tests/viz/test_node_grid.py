@@ -1,19 +1,23 @@
-"""TFMeter grid: mosaic layout and colours, weight lines, hover data, narrowing, and one Bokeh figure for 33 × 32."""
+"""TFMeter grid: mosaic layout and colours, rasterised weight lines, hover data, narrowing, one Bokeh figure."""
 
 from __future__ import annotations
 
 import holoviews as hv
 import numpy as np
 import pytest
-from bokeh.models import HoverTool, LinearColorMapper, Plot, Segment
+from bokeh.models import HoverTool, Plot
 
 from lab.viz.node_grid import (
     EMPTY,
+    LINE_SATURATION,
+    LUT,
+    _quantise,
     alpha_bars,
     mosaic,
     node_grid,
     sample_indices,
     similarity_heatmaps,
+    weight_matrices,
 )
 from lab.viz.palette import BLUE, ORANGE
 
@@ -47,7 +51,7 @@ def tile_px(m, col: int, row: int) -> np.ndarray:
 
 
 def test_mosaic_size_follows_layout_formula(frame):
-    m = mosaic(frame, tile_px=T, gap_px=G)
+    m = mosaic(frame, tile_px=T, gap_px=G, lines=False)
     rows, cols = 4, 1 + 5  # input column + one per layer
     height = rows * (T + G) - G
     grid_w = cols * T + (cols - 1) * T  # weights columns as wide as tiles
@@ -94,36 +98,61 @@ def test_normalize_tile_layer_global(frame):
         mosaic(f, normalize="column")
 
 
-def test_segments_count_positions_and_sign_colours(frame):
-    el = node_grid(frame, tile_px=T)
-    seg = el.get(1)
-    assert isinstance(seg, hv.Segments)
-    w = seg.dimension_values("w")
-    # nonzero weights only: stem 4 nodes × 2 inputs, then 4 blocks × 4 × 4, minus the one zero
-    assert len(w) == 4 * 2 + 4 * 16 - 1 == np.count_nonzero(frame["weights"])
-    m = mosaic(frame, tile_px=T)
-    x0, y0, x1, y1 = (seg.dimension_values(d) for d in ("x0", "y0", "x1", "y1"))
-    first = w == frame["weights"][0, 3, 1]  # stem: input y (row 1) → node 3
-    assert x0[first][0] == T and x1[first][0] == T + T  # from the input column's right edge to column 1
-    assert y0[first][0] == m.height - 1 * (T + 2) - T / 2 and y1[first][0] == m.height - 3 * (T + 2) - T / 2
-    lw = seg.dimension_values("lw")
-    assert (lw > 0).all() and np.isclose(lw.max(), lw[np.abs(w) == np.abs(w).max()][0])
-    # the rendered glyph maps w through a 2-colour mapper split at 0: negative orange, positive blue
-    fig = hv.render(el, backend="bokeh")
-    (glyph,) = [r.glyph for r in fig.renderers if isinstance(r.glyph, Segment)]
-    mapper = glyph.line_color.transform
-    assert isinstance(mapper, LinearColorMapper) and list(mapper.palette) == [ORANGE, BLUE]
-    assert mapper.low < 0 < mapper.high and (np.abs(w) > mapper.high).all()
-    assert (w < 0).any() and (w > 0).any()
+def _one_weight_frame(frame: dict, *entries: tuple[int, int, int, float]) -> dict:
+    weights = np.zeros_like(frame["weights"])
+    for layer, dest, src, w in entries:
+        weights[layer, dest, src] = w
+    return {**frame, "weights": weights}
+
+
+def test_weight_lines_are_solid_runs_from_source_to_destination_in_sign_colours(frame):
+    # stem: input y (row 1) → node 3, positive; into layer 2: node 1 of layer 1 → node 0, negative
+    m = mosaic(_one_weight_frame(frame, (0, 3, 1, 2.0), (2, 0, 1, -0.5)), tile_px=T, gap_px=G)
+    pitch = T + G
+    blue, orange = LUT[_quantise(np.float32(LINE_SATURATION), 1.0)], LUT[_quantise(np.float32(-LINE_SATURATION), 1.0)]
+    stem = m.index[:, T:2 * T]  # the weights column between the input column and layer 0
+    lit = stem != EMPTY
+    # the line starts at the source row's centre and ends at the destination's: rows 1·12+5 = 17 → 3·12+5 = 41
+    assert lit[1 * pitch + T // 2, 0] and lit[3 * pitch + T // 2, T - 1]
+    assert (LUT[stem[lit]] == blue).all()  # the strongest weight of its column: the lines' full blue
+    # solid: every pixel column holds one contiguous run, and consecutive runs touch
+    runs = [np.flatnonzero(lit[:, x]) for x in range(T)]
+    assert all(len(r) and (np.diff(r) == 1).all() for r in runs)
+    assert all(b[0] <= a[-1] + 1 for a, b in zip(runs, runs[1:], strict=False))
+    assert lit.sum() == sum(len(r) for r in runs) < 3 * (3 - 1) * pitch  # a thin line, not a filled block
+    into2 = m.index[:, 2 * (2 * T) + T:3 * (2 * T)]  # weights column into layer 2 (tile columns 2 → 3)
+    assert (LUT[into2[into2 != EMPTY]] == orange).all() and (into2 != EMPTY).any()
+    # every other weights column is empty: zero weights draw nothing
+    for c in (1, 3, 4):
+        assert (m.index[:, c * 2 * T + T:(c + 1) * 2 * T] == EMPTY).all()
+
+
+def test_crossing_lines_of_opposite_sign_cancel_where_they_overlap(frame):
+    m = mosaic(_one_weight_frame(frame, (1, 0, 1, 1.0), (1, 1, 0, -1.0)), tile_px=T, gap_px=G)
+    col = m.index[:, 2 * T + T:2 * (2 * T)]  # weights column into layer 1
+    mid = (0 * (T + G) + 1 * (T + G)) // 2 + T // 2  # the rows where the two lines cross
+    assert abs(int(col[mid, T // 2]) - 127) <= 2  # +1 and −1 sum to white
+    # each line keeps its colour where it leaves its source: node 0's weight is −1, node 1's is +1
+    assert col[T // 2, 0] == _quantise(np.float32(-LINE_SATURATION), 1.0)
+    assert col[(T + G) + T // 2, 0] == _quantise(np.float32(LINE_SATURATION), 1.0)
+
+
+def test_global_normalize_scales_lines_by_the_largest_weight_shown(frame):
+    f = _one_weight_frame(frame, (1, 0, 0, 1.0), (2, 0, 0, 0.25))
+    per_column = mosaic(f, tile_px=T, gap_px=G)
+    shared = mosaic(f, tile_px=T, gap_px=G, normalize="global")
+    small = slice(2 * (2 * T) + T, 3 * (2 * T))  # the column with the 0.25 weight
+    assert per_column.index[T // 2, small][0] == _quantise(np.float32(LINE_SATURATION), 1.0)  # its column's largest
+    assert 127 < shared.index[T // 2, small][0] < 170  # a quarter of the largest shown: pale blue
 
 
 def test_layer_and_node_ranges_shrink_the_grid(frame):
     m = mosaic(frame, layers=(1, 4), nodes=(1, 3), tile_px=T, gap_px=G)
     assert not m.has_input and list(m.layers) == [1, 2, 3] and list(m.nodes) == [1, 2]
     assert m.index.shape == (2 * (T + G) - G, 3 * 2 * T - T + T + 2 * (T + G) - G) == (22, 82)
-    el = node_grid(frame, layers=(1, 4), nodes=(1, 3), tile_px=T)
-    # two weights columns (into layers 2 and 3), 2 × 2 each, less the zero at weights[3, 1, 2]
-    assert len(el.get(1)) == 2 * 2 * 2 - 1
+    # two weights columns (into layers 2 and 3), 2 × 2 each, with the zero at weights[3, 1, 2] among them
+    mats = weight_matrices(m, frame["weights"])
+    assert mats.shape == (2, 2, 2) and np.count_nonzero(mats) == 2 * 2 * 2 - 1
     # layer 2 node 2 (·y) is the tile in column 1, row 1
     t = tile_px(m, col=1, row=1).astype(int)
     assert t[0, 5, 2] > t[0, 5, 0] and t[-1, 5, 0] > t[-1, 5, 2]  # ·y: blue at the top, orange at the bottom
@@ -138,15 +167,17 @@ def test_sampler_picks_evenly_spaced_subset(frame):
     assert list(sample_indices(0, 4, 10)) == [0, 1, 2, 3]
     m = mosaic(frame, max_layers=3, max_nodes=2, tile_px=T)
     assert list(m.layers) == [0, 2, 4] and list(m.nodes) == [0, 3] and m.rows == 2
-    seg = node_grid(frame, max_layers=3, max_nodes=2, tile_px=T).get(1)
-    assert len(seg) == 2 * 2 + 2 * (2 * 2)  # stem from x, y; then weights into layers 2 and 4 among nodes 0, 3
-    w = seg.dimension_values("w")
-    assert set(w[-4:]) == set(frame["weights"][4][np.ix_([0, 3], [0, 3])].ravel())
+    mats = weight_matrices(m, frame["weights"])  # [weights columns, dest row, source row]
+    assert mats.shape == (3, 2, 2)  # the stem (from x, y), then into layers 2 and 4, among nodes 0 and 3
+    assert np.array_equal(mats[0], frame["weights"][0][[0, 3]][:, :2])
+    # a weights column shows the weights into its layer, from layer l−1 (not from the previous shown layer)
+    assert np.array_equal(mats[1], frame["weights"][2][np.ix_([0, 3], [0, 3])])
+    assert np.array_equal(mats[2], frame["weights"][4][np.ix_([0, 3], [0, 3])])
 
 
 def test_hover_names_layer_node_and_range(frame):
     el = node_grid(frame, tile_px=T)
-    boxes = el.get(2)
+    boxes = el.get(1)
     assert isinstance(boxes, hv.Rectangles)
     layer, node = boxes.dimension_values("layer"), boxes.dimension_values("node")
     lo, hi = boxes.dimension_values("min"), boxes.dimension_values("max")
@@ -168,7 +199,7 @@ def test_points_on_decision_tile(frame):
     x = rng.uniform(-1, 1, (5000, 2)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int64)
     el = node_grid(frame, points=(x, y), tile_px=T, max_points=200)
-    pts = el.get(3)
+    pts = el.get(2)
     m = mosaic(frame, tile_px=T)
     dx, dy, side = m.decision
     px, py = pts.dimension_values("x"), pts.dimension_values("y")
@@ -192,13 +223,11 @@ def test_full_32x32_frame_is_one_bokeh_figure():
     f = node_maps(lab.create_model("residual_mlp", seed=0)).as_arrays()
     assert f["maps"].shape == (33, 32, 50, 50)
     el = node_grid(f, points=(np.zeros((10, 2), np.float32), np.arange(10) % 2))
-    seg = el.get(1)
-    assert len(seg) == np.count_nonzero(f["weights"][0][:, :2]) + np.count_nonzero(f["weights"][1:])
-    assert len(el.get(2)) == 2 + 33 * 32 + 1
+    assert len(el.get(1)) == 2 + 33 * 32 + 1  # hover boxes: inputs, every tile, the decision tile
     fig = hv.render(el, backend="bokeh")
     plots = [m for m in fig.references() if isinstance(m, Plot)]
     assert len(plots) == 1 and plots[0] is fig
-    assert len(fig.renderers) == 4  # mosaic, lines, hover boxes, points
+    assert len(fig.renderers) == 3  # mosaic (tiles and weight lines), hover boxes, points
 
 
 def test_alpha_bars_and_similarity_heatmaps():
