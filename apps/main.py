@@ -4,6 +4,6 @@ import panel as pn
 
 from lab.ui.shell import LabShell
 
-pn.extension("tabulator", sizing_mode="stretch_width", notifications=True)
+pn.extension("tabulator", notifications=True)
 
 LabShell().template().servable(title="Residual Lab")

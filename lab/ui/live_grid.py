@@ -1,8 +1,8 @@
 """The node grid as a live Bokeh figure: rendered once per layout, then updated by replacing source data.
 
 Re-rendering the HoloViews overlay for every frame costs hundreds of milliseconds (bench/render_grid.py); a frame
-of the same layout only changes the mosaic pixels, the weight lines and the hover ranges, so those are written
-into the existing figure's data sources (about 16 ms) and only the changed arrays travel to the browser.
+of the same layout only changes the mosaic pixels (tiles and weight lines) and the hover ranges, so those are
+written into the existing figure's data sources and only the changed arrays travel to the browser.
 Bokeh models are touched only here, on the session's thread.
 """
 
@@ -13,9 +13,10 @@ from typing import Any
 import holoviews as hv
 import numpy as np
 import panel as pn
-from bokeh.models import Image, Quad, Segment
+from bokeh.models import Image, Quad
 
-from lab.viz.node_grid import hover_boxes, mosaic, node_grid, weight_lines
+from lab.viz.node_grid import hover_boxes, mosaic, node_grid
+from lab.viz.sizing import frame_sized
 from lab.viz.toy2d import decision_map, points
 
 
@@ -28,7 +29,7 @@ class LiveGrid:
 
     def __init__(self, max_points: int = 300) -> None:
         self.max_points = max_points
-        self.pane = pn.pane.Bokeh(sizing_mode="fixed")
+        self.pane = pn.pane.Bokeh()
         self.figure = None
         self._layout_key: tuple | None = None
         self.full_renders = 0  # how often the whole figure was rebuilt (tests and benchmarks read it)
@@ -36,7 +37,7 @@ class LiveGrid:
     def _sources(self) -> dict[str, Any]:
         found = {}
         for renderer in self.figure.renderers:
-            for kind, glyph in (("image", Image), ("lines", Segment), ("hover", Quad)):
+            for kind, glyph in (("image", Image), ("hover", Quad)):
                 if isinstance(renderer.glyph, glyph):
                     found[kind] = renderer.data_source
         return found
@@ -56,14 +57,6 @@ class LiveGrid:
         m = mosaic(frame, layers=layers, nodes=nodes, normalize=normalize)
         sources = self._sources()
         sources["image"].data.update(image=[m.index[::-1]])
-        seg = weight_lines(m, np.asarray(frame["weights"], np.float32), normalize)
-        lines = sources["lines"]
-        if len(lines.data["x0"]) == len(seg["x0"]) and np.array_equal(lines.data["x0"], seg["x0"]):
-            # same lines, new weights: send only the two columns that changed, in float32
-            lines.data.update(color=seg["w"].astype(np.float32), line_width=seg["lw"].astype(np.float32))
-        else:
-            lines.data = {"x0": seg["x0"], "y0": seg["y0"], "x1": seg["x1"], "y1": seg["y1"], "color": seg["w"],
-                          "line_width": seg["lw"]}
         box = hover_boxes(m, float(frame.get("limit", 1.0)), frame.get("decision"))
         sources["hover"].data.update(min=box["min"], max=box["max"])  # tiles stay put; their ranges change
         if "step" in frame:
@@ -76,7 +69,7 @@ class LiveDecision:
 
     def __init__(self, size: int = 300, max_points: int = 2000) -> None:
         self.size, self.max_points = size, max_points
-        self.pane = pn.pane.Bokeh(sizing_mode="fixed")
+        self.pane = pn.pane.Bokeh()
         self.figure = None
         self._data_key: object = None
 
@@ -85,7 +78,7 @@ class LiveDecision:
         """The HoloViews overlay this view draws (also for exports)."""
         keep = np.linspace(0, len(x) - 1, min(len(x), self.max_points)).astype(int) if len(x) else []
         return (decision_map(decision, limit, title=f"Decision boundary at step {step}")
-                * points(x[keep], y[keep])).opts(frame_width=self.size, frame_height=self.size,
+                * points(x[keep], y[keep])).opts(frame_width=self.size, frame_height=self.size, hooks=[frame_sized],
                                                   xlim=(-limit, limit), ylim=(-limit, limit))
 
     def show(self, decision: np.ndarray, step: int, x: np.ndarray, y: np.ndarray, limit: float = 1.0) -> None:

@@ -1,15 +1,17 @@
-"""The Playground: seed 003's TFMeter grid of a deep residual MLP, live while it trains, with every knob.
+"""The Playground: the TFMeter grid of *ResidualDroppath: Enhancing Feature Reuse over Residual Connections* — every
+node's output over the input plane for a deep residual MLP — live while it trains, with every knob.
 
 Training settings (data, model, optimisation) rebuild the model; view settings (layer and node range, colour
-normalisation, replayed snapshot) only redraw from the latest snapshot and never touch the job. All plots are
-DynamicMaps fed by streams, so each redraw sends data, not new figures. Settings live in the URL query.
+normalisation, replayed frame) only redraw and never touch the job. Every setting is one row of :data:`KNOBS`,
+which also names it in the URL query and in the config. The grid, the decision map and the curves are drawn once
+and then updated in place; frames are built on demand, one per poll, so none is computed that nobody will see.
 """
 
 from __future__ import annotations
 
 import io
 import json
-import time
+from functools import partial
 from typing import Any
 
 import holoviews as hv
@@ -23,101 +25,113 @@ from PIL import Image
 
 from lab.config import ConfigError, ExperimentConfig, apply_overrides, to_dict
 from lab.data.toy2d import TOY_DATASETS, make_toy_data
-from lab.jobs.manager import JobManager, ManagerBusy, get_manager
-from lab.jobs.snapshots import nodes_snapshot
-from lab.jobs.thread import Job
+from lab.jobs.manager import JobManager
+from lab.jobs.snapshots import nodes_snapshot, similarity_snapshot
 from lab.nn.mlp import ACTIVATIONS
 from lab.shortcuts import DECAYED, SCHEDULES, block_scales
 from lab.train.build import build_model
+from lab.ui.knobs import Knob, config_overrides, groups, knob_class, training_names, view_names
+from lab.ui.live_curves import LiveCurves
 from lab.ui.live_grid import LiveDecision, LiveGrid
-from lab.ui.status import JobStatus
-from lab.viz.node_grid import alpha_bars, mosaic, node_grid, similarity_heatmaps
-from lab.viz.toy2d import accuracy_curves, loss_curves
+from lab.ui.page import Page
+from lab.viz.node_grid import alpha_bars, cka_heatmap, distance_heatmap, mosaic, node_grid
 
-TRAINING = ("dataset", "n", "noise", "train_fraction", "depth", "width", "activation", "shortcut", "alpha_min",
-            "droppath", "drop_rate", "lr", "batch_size", "data_seed", "init_seed", "snapshot_every")
-VIEW = ("layer_range", "node_range", "normalize")
+KNOBS: dict[str, Knob] = {
+    "dataset": Knob(param.Selector(default="spiral", objects=list(TOY_DATASETS), doc="toy 2-D set"), "Data",
+                    "data.name"),
+    "n": Knob(param.Integer(default=4096, bounds=(100, 16384), doc="samples (half per class)"), "Data", "data.n",
+              to_config=lambda v, page: v + v % 2),
+    "noise": Knob(param.Number(default=0.0, bounds=(0.0, 0.5), step=0.01, doc="noise level"), "Data", "data.noise"),
+    "train_fraction": Knob(param.Number(default=0.8, bounds=(0.1, 1.0), step=0.05, doc="share used for training"),
+                           "Data", "data.train_fraction"),
+    "data_seed": Knob(param.Integer(default=0, bounds=(0, 2**31 - 1), doc="seed of the data and its split"),
+                      "Data", "data.seed"),
+    "depth": Knob(param.Integer(default=32, bounds=(1, 64), doc="residual blocks L"), "Model", "model.depth"),
+    "width": Knob(param.Integer(default=32, bounds=(1, 64), doc="nodes per layer H"), "Model", "model.width"),
+    "activation": Knob(param.Selector(default="gelu", objects=list(ACTIVATIONS)), "Model", "model.activation"),
+    "shortcut": Knob(param.Selector(default="identity", objects=list(SCHEDULES), doc="α schedule"), "Model",
+                     "model.shortcut"),
+    "alpha_min": Knob(param.Number(default=1.0, bounds=(0.0, 1.0), step=0.05, doc="last block's α (decayed "
+                                   "schedules)"), "Model", "model.alpha_min"),
+    "init_seed": Knob(param.Integer(default=0, bounds=(0, 2**31 - 1), doc="initialisation seed"), "Model",
+                      "model.seed"),
+    "droppath": Knob(param.Selector(default="off", objects=["off", "droppath", "residual_droppath"]), "Training",
+                     "train.droppath"),
+    "drop_path_rate": Knob(param.Number(default=0.2, bounds=(0.0, 0.9), step=0.05, doc="probability of dropping a "
+                                        "block's branch"), "Training", "train.drop_path_rate",
+                           to_config=lambda v, page: v if page.droppath != "off" else 0.0),
+    "lr": Knob(param.Number(default=0.01, bounds=(1e-4, 1.0), step=1e-3, doc="Adam learning rate"), "Training",
+               "train.lr"),
+    "batch_size": Knob(param.Integer(default=256, bounds=(1, 4096)), "Training", "train.batch_size"),
+    "snapshot_every": Knob(param.Integer(default=10, bounds=(1, 500), doc="at least this many steps between "
+                                         "frames"), "Training"),
+    "layer_range": Knob(param.Range(default=(0, 33), bounds=(0, 65), step=1, doc="layers shown (0 = stem)"),
+                        "View", training=False),
+    "node_range": Knob(param.Range(default=(0, 32), bounds=(0, 64), step=1, doc="nodes shown"), "View",
+                       training=False),
+    "normalize": Knob(param.Selector(default="tile", objects=["tile", "layer", "global"], doc="colour range per"),
+                      "View", training=False),
+}
+TRAINING = training_names(KNOBS)
+VIEW = view_names(KNOBS)
+# fixed parts of the Playground's experiment: long enough to watch, evaluated often enough to see curves move
+FIXED = {"train.epochs": 1000, "train.eval_every": 50, "train.log_every": 5}
 
 
-class _Frame:
-    """A stand-in trainer for :func:`nodes_snapshot`: the frame of a model that is not training."""
+class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
+    """Train the residual MLP on a toy set and watch every node of every layer.
 
-    def __init__(self, model) -> None:
-        self.model = model
-
-
-class PlaygroundPage(pn.viewable.Viewer):
-    """Train the residual MLP on a toy set and watch every node of every layer."""
+    Shown as a notebook cell's value it is the whole page (controls and views) and follows its job live;
+    served, the shell puts :meth:`controls` in the sidebar and :meth:`views` in the main area.
+    """
 
     title = "Playground"
-    url_parameters = TRAINING + VIEW
+    knobs = KNOBS
 
-    dataset = param.Selector(default="spiral", objects=list(TOY_DATASETS))
-    n = param.Integer(default=4096, bounds=(100, 16384), doc="samples (half per class)")
-    noise = param.Number(default=0.0, bounds=(0.0, 0.5), step=0.01)
-    train_fraction = param.Number(default=0.8, bounds=(0.1, 1.0), step=0.05)
-    depth = param.Integer(default=32, bounds=(1, 64), doc="residual blocks L")
-    width = param.Integer(default=32, bounds=(1, 64), doc="nodes per layer H")
-    activation = param.Selector(default="gelu", objects=list(ACTIVATIONS))
-    shortcut = param.Selector(default="identity", objects=list(SCHEDULES), doc="α schedule")
-    alpha_min = param.Number(default=1.0, bounds=(0.0, 1.0), step=0.05, doc="last block's α (decayed schedules)")
-    droppath = param.Selector(default="off", objects=["off", "droppath", "residual_droppath"])
-    drop_rate = param.Number(default=0.2, bounds=(0.0, 0.9), step=0.05)
-    lr = param.Number(default=0.01, bounds=(1e-4, 1.0), step=1e-3, doc="Adam learning rate")
-    batch_size = param.Integer(default=256, bounds=(1, 4096))
-    data_seed = param.Integer(default=0, bounds=(0, 2**31 - 1))
-    init_seed = param.Integer(default=0, bounds=(0, 2**31 - 1))
-    snapshot_every = param.Integer(default=10, bounds=(1, 500), doc="steps between frames")
-
-    layer_range = param.Range(default=(0, 33), bounds=(0, 65), step=1, doc="layers shown (0 = stem)")
-    node_range = param.Range(default=(0, 32), bounds=(0, 64), step=1, doc="nodes shown")
-    normalize = param.Selector(default="tile", objects=["tile", "layer", "global"], doc="colour range per")
-    history = param.Integer(default=0, bounds=(0, 0), doc="replay a recorded frame (rightmost = live)")
-
+    history = param.Integer(default=0, bounds=(0, 1), constant=True,
+                            doc="replay a recorded frame (rightmost = live)")
     play = param.Event(label="Start / pause")
     step = param.Event(label="One step")
     reset = param.Event(label="Reset")
 
     def __init__(self, manager: JobManager | None = None, **params: Any) -> None:
-        super().__init__(**params)
-        self.manager = manager or get_manager()
-        self.job: Job | None = None
-        self.status = JobStatus()
-        self._notice = pn.pane.Alert("", alert_type="info", visible=False, margin=(5, 10))
-        self._frame: dict[str, np.ndarray] | None = None
-        self._versions = {"nodes": None, "similarity": None}
-        self._history_steps: list[int] = []
-        self._cursor, self._records = 0, []
-        self._curves_t = 0.0
-        self._callback = None
-        self._live_grid = LiveGrid()
-        self._live_decision = LiveDecision()
+        super().__init__(manager, **params)
+        self.frame: dict[str, np.ndarray] | None = None  # the frame on screen
+        self.history_steps: list[int] = []  # step of every frame received from the job, oldest first
+        self.grid = LiveGrid()
+        self.decision = LiveDecision()
+        self.curves = LiveCurves()
         self._similarity_pipe = hv.streams.Pipe(data=None)
-        self._records_pipe = hv.streams.Pipe(data=[])
-        self._alpha_pipe = hv.streams.Pipe(data=np.ones(1, np.float32))
-        self._build_panes()
+        self.alpha_pipe = hv.streams.Pipe(data=self._alphas())
+        self.similarity = pn.Card(
+            *(pn.pane.HoloViews(hv.DynamicMap(partial(self._similarity_view, key, view),
+                                              streams={"data": self._similarity_pipe}))
+              for key, view in (("distance", distance_heatmap), ("cka", cka_heatmap))),
+            title="Layer similarity (Euclidean distance and linear CKA between layers)", collapsed=True, width=720)
+        self.similarity.param.watch(self._similarity_toggled, "collapsed")
+        self._alpha_pane = pn.pane.HoloViews(
+            hv.DynamicMap(alpha_bars, streams={"alphas": self.alpha_pipe}))
+        self.follower.on_snapshot("nodes", self._new_frame)
+        self.follower.on_snapshot("similarity", self._new_similarity)
+        self.follower.on_metrics(self.curves.extend)
+        self._views = pn.Column(
+            self.grid.pane, pn.Row(self.decision.pane, pn.Column(self._alpha_pane, self._downloads())),
+            self.curves.pane, self.similarity)
+        self.follower.add_views(self._views)
         self._rebuild()
 
     # -- configuration ----------------------------------------------------------------------------------------
     def config(self) -> ExperimentConfig:
         """The experiment the current settings describe (validated: raises ConfigError with the reason)."""
-        return apply_overrides(ExperimentConfig(), {
-            "name": f"playground-{self.dataset}",
-            "model.depth": self.depth, "model.width": self.width, "model.activation": self.activation,
-            "model.shortcut": self.shortcut, "model.alpha_min": self.alpha_min, "model.seed": self.init_seed,
-            "data.name": self.dataset, "data.n": self.n + self.n % 2, "data.noise": self.noise,
-            "data.train_fraction": self.train_fraction, "data.seed": self.data_seed,
-            "train.lr": self.lr, "train.batch_size": self.batch_size, "train.droppath": self.droppath,
-            "train.drop_rate": self.drop_rate if self.droppath != "off" else 0.0, "train.epochs": 1000,
-            "train.eval_every": 50, "train.log_every": 5})
+        return apply_overrides(ExperimentConfig(), {"name": f"playground-{self.dataset}",
+                                                    **config_overrides(self, KNOBS), **FIXED})
 
     @param.depends(*TRAINING, watch=True)
     def _training_changed(self) -> None:
-        self._alpha_pipe.send(self._alphas())
-        if self.job is not None and self.job.is_alive():
-            self._notice.object = ("Training settings changed. **Reset** to rebuild the model with them "
-                                   "(this stops the current run; its folder stays on disk).")
-            self._notice.alert_type, self._notice.visible = "warning", True
+        self.alpha_pipe.send(self._alphas())
+        if self.follower.running:
+            self.say("warning", "Training settings changed. **Reset** to rebuild the model with them (this stops "
+                                 "the current run; its folder stays on disk).")
             return
         self._rebuild()
 
@@ -126,53 +140,49 @@ class PlaygroundPage(pn.viewable.Viewer):
 
     def _rebuild(self) -> None:
         """A fresh, untrained model from the settings: its frame is drawn before any training."""
-        self._notice.visible = False
+        self.notice.visible = False
         try:
             cfg = self.config()
             data = make_toy_data(cfg.data)
         except (ConfigError, ValueError) as err:
-            self.status.error(f"Invalid settings: {err}")
+            self.follower.status.error(f"Invalid settings: {err}")
             return
-        self.status.clear()
+        self.follower.status.clear()
         if self.shortcut not in DECAYED and self.alpha_min < 1.0:
-            self._notice.object = f"alpha_min has no effect with the {self.shortcut} schedule."
-            self._notice.alert_type, self._notice.visible = "info", True
-        self._data = data
+            self.say("info", f"alpha_min has no effect with the {self.shortcut} schedule.")
         self._x, self._y = data.x_train.numpy(), data.y_train.numpy()
         self.param.layer_range.bounds = (0, cfg.model.depth + 1)
         self.param.node_range.bounds = (0, cfg.model.width)
-        self.layer_range = (min(self.layer_range[0], cfg.model.depth), min(max(self.layer_range[1], 1),
-                                                                           cfg.model.depth + 1))
-        self.node_range = (min(self.node_range[0], cfg.model.width - 1), min(max(self.node_range[1], 1),
-                                                                             cfg.model.width))
-        self._frame = nodes_snapshot(_Frame(build_model(cfg)))
-        self._frame["step"] = np.int64(0)
-        self._alpha_pipe.send(self._alphas())
-        self._records, self._cursor = [], 0
-        self._records_pipe.send([])
-        self._history_steps = []
-        self.param.history.bounds = (0, 0)
-        self.history = 0
+        self.layer_range = (min(self.layer_range[0], cfg.model.depth),
+                            min(max(self.layer_range[1], 1), cfg.model.depth + 1))
+        self.node_range = (min(self.node_range[0], cfg.model.width - 1),
+                           min(max(self.node_range[1], 1), cfg.model.width))
+        model = build_model(cfg)
+        self.frame = {**nodes_snapshot(model), "step": np.int64(0)}
+        if not self.similarity.collapsed:
+            self._similarity_pipe.send(similarity_snapshot(model))
+        else:
+            self._similarity_pipe.send(None)
+        self.alpha_pipe.send(self._alphas())
+        self.curves.clear()
+        self._set_history([])
         self._draw()
 
     # -- actions ----------------------------------------------------------------------------------------------
     def _start(self, paused: bool) -> bool:
-        try:
-            session = getattr(pn.state.curdoc, "session_context", None) if pn.state.curdoc else None
-            self.job = self.manager.start_thread(
-                self.config(), owner=getattr(session, "id", None), paused=paused,
-                cadence={"nodes": (self.snapshot_every, 0.0), "similarity": (0, 5.0)})
-        except (ManagerBusy, ConfigError, ValueError) as err:
-            self.status.error(str(err), "warning" if isinstance(err, ManagerBusy) else "danger")
+        job = self.follower.start(self.config(), paused=paused, on_demand=("nodes", "similarity"),
+                                  cadence={"nodes": (self.snapshot_every, 0.0), "similarity": (0, 2.0)})
+        if job is None:
             return False
-        self._versions = {"nodes": None, "similarity": None}
-        self._cursor, self._records = 0, []
-        self._ensure_polling()
+        self.curves.clear()
+        self._set_history([])
+        self.follower.want("nodes")
+        self.follower.want("similarity", not self.similarity.collapsed)
         return True
 
     @param.depends("play", watch=True)
     def _play(self) -> None:
-        if self.job is None or not self.job.is_alive():
+        if not self.follower.running:
             self._start(paused=False)
         elif self.job.status().get("state") == "paused":
             self.job.resume()
@@ -181,60 +191,47 @@ class PlaygroundPage(pn.viewable.Viewer):
 
     @param.depends("step", watch=True)
     def _one_step(self) -> None:
-        if (self.job is None or not self.job.is_alive()) and not self._start(paused=True):
+        if not self.follower.running and not self._start(paused=True):
             return
         self.job.step(1)
 
     @param.depends("reset", watch=True)
     def _reset(self) -> None:
-        if self.job is not None:
-            self.job.stop()
-            self.job = None
-        self.status.show({"state": "ready", "step": 0})
+        self.follower.forget()
         self._rebuild()
 
     # -- live updates -----------------------------------------------------------------------------------------
-    def _ensure_polling(self) -> None:
-        if self._callback is None and pn.state.curdoc is not None and pn.state.curdoc.session_context:
-            self._callback = pn.state.add_periodic_callback(self.poll, period=500)
+    def _set_history(self, steps: list[int]) -> None:
+        self.history_steps = steps
+        with param.edit_constant(self), param.discard_events(self):
+            self.param.history.bounds = (0, max(1, len(steps) - 1))
+            self.history = max(0, len(steps) - 1)
+        self.param.history.constant = len(steps) < 2
 
-    def poll(self) -> None:
-        """Pull status, metrics and new snapshots from the job and redraw what changed (session thread)."""
-        if self.job is None:
-            return
-        self.status.show(self.job.status())
-        new, self._cursor = self.job.metrics_since(self._cursor)
-        self._records.extend(new)
-        now = time.monotonic()
-        # curves redraw every 2 s at most: re-rendering them costs more than a grid frame
-        if new and (now - self._curves_t >= 2.0 or not self.job.is_alive()):
-            self._curves_t = now
-            self._records_pipe.send(list(self._records))
-        latest = self.job.latest("nodes")
-        if latest is not None and latest[0] != self._versions["nodes"]:
-            self._versions["nodes"], frame = latest
-            self._history_steps.append(int(frame["step"]))
-            live = self.history >= self.param.history.bounds[1]
-            self.param.history.bounds = (0, len(self._history_steps) - 1)
-            if live:
-                self._frame = frame
-                with param.discard_events(self):  # follow the live end without replaying from disk
-                    self.history = len(self._history_steps) - 1
-                self._draw()
-        sim = self.job.latest("similarity")
-        if sim is not None and sim[0] != self._versions["similarity"]:
-            self._versions["similarity"], arrays = sim
-            self._similarity_pipe.send((arrays["distance"], arrays["cka"]))
-        if not self.job.is_alive() and self._callback is not None:
-            self._callback.stop()
-            self._callback = None
+    def _new_frame(self, frame: dict[str, np.ndarray]) -> None:
+        live = self.history >= len(self.history_steps) - 1
+        self._set_history([*self.history_steps, int(frame["step"])])
+        if live:
+            self.frame = frame
+            self._draw()
+        else:  # the user is replaying: stay on the chosen frame
+            with param.discard_events(self):
+                self.history = min(self.history, len(self.history_steps) - 1)
+
+    def _new_similarity(self, arrays: dict[str, np.ndarray]) -> None:
+        self._similarity_pipe.send(arrays)
+
+    def _similarity_toggled(self, event: param.parameterized.Event) -> None:
+        self.follower.want("similarity", not event.new)
+        if not event.new and self.job is None:
+            self._rebuild()
 
     @param.depends(*VIEW, watch=True)
     def _draw(self) -> None:
-        if self._frame is not None:
-            self._live_grid.show(self._frame, **self._view())
-            self._live_decision.show(self._frame["decision"], int(self._frame["step"]), self._x, self._y,
-                                     float(self._frame.get("limit", 1.0)))
+        if self.frame is not None:
+            self.grid.show(self.frame, **self._view())
+            self.decision.show(self.frame["decision"], int(self.frame["step"]), self._x, self._y,
+                               float(self.frame.get("limit", 1.0)))
 
     def _view(self) -> dict[str, Any]:
         return {"layers": tuple(int(v) for v in self.layer_range), "nodes": tuple(int(v) for v in self.node_range),
@@ -243,41 +240,31 @@ class PlaygroundPage(pn.viewable.Viewer):
     @param.depends("history", watch=True)
     def _replay(self) -> None:
         """Show a recorded frame: the newest on-disk snapshot at or before the chosen frame's step."""
-        if not self._history_steps or self.history >= len(self._history_steps) - 1 or self.job is None:
-            if self.job is not None and (latest := self.job.latest("nodes")) is not None:
-                self._frame = latest[1]
+        if self.job is None or not self.history_steps:
+            return
+        if self.history >= len(self.history_steps) - 1:
+            latest = self.job.latest("nodes")
+            if latest is not None:
+                self.frame = latest[1]
                 self._draw()
             return
-        wanted = self._history_steps[self.history]
+        wanted = self.history_steps[self.history]
         on_disk = [v for v in self.job.run.snapshot_versions("nodes") if v <= wanted]
         found = self.job.run.load_snapshot("nodes", on_disk[-1]) if on_disk else None
         if found is not None:
-            self._frame = {k: (v.astype(np.float32) if v.dtype == np.float16 else v) for k, v in found[1].items()}
+            self.frame = {k: (v.astype(np.float32) if v.dtype == np.float16 else v) for k, v in found[1].items()}
             self._draw()
 
-    # -- views ------------------------------------------------------------------------------------------------
-    def _similarity(self, data: tuple[np.ndarray, np.ndarray] | None) -> hv.Layout:
-        if data is None:
-            empty = np.zeros((self.depth + 1, self.depth + 1), np.float32)
-            data = (empty, empty)
-        return similarity_heatmaps(*data)
-
-    def _build_panes(self) -> None:
-        self._curves_pane = pn.pane.HoloViews(
-            (hv.DynamicMap(lambda data: loss_curves(data), streams=[self._records_pipe])
-             + hv.DynamicMap(lambda data: accuracy_curves(data), streams=[self._records_pipe])).opts(shared_axes=False),
-            sizing_mode="fixed")
-        self._similarity_pane = pn.pane.HoloViews(
-            hv.DynamicMap(self._similarity, streams={"data": self._similarity_pipe}), sizing_mode="fixed")
-        self._alpha_pane = pn.pane.HoloViews(
-            hv.DynamicMap(lambda data: alpha_bars(data).opts(framewise=True, width=360),
-                          streams={"data": self._alpha_pipe}), sizing_mode="fixed")
+    def _similarity_view(self, key: str, view, data: dict[str, np.ndarray] | None) -> hv.Image:
+        if data is None:  # nothing computed yet (the view was closed): a neutral picture of the right size
+            return view(np.zeros((self.depth + 1, self.depth + 1), np.float32))
+        return view(data[key])
 
     # -- export -----------------------------------------------------------------------------------------------
     def grid_png(self) -> io.BytesIO:
         """The current node grid (mosaic of tiles) as a PNG."""
         view = self._view()
-        m = mosaic(self._frame, layers=view["layers"], nodes=view["nodes"], normalize=view["normalize"])
+        m = mosaic(self.frame, layers=view["layers"], nodes=view["nodes"], normalize=view["normalize"])
         out = io.BytesIO()
         Image.fromarray(m.rgba(), "RGBA").save(out, format="PNG")
         out.seek(0)
@@ -285,15 +272,15 @@ class PlaygroundPage(pn.viewable.Viewer):
 
     def plots_html(self) -> io.BytesIO:
         """The grid, decision map and α chart of the current frame as one standalone HTML file."""
-        decision = self._live_decision.element(self._frame["decision"], int(self._frame["step"]), self._x, self._y,
-                                               float(self._frame.get("limit", 1.0)))
-        layout = (node_grid(self._frame, **self._view()) + decision + alpha_bars(self._alphas())).cols(1)
+        decision = self.decision.element(self.frame["decision"], int(self.frame["step"]), self._x, self._y,
+                                         float(self.frame.get("limit", 1.0)))
+        layout = (node_grid(self.frame, **self._view()) + decision + alpha_bars(self._alphas())).cols(1)
         html = file_html(hv.render(layout, backend="bokeh"), INLINE, "Residual Lab Playground")
         return io.BytesIO(html.encode())
 
     def snapshot_npz(self) -> io.BytesIO:
         out = io.BytesIO()
-        np.savez_compressed(out, **self._frame)
+        np.savez_compressed(out, **self.frame)
         out.seek(0)
         return out
 
@@ -302,9 +289,9 @@ class PlaygroundPage(pn.viewable.Viewer):
 
     def _downloads(self) -> pn.viewable.Viewable:
         kinds = [("Grid PNG", self.grid_png, "node_grid.png"), ("Plots HTML", self.plots_html, "playground.html"),
-                 ("Snapshot npz", self.snapshot_npz, "snapshot.npz"), ("Config YAML", self.config_yaml,
-                                                                        "config.yaml")]
-        return pn.Row(*[pn.widgets.FileDownload(callback=cb, filename=name, label=label, button_type="light",
+                 ("Snapshot npz", self.snapshot_npz, "snapshot.npz"),
+                 ("Config YAML", self.config_yaml, "config.yaml")]
+        return pn.Row(*[pn.widgets.FileDownload(callback=cb, filename=name, label=label, color="light",
                                                 embed=False, width=120) for label, cb, name in kinds])
 
     def settings_json(self) -> str:
@@ -313,23 +300,17 @@ class PlaygroundPage(pn.viewable.Viewer):
 
     # -- layout -----------------------------------------------------------------------------------------------
     def controls(self) -> pn.viewable.Viewable:
+        """Buttons, status line and the settings by group (the served page's sidebar)."""
         buttons = pn.Row(
-            pn.widgets.Button.from_param(self.param.play, button_type="primary", width=110),
+            pn.widgets.Button.from_param(self.param.play, color="primary", width=110),
             pn.widgets.Button.from_param(self.param.step, width=90),
             pn.widgets.Button.from_param(self.param.reset, width=80))
-        data = pn.Param(self, parameters=["dataset", "n", "noise", "train_fraction", "data_seed"],
-                        show_name=False)
-        model = pn.Param(self, parameters=["depth", "width", "activation", "shortcut", "alpha_min", "init_seed"],
-                         show_name=False)
-        train = pn.Param(self, parameters=["droppath", "drop_rate", "lr", "batch_size", "snapshot_every"],
-                         show_name=False)
-        view = pn.Param(self, parameters=["layer_range", "node_range", "normalize", "history"], show_name=False)
-        return pn.Column(buttons, self.status, self._notice,
-                         pn.Accordion(("Data", data), ("Model", model), ("Training", train), ("View", view),
-                                      active=[1, 3], sizing_mode="stretch_width"))
+        sections = [(g, pn.Param(self, parameters=names + (["history"] if g == "View" else []), show_name=False))
+                    for g, names in groups(KNOBS).items()]
+        return pn.Column(buttons, self.follower, self.notice,
+                         pn.Accordion(*sections, active=[1, 3], sizing_mode="stretch_width"),
+                         sizing_mode="stretch_width")
 
-    def __panel__(self) -> pn.viewable.Viewable:
-        return pn.Column(
-            self._live_grid.pane,
-            pn.Row(self._live_decision.pane, pn.Column(self._alpha_pane, self._downloads())),
-            self._curves_pane, self._similarity_pane)
+    def views(self) -> pn.viewable.Viewable:
+        """The grid, decision map, α chart, exports, curves and layer similarity (the served page's main area)."""
+        return self._views

@@ -7,12 +7,22 @@ from typing import Any
 
 import panel as pn
 import param
+from panel.theme import fast
 
 from lab.jobs.manager import JobManager, get_manager
 from lab.ui.data_page import DataPage
+from lab.ui.page import Page
 from lab.ui.playground import PlaygroundPage
 
-PageFactory = Callable[[JobManager], pn.viewable.Viewer]
+PageFactory = Callable[[JobManager], Page]
+
+
+class Fast(fast.Fast):
+    """Panel's Fast design without its web font, which it would fetch from a public server: the lab renders on
+    machines with no way out (an air-gapped cluster node), in the system's sans-serif. (It keeps the name
+    ``Fast``: Panel finds the design's bundled scripts under the lower-cased class name.)"""
+
+    _resources = {k: v for k, v in fast.Fast._resources.items() if k != "font"}
 
 
 def default_pages() -> dict[str, PageFactory]:
@@ -24,7 +34,7 @@ def default_pages() -> dict[str, PageFactory]:
 class LabShell(pn.viewable.Viewer):
     """Navigation + the selected page. Pages are built on first visit and kept, so runs survive navigation.
 
-    Each page is a Viewer with ``title``, ``controls()`` (shown in the sidebar) and ``__panel__`` (the main area).
+    Each page is a :class:`~lab.ui.page.Page`: ``controls()`` go to the sidebar and ``views()`` to the main area.
     """
 
     page = param.Selector(default=None, objects=[])
@@ -36,15 +46,15 @@ class LabShell(pn.viewable.Viewer):
         params.setdefault("page", next(iter(self._factories)))
         super().__init__(**params)
         self.manager = manager or get_manager()
-        self._pages: dict[str, pn.viewable.Viewer] = {}
+        self._pages: dict[str, Page] = {}
         self._nav = pn.widgets.RadioButtonGroup.from_param(self.param.page, orientation="vertical",
-                                                          button_type="primary", button_style="outline",
+                                                          color="primary", variant="outline",
                                                           sizing_mode="stretch_width", name="")
         self._controls = pn.Column(sizing_mode="stretch_width")
-        self._main = pn.Column(sizing_mode="stretch_both")
+        self.main = pn.Column(sizing_mode="stretch_both")
         self._show()
 
-    def get_page(self, name: str) -> pn.viewable.Viewer:
+    def get_page(self, name: str) -> Page:
         """The page called ``name``, built on first use."""
         if name not in self._pages:
             self._pages[name] = self._factories[name](self.manager)
@@ -54,7 +64,7 @@ class LabShell(pn.viewable.Viewer):
     def _show(self) -> None:
         page = self.get_page(self.page)
         self._controls[:] = [page.controls()]
-        self._main[:] = [page]
+        self.main[:] = [page.views()]
 
     def sidebar(self) -> list[pn.viewable.Viewable]:
         return [pn.pane.Markdown("### Pages", margin=(0, 10)), self._nav, pn.layout.Divider(), self._controls]
@@ -64,16 +74,16 @@ class LabShell(pn.viewable.Viewer):
         if pn.state.location is not None:
             pn.state.location.sync(self, {"page": "page"})
             for page in map(self.get_page, self._factories):  # each page's settings live in the URL too
-                names = getattr(page, "url_parameters", ())
-                if names:
-                    pn.state.location.sync(page, {n: n for n in names})
+                # a value the page refuses is replaced by the nearest allowed one, and the page says so
+                pn.state.location.sync(page, {n: n for n in page.url_parameters}, on_error=page.apply_url)
         if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
             session_id = pn.state.curdoc.session_context.id
             pn.state.on_session_destroyed(lambda ctx: self.manager.release_owner(session_id))
         return pn.template.FastListTemplate(
-            title="Residual Lab", sidebar=self.sidebar(), main=[self._main], accent="#0877bd",
-            header_background="#183a5a", sidebar_width=330, theme_toggle=False)
+            title="Residual Lab", sidebar=self.sidebar(), main=[self.main], accent="#0877bd",
+            header_background="#183a5a", sidebar_width=330, theme_toggle=False, design=Fast,
+            font="system-ui, sans-serif")
 
     def __panel__(self) -> pn.viewable.Viewable:
         """For notebooks: sidebar and page side by side."""
-        return pn.Row(pn.Column(*self.sidebar(), width=330), self._main, sizing_mode="stretch_width")
+        return pn.Row(pn.Column(*self.sidebar(), width=330), self.main, sizing_mode="stretch_width")

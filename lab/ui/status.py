@@ -11,7 +11,11 @@ _ALERTS = {"diverged": "danger", "failed": "danger", "stopped": "warning"}
 
 
 class JobStatus(pn.viewable.Viewer):
-    """Status line + progress bar + alert; :meth:`show` updates it from a status dict (pure param changes)."""
+    """Status line + progress bar + alert; :meth:`show` updates it from a status dict (pure param changes).
+
+    Attributes:
+        message: the status line's text. alert: the alert pane (errors, divergence, a busy manager).
+    """
 
     message = param.String(default="No run yet.")
 
@@ -20,32 +24,33 @@ class JobStatus(pn.viewable.Viewer):
         self._line = pn.pane.Markdown(self.message, margin=(0, 10), css_classes=["lab-status"])
         self._bar = pn.indicators.Progress(value=0, max=100, bar_color="primary", sizing_mode="stretch_width",
                                            height=12, margin=(0, 10))
-        self._alert = pn.pane.Alert("", alert_type="danger", visible=False, margin=(5, 10))
-        self._layout = pn.Column(self._line, self._bar, self._alert, sizing_mode="stretch_width")
+        self.alert = pn.pane.Alert("", alert_type="danger", visible=False, margin=(5, 10))
+        self._layout = pn.Column(self._line, self._bar, self.alert, sizing_mode="stretch_width")
 
-    def show(self, status: dict[str, Any]) -> None:
-        """Reflect ``status`` (a run's status.json)."""
+    def show(self, status: dict[str, Any], run: str | None = None) -> None:
+        """Reflect ``status`` (a run's status.json) of the run folder called ``run``."""
         state = status.get("state", "unknown")
         step, total = status.get("step") or 0, status.get("total_steps") or 0
         metrics = status.get("metrics") or {}
         acc = f" · test acc {metrics['test_acc']:.3f}" if "test_acc" in metrics else ""
-        self.message = f"**{state}** · step {step}" + (f" / {total}" if total else "") + acc
+        self.message = (f"**{state}** · step {step}" + (f" / {total}" if total else "") + acc
+                        + (f" · run `{run}`" if run else ""))
         self._line.object = self.message
         self._bar.value = int(100 * step / total) if total else 0
         self._bar.bar_color = {"diverged": "danger", "failed": "danger", "completed": "success"}.get(state, "primary")
         if state in _ALERTS:
             self.error(status.get("message", state), _ALERTS[state])
         else:
-            self._alert.visible = False
+            self.alert.visible = False
 
     def error(self, text: str, kind: str = "danger") -> None:
         """Show ``text`` in the alert (the server keeps running; nothing is lost)."""
-        self._alert.alert_type = kind
-        self._alert.object = text
-        self._alert.visible = True
+        self.alert.alert_type = kind
+        self.alert.object = text
+        self.alert.visible = True
 
     def clear(self) -> None:
-        self._alert.visible = False
+        self.alert.visible = False
 
     def __panel__(self) -> pn.viewable.Viewable:
         return self._layout

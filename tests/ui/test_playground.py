@@ -36,52 +36,52 @@ def test_settings_build_the_config_and_the_alpha_chart_follows(manager):
     page = small_page(manager, shortcut="linear", alpha_min=0.25)
     cfg = page.config()
     assert (cfg.model.depth, cfg.model.width, cfg.model.shortcut, cfg.model.alpha_min) == (4, 5, "linear", 0.25)
-    assert page._alpha_pipe.data.tolist() == pytest.approx(alphas("linear", 4, 0.25))
+    assert page.alpha_pipe.data.tolist() == pytest.approx(alphas("linear", 4, 0.25))
     page.param.update(depth=6, alpha_min=0.5)
-    assert page._alpha_pipe.data.tolist() == pytest.approx(alphas("linear", 6, 0.5))
-    assert page._frame["maps"].shape == (7, 5, 50, 50)  # rebuilt: a fresh frame of the new shape
+    assert page.alpha_pipe.data.tolist() == pytest.approx(alphas("linear", 6, 0.5))
+    assert page.frame["maps"].shape == (7, 5, 50, 50)  # rebuilt: a fresh frame of the new shape
     assert page.param.layer_range.bounds == (0, 7)
 
 
 def test_view_settings_redraw_without_touching_the_job(manager):
     page = small_page(manager)
-    renders = page._live_grid.full_renders
-    full_width = page._live_grid.figure.renderers[0].data_source.data["image"][0].shape[1]
+    renders = page.grid.full_renders
+    full_width = page.grid.figure.renderers[0].data_source.data["image"][0].shape[1]
     page.layer_range = (1, 3)
-    assert page._live_grid.full_renders == renders + 1
-    narrowed = page._live_grid.figure.renderers[0].data_source.data["image"][0]
+    assert page.grid.full_renders == renders + 1
+    narrowed = page.grid.figure.renderers[0].data_source.data["image"][0]
     assert narrowed.shape[1] < full_width and page.job is None
 
 
 def test_training_streams_frames_pause_step_reset(manager):
     page = small_page(manager, snapshot_every=2)
     page.param.trigger("play")
-    assert _poll_until(page, lambda: page._frame is not None and int(page._frame["step"]) >= 4)
-    first = page._live_grid.figure.renderers[0].data_source.data["image"][0].copy()
-    first_step = int(page._frame["step"])
-    assert _poll_until(page, lambda: int(page._frame["step"]) >= first_step + 6)
-    second = page._live_grid.figure.renderers[0].data_source.data["image"][0]
+    assert _poll_until(page, lambda: page.frame is not None and int(page.frame["step"]) >= 4)
+    first = page.grid.figure.renderers[0].data_source.data["image"][0].copy()
+    first_step = int(page.frame["step"])
+    assert _poll_until(page, lambda: int(page.frame["step"]) >= first_step + 6)
+    second = page.grid.figure.renderers[0].data_source.data["image"][0]
     assert not np.array_equal(first, second)  # the grid changed between two frames
-    assert page._live_grid.full_renders == 1  # ... by updating the one figure in place
+    assert page.grid.full_renders == 1  # ... by updating the one figure in place
     page.param.trigger("play")  # pause
     assert _poll_until(page, lambda: page.job.status()["state"] == "paused")
     step = page.job.status()["step"]
     page.param.trigger("step")
     assert _poll_until(page, lambda: page.job.status()["step"] == step + 1 and
                        page.job.status()["state"] == "paused")
-    assert page.history == len(page._history_steps) - 1 > 0
+    assert page.history == len(page.history_steps) - 1 > 0
     page.depth = 5  # a training setting while a run is in progress asks first
-    assert page._notice.visible and "Reset" in page._notice.object and page.job.is_alive()
+    assert page.notice.visible and "Reset" in page.notice.object and page.job.is_alive()
     job = page.job
     page.param.trigger("reset")
-    assert not job.is_alive() and page.job is None and page._frame["maps"].shape[0] == 6
+    assert not job.is_alive() and page.job is None and page.frame["maps"].shape[0] == 6
 
 
 def test_busy_manager_is_reported(manager):
     other = manager.start_thread(small_page(manager).config(), paused=True)
     page = small_page(manager)
     page.param.trigger("play")
-    assert page.job is None and "busy: 1 of 1" in page.status._alert.object
+    assert page.job is None and "busy: 1 of 1" in page.follower.status.alert.object
     other.stop()
 
 
@@ -103,4 +103,4 @@ def test_diverged_banner_keeps_message():
     status = JobStatus()
     status.show({"state": "diverged", "message": "training diverged at step 7: loss is nan.", "step": 7,
                  "total_steps": 100})
-    assert status._alert.visible and "step 7" in status._alert.object and status._alert.alert_type == "danger"
+    assert status.alert.visible and "step 7" in status.alert.object and status.alert.alert_type == "danger"

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import shutil
+import logging
 import urllib.request
 from pathlib import Path
 
@@ -12,35 +11,19 @@ import pytest
 from lab.jobs.manager import JobManager
 from lab.ui.serve import serving
 from lab.ui.shell import LabShell
+from tests.ui.browser import JS_HAS_TEXT, JS_PLOTS, browser_page, needs_chromium, plots_off_their_data
 
 pytestmark = pytest.mark.ui
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 APPS = Path(__file__).resolve().parents[2] / "apps" / "main.py"
-JS_HAS_TEXT = """(needle) => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
-    if (typeof m.text === 'string' && m.text.includes(needle)) return true; return false; }"""
-
-
-@contextlib.contextmanager
-def browser_page(width: int = 1500, height: int = 1100):
-    """A page of Debian's Chromium driven by Playwright, and the list its console and page errors go to."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        page = browser.new_page(viewport={"width": width, "height": height})
-        errors: list[str] = []
-        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        try:
-            yield page, errors
-        finally:
-            browser.close()
 
 
 @pytest.fixture
-def server(tmp_path, monkeypatch):
-    """The real apps/main.py served by pn.serve on a free port of 127.0.0.1, with its own runs folder."""
+def server(tmp_path, monkeypatch, caplog):
+    """The real apps/main.py served by pn.serve on a free port of 127.0.0.1, with its own runs folder.
+
+    On teardown the server's log must hold no Bokeh validation message (``E-1xxx`` errors, ``W-1xxx`` warnings).
+    """
+    caplog.set_level(logging.WARNING, logger="bokeh")
     monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "runs"))
     import lab.jobs.manager as manager_module
 
@@ -48,7 +31,8 @@ def server(tmp_path, monkeypatch):
     with serving({"apps": str(APPS)}) as url:
         yield url
     manager_module._MANAGER.shutdown()
-
+    validation = [r.getMessage() for r in caplog.records if r.name.startswith("bokeh.core.validation")]
+    assert not validation, validation
 
 
 def test_serve_answers_on_apps(server):
@@ -65,10 +49,10 @@ def test_shell_served_by_object_on_port_zero(tmp_path):
         assert response.status == 200 and "Residual Lab" in response.read().decode()
 
 
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
+@needs_chromium
 def test_browser_trains_and_sees_the_decision_boundary(server):
     url = server
-    with browser_page() as (page, errors):
+    with browser_page() as (page, seen):
         page.goto(f"{url}/apps?page=Data&steps=60&n=1000", timeout=60_000)
         # the session is live once the URL's settings reached the server and came back drawn (n=1000 → 800 train)
         page.wait_for_function(JS_HAS_TEXT, arg="spiral: 800 train", timeout=120_000)
@@ -77,8 +61,7 @@ def test_browser_trains_and_sees_the_decision_boundary(server):
         page.wait_for_function(JS_HAS_TEXT, arg="step 60 / 60", timeout=300_000)
         page.wait_for_function(JS_HAS_TEXT, arg="Decision boundary at step 60", timeout=60_000)
         assert page.evaluate(JS_HAS_TEXT, "completed")
-    # the browser may fail to fetch fonts from the closed network; nothing else may error
-    assert not [e for e in errors if "ERR_NAME_NOT_RESOLVED" not in e and "Failed to load resource" not in e], errors
+    assert not seen.errors and not seen.external, seen
 
 
 JS_GRIDS = """() => { const out = []; for (const doc of Bokeh.documents) for (const m of doc.all_models) {
@@ -97,10 +80,10 @@ def _wait(page, predicate: str, arg=None, timeout: float = 60_000):
         grids = ({JS_GRIDS})(); return ({predicate})(alpha, title, grids, arg); }}""", arg=arg, timeout=timeout)
 
 
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
+@needs_chromium
 def test_browser_playground_trains_live_and_follows_sliders(server):
     url = server
-    with browser_page() as (page, errors):
+    with browser_page() as (page, seen):
         # settings come from the URL query
         page.goto(f"{url}/apps?page=Playground&depth=6&width=6&shortcut=linear&alpha_min=0.5", timeout=60_000)
         _wait(page, "(alpha, title, grids) => alpha && grids.length > 0")
@@ -125,4 +108,56 @@ def test_browser_playground_trains_live_and_follows_sliders(server):
         _wait(page, "(alpha, title, grids, g) => grids.some(x => x.id === g.id && x.hash !== g.hash)", grid,
               timeout=120_000)
         page.get_by_role("button", name="Start / pause").click()
-    assert not [e for e in errors if "ERR_NAME_NOT_RESOLVED" not in e and "Failed to load resource" not in e], errors
+    assert not seen.errors and not seen.external, seen
+
+
+JS_CURVE_POINTS = """() => { let n = 0; for (const doc of Bokeh.documents) for (const m of doc.all_models)
+    if (m.name === "loss:loss") n = m.get_length(); return n; }"""
+
+
+def _plots(page) -> list[dict]:
+    return page.evaluate(JS_PLOTS)
+
+
+@needs_chromium
+def test_every_plot_of_every_page_shows_its_data(server):
+    """Ranges that miss their data draw an empty plot without any error: read each plot's ranges and data."""
+    url = server
+    with browser_page() as (page, seen):
+        page.goto(f"{url}/apps?page=Playground&depth=8&width=8&snapshot_every=5", timeout=60_000)
+        page.wait_for_function(JS_HAS_TEXT, arg="step 0", timeout=120_000)
+        page.get_by_text("Layer similarity").click()  # open the similarity view: its heatmaps are computed
+        page.get_by_role("button", name="Start / pause").click()
+        page.wait_for_function(f"() => ({JS_CURVE_POINTS})() >= 20", timeout=180_000)  # 100 steps logged
+        plots = _plots(page)
+        titles = {p["title"] for p in plots}
+        assert {"Loss", "Accuracy", "α per block", "Euclidean distance", "linear CKA"} <= titles, titles
+        assert any(t.startswith("step ") for t in titles) and any(t.startswith("Decision boundary") for t in titles)
+        loss = next(p for p in plots if p["title"] == "Loss")
+        assert loss["x"]["hi"] >= 95  # the curve reaches the steps trained so far
+        assert not plots_off_their_data(plots), plots_off_their_data(plots)
+        page.get_by_role("button", name="Start / pause").click()
+
+        page.goto(f"{url}/apps?page=Data&n=1000&steps=100", timeout=60_000)
+        page.wait_for_function(JS_HAS_TEXT, arg="spiral: 800 train", timeout=120_000)
+        page.get_by_role("button", name="Train the default model").click()
+        page.wait_for_function(JS_HAS_TEXT, arg="step 100 / 100", timeout=300_000)
+        page.wait_for_function(f"() => ({JS_CURVE_POINTS})() >= 10", timeout=60_000)
+        plots = _plots(page)
+        assert {"Loss", "Accuracy"} <= {p["title"] for p in plots}
+        assert not plots_off_their_data(plots), plots_off_their_data(plots)
+    assert not seen.errors and not seen.external, seen
+
+
+@needs_chromium
+def test_out_of_range_url_settings_are_named_and_clamped(server):
+    url = server
+    with browser_page() as (page, seen):
+        page.goto(f"{url}/apps?page=Playground&depth=99999&alpha_min=5", timeout=60_000)
+        page.wait_for_function(JS_HAS_TEXT, arg="depth=99999", timeout=120_000)
+        text = page.evaluate("""() => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
+            if (typeof m.text === 'string' && m.text.includes('depth=99999')) return m.text; return ''; }""")
+        assert "depth must be in [1, 64]; using 64" in text and "alpha_min must be in [0.0, 1.0]; using 1.0" in text
+        page.wait_for_function(JS_HAS_TEXT, arg="step 0", timeout=60_000)
+        assert "depth=64" in page.url  # the URL now carries the value in use
+    assert not seen.errors and not seen.external, seen

@@ -17,17 +17,17 @@ def test_shell_builds_and_navigates(manager):
     shell = LabShell(manager=manager)
     assert shell.page == "Playground" and list(shell.param.page.objects) == ["Playground", "Data"]
     shell.page = "Data"
-    assert isinstance(shell.get_page("Data"), DataPage) and len(shell._main) == 1
+    assert isinstance(shell.get_page("Data"), DataPage) and len(shell.main) == 1
     assert isinstance(shell.template(), pn.template.FastListTemplate)
     assert isinstance(shell.__panel__(), pn.Row)
 
 
 def test_data_page_draws_the_chosen_set(manager):
     page = DataPage(manager=manager)
-    first = page._data_pane.object
+    first = page.data_pane.object
     page.param.update(dataset="xor", n=300, noise=0.2)
-    assert page._data_pane.object is not first
-    assert "xor: 240 train" in page._data_pane.object.opts.get().kwargs["title"]
+    assert page.data_pane.object is not first
+    assert "xor: 240 train" in page.data_pane.object.opts.get().kwargs["title"]
     cfg = page.config()
     assert (cfg.data.name, cfg.data.n, cfg.data.noise, cfg.train.max_steps) == ("xor", 300, 0.2, 400)
     assert (cfg.model.depth, cfg.model.width) == (32, 32)  # the lab default model
@@ -40,14 +40,15 @@ def test_train_button_runs_in_background_and_shows_result(manager):
     page.job.wait(60)
     page.poll()
     assert page.job.status()["state"] == "completed"
-    assert "completed" in page.status.message and "step 30 / 30" in page.status.message
-    assert page._decision.figure.title.text == "Decision boundary at step 30" and page._curves_pane.object is not None
+    assert "completed" in page.follower.status.message and "step 30 / 30" in page.follower.status.message
+    assert page.decision.figure.title.text == "Decision boundary at step 30"
+    assert page.curves.points()["eval:test_acc"] > 0
 
 
 def test_busy_manager_and_second_click_are_reported(manager):
     other = manager.start_thread(DataPage(manager=manager).config(), paused=True)
     page = DataPage(manager=manager, n=400, steps=30)
     page.param.trigger("train")
-    assert page.job is None and page.status._alert.visible
-    assert "busy: 1 of 1" in page.status._alert.object
+    assert page.job is None and page.follower.status.alert.visible
+    assert "busy: 1 of 1" in page.follower.status.alert.object
     other.stop()

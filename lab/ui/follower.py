@@ -1,0 +1,209 @@
+"""Follow one job from a page: start it, poll it, hand new metrics and snapshots to the page's views.
+
+Every page that trains uses one :class:`JobFollower`; it is the only place that polls a job. Its periodic callback
+runs in a ``panel serve`` session (the session's own thread) and in a Jupyter kernel (the kernel's event loop) the
+same way, and after each poll that changed something it pushes the changes to notebook outputs (a browser served
+by ``panel serve`` gets them through the session's websocket without help).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import panel as pn
+import param
+from panel.io.notebook import push_notebook
+
+from lab.config import ConfigError, ExperimentConfig
+from lab.jobs.job import Job
+from lab.jobs.manager import JobManager, ManagerBusy, get_manager
+from lab.ui.status import JobStatus
+
+SnapshotHandler = Callable[[dict[str, np.ndarray]], None]
+MetricsHandler = Callable[[list[dict[str, Any]]], None]
+
+
+def session_id() -> str | None:
+    """The id of the browser session running this code (None in a notebook or a plain script)."""
+    doc = pn.state.curdoc
+    context = getattr(doc, "session_context", None) if doc is not None else None
+    return getattr(context, "id", None)
+
+
+class JobFollower(pn.viewable.Viewer):
+    """Start and follow one job at a time; shows its status line, progress bar and alerts.
+
+    Pages register what they draw with :meth:`on_snapshot` and :meth:`on_metrics`; handlers run on the thread
+    that owns the page (never on the training thread) and only when something new arrived.
+
+    Args:
+        manager: the job manager that starts jobs (bounded, owned by the browser session).
+        views: Panel objects whose notebook outputs get pushed after a poll that changed something.
+    """
+
+    period = param.Integer(default=250, bounds=(50, 10_000), doc="milliseconds between polls")
+
+    def __init__(self, manager: JobManager | None = None, views: Iterable[pn.viewable.Viewable] = (),
+                 **params: Any) -> None:
+        super().__init__(**params)
+        self.manager = manager or get_manager()
+        self.status = JobStatus()
+        self.job: Job | None = None
+        self.records: list[dict[str, Any]] = []  # every metric record of the followed run so far
+        self.versions: dict[str, int] = {}  # newest snapshot version handed to the page, per kind
+        self.polls = 0
+        self._views = [self.status, *views]
+        self._snapshot_handlers: list[tuple[str, SnapshotHandler]] = []
+        self._metrics_handlers: list[MetricsHandler] = []
+        self._wanted: set[str] = set()
+        self._cursor = 0
+        self._callback = None
+        self._finalizer: weakref.finalize | None = None
+
+    # -- what the page draws ----------------------------------------------------------------------------------
+    def on_snapshot(self, kind: str, handler: SnapshotHandler) -> None:
+        """Call ``handler(payload)`` with each new snapshot of ``kind``."""
+        self._snapshot_handlers.append((kind, handler))
+
+    def on_metrics(self, handler: MetricsHandler) -> None:
+        """Call ``handler(new_records)`` with the metric records that arrived since the last poll."""
+        self._metrics_handlers.append(handler)
+
+    def want(self, kind: str, on: bool = True) -> None:
+        """Ask the job for the next frame of the on-demand ``kind`` after every poll (or stop asking)."""
+        (self._wanted.add if on else self._wanted.discard)(kind)
+
+    def add_views(self, *views: pn.viewable.Viewable) -> None:
+        """More objects whose notebook outputs are pushed after a changing poll."""
+        self._views.extend(views)
+
+    # -- the job ----------------------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        """Whether the followed job is alive (training, paused or queued)."""
+        return self.job is not None and self.job.is_alive()
+
+    def start(self, cfg: ExperimentConfig, **job_kwargs: Any) -> Job | None:
+        """Start ``cfg`` in a thread job owned by this browser session and follow it.
+
+        Returns the job, or None when it could not start (the manager is busy or the config invalid); the
+        reason is shown in the status alert and nothing else changes.
+        """
+        try:
+            job = self.manager.start_thread(cfg, owner=session_id(), **job_kwargs)
+        except (ManagerBusy, ConfigError, ValueError) as err:
+            self.status.error(str(err), "warning" if isinstance(err, ManagerBusy) else "danger")
+            return None
+        self.follow(job)
+        return job
+
+    def follow(self, job: Job) -> None:
+        """Follow ``job`` from its first record; a job followed before is left running."""
+        self.job = job
+        self.records, self.versions, self._cursor = [], {}, 0
+        self.status.clear()
+        # a page that is thrown away (a notebook cell run again) does not leave its job training
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        self._finalizer = weakref.finalize(self, _stop_quietly, job)
+        self._ensure_polling()
+
+    def stop(self) -> None:
+        """Stop the followed job (its run folder stays on disk) and show its final state."""
+        if self.job is not None:
+            self.job.stop()
+            self.poll()
+
+    def forget(self) -> None:
+        """Stop the job and drop it: the page is back to no run."""
+        self.stop()
+        self.job = None
+        self._stop_polling()
+        self.status.show({"state": "ready", "step": 0})
+
+    # -- polling ----------------------------------------------------------------------------------------------
+    def _ensure_polling(self) -> None:
+        if self._callback is None and _can_schedule():
+            tick = _weak_tick(self)
+            self._callback = tick.callback = pn.state.add_periodic_callback(tick, period=self.period)
+
+    def _stop_polling(self) -> None:
+        if self._callback is not None:
+            self._callback.stop()
+            self._callback = None
+
+    def poll(self) -> bool:
+        """Pull status, new metrics and new snapshots from the job; returns whether anything changed."""
+        job = self.job
+        if job is None:
+            return False
+        self.polls += 1
+        changed = False
+        status = job.status()
+        self.status.show(status, run=job.run.id)
+        new, self._cursor = job.metrics_since(self._cursor)
+        if new:
+            self.records.extend(new)
+            for handler in self._metrics_handlers:
+                handler(new)
+            changed = True
+        for kind, handler in self._snapshot_handlers:
+            latest = job.latest(kind)
+            if latest is not None and latest[0] != self.versions.get(kind):
+                self.versions[kind] = latest[0]
+                handler(latest[1])
+                changed = True
+        alive = job.is_alive()
+        for kind in self._wanted:
+            job.request(kind)  # the last frame is drawn: the job may build the next one
+        if not alive:
+            self._stop_polling()
+        self._push()
+        return changed
+
+    def _push(self) -> None:
+        """Send pending model changes to every notebook output showing these views (no-op when served)."""
+        for view in self._views:
+            obj = view.__panel__() if isinstance(view, pn.viewable.Viewer) else view
+            push_notebook(obj)
+
+    def __panel__(self) -> pn.viewable.Viewable:
+        return self.status
+
+
+def _can_schedule() -> bool:
+    """Whether a periodic callback can run here: in a served session, or on a running event loop (a kernel).
+
+    Elsewhere (a plain script, a test) nothing would call it; the owner polls by hand with :meth:`poll`.
+    """
+    if session_id() is not None:
+        return True
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _weak_tick(follower: JobFollower) -> Callable[[], None]:
+    """A poll callback that does not keep the follower (and its page) alive; it ends once they are gone."""
+    ref = weakref.ref(follower)
+
+    def tick() -> None:
+        f = ref()
+        if f is not None:
+            f.poll()
+        elif tick.callback is not None:
+            tick.callback.stop()
+
+    tick.callback = None
+    return tick
+
+
+def _stop_quietly(job: Job) -> None:
+    if job.is_alive():
+        job.stop(timeout=0)

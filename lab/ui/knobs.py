@@ -1,0 +1,114 @@
+"""A page's settings in one table: each knob's parameter (default, bounds, doc), sidebar group, and config key.
+
+The table drives everything a setting touches: the page's parameters and their bounds, the sidebar groups, the
+names in the URL query, the experiment config the page trains, and whether changing it means a new model
+(training settings) or only a redraw (view settings). A value from the URL that the bounds refuse is not dropped
+silently: :func:`apply_url_values` uses the nearest allowed value and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import param
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One setting of a page.
+
+    Attributes:
+        parameter: the ``param`` parameter (default, bounds or choices, doc, label).
+        group: the sidebar section it is shown in.
+        key: the dotted config key it sets (``"model.depth"``), or None when it sets none.
+        training: whether a change needs a new model (else it only redraws).
+        to_config: maps ``(value, page)`` to the config value (default: the value itself).
+    """
+
+    parameter: param.Parameter
+    group: str
+    key: str | None = None
+    training: bool = True
+    to_config: Callable[[Any, Any], Any] | None = None
+
+
+def knob_class(name: str, knobs: Mapping[str, Knob], base: type) -> type:
+    """A subclass of ``base`` declaring one parameter per knob (pages derive from it)."""
+    return type(name, (base,), {n: k.parameter for n, k in knobs.items()})
+
+
+def groups(knobs: Mapping[str, Knob]) -> dict[str, list[str]]:
+    """Knob names by sidebar group, in table order."""
+    out: dict[str, list[str]] = {}
+    for n, k in knobs.items():
+        out.setdefault(k.group, []).append(n)
+    return out
+
+
+def training_names(knobs: Mapping[str, Knob]) -> tuple[str, ...]:
+    return tuple(n for n, k in knobs.items() if k.training)
+
+
+def view_names(knobs: Mapping[str, Knob]) -> tuple[str, ...]:
+    return tuple(n for n, k in knobs.items() if not k.training)
+
+
+def config_overrides(page: param.Parameterized, knobs: Mapping[str, Knob]) -> dict[str, Any]:
+    """``{config key: value}`` of every knob that sets one, read from ``page``."""
+    out = {}
+    for n, k in knobs.items():
+        if k.key is not None:
+            value = getattr(page, n)
+            out[k.key] = k.to_config(value, page) if k.to_config else value
+    return out
+
+
+def nearest_allowed(p: param.Parameter, value: Any) -> Any:
+    """The value ``p`` accepts that is closest to ``value`` (its default when nothing is closer)."""
+    if isinstance(p, param.Selector):
+        return value if value in p.objects else p.default
+    if isinstance(p, param.Range):
+        lo, hi = p.bounds or (None, None)
+        try:
+            a, b = (float(v) for v in value)
+        except (TypeError, ValueError):
+            return p.default
+        a, b = (min(max(v, lo), hi) if lo is not None else v for v in (a, b))
+        return (type(p.default[0])(a), type(p.default[1])(b)) if a < b else p.default
+    if isinstance(p, param.Number):
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            return p.default
+        if v != v:  # NaN
+            return p.default
+        lo, hi = p.bounds or (None, None)
+        v = v if lo is None else max(v, lo)
+        v = v if hi is None else min(v, hi)
+        return int(round(v)) if isinstance(p, param.Integer) else v
+    return p.default
+
+
+def _allowed(p: param.Parameter) -> str:
+    if isinstance(p, param.Selector):
+        return "one of " + ", ".join(map(str, p.objects))
+    if getattr(p, "bounds", None):
+        return f"in [{p.bounds[0]}, {p.bounds[1]}]"
+    return "valid"
+
+
+def apply_url_values(page: param.Parameterized, values: Mapping[str, Any]) -> dict[str, str]:
+    """Set ``values`` (from the URL query) on ``page`` one by one; a refused value is replaced by the nearest
+    allowed one. Returns, per replaced value, a notice naming the field, the allowed range and the value used."""
+    notices = {}
+    for name, value in values.items():
+        try:
+            setattr(page, name, value)
+        except Exception:  # param raises ValueError or TypeError for out-of-range or ill-typed values
+            p = page.param[name]
+            used = nearest_allowed(p, value)
+            setattr(page, name, used)
+            notices[name] = f"`{name}={value}`: {name} must be {_allowed(p)}; using {used}."
+    return notices

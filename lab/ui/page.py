@@ -1,0 +1,72 @@
+"""What every page of the lab shares: settings from a knob table, a notice, one job follower, and one layout that
+is the served page's sidebar and main area or, as a notebook cell's value, the whole page."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+import panel as pn
+
+from lab.jobs.job import Job
+from lab.jobs.manager import JobManager
+from lab.ui.follower import JobFollower
+from lab.ui.knobs import Knob, apply_url_values
+
+
+class Page(pn.viewable.Viewer):
+    """Base of the lab's pages. Subclasses declare their parameters from ``knobs`` (:func:`~lab.ui.knobs.
+    knob_class`) and implement :meth:`controls` and :meth:`views`.
+
+    Attributes:
+        follower: starts and follows the page's job (status line, progress bar, alerts).
+        notice: a message about the page's settings (out of range, changed while training).
+    """
+
+    title: ClassVar[str] = ""
+    knobs: ClassVar[dict[str, Knob]] = {}
+
+    def __init__(self, manager: JobManager | None = None, **params: Any) -> None:
+        super().__init__(**params)
+        self.notice = pn.pane.Alert("", alert_type="info", visible=False, margin=(5, 10))
+        self.follower = JobFollower(manager, views=[self.notice])
+
+    @property
+    def url_parameters(self) -> tuple[str, ...]:
+        """The settings the served page keeps in its URL query."""
+        return tuple(self.knobs)
+
+    @property
+    def job(self) -> Job | None:
+        """The job this page follows (None before the first run)."""
+        return self.follower.job
+
+    def say(self, kind: str, text: str) -> None:
+        """Show ``text`` in the notice (``kind``: info, warning or danger)."""
+        self.notice.object, self.notice.alert_type, self.notice.visible = text, kind, True
+
+    def apply_url(self, values: dict[str, Any]) -> None:
+        """Apply settings from the URL query; a refused value is replaced by the nearest allowed one, with a
+        notice naming the field, the allowed range and the value used."""
+        notices = apply_url_values(self, values)
+        if not notices:
+            return
+        self.say("warning", "Some URL settings were out of range:\n\n" + "\n".join(f"- {n}" for n in notices.values()))
+        if pn.state.location is not None:  # the address bar shows the values in use
+            used = {n: self.param[n].serialize(getattr(self, n)) for n in notices}
+            pn.state.location.update_query(**{n: v if isinstance(v, str) else json.dumps(v) for n, v in used.items()})
+
+    def poll(self) -> bool:
+        """Pull what is new from the job and redraw it (the periodic callback does this; tests may too)."""
+        return self.follower.poll()
+
+    def controls(self) -> pn.viewable.Viewable:
+        """Buttons, status and settings: the served page's sidebar."""
+        raise NotImplementedError
+
+    def views(self) -> pn.viewable.Viewable:
+        """Everything the page draws: the served page's main area (built once; updated in place)."""
+        raise NotImplementedError
+
+    def __panel__(self) -> pn.viewable.Viewable:
+        return pn.Row(pn.Column(self.controls(), width=330), self.views())

@@ -1,0 +1,113 @@
+"""Debian's Chromium driven by Playwright, for the browser tests: console and page errors and every request that
+would leave the machine are recorded; and the JavaScript that reads a page's Bokeh documents."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "[::1]", "::1"}
+
+
+@dataclass
+class Seen:
+    """What the browser reported while a test drove it."""
+
+    errors: list[str] = field(default_factory=list)  # console errors and uncaught page errors
+    external: list[str] = field(default_factory=list)  # requests to any host but this machine
+
+
+@contextlib.contextmanager
+def browser_page(width: int = 1500, height: int = 1100) -> Iterator[tuple[object, Seen]]:
+    """A Chromium page and what it reported; requests to other hosts are recorded *and* aborted, so a page
+    that needs the network fails here as it would on an air-gapped machine."""
+    from playwright.sync_api import sync_playwright
+
+    seen = Seen()
+
+    def route(r) -> None:
+        url = r.request.url
+        if url.startswith(("data:", "blob:", "about:")) or urlparse(url).hostname in LOCAL_HOSTS:
+            r.continue_()
+        else:
+            seen.external.append(url)
+            r.abort()
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": width, "height": height})
+        page.route("**/*", route)
+        page.on("console", lambda m: seen.errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: seen.errors.append(str(e)))
+        try:
+            yield page, seen
+        finally:
+            browser.close()
+
+
+JS_HAS_TEXT = """(needle) => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
+    if (typeof m.text === 'string' && m.text.includes(needle)) return true; return false; }"""
+
+# Every plot of every Bokeh document: its title, x/y ranges and the extent of the data its visible glyphs draw.
+JS_PLOTS = """() => {
+  const X = ["x", "x0", "x1", "left", "right"], Y = ["y", "y0", "y1", "top", "bottom"];
+  const values = (g, src, name) => {
+    const p = g.properties[name]; if (!p) return [];
+    const spec = p.get_value(); if (spec == null) return [];
+    if (typeof spec === "number") return [spec];
+    if (spec.value !== undefined) return typeof spec.value === "number" ? [spec.value] : [];
+    const col = src.data[spec.field]; if (!col) return [];
+    return Array.from(col, Number);
+  };
+  const extent = (arr) => { let lo = Infinity, hi = -Infinity, n = 0;
+    for (const v of arr) if (Number.isFinite(v)) { lo = Math.min(lo, v); hi = Math.max(hi, v); n++; }
+    return {lo, hi, n}; };
+  const out = [];
+  for (const doc of Bokeh.documents) for (const m of doc.all_models) {
+    if (m.renderers === undefined || m.x_range === undefined || m.y_range === undefined) continue;
+    let xs = [], ys = [], points = 0;
+    for (const r of m.renderers) {
+      if (!r.glyph || !r.data_source || !r.visible) continue;
+      const g = r.glyph, src = r.data_source;
+      let gx = [], gy = [];
+      for (const n of X) gx = gx.concat(values(g, src, n));
+      for (const n of Y) gy = gy.concat(values(g, src, n));
+      if (g.type === "Image" || g.type === "ImageRGBA") {
+        const x = values(g, src, "x"), y = values(g, src, "y"), dw = values(g, src, "dw"), dh = values(g, src, "dh");
+        gx = gx.concat(x.map((v, i) => v + dw[i])); gy = gy.concat(y.map((v, i) => v + dh[i]));
+      }
+      points += src.get_length() || 0;
+      xs = xs.concat(gx); ys = ys.concat(gy);
+    }
+    const ylog = m.y_scale && m.y_scale.type === "LogScale";
+    out.push({title: m.title ? m.title.text : "", points,
+              x: extent(xs), y: extent(ylog ? ys.filter(v => v > 0) : ys),
+              xr: [m.x_range.start, m.x_range.end], yr: [m.y_range.start, m.y_range.end]});
+  }
+  return out; }"""
+
+
+def plots_off_their_data(plots: list[dict], rel_tol: float = 0.005) -> list[str]:
+    """Why each plot that cannot show its data fails: no data at all, or data outside its ranges."""
+    problems = []
+    for p in plots:
+        name = p["title"] or "untitled plot"
+        if p["points"] == 0 or p["x"]["n"] == 0 or p["y"]["n"] == 0:
+            problems.append(f"{name}: no data")
+            continue
+        for axis, rng in (("x", p["xr"]), ("y", p["yr"])):
+            lo, hi = min(rng), max(rng)
+            tol = rel_tol * (hi - lo)
+            if p[axis]["lo"] < lo - tol or p[axis]["hi"] > hi + tol:
+                problems.append(f"{name}: {axis} data [{p[axis]['lo']:.4g}, {p[axis]['hi']:.4g}] outside its range "
+                                f"[{lo:.4g}, {hi:.4g}]")
+    return problems
