@@ -46,10 +46,18 @@ def _block(model: nn.Module, i: int) -> nn.Module:
 def eval_mode(model: nn.Module) -> Iterator[None]:
     """Evaluation mode inside the ``with``; every module's own training flag is restored afterwards.
 
+    Covers the model's modules and those of the blocks its ``iter_blocks`` yields: an adapter (a timm model seen
+    block by block) may hand out block views that live outside ``model.modules()``, and an analysis must see
+    them in eval mode too (BatchNorm running statistics, no drop path). Mixed flags survive.
+
     Flags are set directly rather than through ``train()``/``eval()``, which walk the module tree through
     ``nn.Module.__setattr__`` and cost about 5 ms per call on the 32-block MLP, a fifth of a live snapshot.
     """
     modules = list(model.modules())
+    if hasattr(model, "iter_blocks"):
+        seen = {id(m) for m in modules}
+        for _, block in model.iter_blocks():
+            modules += [m for m in block.modules() if id(m) not in seen and not seen.add(id(m))]
     flags = [m.training for m in modules]
     try:
         for m in modules:

@@ -1,5 +1,6 @@
 import pytest
 import torch
+from torch import nn
 
 from lab.nn import ResidualMLP
 from lab.probe import block_function, branch_function, capture, eval_mode, iter_blocks
@@ -71,3 +72,23 @@ def test_eval_mode_restores_every_modules_own_flag():
     with pytest.raises(RuntimeError), eval_mode(model):
         raise RuntimeError
     assert model.blocks[0].training
+
+
+def test_eval_mode_reaches_block_views_outside_the_module_tree():
+    """An adapter may hand out block views that are not its submodules; analyses need them in eval mode too."""
+
+    class Adapter(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = nn.Linear(2, 2)
+            self._views = [nn.Sequential(nn.BatchNorm1d(2), nn.Dropout(0.5))]  # a plain list: not registered
+
+        def iter_blocks(self):
+            return iter([("blocks.0", v) for v in self._views])
+
+    model = Adapter().train()
+    view = model._views[0].train()
+    view[1].eval()  # a mixed flag inside the view survives
+    with eval_mode(model):
+        assert not model.training and not any(m.training for m in view.modules())
+    assert model.training and view.training and view[0].training and not view[1].training

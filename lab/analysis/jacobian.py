@@ -26,8 +26,7 @@ products are batched ``jvp`` / ``vjp`` calls, for :func:`~lab.analysis.svd.rando
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -35,27 +34,11 @@ from torch.func import jacfwd, jvp, vjp, vmap
 
 from lab.analysis.alignment import SVDTriplet, jacobian_svds
 from lab.analysis.svd import LinearOperator
-from lab.probe import iter_blocks
+from lab.probe import eval_mode, iter_blocks
 
 __all__ = ["block_jacobians", "block_svds", "jacobian_operator", "residual_jacobians"]
 
 _CHUNK_ELEMENTS = 2**24  # auto chunk: about 64 MB of float32 Jacobian entries per vmapped batch
-
-
-@contextlib.contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
-    """Put every module in eval mode; restore each module's own flag on exit (mixed flags survive)."""
-    flags = [(m, m.training) for m in model.modules()]
-    blocks = [b for _, b in iter_blocks(model)]  # adapter views may live outside model.modules()
-    flags += [(m, m.training) for b in blocks for m in b.modules()]
-    try:
-        model.eval()
-        for b in blocks:
-            b.eval()
-        yield
-    finally:
-        for m, flag in flags:
-            m.training = flag
 
 
 def _as_batch(x: Tensor) -> tuple[Tensor, bool]:
@@ -116,7 +99,7 @@ def residual_jacobians(model: nn.Module, x: Tensor, *, blocks: Sequence[int] | N
     xb, single = _as_batch(x)
     named = [b for _, b in iter_blocks(model)]
     idx = _select(len(named), blocks)
-    with _eval_mode(model):
+    with eval_mode(model):
         first = _states(model, xb[:1])
         shapes = {i: (_skip(named[i], first[i]).numel(), first[i].numel()) for i in idx}
         d_out, d_in = shapes[idx[0]]
@@ -156,7 +139,7 @@ def jacobian_operator(model: nn.Module, x: Tensor, i: int) -> LinearOperator:
     named = [b for _, b in iter_blocks(model)]
     (i,) = _select(len(named), [i])
     block = named[i]
-    with _eval_mode(model):
+    with eval_mode(model):
         h = _states(model, xb)[i][0]
         with torch.no_grad():
             skip = _skip(block, h[None])[0]
@@ -167,7 +150,7 @@ def jacobian_operator(model: nn.Module, x: Tensor, i: int) -> LinearOperator:
 
     def matmat(X: Tensor) -> Tensor:  # [D_in, k] -> [D_out, k]
         tangents = X.mT.reshape(-1, *in_shape)
-        with _eval_mode(model), torch.no_grad():
+        with eval_mode(model), torch.no_grad():
             Y = vmap(lambda t: jvp(lambda v: fn(v, skip), (h,), (t,))[1])(tangents)
         return Y.reshape(len(Y), -1).mT
 
@@ -192,7 +175,7 @@ def block_jacobians(model: nn.Module, x: Tensor, *, blocks: Sequence[int] | None
         raise ValueError(f"block_jacobians takes one input; got a batch of {len(xb)}")
     named = [b for _, b in iter_blocks(model)]
     idx = _select(len(named), blocks)
-    with _eval_mode(model):
+    with eval_mode(model):
         states = _states(model, xb)
         dims = [max(states[i][0].numel(), _skip(named[i], states[i][:1]).numel()) for i in idx]
     return [residual_jacobians(model, xb, blocks=[i])[0] if d <= dense_max_dim else jacobian_operator(model, xb, i)
