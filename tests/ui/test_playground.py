@@ -104,3 +104,22 @@ def test_diverged_banner_keeps_message():
     status.show({"state": "diverged", "message": "training diverged at step 7: loss is nan.", "step": 7,
                  "total_steps": 100})
     assert status.alert.visible and "step 7" in status.alert.object and status.alert.alert_type == "danger"
+
+
+def test_out_of_range_url_values_are_clamped_and_named(manager):
+    page = small_page(manager)
+    page.apply_url({"depth": 99999, "alpha_min": 5, "shortcut": "linear"})
+    assert (page.depth, page.alpha_min, page.shortcut) == (64, 1.0, "linear")
+    assert page.notice.visible and page.notice.alert_type == "warning"
+    assert "depth must be in [1, 64]; using 64" in page.notice.object
+    assert "alpha_min must be in [0.0, 1.0]; using 1.0" in page.notice.object
+    assert page.frame["maps"].shape[0] == 65  # the model was rebuilt at the value in use
+
+
+def test_curves_and_status_follow_the_run(manager):
+    page = small_page(manager, snapshot_every=2)
+    page.param.trigger("play")
+    assert _poll_until(page, lambda: page.curves.points()["eval:test_acc"] >= 2)
+    assert page.curves.points()["step:loss"] >= 10 and "running" in page.follower.status.message
+    page.param.trigger("reset")
+    assert page.curves.points()["step:loss"] == 0 and page.job is None

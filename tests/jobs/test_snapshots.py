@@ -1,0 +1,48 @@
+"""Snapshot publishing: builders take a model, cadences per kind, on-demand kinds built only when asked for."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+from lab.jobs.snapshots import Publisher, nodes_snapshot
+from lab.nn import ResidualMLP
+
+
+def _trainer(step: int, model=None):
+    return SimpleNamespace(step=step, model=model)
+
+
+def test_nodes_snapshot_takes_a_model():
+    model = ResidualMLP(depth=3, width=4, shortcut="linear", alpha_min=0.5)
+    frame = nodes_snapshot(model)
+    assert frame["maps"].shape == (4, 4, 50, 50) and frame["alphas"].tolist() == [1.0, 0.75, 0.5]
+
+
+def test_on_demand_kind_is_built_only_when_due_and_requested():
+    built, sink = [], []
+    publisher = Publisher(lambda kind, p: sink.append((kind, int(p["step"]))), cadence={"a": (2, 0.0), "b": (2, 0.0)},
+                          builders={"a": lambda m: built.append("a") or {}, "b": lambda m: built.append("b") or {}},
+                          on_demand=("b",))
+    publisher.on_train_start(_trainer(0))  # a forced publish builds every kind
+    assert sink == [("a", 0), ("b", 0)]
+    for step in range(1, 7):
+        publisher.on_step_end(_trainer(step), 0.0)
+    assert [s for k, s in sink if k == "a"] == [0, 2, 4, 6]
+    assert [s for k, s in sink if k == "b"] == [0]  # never asked for again
+    publisher.request("b")
+    publisher.on_step_end(_trainer(7), 0.0)  # due (7 − 0 ≥ 2) and asked for: built once
+    publisher.on_step_end(_trainer(9), 0.0)  # due but the request was used up
+    assert [s for k, s in sink if k == "b"] == [0, 7]
+    publisher.request("b")
+    publisher.on_step_end(_trainer(8), 0.0)  # asked for, not due yet (8 − 7 < 2): waits
+    publisher.on_step_end(_trainer(10), 0.0)
+    assert [s for k, s in sink if k == "b"] == [0, 7, 10]
+
+
+def test_non_finite_payload_is_never_published():
+    sink = []
+    publisher = Publisher(lambda kind, p: sink.append(p), cadence={"x": (1, 0.0)},
+                          builders={"x": lambda m: {"v": np.array([np.nan], np.float32)}})
+    publisher.on_train_start(_trainer(0, torch.nn.Identity()))
+    assert sink == []

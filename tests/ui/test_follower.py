@@ -1,0 +1,71 @@
+"""The job follower every page uses: start, poll, hand each record and frame to the page once, stop."""
+
+import gc
+import time
+
+import pytest
+
+from lab.jobs.manager import JobManager
+from lab.ui.follower import JobFollower
+from tests.jobs.helpers import tiny, wait_for
+
+
+@pytest.fixture
+def manager(tmp_path):
+    m = JobManager(tmp_path / "runs", max_jobs=1)
+    yield m
+    m.shutdown()
+
+
+def test_follower_hands_every_record_and_each_new_frame_once(manager):
+    follower = JobFollower(manager)
+    records, frames = [], []
+    follower.on_metrics(records.extend)
+    follower.on_snapshot("nodes", lambda frame: frames.append(int(frame["step"])))
+    job = follower.start(tiny(**{"train.max_steps": 60}), cadence={"nodes": (10, 0.0)}, disk_every_s=0)
+    assert job is not None and follower.running
+    while follower.running:
+        follower.poll()
+        time.sleep(0.02)
+    follower.poll()
+    on_disk, _ = job.metrics_since(0)
+    assert records == on_disk == follower.records  # every record, in order, none twice
+    # frames in order, each version at most once (the end of training publishes the last step again), the last
+    assert frames == sorted(frames) and len(frames) <= job.latest("nodes")[0] and frames[-1] == 60
+    assert "completed" in follower.status.message and job.run.id in follower.status.message
+    assert follower.status.alert.visible is False
+
+
+def test_busy_manager_is_shown_and_nothing_starts(manager):
+    other = manager.start_thread(tiny(), paused=True)
+    follower = JobFollower(manager)
+    assert follower.start(tiny()) is None and follower.job is None
+    assert follower.status.alert.visible and "busy: 1 of 1" in follower.status.alert.object
+    other.stop()
+
+
+def test_on_demand_frames_are_requested_after_each_poll(manager):
+    follower = JobFollower(manager)
+    follower.on_snapshot("nodes", lambda frame: None)
+    follower.start(tiny(), cadence={"nodes": (1, 0.0)}, on_demand=("nodes",), disk_every_s=0)
+    assert wait_for(lambda: follower.job.latest("nodes") is not None)  # the start frame is forced
+    time.sleep(0.5)
+    assert follower.job.latest("nodes")[0] == 1  # nobody asked: nothing more was built
+    follower.want("nodes")
+    follower.poll()
+    assert wait_for(lambda: follower.job.latest("nodes")[0] == 2)
+    time.sleep(0.3)
+    assert follower.job.latest("nodes")[0] == 2  # one request, one frame
+    follower.forget()
+    assert follower.job is None
+
+
+def test_a_discarded_follower_stops_its_job(manager):
+    follower = JobFollower(manager)
+    job = follower.start(tiny())
+    assert job.is_alive()
+    del follower
+    gc.collect()
+    assert wait_for(lambda: not job.is_alive(), timeout=10)
+    assert job.status()["state"] == "stopped"  # stopped cleanly: its folder and checkpoint stay
+    assert job.run.has_checkpoint("last")
