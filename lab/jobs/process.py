@@ -65,10 +65,7 @@ class AttachedJob(Job):
     def latest(self, kind: str) -> tuple[int, dict[str, np.ndarray]] | None:
         """The newest readable snapshot on disk; its version is the training step it was taken at."""
         found = self.run.load_snapshot(kind)
-        if found is None:
-            return None
-        version, arrays = found
-        return version, {k: (v.astype(np.float32) if v.dtype == np.float16 else v) for k, v in arrays.items()}
+        return None if found is None else (found[0], found[1].float32())
 
 
 class ProcessJob(AttachedJob):

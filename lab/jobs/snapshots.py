@@ -23,6 +23,27 @@ from lab.train.trainer import Callback, Trainer
 Builder = Callable[[nn.Module], dict[str, np.ndarray]]
 
 
+class Snapshot(dict):
+    """One published snapshot: its arrays by name (a plain ``dict`` to every consumer) plus its ``kind``.
+
+    The step it was taken at is the ``"step"`` entry. In a notebook (after :func:`lab.ui.extension`) it displays
+    as a table of its arrays and the view of its kind.
+    """
+
+    def __init__(self, kind: str, arrays: dict[str, np.ndarray]) -> None:
+        super().__init__(arrays)
+        self.kind = kind
+
+    @property
+    def step(self) -> int | None:
+        return int(self["step"]) if "step" in self else None
+
+    def float32(self) -> Snapshot:
+        """The same snapshot with float16 arrays (as stored on disk) widened back to float32."""
+        return Snapshot(self.kind, {k: (v.astype(np.float32) if getattr(v, "dtype", None) == np.float16 else v)
+                                    for k, v in self.items()})
+
+
 def nodes_snapshot(model: nn.Module, resolution: int = 50, limit: float = 1.0) -> dict[str, np.ndarray]:
     """Node maps ``[L+1, H, R, R]``, weights ``[L+1, H, H_in]``, decision ``[R, R]`` and the α of every block."""
     frame = node_maps(model, resolution, limit).as_arrays()
@@ -108,7 +129,7 @@ class Publisher(Callback):
             if not all_finite(payload):
                 continue  # never publish a NaN frame as valid; the last good one stays
             payload["step"] = np.int64(trainer.step)
-            self.sink(kind, payload)
+            self.sink(kind, Snapshot(kind, payload))
 
 
 def compact(payload: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from lab.jobs.snapshots import Snapshot
+
 STATES = ("queued", "running", "paused", "completed", "stopped", "diverged", "failed")
 FINISHED = ("completed", "stopped", "diverged", "failed")
 _PACKAGES = ("torch", "numpy", "timm", "panel", "holoviews", "bokeh", "residual-lab")
@@ -228,13 +230,16 @@ class Run:
                 out.append(int(p.stem[len(prefix):]))
         return sorted(out)
 
-    def load_snapshot(self, kind: str, version: int | None = None) -> tuple[int, dict[str, np.ndarray]] | None:
-        """``(version, arrays)`` of the given or latest readable snapshot of ``kind``; None if there is none."""
+    def load_snapshot(self, kind: str, version: int | None = None) -> tuple[int, Snapshot] | None:
+        """``(version, snapshot)`` of the given or latest readable snapshot of ``kind``; None if there is none.
+
+        Arrays come back as stored (large float arrays as float16; :meth:`Snapshot.float32` widens them).
+        """
         versions = self.snapshot_versions(kind) if version is None else [version]
         for v in reversed(versions):
             path = self.path / "snapshots" / f"{sanitize_name(kind)}-{v:09d}.npz"
             with contextlib.suppress(OSError, ValueError, EOFError), np.load(path) as z:
-                return v, {k: z[k] for k in z.files}
+                return v, Snapshot(kind, {k: z[k] for k in z.files})
         return None
 
     def prune_snapshots(self, kind: str, keep_last: int = 5, keep_history: int = 50) -> None:

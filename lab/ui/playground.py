@@ -252,7 +252,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
         on_disk = [v for v in self.job.run.snapshot_versions("nodes") if v <= wanted]
         found = self.job.run.load_snapshot("nodes", on_disk[-1]) if on_disk else None
         if found is not None:
-            self.frame = {k: (v.astype(np.float32) if v.dtype == np.float16 else v) for k, v in found[1].items()}
+            self.frame = found[1].float32()
             self._draw()
 
     def _similarity_view(self, key: str, view, data: dict[str, np.ndarray] | None) -> hv.Image:

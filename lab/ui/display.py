@@ -1,0 +1,96 @@
+"""Rich notebook display of the lab's objects: a run folder, a snapshot, node maps.
+
+Each object shows as a small table and its view: a run as its settings, state and curves (and its latest
+frame); a snapshot as its arrays and the view of its kind; node maps as the TFMeter grid. The library objects
+know nothing of this: :func:`register` (called by :func:`lab.ui.extension`) adds IPython formatters for them.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import panel as pn
+
+from lab.analysis.node_maps import NodeMaps
+from lab.jobs.snapshots import Snapshot
+from lab.jobs.store import Run
+from lab.viz.node_grid import node_grid, similarity_heatmaps
+from lab.viz.toy2d import training_curves
+
+
+def _table(rows: list[tuple[str, Any]], title: str) -> pn.pane.HTML:
+    cells = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(str(k))}</th>"
+                    f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in rows)
+    return pn.pane.HTML(f"<b>{html.escape(title)}</b><table>{cells}</table>")
+
+
+def _arrays(arrays: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = []
+    for name, value in arrays.items():
+        a = np.asarray(value)
+        if a.size > 1 and np.issubdtype(a.dtype, np.number):
+            rows.append((name, f"{a.dtype} {list(a.shape)}  min {a.min():.4g}  max {a.max():.4g}"))
+        else:
+            rows.append((name, f"{a.dtype} {a.tolist()}"))
+    return rows
+
+
+_KIND_VIEWS: dict[str, Callable[[Snapshot], Any]] = {
+    "nodes": node_grid,
+    "similarity": lambda s: similarity_heatmaps(s["distance"], s["cka"]),
+}
+
+
+def snapshot_view(snapshot: Snapshot) -> pn.viewable.Viewable:
+    """A snapshot's arrays (dtype, shape, range) and the view of its kind, where the lab has one."""
+    snapshot = snapshot.float32()
+    parts = [_table(_arrays(snapshot), f"{snapshot.kind} snapshot at step {snapshot.step}")]
+    if snapshot.kind in _KIND_VIEWS:
+        parts.append(pn.pane.HoloViews(_KIND_VIEWS[snapshot.kind](snapshot)))
+    return pn.Column(*parts)
+
+
+def node_maps_view(maps: NodeMaps) -> pn.viewable.Viewable:
+    """Node maps as their arrays and the TFMeter grid."""
+    arrays = maps.as_arrays()
+    return pn.Column(_table(_arrays(arrays), "node maps"), pn.pane.HoloViews(node_grid(arrays)))
+
+
+def run_view(run: Run) -> pn.viewable.Viewable:
+    """A run folder: its state and settings, its loss and accuracy curves and its latest grid frame."""
+    status, cfg = run.read_status(), run.read_config()
+    model, data, train = cfg.get("model", {}), cfg.get("data", {}), cfg.get("train", {})
+    metrics = status.get("metrics") or {}
+    rows = [("state", f"{status.get('state', 'unknown')}: {status.get('message', '')}"),
+            ("step", f"{status.get('step', 0)} / {status.get('total_steps') or '?'}"),
+            ("model", ", ".join(f"{k}={model[k]}" for k in ("name", "depth", "width", "shortcut", "alpha_min")
+                                if k in model)),
+            ("data", ", ".join(f"{k}={data[k]}" for k in ("name", "n", "noise") if k in data)),
+            ("training", ", ".join(f"{k}={train[k]}" for k in ("optimizer", "lr", "batch_size", "droppath",
+                                                              "drop_path_rate") if k in train)),
+            *[(k, f"{v:.4g}") for k, v in metrics.items() if isinstance(v, float)],
+            ("checkpoints", ", ".join(p.stem for p in sorted((run.path / "checkpoints").glob("*.pt"))) or "none"),
+            ("folder", str(run.path))]
+    parts = [_table(rows, f"run {run.id}")]
+    records, _ = run.read_metrics(0)
+    if records:
+        parts.append(pn.pane.HoloViews(training_curves(records)))
+    frame = run.load_snapshot("nodes")
+    if frame is not None:
+        parts.append(pn.pane.HoloViews(node_grid(frame[1].float32())))
+    return pn.Column(*parts)
+
+
+VIEWS: dict[type, Callable[[Any], pn.viewable.Viewable]] = {
+    Run: run_view, Snapshot: snapshot_view, NodeMaps: node_maps_view}
+
+
+def register(shell: Any) -> None:
+    """Display :data:`VIEWS`' types with their views in an IPython ``shell`` (a notebook kernel)."""
+    formatter = shell.display_formatter.mimebundle_formatter
+    for cls, view in VIEWS.items():
+        formatter.for_type(cls, lambda obj, include=None, exclude=None, _view=view:
+                           _view(obj)._repr_mimebundle_(include, exclude))
