@@ -15,7 +15,6 @@ from lab.ui.knobs import Knob, config_overrides, knob_class
 from lab.ui.live_curves import LiveCurves
 from lab.ui.live_grid import LiveDecision
 from lab.ui.page import Page
-from lab.viz.sizing import frame_sized
 from lab.viz.toy2d import points
 
 KNOBS: dict[str, Knob] = {
@@ -75,7 +74,7 @@ class DataPage(knob_class("_DataKnobs", KNOBS, Page)):
             layers = layers * points(data.x_test.numpy(), data.y_test.numpy(), label="test", marker="triangle")
         self.data = data
         self.data_pane.object = layers.opts(title=title, frame_width=360, frame_height=360, xlim=(-1, 1),
-                                            ylim=(-1, 1), hooks=[frame_sized])
+                                            ylim=(-1, 1))
         # the decision map under the training points: neutral until a run publishes its first frame
         self._x, self._y = data.x_train.numpy(), data.y_train.numpy()
         self.decision.show(np.full((50, 50), 0.5, np.float32), 0, self._x, self._y)

@@ -16,7 +16,6 @@ import panel as pn
 from bokeh.models import Image, Quad
 
 from lab.viz.node_grid import hover_boxes, mosaic, node_grid
-from lab.viz.sizing import frame_sized
 from lab.viz.toy2d import decision_map, points
 
 
@@ -78,7 +77,7 @@ class LiveDecision:
         """The HoloViews overlay this view draws (also for exports)."""
         keep = np.linspace(0, len(x) - 1, min(len(x), self.max_points)).astype(int) if len(x) else []
         return (decision_map(decision, limit, title=f"Decision boundary at step {step}")
-                * points(x[keep], y[keep])).opts(frame_width=self.size, frame_height=self.size, hooks=[frame_sized],
+                * points(x[keep], y[keep])).opts(frame_width=self.size, frame_height=self.size,
                                                   xlim=(-limit, limit), ylim=(-limit, limit))
 
     def show(self, decision: np.ndarray, step: int, x: np.ndarray, y: np.ndarray, limit: float = 1.0) -> None:

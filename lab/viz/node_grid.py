@@ -25,7 +25,6 @@ import numpy as np
 from scipy import sparse
 
 from lab.viz.palette import BLUE, ORANGE, diverging
-from lab.viz.sizing import frame_sized
 
 hv.extension("bokeh", logo=False)
 
@@ -35,7 +34,8 @@ LUT = np.zeros((256, 4), np.uint8)  # palette index → RGBA; LUT[EMPTY] is tran
 LUT[:255, :3] = [[int(c[i:i + 2], 16) for i in (1, 3, 5)] for c in PALETTE]
 LUT[:255, 3] = 255
 DECISION_SATURATION = 0.6  # the decision tile is drawn lighter than the nodes (as the Playground's output)
-FIT_PX = (1200, 900)  # the default tile size keeps the mosaic within about this width × height
+FIT_PX = (1040, 900)  # the default tile size keeps the mosaic within about this width × height: it fits
+# the main area of the served page (1,500 px wide, less the sidebar) without scrolling
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def mosaic(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tuple[i
         layers, nodes: inclusive-exclusive ranges into maps' first and second axes (default: all).
         max_layers, max_nodes: show at most this many, evenly spaced (both ends kept).
         tile_px: side of a node tile in pixels (maps are resampled nearest-neighbour from R); default: the
-            largest up to R that keeps the mosaic within about 1200 × 900 pixels (15 for 33 layers × 32 nodes).
+            largest up to R that keeps the mosaic within about 1040 × 900 pixels (13 for 33 layers × 32 nodes).
         gap_px: vertical gap between tiles.
         weight_px: width of a weights column (default ``tile_px``).
         normalize: colour range of a node map: ``"tile"`` (its own max |v|), ``"layer"`` (max |v| over the
@@ -377,7 +377,7 @@ def node_grid(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tupl
     fw = m.width if frame_width is None else int(frame_width)
     step = frame.get("step")
     return hv.Overlay(parts).opts(
-        frame_width=fw, frame_height=max(1, round(fw * m.height / m.width)), hooks=[frame_sized], xlim=(0, m.width),
+        frame_width=fw, frame_height=max(1, round(fw * m.height / m.width)), xlim=(0, m.width),
         ylim=(0, m.height), xticks=xt, yticks=yt, xlabel="layer (0 = stem)", ylabel="node", show_grid=False,
         title="" if step is None else f"step {int(step)}", toolbar="above", bgcolor="white")
 
@@ -404,7 +404,7 @@ def _layer_image(values: np.ndarray, label: str, clim: tuple[float | None, float
     return hv.Image(v[::-1], bounds=(-0.5, -0.5, n - 0.5, n - 0.5), kdims=[xdim, ydim],
                     vdims=[hv.Dimension("value", label=label)], label=label).opts(
         cmap="viridis", clim=clim, colorbar=True, invert_yaxis=True, title=label, tools=["hover"],
-        frame_width=260, frame_height=260, hooks=[frame_sized], framewise=True)
+        frame_width=260, frame_height=260, framewise=True)
 
 
 def distance_heatmap(distance: np.ndarray) -> hv.Image:

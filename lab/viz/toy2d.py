@@ -9,7 +9,6 @@ import holoviews as hv
 import numpy as np
 
 from lab.viz.palette import BLUE, CLASS_COLORS, DIVERGING, ORANGE
-from lab.viz.sizing import frame_sized
 
 hv.extension("bokeh", logo=False)
 
@@ -41,7 +40,7 @@ def boundary(decision: np.ndarray, x: np.ndarray, y: np.ndarray, limit: float = 
     layers = [decision_map(decision, limit), points(x, y, label="train")]
     if test is not None and len(test[0]):
         layers.append(points(test[0], test[1], label="test", marker="triangle", size=5))
-    return hv.Overlay(layers).opts(title=title, frame_width=360, frame_height=360, hooks=[frame_sized],
+    return hv.Overlay(layers).opts(title=title, frame_width=360, frame_height=360,
                                    xlim=(-limit, limit),
                                    ylim=(-limit, limit))
 
@@ -61,7 +60,7 @@ def loss_curves(records: Sequence[dict[str, Any]] = (), *, title: str = "Loss") 
         curves.append(hv.Curve(([p[0] for p in pts], [p[1] for p in pts]), "step", "loss",
                                label=f"{split} loss").opts(color=color))
     return hv.Overlay(curves).opts(logy=True, title=title, legend_position="top_right", show_grid=True,
-                                   frame_width=360, frame_height=200, framewise=True, hooks=[frame_sized])
+                                   frame_width=360, frame_height=200, framewise=True)
 
 
 def accuracy_curves(records: Sequence[dict[str, Any]] = (), *, title: str = "Accuracy") -> hv.Overlay:
@@ -73,7 +72,7 @@ def accuracy_curves(records: Sequence[dict[str, Any]] = (), *, title: str = "Acc
                                label=f"{split} acc").opts(color=color))
     return hv.Overlay(curves).opts(ylim=(0, 1.02), legend_position="bottom_right", show_grid=True, title=title,
                                    framewise=True,
-                                   frame_width=360, frame_height=200, hooks=[frame_sized])
+                                   frame_width=360, frame_height=200)
 
 
 def training_curves(records: Sequence[dict[str, Any]] = ()) -> hv.Layout:
