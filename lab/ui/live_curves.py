@@ -52,16 +52,18 @@ class LiveCurves:
 
     def clear(self) -> None:
         """Forget every point (a new run)."""
-        for source in self.sources.values():
-            source.data = {"step": [], "value": []}
+        with pn.io.unlocked():  # a widget callback runs without the document lock (see lab.ui.live_grid)
+            for source in self.sources.values():
+                source.data = {"step": [], "value": []}
 
     def extend(self, records: Sequence[dict[str, Any]]) -> None:
         """Append the points of ``records`` (any mix of kinds; records without a field are skipped)."""
-        for (kind, field), source in self.sources.items():
-            pts = [(r["step"], r[field]) for r in records if r.get("kind") == kind and field in r]
-            if pts:
-                steps, values = zip(*pts, strict=True)
-                source.stream({"step": list(steps), "value": list(values)})
+        with pn.io.unlocked():
+            for (kind, field), source in self.sources.items():
+                pts = [(r["step"], r[field]) for r in records if r.get("kind") == kind and field in r]
+                if pts:
+                    steps, values = zip(*pts, strict=True)
+                    source.stream({"step": list(steps), "value": list(values)})
 
     def points(self) -> dict[str, int]:
         """Number of points per curve (``"kind:field"``), for tests and status lines."""

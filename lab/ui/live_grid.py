@@ -3,7 +3,9 @@
 Re-rendering the HoloViews overlay for every frame costs hundreds of milliseconds (bench/render_grid.py); a frame
 of the same layout only changes the mosaic pixels (tiles and weight lines) and the hover ranges, so those are
 written into the existing figure's data sources and only the changed arrays travel to the browser.
-Bokeh models are touched only here, on the session's thread.
+Bokeh models are touched only here, on the session's thread, inside ``pn.io.unlocked()``: a widget's callback runs
+without the document lock, and a change to a raw Bokeh model there must be dispatched by Panel (in a notebook, or
+under the lock of a periodic callback, the context manager does nothing).
 """
 
 from __future__ import annotations
@@ -54,12 +56,13 @@ class LiveGrid:
             self.full_renders += 1
             return
         m = mosaic(frame, layers=layers, nodes=nodes, normalize=normalize)
-        sources = self._sources()
-        sources["image"].data.update(image=[m.index[::-1]])
         box = hover_boxes(m, float(frame.get("limit", 1.0)), frame.get("decision"))
-        sources["hover"].data.update(min=box["min"], max=box["max"])  # tiles stay put; their ranges change
-        if "step" in frame:
-            self.figure.title.text = f"step {int(frame['step'])}"
+        sources = self._sources()
+        with pn.io.unlocked():
+            sources["image"].data.update(image=[m.index[::-1]])
+            sources["hover"].data.update(min=box["min"], max=box["max"])  # tiles stay put; their ranges change
+            if "step" in frame:
+                self.figure.title.text = f"step {int(frame['step'])}"
 
 
 class LiveDecision:
@@ -90,5 +93,6 @@ class LiveDecision:
             self._data_key = key
             return
         image = next(r.data_source for r in self.figure.renderers if isinstance(r.glyph, Image))
-        image.data.update(image=[np.asarray(decision, np.float32)])  # Bokeh's rows run bottom-up, as the grid's
-        self.figure.title.text = title
+        with pn.io.unlocked():
+            image.data.update(image=[np.asarray(decision, np.float32)])  # Bokeh's rows run bottom-up, as the grid's
+            self.figure.title.text = title

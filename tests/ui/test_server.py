@@ -21,7 +21,8 @@ APPS = Path(__file__).resolve().parents[2] / "apps" / "main.py"
 def server(tmp_path, monkeypatch, caplog):
     """The real apps/main.py served by pn.serve on a free port of 127.0.0.1, with its own runs folder.
 
-    On teardown the server's log must hold no Bokeh validation message (``E-1xxx`` errors, ``W-1xxx`` warnings).
+    On teardown the server's log must hold no Bokeh validation message (``E-1xxx`` errors, ``W-1xxx`` warnings)
+    and no error (an exception in a callback is logged, not raised: the page would just stop updating).
     """
     caplog.set_level(logging.WARNING, logger="bokeh")
     monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "runs"))
@@ -33,6 +34,8 @@ def server(tmp_path, monkeypatch, caplog):
     manager_module._MANAGER.shutdown()
     validation = [r.getMessage() for r in caplog.records if r.name.startswith("bokeh.core.validation")]
     assert not validation, validation
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, errors
 
 
 def test_serve_answers_on_apps(server):
