@@ -42,8 +42,7 @@ class JobManager:
         with self._lock:
             self._jobs = [j for j in self._jobs if j.is_alive()]
             if len(self._jobs) >= self.max_jobs:
-                raise ManagerBusy(f"busy: {len(self._jobs)} of {self.max_jobs} training jobs are running; "
-                                  "stop one or wait for it to finish")
+                raise ManagerBusy(self._busy_message(self._jobs))
             self._jobs.append(job)
         try:
             return job.start()
@@ -81,9 +80,14 @@ class JobManager:
         return attach(path if path.is_dir() else self.store.open(str(run_id_or_path)).path)
 
     def _check_room(self) -> None:
-        if len(self.active()) >= self.max_jobs:
-            raise ManagerBusy(f"busy: {self.max_jobs} of {self.max_jobs} training jobs are running; "
-                              "stop one or wait for it to finish")
+        active = self.active()
+        if len(active) >= self.max_jobs:
+            raise ManagerBusy(self._busy_message(active))
+
+    def _busy_message(self, active: list[Job]) -> str:
+        """Which runs hold the slots, so a user can find and stop them (a page in another tab or notebook cell)."""
+        return (f"busy: {len(active)} of {self.max_jobs} training jobs are running "
+                f"({', '.join(j.run.id for j in active)}); stop one or wait for it to finish")
 
     def release_owner(self, owner: str) -> None:
         """Stop the jobs a closed browser session started, unless the user kept them."""

@@ -12,8 +12,9 @@ def test_bound_on_concurrent_jobs_and_owner_release(tmp_path):
     manager = JobManager(tmp_path, max_jobs=2)
     a = manager.start_thread(tiny(), owner="s1", paused=True)
     b = manager.start_thread(tiny(), owner="s2", paused=True)
-    with pytest.raises(ManagerBusy, match="busy: 2 of 2 training jobs are running"):
+    with pytest.raises(ManagerBusy, match="busy: 2 of 2 training jobs are running") as busy:
         manager.start_thread(tiny())
+    assert a.run.id in str(busy.value) and b.run.id in str(busy.value)  # the user can find them
     b.keep = True
     manager.release_owner("s1")
     manager.release_owner("s2")
