@@ -9,6 +9,7 @@ by ``panel serve`` gets them through the session's websocket without help).
 from __future__ import annotations
 
 import asyncio
+import logging
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 import panel as pn
 import param
+from panel.io.callbacks import PeriodicCallback
 from panel.io.notebook import push_notebook
 
 from lab.config import ConfigError, ExperimentConfig
@@ -23,6 +25,7 @@ from lab.jobs.job import Job
 from lab.jobs.manager import JobManager, ManagerBusy, get_manager
 from lab.ui.status import JobStatus
 
+log = logging.getLogger(__name__)
 SnapshotHandler = Callable[[dict[str, np.ndarray]], None]
 MetricsHandler = Callable[[list[dict[str, Any]]], None]
 
@@ -129,7 +132,9 @@ class JobFollower(pn.viewable.Viewer):
     def _ensure_polling(self) -> None:
         if self._callback is None and _can_schedule():
             tick = _weak_tick(self)
-            self._callback = tick.callback = pn.state.add_periodic_callback(tick, period=self.period)
+            # in the background: a poll every 250 ms would otherwise keep the page's busy indicator spinning
+            self._callback = tick.callback = PeriodicCallback(callback=tick, period=self.period, background=True)
+            self._callback.start()
 
     def _stop_polling(self) -> None:
         if self._callback is not None:
@@ -195,10 +200,16 @@ def _weak_tick(follower: JobFollower) -> Callable[[], None]:
 
     def tick() -> None:
         f = ref()
-        if f is not None:
+        if f is None:
+            if tick.callback is not None:
+                tick.callback.stop()
+            return
+        try:
             f.poll()
-        elif tick.callback is not None:
-            tick.callback.stop()
+        except Exception as err:  # in a kernel one exception would end the polling task for good, silently
+            log.exception("polling the job failed")
+            f.status.error(f"Following the job failed: {type(err).__name__}: {err}. The run goes on; its folder "
+                           "is on disk.")
 
     tick.callback = None
     return tick

@@ -1,17 +1,19 @@
 """Loss and accuracy curves that grow in place: new metric records are streamed into the plots' sources.
 
 Each poll sends only the points that arrived since the last one (``ColumnDataSource.stream``), never a new
-figure, and the axes are :class:`~bokeh.models.DataRange1d`, which the browser fits to the data it holds: a
-curve can never sit outside its plot's ranges, however long the run.
+figure, and the ranges are refitted to the data held (on a log scale for the loss), so a curve can never sit
+outside its plot, however long the run. Raw Bokeh models change inside ``pn.io.unlocked()`` (see
+:mod:`lab.ui.live_grid`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import panel as pn
-from bokeh.models import ColumnDataSource, DataRange1d, Range1d
+from bokeh.models import ColumnDataSource, Legend, Range1d
 from bokeh.plotting import figure
 
 from lab.viz.palette import BLUE, ORANGE
@@ -24,6 +26,10 @@ _LINES = (("loss", "step", "loss", "batch loss", "#bbbbbb"),
           ("accuracy", "eval", "test_acc", "test acc", ORANGE))
 
 
+def _empty() -> dict[str, list]:
+    return {"step": [], "value": []}  # new lists each time: streaming extends them in place
+
+
 class LiveCurves:
     """Batch loss, train/test loss (log scale) and train/test accuracy against step, from ``metrics.jsonl``
     records (``{"kind": "step", "step", "loss"}`` and ``{"kind": "eval", "step", "train_loss", ...}``).
@@ -33,28 +39,32 @@ class LiveCurves:
     """
 
     def __init__(self, width: int = 360, height: int = 200) -> None:
+        tools = "pan,wheel_zoom,box_zoom,reset,hover"
         self.figures = {
             "loss": figure(title="Loss", y_axis_type="log", x_axis_label="step", y_axis_label="loss",
-                           x_range=DataRange1d(), y_range=DataRange1d(), frame_width=width,
-                           frame_height=height, tools="pan,wheel_zoom,box_zoom,reset,hover"),
+                           x_range=Range1d(0, 1), y_range=Range1d(0.01, 1), frame_width=width,
+                           frame_height=height, tools=tools),
             "accuracy": figure(title="Accuracy", x_axis_label="step", y_axis_label="accuracy",
-                               x_range=DataRange1d(), y_range=Range1d(0.0, 1.02), frame_width=width,
-                               frame_height=height, tools="pan,wheel_zoom,box_zoom,reset,hover")}
+                               x_range=Range1d(0, 1), y_range=Range1d(0.0, 1.02), frame_width=width,
+                               frame_height=height, tools=tools)}
         self.sources: dict[tuple[str, str], ColumnDataSource] = {}
+        items: dict[str, list[tuple[str, list]]] = {name: [] for name in self.figures}
         for fig, kind, field, label, color in _LINES:
-            source = ColumnDataSource(data={"step": [], "value": []}, name=f"{fig}:{field}")
-            self.figures[fig].line("step", "value", source=source, color=color, line_width=2, legend_label=label)
+            source = ColumnDataSource(data=_empty(), name=f"{fig}:{field}")
+            line = self.figures[fig].line("step", "value", source=source, color=color, line_width=2)
+            items[fig].append((label, [line]))
             self.sources[(kind, field)] = source
-        for fig, where in (("loss", "top_right"), ("accuracy", "bottom_right")):
-            self.figures[fig].legend.location = where
-            self.figures[fig].legend.background_fill_alpha = 0.6
+        for name, fig in self.figures.items():  # beside the plot, where it hides no new point
+            fig.add_layout(Legend(items=items[name], location="top_left", background_fill_alpha=0.0), "right")
         self.pane = pn.Row(*(pn.pane.Bokeh(f) for f in self.figures.values()))
 
     def clear(self) -> None:
         """Forget every point (a new run)."""
-        with pn.io.unlocked():  # a widget callback runs without the document lock (see lab.ui.live_grid)
+        with pn.io.unlocked():  # a widget callback runs without the document lock
             for source in self.sources.values():
-                source.data = {"step": [], "value": []}
+                source.data = _empty()
+            for fig in self.figures.values():
+                fig.x_range.update(start=0, end=1)
 
     def extend(self, records: Sequence[dict[str, Any]]) -> None:
         """Append the points of ``records`` (any mix of kinds; records without a field are skipped)."""
@@ -64,6 +74,23 @@ class LiveCurves:
                 if pts:
                     steps, values = zip(*pts, strict=True)
                     source.stream({"step": list(steps), "value": list(values)})
+            self._fit()
+
+    def _fit(self) -> None:
+        """Fit each figure's step range to its data, and the loss range (log scale) to the positive losses."""
+        for name, fig in self.figures.items():
+            sources = [s for (_, field), s in self.sources.items() if s.name.startswith(f"{name}:")]
+            steps = [x for s in sources for x in s.data["step"]]
+            if steps:
+                lo, hi = min(steps), max(steps)
+                pad = max(1.0, 0.02 * (hi - lo))
+                fig.x_range.update(start=lo - pad, end=hi + pad)
+        losses = [v for (_, field), s in self.sources.items() if s.name.startswith("loss:")
+                  for v in s.data["value"] if v > 0 and math.isfinite(v)]
+        if losses:
+            lo, hi = math.log10(min(losses)), math.log10(max(losses))
+            pad = max(0.05, 0.05 * (hi - lo))
+            self.figures["loss"].y_range.update(start=10 ** (lo - pad), end=10 ** (hi + pad))
 
     def points(self) -> dict[str, int]:
         """Number of points per curve (``"kind:field"``), for tests and status lines."""

@@ -88,14 +88,16 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
     title = "Playground"
     knobs = KNOBS
 
-    history = param.Integer(default=0, bounds=(0, 1), constant=True,
-                            doc="replay a recorded frame (rightmost = live)")
+    history = param.Integer(default=0, bounds=(-1, 0), constant=True,
+                            doc="frames back from the live one (0 = live); moving it replays a recorded frame")
     play = param.Event(label="Start / pause")
     step = param.Event(label="One step")
     reset = param.Event(label="Reset")
 
     def __init__(self, manager: JobManager | None = None, **params: Any) -> None:
         super().__init__(manager, **params)
+        self.hint = pn.pane.Alert("", alert_type="info", visible=False, margin=(5, 10))  # about the settings
+        self._rebuild_pending = False
         self.frame: dict[str, np.ndarray] | None = None  # the frame on screen
         self.history_steps: list[int] = []  # step of every frame received from the job, oldest first
         self.grid = LiveGrid()
@@ -117,7 +119,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
         self._views = pn.Column(
             self.grid.pane, pn.Row(self.decision.pane, pn.Column(self._alpha_pane, self._downloads())),
             self.curves.pane, self.similarity)
-        self.follower.add_views(self._views)
+        self.follower.add_views(self._views, self.hint)
         self._rebuild()
 
     # -- configuration ----------------------------------------------------------------------------------------
@@ -140,7 +142,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
 
     def _rebuild(self) -> None:
         """A fresh, untrained model from the settings: its frame is drawn before any training."""
-        self.notice.visible = False
+        self.hint.visible = False
         try:
             cfg = self.config()
             data = make_toy_data(cfg.data)
@@ -149,7 +151,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
             return
         self.follower.status.clear()
         if self.shortcut not in DECAYED and self.alpha_min < 1.0:
-            self.say("info", f"alpha_min has no effect with the {self.shortcut} schedule.")
+            self._hint("info", f"alpha_min has no effect with the {self.shortcut} schedule.")
         self._x, self._y = data.x_train.numpy(), data.y_train.numpy()
         self.param.layer_range.bounds = (0, cfg.model.depth + 1)
         self.param.node_range.bounds = (0, cfg.model.width)
@@ -202,21 +204,21 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
 
     # -- live updates -----------------------------------------------------------------------------------------
     def _set_history(self, steps: list[int]) -> None:
+        """Frames received so far. The History slider counts frames back from the live one, so while it shows
+        the live frame (0) only its range grows: the page never moves the slider, and a browser echoing an
+        older position cannot take the page out of live mode."""
         self.history_steps = steps
-        with param.edit_constant(self), param.discard_events(self):
-            self.param.history.bounds = (0, max(1, len(steps) - 1))
-            self.history = max(0, len(steps) - 1)
+        with param.edit_constant(self):
+            self.param.history.bounds = (-max(1, len(steps) - 1), 0)
+            if not steps:
+                self.history = 0
         self.param.history.constant = len(steps) < 2
 
     def _new_frame(self, frame: dict[str, np.ndarray]) -> None:
-        live = self.history >= len(self.history_steps) - 1
         self._set_history([*self.history_steps, int(frame["step"])])
-        if live:
+        if self.history == 0:  # live; otherwise the replayed frame stays on screen
             self.frame = frame
             self._draw()
-        else:  # the user is replaying: stay on the chosen frame
-            with param.discard_events(self):
-                self.history = min(self.history, len(self.history_steps) - 1)
 
     def _new_similarity(self, arrays: dict[str, np.ndarray]) -> None:
         self._similarity_pipe.send(arrays)
@@ -242,13 +244,13 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
         """Show a recorded frame: the newest on-disk snapshot at or before the chosen frame's step."""
         if self.job is None or not self.history_steps:
             return
-        if self.history >= len(self.history_steps) - 1:
+        if self.history == 0:
             latest = self.job.latest("nodes")
             if latest is not None:
                 self.frame = latest[1]
                 self._draw()
             return
-        wanted = self.history_steps[self.history]
+        wanted = self.history_steps[max(0, len(self.history_steps) - 1 + self.history)]
         on_disk = [v for v in self.job.run.snapshot_versions("nodes") if v <= wanted]
         found = self.job.run.load_snapshot("nodes", on_disk[-1]) if on_disk else None
         if found is not None:
@@ -307,7 +309,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
             pn.widgets.Button.from_param(self.param.reset, width=80))
         sections = [(g, pn.Param(self, parameters=names + (["history"] if g == "View" else []), show_name=False))
                     for g, names in groups(KNOBS).items()]
-        return pn.Column(buttons, self.follower, self.notice,
+        return pn.Column(buttons, self.follower, self.notice, self.hint,
                          pn.Accordion(*sections, active=[1, 3], sizing_mode="stretch_width"),
                          sizing_mode="stretch_width")
 

@@ -69,7 +69,8 @@ def test_training_streams_frames_pause_step_reset(manager):
     page.param.trigger("step")
     assert _poll_until(page, lambda: page.job.status()["step"] == step + 1 and
                        page.job.status()["state"] == "paused")
-    assert page.history == len(page.history_steps) - 1 > 0
+    assert page.history == 0 and len(page.history_steps) > 1  # live: 0 frames back
+    assert page.param.history.bounds == (-(len(page.history_steps) - 1), 0)
     page.depth = 5  # a training setting while a run is in progress asks first
     assert page.notice.visible and "Reset" in page.notice.object and page.job.is_alive()
     job = page.job
@@ -123,3 +124,21 @@ def test_curves_and_status_follow_the_run(manager):
     assert page.curves.points()["step:loss"] >= 10 and "running" in page.follower.status.message
     page.param.trigger("reset")
     assert page.curves.points()["step:loss"] == 0 and page.job is None
+
+
+def test_history_replays_a_recorded_frame_and_returns_to_live(manager):
+    page = small_page(manager, snapshot_every=2)
+    page.param.trigger("play")
+    # frames are written to the run folder every 2 s: wait for two on disk
+    assert _poll_until(page, lambda: len(page.job.run.snapshot_versions("nodes")) >= 2, timeout=90)
+    page.poll()
+    first_on_disk = page.job.run.snapshot_versions("nodes")[0]
+    page.history = -(len(page.history_steps) - 1)  # the oldest frame received
+    replayed = int(page.frame["step"])
+    assert replayed <= page.history_steps[0] or replayed == first_on_disk
+    assert _poll_until(page, lambda: len(page.history_steps) > 5)
+    assert int(page.frame["step"]) == replayed  # new frames arrive, the replayed one stays on screen
+    page.history = 0
+    page.poll()
+    assert int(page.frame["step"]) >= page.history_steps[-2]  # live again
+    page.param.trigger("reset")
