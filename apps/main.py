@@ -1,9 +1,8 @@
 """Residual Lab in the browser: ``panel serve apps/`` serves this at http://localhost:5006/apps."""
 
-import panel as pn
-
+import lab.ui as ui
 from lab.ui.shell import LabShell
 
-pn.extension("tabulator", notifications=True)
+ui.extension("tabulator")
 
 LabShell().template().servable(title="Residual Lab")

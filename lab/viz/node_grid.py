@@ -26,7 +26,7 @@ from scipy import sparse
 
 from lab.viz.palette import BLUE, ORANGE, diverging
 
-hv.extension("bokeh", logo=False)
+hv.util.extension("bokeh")  # the Bokeh backend only: a notebook loads BokehJS with lab.ui.extension()
 
 EMPTY = 255  # palette index of a transparent pixel (gaps, weight columns, unused rows)
 PALETTE = diverging(255)  # index 0 = orange (−1), 127 = white (0), 254 = blue (+1)

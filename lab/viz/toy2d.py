@@ -10,7 +10,7 @@ import numpy as np
 
 from lab.viz.palette import BLUE, CLASS_COLORS, DIVERGING, ORANGE
 
-hv.extension("bokeh", logo=False)
+hv.util.extension("bokeh")  # the Bokeh backend only: a notebook loads BokehJS with lab.ui.extension()
 
 
 def points(x: np.ndarray, y: np.ndarray, *, label: str = "", size: int = 4, alpha: float = 0.8,
