@@ -1,0 +1,191 @@
+"""The served lab under load: how long a control takes to show its effect in the browser while two jobs train.
+
+Serves apps/main.py on a free port of 127.0.0.1 (at most two jobs) and drives Debian's Chromium (Playwright) with
+three sessions in one browser: two Playgrounds (16 × 16 model) that both train, and the Data page. In the first
+Playground (``shortcut=linear``) the alpha_min slider is moved one step with the keyboard, again and again, and
+each time the bench measures, in the browser, the milliseconds from the key press to the frame in which the α
+chart's data source holds the new last α (a round trip: browser → server → param → HoloViews → browser). The same
+measurement with that one session open and nothing training is the reference. Also reported: the training
+steps/s of the two jobs during the measurement, from their status.json heartbeats. Target: p95 <= 300 ms.
+
+    python bench/server_load.py [--presses 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import median, table  # noqa: E402
+from lab.ui.serve import serving  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+TARGET_MS = 300.0
+MEASURED = "page=Playground&depth=16&width=16&shortcut=linear&alpha_min=0.5"
+OTHER = "page=Playground&depth=16&width=16"
+DATA = "page=Data"
+
+JS_ALPHA = """() => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
+    if (m.data && m.data.alpha) return Array.from(m.data.alpha); return null; }"""
+JS_TITLE = """() => { let last = null; for (const doc of Bokeh.documents) for (const m of doc.all_models)
+    if (typeof m.text === 'string' && m.text.startsWith('step ')) last = m.text; return last; }"""
+JS_DATA_READY = """() => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
+    if (typeof m.text === 'string' && m.text.includes(' train (circles)')) return true; return false; }"""
+# the time of the last key press, taken by the page itself (capture phase: before any widget sees it)
+JS_CLOCK = """() => { window.__keydown = 0;
+    document.addEventListener('keydown', () => { window.__keydown = performance.now(); }, true); }"""
+# true once the α chart's last value is the expected one; notes the time of the frame that saw it
+JS_SEEN = f"""(expected) => {{ const a = ({JS_ALPHA})();
+    if (a && Math.abs(a[a.length - 1] - expected) < 1e-4) {{ window.__seen = performance.now(); return true; }}
+    return false; }}"""
+
+
+def open_page(browser, url: str, query: str, errors: list[str]):
+    """A new page of ``browser`` on the lab with ``query``, once its session has drawn."""
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(f"{url}/apps?{query}", timeout=120_000)
+    ready = JS_DATA_READY if query.startswith(DATA) else f"() => ({JS_TITLE})() !== null && ({JS_ALPHA})() !== null"
+    page.wait_for_function(ready, timeout=120_000)
+    return page
+
+
+def start_training(page) -> None:
+    """Press Start on a Playground and wait until its grid shows a trained frame."""
+    page.get_by_role("button", name="Start / pause").click()
+    page.wait_for_function(f"() => {{ const t = ({JS_TITLE})(); return t && t !== 'step 0'; }}", timeout=120_000)
+
+
+def slider_latencies(page, presses: int, pause_s: float, budget_s: float) -> list[float]:
+    """Milliseconds from each alpha_min key press to the α chart showing the new value.
+
+    The slider moves one step right, then one step left, and so on (0.5 ↔ 0.55), so it never reaches a bound.
+    Stops early, after at least 5 changes, when ``budget_s`` seconds have passed (a slow machine).
+    """
+    page.evaluate(JS_CLOCK)
+    # visible slider handles: the Model section's depth, width, alpha_min, ... (Data and Training are collapsed)
+    handle = page.locator(".noUi-handle").filter(visible=True).nth(2)
+    start = page.evaluate(JS_ALPHA)[-1]
+    out: list[float] = []
+    t0 = time.perf_counter()
+    for i in range(presses):
+        if len(out) >= 5 and time.perf_counter() - t0 > budget_s:
+            break
+        key, expected = ("ArrowRight", start + 0.05) if i % 2 == 0 else ("ArrowLeft", start)
+        handle.focus()
+        page.keyboard.press(key)
+        page.wait_for_function(JS_SEEN, arg=expected, polling="raf", timeout=60_000)
+        out.append(page.evaluate("() => window.__seen - window.__keydown"))
+        time.sleep(pause_s)
+    return out
+
+
+class ErrorLog(logging.Handler):
+    """Keeps the server's error messages (callbacks that raised while the bench drove the pages)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        error = record.exc_info[1] if record.exc_info else None
+        cause = f": {type(error).__name__}: {error}" if error is not None else ""
+        self.messages.append(record.getMessage().splitlines()[0][:160] + cause[:200])
+
+
+def heartbeats(runs: Path) -> dict[str, tuple[int, float]]:
+    """``run id → (step, heartbeat time)`` of every run folder's status.json."""
+    out = {}
+    for status in runs.glob("*/status.json"):
+        with open(status) as f:
+            s = json.load(f)
+        out[status.parent.name] = (int(s.get("step", 0)), float(s["heartbeat"]))
+    return out
+
+
+def summary(name: str, ms: list[float]) -> list[object]:
+    """A table row: median, p95 and max latency and the verdict against the target."""
+    p95 = float(np.percentile(ms, 95))
+    return [name, len(ms), median(ms), p95, max(ms), f"<= {TARGET_MS:.0f} " + ("PASS" if p95 <= TARGET_MS else "FAIL")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print its table.
+
+    Args:
+        argv: command-line arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        The exit status (0; the table says whether the target was met).
+    """
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presses", type=int, default=40, help="slider changes measured per condition")
+    parser.add_argument("--pause", type=float, default=0.25, help="seconds between two changes")
+    parser.add_argument("--budget", type=float, default=45.0, help="at most this many seconds per condition")
+    args = parser.parse_args(argv)
+    from playwright.sync_api import sync_playwright
+
+    import lab.jobs.manager as manager_module
+
+    runs = Path(tempfile.mkdtemp(prefix="lab-bench-"))
+    manager_module._MANAGER = manager_module.JobManager(runs, max_jobs=2)
+    app = Path(__file__).resolve().parent.parent / "apps" / "main.py"
+    errors: list[str] = []
+    server_errors = ErrorLog()
+    logging.getLogger().addHandler(server_errors)
+    t_bench = time.perf_counter()
+    try:
+        with serving({"apps": str(app)}) as url, sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            measured = open_page(browser, url, MEASURED, errors)
+            reference = slider_latencies(measured, args.presses, args.pause, args.budget)
+
+            other = open_page(browser, url, OTHER, errors)
+            open_page(browser, url, DATA, errors)
+            start_training(measured)
+            start_training(other)
+            before, t0 = heartbeats(runs), time.perf_counter()
+            loaded = slider_latencies(measured, args.presses, args.pause, args.budget)
+            after, seconds = heartbeats(runs), time.perf_counter() - t0
+            logging.getLogger().removeHandler(server_errors)  # closing sessions is not part of the measurement
+            for page in (measured, other):
+                page.get_by_role("button", name="Start / pause").click()
+            browser.close()
+    finally:
+        manager_module._MANAGER.shutdown()
+    rates = [(after[r][0] - before[r][0]) / max(after[r][1] - before[r][1], 1e-9) for r in sorted(before)]
+    shutil.rmtree(runs, ignore_errors=True)
+
+    print(f"alpha_min key press → α chart updated in the browser; up to {args.presses} changes per condition, "
+          f"{args.pause:.2f} s apart; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
+          f"bench took {time.perf_counter() - t_bench:.0f} s")
+    print(table(["condition", "changes", "median ms", "p95 ms", "max ms", "p95 target"], [
+        summary("1 session, nothing training (reference)", reference),
+        summary("3 sessions, 2 jobs training", loaded),
+    ]))
+    print()
+    print(table(["job (Playground 16 x 16, spiral n=4096)", "steps/s during the measurement"],
+                [[f"job {i + 1}", rate] for i, rate in enumerate(rates)]))
+    print(f"(measured over {seconds:.0f} s; loaded p95 / reference p95 = "
+          f"{np.percentile(loaded, 95) / np.percentile(reference, 95):.2f})")
+    if errors:
+        print(f"browser console errors: {len(errors)}; first: {errors[0]}")
+    if server_errors.messages:
+        print(f"server errors: {len(server_errors.messages)}; first: {server_errors.messages[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
