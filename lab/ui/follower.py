@@ -48,7 +48,7 @@ class JobFollower(pn.viewable.Viewer):
         views: Panel objects whose notebook outputs get pushed after a poll that changed something.
     """
 
-    period = param.Integer(default=250, bounds=(50, 10_000), doc="milliseconds between polls")
+    period = param.Integer(default=400, bounds=(50, 10_000), doc="milliseconds between polls")
 
     def __init__(self, manager: JobManager | None = None, views: Iterable[pn.viewable.Viewable] = (),
                  **params: Any) -> None:
