@@ -31,6 +31,7 @@ from lab.nn.mlp import ACTIVATIONS
 from lab.shortcuts import DECAYED, SCHEDULES, block_scales
 from lab.train.build import build_model
 from lab.ui.knobs import Knob, config_overrides, groups, knob_class, training_names, view_names
+from lab.ui.live_alphas import LiveAlphas
 from lab.ui.live_curves import LiveCurves
 from lab.ui.live_grid import LiveDecision, LiveGrid
 from lab.ui.page import Page
@@ -98,26 +99,25 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
         super().__init__(manager, **params)
         self.hint = pn.pane.Alert("", alert_type="info", visible=False, margin=(5, 10))  # about the settings
         self._rebuild_pending = False
+        self._data_cfg = None  # the data settings self._x, self._y were made from
         self.frame: dict[str, np.ndarray] | None = None  # the frame on screen
         self.history_steps: list[int] = []  # step of every frame received from the job, oldest first
         self.grid = LiveGrid()
         self.decision = LiveDecision()
         self.curves = LiveCurves()
         self._similarity_pipe = hv.streams.Pipe(data=None)
-        self.alpha_pipe = hv.streams.Pipe(data=self._alphas())
+        self.alpha_chart = LiveAlphas()
         self.similarity = pn.Card(
             *(pn.pane.HoloViews(hv.DynamicMap(partial(self._similarity_view, key, view),
                                               streams={"data": self._similarity_pipe}))
               for key, view in (("distance", distance_heatmap), ("cka", cka_heatmap))),
             title="Layer similarity (Euclidean distance and linear CKA between layers)", collapsed=True, width=720)
         self.similarity.param.watch(self._similarity_toggled, "collapsed")
-        self._alpha_pane = pn.pane.HoloViews(
-            hv.DynamicMap(alpha_bars, streams={"alphas": self.alpha_pipe}))
         self.follower.on_snapshot("nodes", self._new_frame)
         self.follower.on_snapshot("similarity", self._new_similarity)
         self.follower.on_metrics(self.curves.extend)
         self._views = pn.Column(
-            self.grid.pane, pn.Row(self.decision.pane, pn.Column(self._alpha_pane, self._downloads())),
+            self.grid.pane, pn.Row(self.decision.pane, pn.Column(self.alpha_chart.pane, self._downloads())),
             self.curves.pane, self.similarity)
         self.follower.add_views(self._views, self.hint)
         self._rebuild()
@@ -130,7 +130,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
 
     @param.depends(*TRAINING, watch=True)
     def _training_changed(self) -> None:
-        self.alpha_pipe.send(self._alphas())
+        self.alpha_chart.show(self._alphas())
         if self.follower.running:
             self.say("warning", "Training settings changed. **Reset** to rebuild the model with them (this stops "
                                  "the current run; its folder stays on disk).")
@@ -145,14 +145,15 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
         self.hint.visible = False
         try:
             cfg = self.config()
-            data = make_toy_data(cfg.data)
+            if cfg.data != self._data_cfg:  # same data, same arrays: the decision map then updates in place
+                data = make_toy_data(cfg.data)
+                self._x, self._y, self._data_cfg = data.x_train.numpy(), data.y_train.numpy(), cfg.data
         except (ConfigError, ValueError) as err:
             self.follower.status.error(f"Invalid settings: {err}")
             return
         self.follower.status.clear()
         if self.shortcut not in DECAYED and self.alpha_min < 1.0:
             self._hint("info", f"alpha_min has no effect with the {self.shortcut} schedule.")
-        self._x, self._y = data.x_train.numpy(), data.y_train.numpy()
         self.param.layer_range.bounds = (0, cfg.model.depth + 1)
         self.param.node_range.bounds = (0, cfg.model.width)
         self.layer_range = (min(self.layer_range[0], cfg.model.depth),
@@ -165,7 +166,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
             self._similarity_pipe.send(similarity_snapshot(model))
         else:
             self._similarity_pipe.send(None)
-        self.alpha_pipe.send(self._alphas())
+        self.alpha_chart.show(self._alphas())
         self.curves.clear()
         self._set_history([])
         self._draw()

@@ -36,9 +36,9 @@ def test_settings_build_the_config_and_the_alpha_chart_follows(manager):
     page = small_page(manager, shortcut="linear", alpha_min=0.25)
     cfg = page.config()
     assert (cfg.model.depth, cfg.model.width, cfg.model.shortcut, cfg.model.alpha_min) == (4, 5, "linear", 0.25)
-    assert page.alpha_pipe.data.tolist() == pytest.approx(alphas("linear", 4, 0.25))
+    assert page.alpha_chart.alphas.tolist() == pytest.approx(alphas("linear", 4, 0.25))
     page.param.update(depth=6, alpha_min=0.5)
-    assert page.alpha_pipe.data.tolist() == pytest.approx(alphas("linear", 6, 0.5))
+    assert page.alpha_chart.alphas.tolist() == pytest.approx(alphas("linear", 6, 0.5))
     assert page.frame["maps"].shape == (7, 5, 50, 50)  # rebuilt: a fresh frame of the new shape
     assert page.param.layer_range.bounds == (0, 7)
 
