@@ -9,23 +9,16 @@ import panel as pn
 import param
 
 from lab.config import ConfigError, ExperimentConfig, apply_overrides
-from lab.data.toy2d import TOY_DATASETS, make_toy_data
+from lab.data.toy2d import make_toy_data
 from lab.jobs.manager import JobManager
-from lab.ui.knobs import Knob, config_overrides, knob_class
+from lab.ui.knobs import Knob, config_overrides, knob_class, toy_data_knobs
 from lab.ui.live_curves import LiveCurves
 from lab.ui.live_grid import LiveDecision
 from lab.ui.page import Page
 from lab.viz.toy2d import points
 
 KNOBS: dict[str, Knob] = {
-    "dataset": Knob(param.Selector(default="spiral", objects=list(TOY_DATASETS), doc="toy 2-D set"), "Data",
-                    "data.name"),
-    "n": Knob(param.Integer(default=4096, bounds=(100, 16384), doc="samples (half per class)"), "Data", "data.n",
-              to_config=lambda v, page: v + v % 2),
-    "noise": Knob(param.Number(default=0.0, bounds=(0.0, 0.5), step=0.01, doc="noise level"), "Data", "data.noise"),
-    "train_fraction": Knob(param.Number(default=0.8, bounds=(0.1, 1.0), step=0.05, doc="share used for training"),
-                           "Data", "data.train_fraction"),
-    "seed": Knob(param.Integer(default=0, bounds=(0, 2**31 - 1), doc="data seed"), "Data", "data.seed"),
+    **toy_data_knobs("seed"),
     "steps": Knob(param.Integer(default=400, bounds=(10, 20000), doc="training steps"), "Training",
                   "train.max_steps"),
 }

@@ -14,6 +14,8 @@ from typing import Any
 
 import param
 
+from lab.data.toy2d import TOY_DATASETS
+
 
 @dataclass(frozen=True)
 class Knob:
@@ -32,6 +34,23 @@ class Knob:
     key: str | None = None
     training: bool = True
     to_config: Callable[[Any, Any], Any] | None = None
+
+
+def toy_data_knobs(seed: str = "data_seed") -> dict[str, Knob]:
+    """The toy 2-D data settings every page that trains on them shares (new parameters per call: each page class
+    needs its own). ``seed`` names the data-seed knob."""
+    return {
+        "dataset": Knob(param.Selector(default="spiral", objects=list(TOY_DATASETS), doc="toy 2-D set"), "Data",
+                        "data.name"),
+        "n": Knob(param.Integer(default=4096, bounds=(100, 16384), doc="samples (half per class)"), "Data",
+                  "data.n", to_config=lambda v, page: v + v % 2),
+        "noise": Knob(param.Number(default=0.0, bounds=(0.0, 0.5), step=0.01, doc="noise level"), "Data",
+                      "data.noise"),
+        "train_fraction": Knob(param.Number(default=0.8, bounds=(0.1, 1.0), step=0.05,
+                                            doc="share used for training"), "Data", "data.train_fraction"),
+        seed: Knob(param.Integer(default=0, bounds=(0, 2**31 - 1), doc="seed of the data and its split"), "Data",
+                   "data.seed"),
+    }
 
 
 def knob_class(name: str, knobs: Mapping[str, Knob], base: type) -> type:

@@ -24,13 +24,13 @@ from bokeh.resources import INLINE
 from PIL import Image
 
 from lab.config import ConfigError, ExperimentConfig, apply_overrides, to_dict
-from lab.data.toy2d import TOY_DATASETS, make_toy_data
+from lab.data.toy2d import make_toy_data
 from lab.jobs.manager import JobManager
 from lab.jobs.snapshots import nodes_snapshot, similarity_snapshot
 from lab.nn.mlp import ACTIVATIONS
 from lab.shortcuts import DECAYED, SCHEDULES, block_scales
 from lab.train.build import build_model
-from lab.ui.knobs import Knob, config_overrides, groups, knob_class, training_names, view_names
+from lab.ui.knobs import Knob, config_overrides, groups, knob_class, toy_data_knobs, training_names, view_names
 from lab.ui.live_alphas import LiveAlphas
 from lab.ui.live_curves import LiveCurves
 from lab.ui.live_grid import LiveDecision, LiveGrid
@@ -38,15 +38,7 @@ from lab.ui.page import Page
 from lab.viz.node_grid import alpha_bars, cka_heatmap, distance_heatmap, mosaic, node_grid
 
 KNOBS: dict[str, Knob] = {
-    "dataset": Knob(param.Selector(default="spiral", objects=list(TOY_DATASETS), doc="toy 2-D set"), "Data",
-                    "data.name"),
-    "n": Knob(param.Integer(default=4096, bounds=(100, 16384), doc="samples (half per class)"), "Data", "data.n",
-              to_config=lambda v, page: v + v % 2),
-    "noise": Knob(param.Number(default=0.0, bounds=(0.0, 0.5), step=0.01, doc="noise level"), "Data", "data.noise"),
-    "train_fraction": Knob(param.Number(default=0.8, bounds=(0.1, 1.0), step=0.05, doc="share used for training"),
-                           "Data", "data.train_fraction"),
-    "data_seed": Knob(param.Integer(default=0, bounds=(0, 2**31 - 1), doc="seed of the data and its split"),
-                      "Data", "data.seed"),
+    **toy_data_knobs("data_seed"),
     "depth": Knob(param.Integer(default=32, bounds=(1, 64), doc="residual blocks L"), "Model", "model.depth"),
     "width": Knob(param.Integer(default=32, bounds=(1, 64), doc="nodes per layer H"), "Model", "model.width"),
     "activation": Knob(param.Selector(default="gelu", objects=list(ACTIVATIONS)), "Model", "model.activation"),

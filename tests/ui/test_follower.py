@@ -3,18 +3,8 @@
 import gc
 import time
 
-import pytest
-
-from lab.jobs.manager import JobManager
 from lab.ui.follower import JobFollower
 from tests.jobs.helpers import tiny, wait_for
-
-
-@pytest.fixture
-def manager(tmp_path):
-    m = JobManager(tmp_path / "runs", max_jobs=1)
-    yield m
-    m.shutdown()
 
 
 def test_follower_hands_every_record_and_each_new_frame_once(manager):

@@ -6,16 +6,8 @@ import yaml
 from PIL import Image
 
 from lab.config import ExperimentConfig, from_dict
-from lab.jobs.manager import JobManager
 from lab.shortcuts import alphas
 from lab.ui.playground import PlaygroundPage
-
-
-@pytest.fixture
-def manager(tmp_path):
-    m = JobManager(tmp_path / "runs", max_jobs=1)
-    yield m
-    m.shutdown()
 
 
 def small_page(manager, **params):

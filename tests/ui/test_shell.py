@@ -1,16 +1,7 @@
 
 import panel as pn
-import pytest
 
-from lab.jobs.manager import JobManager
 from lab.ui import DataPage, LabShell
-
-
-@pytest.fixture
-def manager(tmp_path):
-    m = JobManager(tmp_path / "runs", max_jobs=1)
-    yield m
-    m.shutdown()
 
 
 def test_shell_builds_and_navigates(manager):
