@@ -28,8 +28,6 @@ from collections.abc import Callable
 import holoviews as hv
 import numpy as np
 from bokeh.core.json_encoder import serialize_json
-from bokeh.core.validation import silence
-from bokeh.core.validation.warnings import FIXED_SIZING_MODE
 from bokeh.document import Document
 from bokeh.embed import json_item
 from bokeh.models import ColumnDataSource
@@ -130,7 +128,6 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="3 repeats instead of 7")
     parser.add_argument("--repeats", type=int, default=None)
     args = parser.parse_args()
-    silence(FIXED_SIZING_MODE)  # HoloViews sets frame_width/height, not width/height; harmless here
     repeats = args.repeats or (3 if args.quick else 7)
 
     model = lab.create_model("residual_mlp", seed=0)

@@ -1,9 +1,12 @@
-"""Panel pages (Viewer classes) used by ``apps/`` and by notebooks alike."""
+"""Panel pages (Viewer classes) used by ``apps/`` and by notebooks alike; ``extension()`` prepares a notebook."""
 
 from lab.ui.data_page import DataPage
+from lab.ui.follower import JobFollower
 from lab.ui.notebook import extension
+from lab.ui.page import Page
 from lab.ui.playground import PlaygroundPage
 from lab.ui.shell import LabShell, default_pages
 from lab.ui.status import JobStatus
 
-__all__ = ["DataPage", "JobStatus", "LabShell", "PlaygroundPage", "default_pages", "extension"]
+__all__ = ["DataPage", "JobFollower", "JobStatus", "LabShell", "Page", "PlaygroundPage", "default_pages",
+           "extension"]
