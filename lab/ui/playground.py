@@ -124,9 +124,30 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
     def _training_changed(self) -> None:
         self.alpha_chart.show(self._alphas())
         if self.follower.running:
-            self.say("warning", "Training settings changed. **Reset** to rebuild the model with them (this stops "
-                                 "the current run; its folder stays on disk).")
+            self._hint("warning", "Training settings changed. **Reset** to rebuild the model with them (this "
+                                  "stops the current run; its folder stays on disk).")
             return
+        self._schedule_rebuild()
+
+    def _hint(self, kind: str, text: str) -> None:
+        """A message about the settings (the page's notice is kept for the URL's)."""
+        self.hint.object, self.hint.alert_type, self.hint.visible = text, kind, True
+
+    def _schedule_rebuild(self) -> None:
+        """Rebuild on the session's next tick, once for any number of changes before it.
+
+        A slider dragged across ten values sends ten changes; the α chart follows each at once, the model is
+        rebuilt (and its frame drawn) once they stop. In a notebook or a test the rebuild happens right away.
+        """
+        doc = pn.state.curdoc
+        if doc is None or doc.session_context is None:
+            self._rebuild()
+        elif not self._rebuild_pending:
+            self._rebuild_pending = True
+            doc.add_next_tick_callback(self._pending_rebuild)
+
+    def _pending_rebuild(self) -> None:
+        self._rebuild_pending = False
         self._rebuild()
 
     def _alphas(self) -> np.ndarray:

@@ -64,7 +64,7 @@ def test_training_streams_frames_pause_step_reset(manager):
     assert page.history == 0 and len(page.history_steps) > 1  # live: 0 frames back
     assert page.param.history.bounds == (-(len(page.history_steps) - 1), 0)
     page.depth = 5  # a training setting while a run is in progress asks first
-    assert page.notice.visible and "Reset" in page.notice.object and page.job.is_alive()
+    assert page.hint.visible and "Reset" in page.hint.object and page.job.is_alive()
     job = page.job
     page.param.trigger("reset")
     assert not job.is_alive() and page.job is None and page.frame["maps"].shape[0] == 6
@@ -134,3 +134,10 @@ def test_history_replays_a_recorded_frame_and_returns_to_live(manager):
     page.poll()
     assert int(page.frame["step"]) >= page.history_steps[-2]  # live again
     page.param.trigger("reset")
+
+
+def test_alpha_min_without_a_decayed_schedule_is_pointed_out(manager):
+    page = small_page(manager, shortcut="identity", alpha_min=0.5)
+    assert page.hint.visible and "alpha_min has no effect with the identity schedule" in page.hint.object
+    page.shortcut = "linear"
+    assert not page.hint.visible and page.alpha_chart.alphas.tolist() == pytest.approx(alphas("linear", 4, 0.5))
