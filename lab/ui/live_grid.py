@@ -17,7 +17,7 @@ import numpy as np
 import panel as pn
 from bokeh.models import Image, Quad
 
-from lab.viz.node_grid import hover_boxes, mosaic, node_grid
+from lab.viz.node_grid import FIT_PX, hover_boxes, mosaic, node_grid
 from lab.viz.toy2d import decision_map, points
 
 
@@ -44,18 +44,18 @@ class LiveGrid:
         return found
 
     def show(self, frame: dict[str, np.ndarray], *, layers: tuple[int, int], nodes: tuple[int, int],
-             normalize: str, points: tuple[np.ndarray, np.ndarray]) -> None:
-        """Draw ``frame`` (a nodes snapshot) with the given view settings."""
-        key = (frame["maps"].shape, frame["weights"].shape, layers, nodes, normalize)
+             normalize: str, points: tuple[np.ndarray, np.ndarray], fit_width: int = FIT_PX[0]) -> None:
+        """Draw ``frame`` (a nodes snapshot) with the given view settings, about ``fit_width`` pixels wide."""
+        key = (frame["maps"].shape, frame["weights"].shape, layers, nodes, normalize, fit_width)
         if key != self._layout_key or self.figure is None:
             element = node_grid(frame, layers=layers, nodes=nodes, normalize=normalize, points=points,
-                                max_points=self.max_points)
+                                max_points=self.max_points, fit_width=fit_width)
             self.figure = hv.render(element, backend="bokeh")
             self.pane.object = self.figure
             self._layout_key = key
             self.full_renders += 1
             return
-        m = mosaic(frame, layers=layers, nodes=nodes, normalize=normalize)
+        m = mosaic(frame, layers=layers, nodes=nodes, normalize=normalize, fit_width=fit_width)
         box = hover_boxes(m, float(frame.get("limit", 1.0)), frame.get("decision"))
         sources = self._sources()
         with pn.io.unlocked():

@@ -35,7 +35,7 @@ from lab.ui.live_alphas import LiveAlphas
 from lab.ui.live_curves import LiveCurves
 from lab.ui.live_grid import LiveDecision, LiveGrid
 from lab.ui.page import Page
-from lab.viz.node_grid import alpha_bars, cka_heatmap, distance_heatmap, mosaic, node_grid
+from lab.viz.node_grid import FIT_PX, alpha_bars, cka_heatmap, distance_heatmap, mosaic, node_grid
 
 KNOBS: dict[str, Knob] = {
     **toy_data_knobs("data_seed"),
@@ -64,6 +64,9 @@ KNOBS: dict[str, Knob] = {
                        training=False),
     "normalize": Knob(param.Selector(default="tile", objects=["tile", "layer", "global"], doc="colour range per"),
                       "View", training=False),
+    "grid_width": Knob(param.Integer(default=FIT_PX[0], bounds=(400, 2400), step=20,
+                                     doc="pixels the node grid fits into (narrower in a notebook)"),
+                       "View", training=False),
 }
 TRAINING = training_names(KNOBS)
 VIEW = view_names(KNOBS)
@@ -251,7 +254,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
 
     def _view(self) -> dict[str, Any]:
         return {"layers": tuple(int(v) for v in self.layer_range), "nodes": tuple(int(v) for v in self.node_range),
-                "normalize": self.normalize, "points": (self._x, self._y)}
+                "normalize": self.normalize, "points": (self._x, self._y), "fit_width": self.grid_width}
 
     @param.depends("history", watch=True)
     def _replay(self) -> None:
@@ -280,7 +283,8 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
     def grid_png(self) -> io.BytesIO:
         """The current node grid (mosaic of tiles) as a PNG."""
         view = self._view()
-        m = mosaic(self.frame, layers=view["layers"], nodes=view["nodes"], normalize=view["normalize"])
+        m = mosaic(self.frame, layers=view["layers"], nodes=view["nodes"], normalize=view["normalize"],
+                   fit_width=view["fit_width"])
         out = io.BytesIO()
         Image.fromarray(m.rgba(), "RGBA").save(out, format="PNG")
         out.seek(0)

@@ -129,7 +129,8 @@ def _range(span: tuple[int, int] | None, n: int, name: str) -> tuple[int, int]:
 
 def mosaic(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tuple[int, int] | None = None,
            max_layers: int | None = None, max_nodes: int | None = None, tile_px: int | None = None,
-           gap_px: int = 2, weight_px: int | None = None, normalize: str = "tile", lines: bool = True) -> Mosaic:
+           gap_px: int = 2, weight_px: int | None = None, normalize: str = "tile", lines: bool = True,
+           fit_width: int = FIT_PX[0]) -> Mosaic:
     """Build the tile mosaic of a nodes snapshot with vectorised numpy (no loop over tiles).
 
     Args:
@@ -138,12 +139,14 @@ def mosaic(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tuple[i
         layers, nodes: inclusive-exclusive ranges into maps' first and second axes (default: all).
         max_layers, max_nodes: show at most this many, evenly spaced (both ends kept).
         tile_px: side of a node tile in pixels (maps are resampled nearest-neighbour from R); default: the
-            largest up to R that keeps the mosaic within about 1040 × 900 pixels (13 for 33 layers × 32 nodes).
+            largest up to R that keeps the mosaic within about ``fit_width`` × 900 pixels (13 for 33 layers × 32
+            nodes at the default 1040; at least 8).
         gap_px: vertical gap between tiles.
         weight_px: width of a weights column (default ``tile_px``).
         normalize: colour range of a node map: ``"tile"`` (its own max |v|), ``"layer"`` (max |v| over the
             shown nodes of its layer) or ``"global"`` (over all shown tiles). Always symmetric so white = 0.
         lines: draw the frame's weights as lines in the weights columns (:func:`draw_weights`).
+        fit_width: the width in pixels the default tile size fits the mosaic into.
     """
     if normalize not in ("tile", "layer", "global"):
         raise ValueError(f"normalize must be 'tile', 'layer' or 'global'; got {normalize!r}")
@@ -157,7 +160,7 @@ def mosaic(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tuple[i
     r = maps.shape[-1]
     g = int(gap_px)
     if tile_px is None:  # width ≈ (2·cols − 1 + dec_rows + 1)·t when weight_px = t
-        tile_px = max(8, min(r, FIT_PX[0] // (2 * cols + dec_rows), FIT_PX[1] // rows - g))
+        tile_px = max(8, min(r, fit_width // (2 * cols + dec_rows), FIT_PX[1] // rows - g))
     t = int(tile_px)
     w = t if weight_px is None else int(weight_px)
 
@@ -324,7 +327,8 @@ def _points(m: Mosaic, points: tuple[np.ndarray, np.ndarray], limit: float, max_
 def node_grid(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tuple[int, int] | None = None,
               points: tuple[np.ndarray, np.ndarray] | None = None, tile_px: int | None = None,
               normalize: str = "tile", max_layers: int | None = None, max_nodes: int | None = None,
-              max_points: int = 300, encoding: str = "index", frame_width: int | None = None) -> hv.Overlay:
+              max_points: int = 300, encoding: str = "index", frame_width: int | None = None,
+              fit_width: int = FIT_PX[0]) -> hv.Overlay:
     """The TFMeter figure for one nodes snapshot, drawn as a single plot (one Bokeh figure).
 
     Args:
@@ -343,13 +347,14 @@ def node_grid(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tupl
         encoding: ``"index"`` sends the mosaic as a uint8 image with a 255-colour palette (1 byte per pixel);
             ``"rgba"`` sends it as an ``hv.RGB`` (4 bytes per pixel). Both look the same.
         frame_width: width of the plot area in screen pixels (default: one per mosaic pixel).
+        fit_width: the width the default tile size fits the mosaic into (:func:`mosaic`).
 
     Returns:
         Overlay of the mosaic (tiles and weight lines), an invisible ``hv.Rectangles`` hover layer (vdims
         layer, node, min, max) and, with ``points``, an ``hv.Points`` of the training set.
     """
     m = mosaic(frame, layers=layers, nodes=nodes, max_layers=max_layers, max_nodes=max_nodes, tile_px=tile_px,
-               normalize=normalize)
+               normalize=normalize, fit_width=fit_width)
     limit = float(frame.get("limit", 1.0))
     bounds = (0, 0, m.width, m.height)
     if encoding == "index":

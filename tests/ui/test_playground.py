@@ -141,3 +141,12 @@ def test_alpha_min_without_a_decayed_schedule_is_pointed_out(manager):
     assert page.hint.visible and "alpha_min has no effect with the identity schedule" in page.hint.object
     page.shortcut = "linear"
     assert not page.hint.visible and page.alpha_chart.alphas.tolist() == pytest.approx(alphas("linear", 4, 0.5))
+
+
+def test_grid_width_fits_the_grid_into_a_narrower_view(manager):
+    page = small_page(manager, depth=32, width=32)
+    wide = page.grid.figure.renderers[0].data_source.data["image"][0].shape[1]
+    page.grid_width = 700  # a view setting: a redraw, no new model
+    narrow = page.grid.figure.renderers[0].data_source.data["image"][0].shape[1]
+    assert narrow <= 700 < wide <= 1040 and page.job is None
+    assert Image.open(page.grid_png()).size[0] == narrow  # exports follow the view
