@@ -20,7 +20,7 @@ class Page(pn.viewable.Viewer):
 
     Attributes:
         follower: starts and follows the page's job (status line, progress bar, alerts).
-        notice: a message about the page's settings (out of range, changed while training).
+        notice: a message about the page's settings (URL values out of range).
     """
 
     title: ClassVar[str] = ""
