@@ -58,7 +58,6 @@ class JobFollower(pn.viewable.Viewer):
         self.job: Job | None = None
         self.records: list[dict[str, Any]] = []  # every metric record of the followed run so far
         self.versions: dict[str, int] = {}  # newest snapshot version handed to the page, per kind
-        self.polls = 0
         self._views = [self.status, *views]
         self._snapshot_handlers: list[tuple[str, SnapshotHandler]] = []
         self._metrics_handlers: list[MetricsHandler] = []
@@ -146,7 +145,6 @@ class JobFollower(pn.viewable.Viewer):
         job = self.job
         if job is None:
             return False
-        self.polls += 1
         changed = False
         status = job.status()
         self.status.show(status, run=job.run.id)
@@ -167,7 +165,8 @@ class JobFollower(pn.viewable.Viewer):
             job.request(kind)  # the last frame is drawn: the job may build the next one
         if not alive:
             self._stop_polling()
-        self._push()
+        if changed:  # handlers change raw Bokeh models; Panel's own widgets and panes push themselves
+            self._push()
         return changed
 
     def _push(self) -> None:
