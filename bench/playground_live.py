@@ -27,7 +27,7 @@ from lab.config import ExperimentConfig, apply_overrides  # noqa: E402
 from lab.jobs.runner import make_trainer  # noqa: E402
 from lab.jobs.store import RunStore  # noqa: E402
 from lab.jobs.thread import ThreadJob  # noqa: E402
-from lab.ui.serve import serving  # noqa: E402
+from lab.ui.serve import serving_lab  # noqa: E402
 
 JS_TITLE = """() => { let last = null; for (const doc of Bokeh.documents) for (const m of doc.all_models)
     if (typeof m.text === 'string' && m.text.startsWith('step ')) last = m.text; return last; }"""
@@ -68,14 +68,10 @@ def main() -> None:
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
-    import lab.jobs.manager as manager_module
-
     torch.set_num_threads(1)
     headless_before, job_before = headless_rate(300), headless_job_rate(10)
     runs = Path(tempfile.mkdtemp(prefix="lab-bench-"))
-    manager_module._MANAGER = manager_module.JobManager(runs, max_jobs=1)
-    app = Path(__file__).resolve().parent.parent / "apps" / "main.py"
-    with serving({"apps": str(app)}) as url, sync_playwright() as p:
+    with serving_lab(runs, max_jobs=1) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         page.goto(f"{url}/apps?page=Playground", timeout=120_000)
@@ -95,7 +91,6 @@ def main() -> None:
         step1 = json.loads(status.read_text())["step"]
         page.get_by_role("button", name="Start / pause").click()
         browser.close()
-    manager_module._MANAGER.shutdown()
     open_rate = (step1 - step0) / elapsed
     fps = titles / elapsed
     # each reference measured before and after the browser run, averaged (the machine's speed drifts)

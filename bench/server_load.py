@@ -27,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import median, table  # noqa: E402
-from lab.ui.serve import serving  # noqa: E402
+from lab.ui.serve import serving_lab  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -137,34 +137,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
-    import lab.jobs.manager as manager_module
-
     runs = Path(tempfile.mkdtemp(prefix="lab-bench-"))
-    manager_module._MANAGER = manager_module.JobManager(runs, max_jobs=2)
-    app = Path(__file__).resolve().parent.parent / "apps" / "main.py"
     errors: list[str] = []
     server_errors = ErrorLog()
     logging.getLogger().addHandler(server_errors)
     t_bench = time.perf_counter()
-    try:
-        with serving({"apps": str(app)}) as url, sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-            measured = open_page(browser, url, MEASURED, errors)
-            reference = slider_latencies(measured, args.presses, args.pause, args.budget)
+    with serving_lab(runs, max_jobs=2) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        measured = open_page(browser, url, MEASURED, errors)
+        reference = slider_latencies(measured, args.presses, args.pause, args.budget)
 
-            other = open_page(browser, url, OTHER, errors)
-            open_page(browser, url, DATA, errors)
-            start_training(measured)
-            start_training(other)
-            before, t0 = heartbeats(runs), time.perf_counter()
-            loaded = slider_latencies(measured, args.presses, args.pause, args.budget)
-            after, seconds = heartbeats(runs), time.perf_counter() - t0
-            logging.getLogger().removeHandler(server_errors)  # closing sessions is not part of the measurement
-            for page in (measured, other):
-                page.get_by_role("button", name="Start / pause").click()
-            browser.close()
-    finally:
-        manager_module._MANAGER.shutdown()
+        other = open_page(browser, url, OTHER, errors)
+        open_page(browser, url, DATA, errors)
+        start_training(measured)
+        start_training(other)
+        before, t0 = heartbeats(runs), time.perf_counter()
+        loaded = slider_latencies(measured, args.presses, args.pause, args.budget)
+        after, seconds = heartbeats(runs), time.perf_counter() - t0
+        logging.getLogger().removeHandler(server_errors)  # closing sessions is not part of the measurement
+        for page in (measured, other):
+            page.get_by_role("button", name="Start / pause").click()
+        browser.close()
     rates = [(after[r][0] - before[r][0]) / max(after[r][1] - before[r][1], 1e-9) for r in sorted(before)]
     shutil.rmtree(runs, ignore_errors=True)
 

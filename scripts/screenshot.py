@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from lab.ui.serve import serving  # noqa: E402
+from lab.ui.serve import serving_lab  # noqa: E402
 
 QUERY = "depth=12&width=12&shortcut=linear&alpha_min=0.5"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -82,14 +82,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from playwright.sync_api import sync_playwright
 
-    import lab.jobs.manager as manager_module
-
     runs = Path(tempfile.mkdtemp(prefix="lab-screenshot-"))
-    manager_module._MANAGER = manager_module.JobManager(runs, max_jobs=1)
-    app = ROOT / "apps" / "main.py"
     query = args.query.lstrip("?&")
     try:
-        with serving({"apps": str(app)}) as url, sync_playwright() as p:
+        with serving_lab(runs, max_jobs=1) as url, sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": args.width, "height": args.height})
             errors: list[str] = []
@@ -117,7 +113,6 @@ def main(argv: list[str] | None = None) -> int:
             png = page.screenshot(clip=clip)
             browser.close()
     finally:
-        manager_module._MANAGER.shutdown()
         shutil.rmtree(runs, ignore_errors=True)
     size = save_png(png, args.out, args.max_kb * 1024)
     acc = re.search(r"test acc ([0-9.]+)", status)

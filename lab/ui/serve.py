@@ -5,10 +5,13 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import panel as pn
 from tornado.ioloop import IOLoop
+
+from lab.jobs.manager import get_manager, shutdown_manager
 
 
 @contextlib.contextmanager
@@ -31,3 +34,25 @@ def serving(apps: dict[str, Any], address: str = "127.0.0.1") -> Iterator[str]:
         loop.add_callback(server.stop)
         loop.add_callback(loop.stop)
         thread.join(10)
+
+
+APP = Path(__file__).resolve().parents[2] / "apps" / "main.py"
+
+
+@contextlib.contextmanager
+def serving_lab(runs_dir: str | Path, max_jobs: int = 2, address: str = "127.0.0.1") -> Iterator[str]:
+    """The lab's ``apps/main.py`` served at ``/apps`` as ``panel serve apps/`` would, with a process-wide job
+    manager of its own writing into ``runs_dir``; yields the base URL. The manager is shut down afterwards.
+
+    Args:
+        runs_dir: the runs folder every page's job writes into.
+        max_jobs: concurrent training jobs.
+        address: interface to bind; loopback unless told otherwise.
+    """
+    shutdown_manager()  # the lab's pages take the process-wide manager: make it this one
+    get_manager(runs_dir=runs_dir, max_jobs=max_jobs)
+    try:
+        with serving({"apps": str(APP)}, address=address) as url:
+            yield url
+    finally:
+        shutdown_manager()

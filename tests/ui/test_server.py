@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import logging
 import urllib.request
-from pathlib import Path
 
 import pytest
 
 from lab.jobs.manager import JobManager
-from lab.ui.serve import serving
+from lab.ui.serve import serving, serving_lab
 from lab.ui.shell import LabShell
 from tests.ui.browser import JS_HAS_TEXT, JS_PLOTS, browser_page, needs_chromium, plots_off_their_data
 
 pytestmark = pytest.mark.ui
-APPS = Path(__file__).resolve().parents[2] / "apps" / "main.py"
 
 
 @pytest.fixture
@@ -26,12 +24,8 @@ def server(tmp_path, monkeypatch, caplog):
     """
     caplog.set_level(logging.WARNING, logger="bokeh")
     monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "runs"))
-    import lab.jobs.manager as manager_module
-
-    monkeypatch.setattr(manager_module, "_MANAGER", JobManager(tmp_path / "runs", max_jobs=2))
-    with serving({"apps": str(APPS)}) as url:
+    with serving_lab(tmp_path / "runs", max_jobs=2) as url:
         yield url
-    manager_module._MANAGER.shutdown()
     validation = [r.getMessage() for r in caplog.records if r.name.startswith("bokeh.core.validation")]
     assert not validation, validation
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
