@@ -48,6 +48,7 @@ class LiveCurves:
                                x_range=Range1d(0, 1), y_range=Range1d(0.0, 1.02), frame_width=width,
                                frame_height=height, tools=tools)}
         self.sources: dict[tuple[str, str], ColumnDataSource] = {}
+        self._extent: dict[str, tuple[float, float]] = {}  # running (min, max) of each figure's steps, of losses
         items: dict[str, list[tuple[str, list]]] = {name: [] for name in self.figures}
         for fig, kind, field, label, color in _LINES:
             source = ColumnDataSource(data=_empty(), name=f"{fig}:{field}")
@@ -60,6 +61,7 @@ class LiveCurves:
 
     def clear(self) -> None:
         """Forget every point (a new run)."""
+        self._extent.clear()
         with pn.io.unlocked():  # a widget callback runs without the document lock
             for source in self.sources.values():
                 source.data = _empty()
@@ -74,21 +76,27 @@ class LiveCurves:
                 if pts:
                     steps, values = zip(*pts, strict=True)
                     source.stream({"step": list(steps), "value": list(values)})
+                    name = source.name.split(":")[0]
+                    self._grow(f"{name} steps", steps)
+                    if name == "loss":
+                        self._grow("loss values", [v for v in values if v > 0 and math.isfinite(v)])
             self._fit()
+
+    def _grow(self, key: str, values: Sequence[float]) -> None:
+        """Widen the running extent ``key`` by ``values`` (each point is looked at once, not at every poll)."""
+        if values:
+            lo, hi = self._extent.get(key, (math.inf, -math.inf))
+            self._extent[key] = (min(lo, *values), max(hi, *values))
 
     def _fit(self) -> None:
         """Fit each figure's step range to its data, and the loss range (log scale) to the positive losses."""
         for name, fig in self.figures.items():
-            sources = [s for (_, field), s in self.sources.items() if s.name.startswith(f"{name}:")]
-            steps = [x for s in sources for x in s.data["step"]]
-            if steps:
-                lo, hi = min(steps), max(steps)
+            if f"{name} steps" in self._extent:
+                lo, hi = self._extent[f"{name} steps"]
                 pad = max(1.0, 0.02 * (hi - lo))
                 fig.x_range.update(start=lo - pad, end=hi + pad)
-        losses = [v for (_, field), s in self.sources.items() if s.name.startswith("loss:")
-                  for v in s.data["value"] if v > 0 and math.isfinite(v)]
-        if losses:
-            lo, hi = math.log10(min(losses)), math.log10(max(losses))
+        if "loss values" in self._extent:
+            lo, hi = (math.log10(v) for v in self._extent["loss values"])
             pad = max(0.05, 0.05 * (hi - lo))
             self.figures["loss"].y_range.update(start=10 ** (lo - pad), end=10 ** (hi + pad))
 
