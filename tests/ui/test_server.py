@@ -13,6 +13,7 @@ from lab.ui.shell import LabShell
 from tests.ui.browser import JS_HAS_TEXT, JS_PLOTS, browser_page, needs_chromium, plots_off_their_data
 
 pytestmark = pytest.mark.ui
+CLIENT_GONE = ("WebSocketClosedError", "StreamClosedError")
 
 
 @pytest.fixture
@@ -28,7 +29,9 @@ def server(tmp_path, monkeypatch, caplog):
         yield url
     validation = [r.getMessage() for r in caplog.records if r.name.startswith("bokeh.core.validation")]
     assert not validation, validation
-    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    # a write to a browser that has already closed is the client leaving, not a failure of the page
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR
+              and not any(gone in r.getMessage() + (r.exc_text or "") for gone in CLIENT_GONE)]
     assert not errors, errors
 
 
