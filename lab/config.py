@@ -28,14 +28,18 @@ from typing import Any, TypeVar
 
 import yaml
 
+from lab.data.images import IMAGE_DATASETS
 from lab.data.toy2d import TOY_DATASETS
 from lab.nn.mlp import ACTIVATIONS
+from lab.nn.registry import model_parameters
 from lab.shortcuts import SCHEDULES
 
 T = TypeVar("T")
 
 DROPPATH_MODES = ("off", "droppath", "residual_droppath")
 OPTIMIZERS = ("adam", "adamw", "sgd")
+LR_SCHEDULES = ("constant", "cosine", "warmup_cosine")
+DATASETS = (*TOY_DATASETS, *IMAGE_DATASETS)
 
 
 class ConfigError(ValueError):
@@ -91,6 +95,8 @@ def _validate(obj: Any) -> None:
         value = getattr(obj, f.name)
         meta = f.metadata
         name = f"{section}.{f.name}"
+        if value is None:  # an optional field left unset (the model builder's default applies)
+            continue
         if meta.get("choices") and value not in meta["choices"]:
             raise ConfigError(f"{name} must be one of {', '.join(meta['choices'])}; got {value!r}")
         values = value if isinstance(value, tuple) else (value,)
@@ -106,41 +112,113 @@ def _validate(obj: Any) -> None:
                 raise ConfigError(f"{name} must be {_describe_range(meta)}; got {v}")
 
 
+# Model knobs every config section names alike; None leaves the builder's default. Other keyword arguments of a
+# builder (preact, norm, depths, channels, feature_size, ...) are extra keys of the model section.
+_MODEL_FIELDS = ("depth", "width", "activation", "shortcut", "alpha_min", "zero_init", "in_dim", "num_classes")
+# Builder arguments a config never sets in the model section: the drop-path rate comes from the train section.
+_NOT_MODEL_KEYS = ("drop_path_rate",)
+
+
 @dataclass(frozen=True)
 class ModelConfig:
-    """The network: a registered model name and its architecture knobs."""
+    """The network: a registered model name, its initialisation seed and its builder's keyword arguments.
+
+    The common knobs are fields; None leaves the builder's own default (FC ResNets default to ReLU, the residual
+    MLP to GELU). Any other keyword argument of the builder is an extra key of the section (``model.preact``,
+    ``model.depths``), kept in ``extra``. Construction checks every key against the builder's signature: a key the
+    model does not take is an error naming the keys it does take, so no model silently receives (or ignores) a
+    knob meant for another. ``in_dim``, ``in_chans`` and ``num_classes`` left unset are read off the data.
+    """
 
     _section = "model"
     name: str = _field("residual_mlp", doc="registered model name (lab.list_models())")
-    depth: int = _field(32, lo=1, hi=1024, doc="number of residual blocks L")
-    width: int = _field(32, lo=1, hi=65536, doc="hidden width H")
-    activation: str = _field("gelu", choices=ACTIVATIONS)
-    shortcut: str = _field("identity", choices=SCHEDULES, doc="alpha schedule (lab.shortcuts)")
-    alpha_min: float = _field(1.0, lo=0.0, hi=1.0, doc="last block's shortcut scale for decayed schedules")
-    zero_init: bool = _field(False, doc="zero-initialise each branch's output layer (Residual Connections Harm "
-                                        "Generative Representation Learning, §3.2)")
-    in_dim: int = _field(2, lo=1)
-    num_classes: int = _field(2, lo=1)
+    depth: int | None = _field(None, lo=1, hi=1024, doc="number of residual blocks L")
+    width: int | None = _field(None, lo=1, hi=65536, doc="hidden width H (D of the residual stream)")
+    activation: str | None = _field(None, choices=ACTIVATIONS)
+    shortcut: str | None = _field(None, choices=SCHEDULES, doc="alpha schedule (lab.shortcuts); none = no skips")
+    alpha_min: float | None = _field(None, lo=0.0, hi=1.0, doc="last block's shortcut scale for decayed schedules")
+    zero_init: bool | None = _field(None, doc="zero-initialise each branch's output layer (Residual Connections Harm "
+                                              "Generative Representation Learning, §3.2)")
+    in_dim: int | None = _field(None, lo=1, doc="input features (default: from the data)")
+    num_classes: int | None = _field(None, lo=1, doc="classes (default: from the data)")
     seed: int = _field(0, lo=0, doc="initialisation seed, kept apart from data and batch seeds")
+    extra: tuple[tuple[str, Any], ...] = field(default=(), metadata={"doc": "other builder arguments, by name"})
 
     def __post_init__(self) -> None:
         _validate(self)
+        try:
+            params, takes_any = model_parameters(self.name)
+        except ValueError as err:
+            raise ConfigError(f"model.name: {err}") from None
+        valid = ["name", "seed", *(k for k in params if k not in _NOT_MODEL_KEYS)]
+        listing = ", ".join(f"model.{k}" for k in valid)
+        for key in _MODEL_FIELDS:
+            if getattr(self, key) is not None and key not in params and not takes_any:
+                raise ConfigError(f"model {self.name} does not take model.{key}; its keys: {listing}")
+        coerced = []
+        for key, value in self.extra:
+            if key in _NOT_MODEL_KEYS:
+                raise ConfigError(f"model.{key} is set by train.{key} (with train.droppath), not in the model section")
+            if key in _MODEL_FIELDS or (key not in params and not takes_any):
+                raise ConfigError(f"unknown key model.{key}; valid keys: {listing} (model {self.name})")
+            coerced.append((key, _coerce_like(value, params[key].default if key in params else None, f"model.{key}")))
+        object.__setattr__(self, "extra", tuple(coerced))
+
+    def builder_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments given to the builder: the fields that are set, then the extra keys."""
+        out = {k: getattr(self, k) for k in _MODEL_FIELDS if getattr(self, k) is not None}
+        out.update(self.extra)
+        return out
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A model key as the builder will see it: set in the config, else the builder's default, else ``default``."""
+        kwargs = self.builder_kwargs()
+        if key in kwargs:
+            return kwargs[key]
+        param = model_parameters(self.name)[0].get(key)
+        return default if param is None or param.default is param.empty else param.default
+
+
+def _coerce_like(value: Any, default: Any, name: str) -> Any:
+    """Coerce an extra model key's value to the type of the builder's default (lists become tuples)."""
+    if isinstance(default, tuple) or isinstance(value, list):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{name} must be a list; got {value!r}")
+        kind = type(default[0]) if isinstance(default, tuple) and default else None
+        return tuple(_coerce(v, kind, name) if kind in (int, float) else v for v in value)
+    if isinstance(default, (bool, int, float, str)):
+        return _coerce(value, type(default), name)
+    return value
+
+
+DEFAULT_MODEL = ModelConfig(depth=32, width=32, activation="gelu", shortcut="identity", alpha_min=1.0)
+"""The lab's default model: *ResidualDroppath: Enhancing Feature Reuse over Residual Connections*' 32 × 32 MLP."""
 
 
 @dataclass(frozen=True)
 class DataConfig:
-    """A toy 2-D dataset and its train/test split."""
+    """A data set and its train/test split: a toy 2-D set (generated) or an image set (digits ship with the lab;
+    the others are read from ``root``, never downloaded)."""
 
     _section = "data"
-    name: str = _field("spiral", choices=TOY_DATASETS)
-    n: int = _field(16384, lo=2, hi=10_000_000, doc="number of samples, half per class")
-    noise: float = _field(0.0, lo=0.0, hi=10.0, doc="noise level (Gaussian std for the spiral of ResidualDroppath: "
-                                                     "Enhancing Feature Reuse over Residual Connections)")
-    train_fraction: float = _field(0.8, lo=0.0, hi=1.0, lo_open=True)
+    name: str = _field("spiral", choices=DATASETS)
+    n: int = _field(16384, lo=2, hi=10_000_000, doc="toy sets: number of samples, half per class")
+    noise: float = _field(0.0, lo=0.0, hi=10.0, doc="toy sets: noise level (Gaussian std for the spiral of "
+                                                     "ResidualDroppath: Enhancing Feature Reuse over Residual "
+                                                     "Connections)")
+    train_fraction: float = _field(0.8, lo=0.0, hi=1.0, lo_open=True, doc="share kept for training (toy sets, "
+                                                                          "digits, image folders)")
     seed: int = _field(0, lo=0, doc="seed for sampling the data and splitting it")
+    root: str = _field("", doc="image sets other than digits: the local folder holding the files")
+    classes: int = _field(0, lo=0, doc="image sets: keep the first N classes (0 = all)")
+    max_per_class: int = _field(0, lo=0, doc="image sets: at most N training images per class (0 = all)")
+    image_size: int = _field(0, lo=0, hi=4096, doc="digits and image folders: resize to N × N (0 = 8 for digits, "
+                                                    "32 for image folders)")
 
     def __post_init__(self) -> None:
         _validate(self)
+        if self.image_size and self.name not in ("digits", "image_folder"):
+            raise ConfigError(f"data.image_size applies to digits and image_folder; {self.name} keeps its own size")
 
 
 @dataclass(frozen=True)
@@ -153,6 +231,9 @@ class TrainConfig:
     betas: tuple[float, float] = _field((0.9, 0.999), lo=0.0, hi=1.0)
     weight_decay: float = _field(0.0, lo=0.0)
     momentum: float = _field(0.9, lo=0.0, hi=1.0, doc="SGD only")
+    lr_schedule: str = _field("constant", choices=LR_SCHEDULES, doc="learning rate per step (lab.train.schedule)")
+    warmup_steps: int = _field(0, lo=0, doc="warmup_cosine: linear warmup from 0 over these steps")
+    min_lr: float = _field(0.0, lo=0.0, doc="cosine schedules: the learning rate they end at")
     batch_size: int = _field(256, lo=1)
     epochs: int = _field(6, lo=1)
     max_steps: int = _field(0, lo=0, doc="stop after this many steps; 0 = no limit beyond epochs")
@@ -170,6 +251,10 @@ class TrainConfig:
         if len(self.betas) != 2:
             raise ConfigError(f"train.betas must have two values; got {list(self.betas)}")
         _validate(self)
+        if self.lr_schedule == "warmup_cosine" and self.warmup_steps == 0:
+            raise ConfigError("train.lr_schedule=warmup_cosine needs train.warmup_steps > 0")
+        if self.min_lr > self.lr:
+            raise ConfigError(f"train.min_lr ({self.min_lr:g}) must not exceed train.lr ({self.lr:g})")
         if self.droppath != "off" and self.drop_path_rate >= 1.0:
             raise ConfigError("train.drop_path_rate must be < 1 when droppath is on (every branch would be dropped)")
 
@@ -180,7 +265,7 @@ class ExperimentConfig:
 
     _section = "experiment"
     name: str = "spiral"
-    model: ModelConfig = field(default_factory=ModelConfig)
+    model: ModelConfig = DEFAULT_MODEL
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
@@ -259,12 +344,14 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, prefix: str = "") -> T:
             _new_name(f"{section}.{key}", new_also_given=new in data)
             data[new] = data.pop(key)
     hints = _hints(cls)
-    valid = [f.name for f in dataclasses.fields(cls)]
+    valid = [f.name for f in dataclasses.fields(cls) if f.name != "extra"]
     unknown = [k for k in data if k not in valid]
     where = f"{prefix}." if prefix else ""
-    if unknown:
+    kwargs = {k: _coerce(v, hints[k], f"{where}{k}") for k, v in data.items() if k in valid}
+    if cls is ModelConfig:  # the builder's own keys; ModelConfig checks them against its signature
+        kwargs["extra"] = tuple((k, data[k]) for k in unknown)
+    elif unknown:
         raise ConfigError(f"unknown key {where}{unknown[0]}; valid keys: {', '.join(where + v for v in valid)}")
-    kwargs = {k: _coerce(v, hints[k], f"{where}{k}") for k, v in data.items()}
     return cls(**kwargs)
 
 
@@ -272,6 +359,10 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     """Plain nested dict (tuples as lists), ready for YAML or JSON."""
 
     def plain(v: Any) -> Any:
+        if isinstance(v, ModelConfig):  # unset knobs are left out; the builder's own keys sit beside the rest
+            out = {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)
+                   if f.name != "extra" and getattr(v, f.name) is not None}
+            return out | {k: plain(value) for k, value in v.extra}
         if dataclasses.is_dataclass(v):
             return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
         if isinstance(v, tuple):
@@ -314,11 +405,15 @@ def apply_overrides(cfg: T, overrides: Iterable[str] | Mapping[str, Any]) -> T:
     items = [(_new_name(key, new_also_given=_RENAMED[key][0] in keys) if key in _RENAMED else key, value)
              for key, value in items]
     data = to_dict(cfg)
+    model_name = next((value for key, value in items if key == "model.name"), None)
+    if isinstance(data.get("model"), dict) and isinstance(model_name, str) and model_name != data["model"]["name"]:
+        _keep_model_keys(data["model"], model_name, {key.partition(".")[2] for key in keys})
     for key, value in items:
         node, parts = data, key.split(".")
         for depth, part in enumerate(parts):
             path = ".".join(parts[:depth])
-            if not isinstance(node, dict) or part not in node:
+            new_model_key = path == "model" and depth == len(parts) - 1 and isinstance(node, dict)
+            if not new_model_key and (not isinstance(node, dict) or part not in node):
                 valid = sorted(node) if isinstance(node, dict) else []
                 where = f"{path}." if path else ""
                 raise ConfigError(f"unknown key {key}; valid keys: {', '.join(where + v for v in valid)}")
@@ -327,6 +422,18 @@ def apply_overrides(cfg: T, overrides: Iterable[str] | Mapping[str, Any]) -> T:
             else:
                 node = node[part]
     return from_dict(type(cfg), data)
+
+
+def _keep_model_keys(section: dict[str, Any], name: str, overridden: set[str]) -> None:
+    """On a change of ``model.name``, drop the old model's keys that the new one does not take (unless they are
+    overridden too, in which case the new model's check names them)."""
+    try:
+        params, takes_any = model_parameters(name)
+    except ValueError:
+        return  # the unknown name is reported when the section is built
+    for key in [k for k in section if k not in ("name", "seed") and k not in params and k not in overridden]:
+        if not takes_any:
+            del section[key]
 
 
 def load_config(path: str | Path | None = None, overrides: Iterable[str] | Mapping[str, Any] = ()) -> ExperimentConfig:

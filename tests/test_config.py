@@ -151,3 +151,41 @@ def test_drop_path_rate_round_trips_and_is_saved_under_its_new_name(tmp_path):
             warnings.simplefilter("error", DeprecationWarning)  # the saved file uses the new key only
             loaded = load_config(path)
         assert loaded == cfg and loaded.train.drop_path_rate == 0.25
+
+
+def test_image_models_take_their_own_keys_and_no_others():
+    cfg = load_config("configs/ra_fc_digits.yaml", ["model.preact=true", "model.norm=none"])
+    assert cfg.model.builder_kwargs() == {"depth": 8, "width": 128, "shortcut": "identity", "preact": True,
+                                          "norm": "none"}
+    with pytest.raises(ConfigError, match=r"unknown key model\.foo; valid keys: .*model\.preact.*\(model fc_resnet\)"):
+        apply_overrides(cfg, ["model.foo=1"])
+    with pytest.raises(ConfigError, match=r"model conv_resnet does not take model\.depth; its keys: .*model\.depths"):
+        load_config(None, {"model.name": "conv_resnet", "model.depth": 8})
+    with pytest.raises(ConfigError, match=r"model\.preact must be true or false; got 'yes'"):
+        apply_overrides(cfg, ["model.preact=yes"])
+    with pytest.raises(ConfigError, match=r"model\.drop_path_rate is set by train\.drop_path_rate"):
+        apply_overrides(cfg, ["model.drop_path_rate=0.1"])
+    with pytest.raises(ConfigError, match=r"model\.name: unknown model 'resnet9000'"):
+        apply_overrides(cfg, ["model.name=resnet9000"])
+
+
+def test_switching_model_drops_the_keys_the_new_model_does_not_take(tmp_path):
+    cfg = apply_overrides(ExperimentConfig(), ["model.name=conv_resnet", "model.depths=[2, 2]",
+                                               "model.channels=[8, 16]", "data.name=digits"])
+    assert cfg.model.depth is None and cfg.model.width is None, "the toy MLP's depth and width are not conv keys"
+    assert cfg.model.activation == "gelu", "a key both models take is kept"
+    assert dict(cfg.model.extra) == {"depths": (2, 2), "channels": (8, 16)}
+    assert cfg.model.get("feature_size") == 16 and cfg.model.get("depths") == (2, 2)
+    save_config(cfg, tmp_path / "c.yaml")
+    assert load_config(tmp_path / "c.yaml") == cfg
+    with pytest.raises(ConfigError, match="does not take model.depth"):
+        apply_overrides(ExperimentConfig(), ["model.name=conv_resnet", "model.depth=4"])
+
+
+def test_learning_rate_schedule_fields_are_checked():
+    with pytest.raises(ConfigError, match="warmup_cosine needs train.warmup_steps > 0"):
+        TrainConfig(lr_schedule="warmup_cosine")
+    with pytest.raises(ConfigError, match=r"train\.lr_schedule must be one of constant, cosine, warmup_cosine"):
+        TrainConfig(lr_schedule="step")
+    with pytest.raises(ConfigError, match=r"train\.min_lr \(0\.5\) must not exceed train\.lr"):
+        TrainConfig(lr=0.1, min_lr=0.5, lr_schedule="cosine")

@@ -12,7 +12,8 @@ from lab.train.trainer import Callback, Trainer
 class RunRecorder(Callback):
     """Write what a run does as it does it.
 
-    Step records (``{"kind": "step", "step", "epoch", "loss", "time"}``) every ``train.log_every`` steps; eval
+    Step records (``{"kind": "step", "step", "epoch", "loss", "lr", "time"}``; lr is the rate of the step's
+    update) every ``train.log_every`` steps; eval
     records (``{"kind": "eval", "step", "epoch", "train_loss", "train_acc", "test_loss", "test_acc", "time"}``)
     after each evaluation, followed by the ``last`` checkpoint (and ``best`` when test accuracy improved), so a
     run resumed from ``last`` has every metric up to its step and none after.
@@ -43,10 +44,12 @@ class RunRecorder(Callback):
 
     def on_step_end(self, trainer: Trainer, loss: float) -> None:
         if trainer.step % trainer.cfg.log_every == 0:
+            lr = trainer.optimizer.param_groups[0]["lr"]
             self.run.append_metrics({"kind": "step", "step": trainer.step, "epoch": trainer.epoch, "loss": loss,
-                                     "time": time.time()})
+                                     "lr": lr, "time": time.time()})
             if self.writer is not None:
                 self.writer.add_scalar("train/loss_step", loss, trainer.step)
+                self.writer.add_scalar("train/lr", lr, trainer.step)
         if time.time() - self._last_beat >= self.heartbeat_s:
             self._status(trainer, "running", f"step {trainer.step} of {trainer.total_steps}")
 

@@ -21,7 +21,8 @@ def config_of_run(run: Run) -> ExperimentConfig:
 
 def make_trainer(cfg: ExperimentConfig, callbacks: Iterable[Callback] = ()) -> Trainer:
     """Model, data and trainer for ``cfg``."""
-    return Trainer(build_model(cfg), build_data(cfg), cfg.train, callbacks, alpha_min=cfg.model.alpha_min)
+    data = build_data(cfg)
+    return Trainer(build_model(cfg, data), data, cfg.train, callbacks, alpha_min=cfg.model.alpha_min)
 
 
 def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[Callback] = (),

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lab.nn.block import ResidualBlock
-from lab.nn.registry import register_model
+from lab.nn.registry import register_model, signature_of
 from lab.shortcuts import block_scales
 
 _ACTIVATIONS = {"gelu": nn.GELU, "relu": nn.ReLU, "tanh": nn.Tanh, "identity": nn.Identity}
@@ -131,6 +131,7 @@ class ResidualMLP(nn.Module):
 
 
 @register_model
+@signature_of(ResidualMLP)
 def residual_mlp(**kwargs) -> ResidualMLP:
     """The ResidualDroppath paper's residual MLP; defaults are the 32-layer, 32-wide model of its Figure 1."""
     return ResidualMLP(**kwargs)

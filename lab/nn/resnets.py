@@ -28,7 +28,7 @@ from torch import nn
 
 from lab.nn.block import ResidualBlock
 from lab.nn.mlp import make_activation
-from lab.nn.registry import register_model
+from lab.nn.registry import register_model, signature_of
 from lab.shortcuts import block_scales
 
 
@@ -266,54 +266,63 @@ class ConvResNet(ResNet):
 
 
 @register_model
+@signature_of(FCResNet)
 def fc_resnet(**kwargs) -> FCResNet:
     """Fully-connected ResNet; defaults are the Residual Alignment paper's Type 1 (16 blocks, D = 512), 8 × 8 input."""
     return FCResNet(**kwargs)
 
 
 @register_model
+@signature_of(ConvResNet)
 def conv_resnet(**kwargs) -> ConvResNet:
     """Convolutional ResNet; defaults are the Residual Alignment paper's Type 2 (16 blocks, 64 channels at 16 × 16)."""
     return ConvResNet(**kwargs)
 
 
 @register_model
+@signature_of(FCResNet, depth=16, width=512)
 def ra_type1(**kwargs) -> FCResNet:
     """Residual Alignment Type 1: 16 FC basic blocks, D = 512."""
     return FCResNet(**{"depth": 16, "width": 512, **kwargs})
 
 
 @register_model
+@signature_of(FCResNet, depth=8, width=512)
 def ra_type4a(**kwargs) -> FCResNet:
     """Residual Alignment Type 4a: Type 1 with 8 blocks."""
     return FCResNet(**{"depth": 8, "width": 512, **kwargs})
 
 
 @register_model
+@signature_of(FCResNet, depth=8, width=512, shortcut="none")
 def ra_type4b(**kwargs) -> FCResNet:
     """Residual Alignment Type 4b: Type 4a without skip connections (shortcut ``none``)."""
     return FCResNet(**{"depth": 8, "width": 512, "shortcut": "none", **kwargs})
 
 
 @register_model
+@signature_of(ConvResNet, depths=(16,), channels=(64,), feature_size=16)
 def ra_type2(**kwargs) -> ConvResNet:
     """Residual Alignment Type 2: 16 conv basic blocks, 64 channels at 16 × 16."""
     return ConvResNet(**{"depths": (16,), "channels": (64,), "feature_size": 16, **kwargs})
 
 
 @register_model
+@signature_of(ConvResNet, depths=(8, 8), channels=(64, 128), feature_size=16)
 def ra_type3(**kwargs) -> ConvResNet:
     """Residual Alignment Type 3: 8 blocks at 64 channels, 16 × 16, then 8 at 128 channels, 8 × 8."""
     return ConvResNet(**{"depths": (8, 8), "channels": (64, 128), "feature_size": 16, **kwargs})
 
 
 @register_model
+@signature_of(ConvResNet, depths=(8,), channels=(64,), feature_size=16)
 def ra_type5a(**kwargs) -> ConvResNet:
     """Residual Alignment Type 5a: Type 2 with 8 blocks."""
     return ConvResNet(**{"depths": (8,), "channels": (64,), "feature_size": 16, **kwargs})
 
 
 @register_model
+@signature_of(ConvResNet, depths=(8,), channels=(64,), feature_size=16, shortcut="none")
 def ra_type5b(**kwargs) -> ConvResNet:
     """Residual Alignment Type 5b: Type 5a without skip connections (shortcut ``none``)."""
     return ConvResNet(**{"depths": (8,), "channels": (64,), "feature_size": 16, "shortcut": "none", **kwargs})

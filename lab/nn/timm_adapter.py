@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from lab.nn.droppath import DropPath
-from lab.nn.registry import register_model
+from lab.nn.registry import register_model, signature_of
 
 __all__ = ["TimmBlock", "TimmBranch", "TimmResNet", "set_drop_path", "timm_resnet"]
 
@@ -207,24 +207,28 @@ def timm_resnet(arch: str = "resnet18", num_classes: int = 1000, in_chans: int =
 
 
 @register_model
+@signature_of(timm_resnet, drop=("arch",))
 def timm_resnet18(**kwargs) -> TimmResNet:
     """timm ``resnet18``: 8 BasicBlocks."""
     return timm_resnet("resnet18", **kwargs)
 
 
 @register_model
+@signature_of(timm_resnet, drop=("arch",))
 def timm_resnet34(**kwargs) -> TimmResNet:
     """timm ``resnet34``: 16 BasicBlocks."""
     return timm_resnet("resnet34", **kwargs)
 
 
 @register_model
+@signature_of(timm_resnet, drop=("arch",))
 def timm_resnet50(**kwargs) -> TimmResNet:
     """timm ``resnet50``: 16 Bottlenecks."""
     return timm_resnet("resnet50", **kwargs)
 
 
 @register_model
+@signature_of(timm_resnet, drop=("arch",))
 def timm_resnet50d(**kwargs) -> TimmResNet:
     """timm ``resnet50d``: 16 Bottlenecks, deep stem, average-pool downsampling.
 

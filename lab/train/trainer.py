@@ -20,6 +20,7 @@ from lab.config import TrainConfig
 from lab.data.toy2d import ToyData
 from lab.nn.droppath import DropPath, set_droppath_mode
 from lab.probe import eval_mode
+from lab.train.schedule import learning_rate
 
 
 class Diverged(RuntimeError):
@@ -142,6 +143,10 @@ class Trainer:
         value = loss.item()
         if not math.isfinite(value):
             raise Diverged(self.step, value, divergence_hint(self.cfg, self.alpha_min))
+        if self.cfg.lr_schedule != "constant":
+            lr = learning_rate(self.cfg, self.step, self.total_steps)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.optimizer.step()
