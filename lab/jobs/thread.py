@@ -63,13 +63,16 @@ class ThreadJob(Job):
         paused: start paused (train only when :meth:`resume` or :meth:`step` is called).
         owner: who started it (a browser session id), for :class:`~lab.jobs.manager.JobManager`.
         progress: show a progress bar (tqdm.auto: a widget in a notebook, text in a terminal).
+        callbacks: more subscribers to the training loop, after the job's own (e.g. a :class:`~lab.jobs.lockstep.
+            Lockstep` member).
     """
 
     def __init__(self, cfg: ExperimentConfig, run: Run, *, cadence: dict[str, tuple[int, float]] | None = None,
                  builders: dict[str, Any] | None = None, resume: bool = False, disk_every_s: float = 2.0,
                  paused: bool = False, owner: str | None = None, progress: bool = False,
-                 on_demand: tuple[str, ...] = ()) -> None:
+                 on_demand: tuple[str, ...] = (), callbacks: tuple[Callback, ...] = ()) -> None:
         self.cfg, self.run, self.owner, self.progress = cfg, run, owner, progress
+        self.callbacks = tuple(callbacks)
         self.resume_from_checkpoint = resume
         self._lock = threading.Lock()
         self._slots: dict[str, tuple[int, dict[str, np.ndarray]]] = {}
@@ -90,7 +93,7 @@ class ThreadJob(Job):
 
     def _main(self) -> None:
         try:
-            train_and_evaluate(self.cfg, self.run, callbacks=[self.publisher, _Control(self)],
+            train_and_evaluate(self.cfg, self.run, callbacks=[self.publisher, _Control(self), *self.callbacks],
                                resume=self.resume_from_checkpoint, progress=self.progress)
         except BaseException as err:  # already recorded as "failed" in status.json
             self.error = err

@@ -192,20 +192,22 @@ class Trainer:
         self.should_stop = False
         self._emit("on_train_start")
         x_all, y_all = self.data.x_train, self.data.y_train
-        while self.step < end and not self.should_stop:
-            idx = self.batch_indices(self.step)
-            loss = self.train_step(x_all[idx], y_all[idx])
-            self.step += 1
-            self._emit("on_step_end", loss)
-            epoch_done = self.step % self.steps_per_epoch == 0
-            if (self.cfg.eval_every and self.step % self.cfg.eval_every == 0) or (
-                    not self.cfg.eval_every and epoch_done):
+        try:
+            while self.step < end and not self.should_stop:
+                idx = self.batch_indices(self.step)
+                loss = self.train_step(x_all[idx], y_all[idx])
+                self.step += 1
+                self._emit("on_step_end", loss)
+                epoch_done = self.step % self.steps_per_epoch == 0
+                if (self.cfg.eval_every and self.step % self.cfg.eval_every == 0) or (
+                        not self.cfg.eval_every and epoch_done):
+                    self._eval_and_emit()
+                if epoch_done:
+                    self._emit("on_epoch_end")
+            if self.last_eval_step != self.step:
                 self._eval_and_emit()
-            if epoch_done:
-                self._emit("on_epoch_end")
-        if self.last_eval_step != self.step:
-            self._eval_and_emit()
-        self._emit("on_train_end")
+        finally:  # also after divergence or an error: subscribers close what they opened (bars, lockstep waits)
+            self._emit("on_train_end")
         return self.last_eval
 
     def _drop_paths(self) -> list[DropPath]:
