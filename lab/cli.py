@@ -1,4 +1,5 @@
-"""Command line: ``python -m lab train CONFIG [section.key=value ...] [--runs-dir DIR]`` and ``resume RUN``."""
+"""Command line: ``python -m lab train CONFIG [section.key=value ...] [--runs-dir DIR]``, ``resume RUN``,
+``analyze alignment RUN [--inputs N] [--k K]`` and ``sweep CONFIG key=v1,v2,... [section.key=value ...]``."""
 
 from __future__ import annotations
 
@@ -9,10 +10,15 @@ import warnings
 from pathlib import Path
 
 from lab.config import ConfigError, ExperimentConfig, load_config
+from lab.data.images import DatasetNotFoundError
+from lab.data.toy2d import TOY_DATASETS
 from lab.jobs.process import StopFile
+from lab.jobs.reports import alignment_report, format_alignment
 from lab.jobs.runner import config_of_run, train_and_evaluate
-from lab.jobs.snapshots import DiskSink, Publisher
-from lab.jobs.store import Run, RunStore, default_runs_dir
+from lab.jobs.snapshots import DiskSink, Publisher, alignment_builder
+from lab.jobs.store import CheckpointError, Run, RunStore, default_runs_dir
+from lab.jobs.sweep import create_sweep, plan_sweep, train_sweep
+from lab.train.build import build_data
 from lab.train.trainer import Callback, Trainer
 
 
@@ -50,8 +56,82 @@ def _parser() -> argparse.ArgumentParser:
     for p in (train, resume):
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
         p.add_argument("--snapshot-every", type=int, default=0, metavar="N",
-                       help="write the node-map snapshot every N steps into the run folder (0: none)")
+                       help="write snapshots every N steps into the run folder (0: none): node maps for toy "
+                            "sets, Residual Alignment for image sets")
+    analyze = sub.add_parser("analyze", help="analyse a run's checkpoint into <run>/analysis/")
+    analyze.add_argument("analysis", choices=["alignment"], help="alignment: RA1-RA4 and NC1-NC4")
+    analyze.add_argument("run", help="run id (in the runs folder) or a run folder's path")
+    analyze.add_argument("--runs-dir", default=None)
+    analyze.add_argument("--inputs", type=int, default=64, help="test inputs analysed (default 64)")
+    analyze.add_argument("--k", type=int, default=None, help="singular triplets per block (default 2C)")
+    analyze.add_argument("--nc-inputs", type=int, default=500, help="training inputs for neural collapse")
+    analyze.add_argument("--checkpoint", default="last", choices=["last", "best"])
+    sweep = sub.add_parser("sweep", help="train a sweep (comma lists; two lists sweep their product) into one "
+                                         "folder of ordinary run folders, as few ensembles as possible")
+    sweep.add_argument("config", help="YAML config of a residual_mlp, e.g. configs/spiral.yaml")
+    sweep.add_argument("overrides", nargs="*", help="dotted overrides; a comma list is swept, e.g. "
+                                                   "model.alpha_min=1.0,0.8,0.6,0.5 train.seed=0,1")
+    sweep.add_argument("--runs-dir", default=None, help="runs folder (default: $LAB_RUNS_DIR or ./runs)")
+    sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
+
+
+def _open_run(arg: str, store: RunStore) -> Run:
+    path = Path(arg)
+    return Run(path) if path.is_dir() else store.open(arg)
+
+
+def _analyze(args: argparse.Namespace, store: RunStore) -> int:
+    if args.inputs < 2 or (args.k is not None and args.k < 1) or args.nc_inputs < 2:
+        print("error: --inputs and --nc-inputs must be >= 2 and --k >= 1", file=sys.stderr)
+        return 2
+    try:
+        run = _open_run(args.run, store)
+        summary = alignment_report(run, inputs=args.inputs, k=args.k, nc_inputs=args.nc_inputs,
+                                   checkpoint=args.checkpoint)
+    except (ConfigError, FileNotFoundError, CheckpointError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(format_alignment(summary))
+    print(f"wrote {run.path / 'analysis' / 'alignment.json'} and alignment.npz", file=sys.stderr)
+    return 0
+
+
+def _sweep(args: argparse.Namespace, store: RunStore) -> int:
+    """``sweep``: 0 when no member failed and at least one completed or was stopped (a diverged member is a
+    finding of the sweep: reported, not an error); 1 when every member diverged or one failed; 2 for bad input,
+    with nothing written."""
+    try:
+        with warnings.catch_warnings(record=True) as caught:  # a renamed key warns once per member: say it once
+            warnings.simplefilter("always", DeprecationWarning)
+            plan = plan_sweep(args.config, args.overrides)
+    except (ConfigError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    finally:
+        for message in dict.fromkeys(str(w.message) for w in caught):
+            print(f"warning: {message}", file=sys.stderr)
+    folder, runs = create_sweep(plan, store)
+    print(f"sweep folder: {folder.path} ({len(plan.members)} members in {len(plan.groups)} "
+          f"ensemble{'s' if len(plan.groups) > 1 else ''})", file=sys.stderr)
+    statuses = train_sweep(plan, folder, runs, progress=not args.no_progress, callbacks=[_Terminate()])
+    for member, run, status in zip(plan.members, runs, statuses, strict=True):
+        acc = status.get("metrics", {}).get("test_acc")
+        values = " ".join(f"{k}={v}" for k, v in member.texts.items())
+        print(f"{run.id}  {values}  {status['state']}" + (f"  test_acc={acc:.4f}" if acc is not None else ""),
+              file=sys.stderr)
+    states = [s["state"] for s in statuses]
+    ok = "failed" not in states and any(s in ("completed", "stopped") for s in states)
+    return 0 if ok else 1
+
+
+def _snapshot_publisher(cfg: ExperimentConfig, run: Run, every: int) -> Publisher:
+    """Node maps for toy sets (2-D inputs), Residual Alignment frames for image sets."""
+    if cfg.data.name in TOY_DATASETS:
+        return Publisher(DiskSink(run, every_s=0.0), {"nodes": (every, 0.0)})
+    data = build_data(cfg)
+    builder = alignment_builder(data, k=2 * data.num_classes)
+    return Publisher(DiskSink(run, every_s=0.0), {"alignment": (every, 0.0)}, {"alignment": builder})
 
 
 def _config_and_run(args: argparse.Namespace, store: RunStore) -> tuple[ExperimentConfig, Run]:
@@ -65,15 +145,19 @@ def _config_and_run(args: argparse.Namespace, store: RunStore) -> tuple[Experime
         else:
             run = store.create(args.name or cfg.name)
         return cfg, run
-    path = Path(args.run)
-    run = Run(path) if path.is_dir() else store.open(args.run)
+    run = _open_run(args.run, store)
     return config_of_run(run), run
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 completed or stopped, 1 diverged or failed, 2 bad input)."""
+    """Entry point; returns the exit status (0 completed or stopped, 1 diverged or failed, 2 bad input; a sweep
+    counts as :func:`_sweep` says)."""
     args = _parser().parse_args(argv)
     store = RunStore(args.runs_dir or default_runs_dir())
+    if args.command == "analyze":
+        return _analyze(args, store)
+    if args.command == "sweep":
+        return _sweep(args, store)
     try:
         with warnings.catch_warnings(record=True) as caught:  # e.g. a renamed key: say so, then carry on
             warnings.simplefilter("always", DeprecationWarning)
@@ -87,9 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"run folder: {run.path}", file=sys.stderr)
     callbacks: list[Callback] = [StopFile(run), _Terminate()]
     if args.snapshot_every > 0:
-        callbacks.append(Publisher(DiskSink(run, every_s=0.0), {"nodes": (args.snapshot_every, 0.0)}))
-    status = train_and_evaluate(cfg, run, callbacks=callbacks, resume=args.command == "resume",
-                                progress=not args.no_progress)
+        callbacks.append(_snapshot_publisher(cfg, run, args.snapshot_every))
+    try:
+        status = train_and_evaluate(cfg, run, callbacks=callbacks, resume=args.command == "resume",
+                                    progress=not args.no_progress)
+    except DatasetNotFoundError as err:  # recorded as failed in the run folder; say it without a traceback
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(f"{status['state']}: {status['message']}", file=sys.stderr)
     return 0 if status["state"] in ("completed", "stopped") else 1
 

@@ -67,3 +67,55 @@ def test_python_dash_m_lab_shows_progress(tmp_path):
                          capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr
     assert "12/12" in out.stderr and "run folder:" in out.stderr
+
+
+@pytest.fixture(scope="module")
+def trained_digits_run(tmp_path_factory):
+    """The Residual Alignment FC ResNet on digits, trained briefly by the CLI (with alignment snapshots)."""
+    runs = tmp_path_factory.mktemp("runs")
+    assert main(["train", "configs/ra_fc_digits.yaml", "model.depth=3", "model.width=32", "train.epochs=8",
+                 "--runs-dir", str(runs), "--no-progress", "--snapshot-every", "40"]) == 0
+    (run,) = list(runs.iterdir())
+    return run
+
+
+def test_cli_trains_an_image_model_with_alignment_snapshots(trained_digits_run):
+    run = trained_digits_run
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "completed" and status["metrics"]["test_acc"] > 0.8
+    saved = json.loads((run / "config.json").read_text())["config"]
+    assert saved["model"] == {"name": "fc_resnet", "depth": 3, "width": 32, "shortcut": "identity", "seed": 0}
+    snaps = sorted(p.name for p in (run / "snapshots").iterdir())
+    assert snaps and all(n.startswith("alignment-") for n in snaps)
+    lrs = [r["lr"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "lr" in r]
+    assert lrs[0] > lrs[-1] > 0, "cosine decay"
+
+
+def test_cli_analyze_alignment_writes_the_report(trained_digits_run, capsys):
+    run = trained_digits_run
+    assert main(["analyze", "alignment", str(run), "--inputs", "16", "--k", "12"]) == 0
+    out = capsys.readouterr().out
+    assert "RA2 alignment score" in out and "RA4 1/sigma_1 slope" in out
+    report = json.loads((run / "analysis" / "alignment.json").read_text())
+    for key in ("align_offdiag", "baseline_mean", "topk_ratio", "inv_sigma1_slope", "inv_sigma1_r2",
+                "straightness", "spacing_cv", "nc1", "nc2_equinorm", "nc3", "nc4", "sigma1", "inv_sigma"):
+        assert key in report, key
+    assert report["k"] == 12 and report["inputs"] == 16 and report["num_classes"] == 10
+    assert len(report["nc1"]) == 4 and len(report["inv_sigma"]) == 3
+    assert 0 <= report["align_offdiag"] <= 1 and 0 <= report["baseline_mean"] <= 1
+    import numpy as np
+
+    arrays = np.load(run / "analysis" / "alignment.npz")
+    assert arrays["sigma"].shape == (3, 12) and arrays["grid"].shape == (1, 3, 3, 12, 12)
+    assert report["sigma1"] == pytest.approx(arrays["sigma"][:, 0].tolist())
+
+
+def test_cli_analyze_says_what_is_wrong(trained_digits_run, tmp_path, capsys):
+    assert main(["analyze", "alignment", "nope", "--runs-dir", str(tmp_path)]) == 2
+    assert "no run 'nope'" in capsys.readouterr().err
+    broken = tmp_path / "broken"
+    subprocess.run(["cp", "-r", str(trained_digits_run), str(broken)], check=True)
+    (broken / "checkpoints" / "last.pt").write_bytes(b"not a checkpoint")
+    assert main(["analyze", "alignment", str(broken)]) == 2
+    assert "corrupt or not a lab checkpoint" in capsys.readouterr().err
+    assert main(["analyze", "alignment", str(trained_digits_run), "--inputs", "1"]) == 2

@@ -17,10 +17,12 @@ import torch
 from torch import nn
 
 from lab.analysis.node_maps import node_maps
+from lab.analysis.residual_alignment import residual_alignment
 from lab.analysis.similarity import layer_distances, linear_cka
+from lab.data.toy2d import ToyData
 from lab.train.trainer import Callback, Trainer
 
-Builder = Callable[[nn.Module], dict[str, np.ndarray]]
+Builder = Callable[[nn.Module], "dict[str, np.ndarray] | None"]
 
 
 class Snapshot(dict):
@@ -64,12 +66,44 @@ def similarity_snapshot(model: nn.Module, resolution: int = 50, limit: float = 1
 BUILDERS: dict[str, Builder] = {"nodes": nodes_snapshot, "similarity": similarity_snapshot}
 
 
+# torch.func's forward-mode AD keeps process-wide state (its dual levels): two training threads taking Jacobians at
+# once (a run and its lockstep twin) break each other's, so alignment frames are built one at a time.
+_FUNCTORCH = threading.Lock()
+
+
+def alignment_builder(data: ToyData, *, k: int, inputs: int = 64, nc_inputs: int = 500, grid_inputs: int = 1,
+                      baseline_trials: int = 8, seed: int = 0) -> Builder:
+    """A builder of ``alignment`` snapshots: :func:`~lab.analysis.residual_alignment.residual_alignment` of the
+    model at the first ``inputs`` test inputs (NC on the first ``nc_inputs`` training inputs).
+
+    The inputs are fixed when the builder is made, so successive frames of a run are comparable. It returns None
+    (no frame) while the model's singular values are not finite: a diverging model publishes nothing. NaN is
+    otherwise meaningful in these frames (pairs of blocks in different conv stages, a 1/σ₁ fit of one block).
+    """
+    x, y = data.x_test[:inputs], data.y_test[:inputs]
+    nc_x, nc_y = data.x_train[:nc_inputs], data.y_train[:nc_inputs]
+
+    def build(model: nn.Module) -> dict[str, np.ndarray] | None:
+        device = next(model.parameters()).device
+        with _FUNCTORCH:
+            frame = residual_alignment(model, x.to(device), y.to(device), k, nc_x=nc_x.to(device), nc_y=nc_y.to(device),
+                                       num_classes=data.num_classes, grid_inputs=grid_inputs,
+                                       baseline_trials=baseline_trials, seed=seed)
+        if not np.isfinite(frame["sigma"]).all():
+            return None
+        return {key: (v.astype(np.float32) if v.dtype == np.float64 else v) for key, v in frame.items()}
+
+    return build
+
+
 def all_finite(arrays: dict[str, np.ndarray]) -> bool:
     """True when every floating array is free of NaN and inf (a frame with either is never published)."""
     return all(np.isfinite(a).all() for a in arrays.values() if np.issubdtype(np.asarray(a).dtype, np.floating))
 
 
 DEFAULT_CADENCE = {"nodes": (10, 0.0), "similarity": (0, 2.0)}
+NAN_ALLOWED = frozenset({"alignment"})
+"""Kinds whose builders judge their own frames (returning None for a bad one): NaN in them means "undefined"."""
 
 
 class Publisher(Callback):
@@ -126,7 +160,7 @@ class Publisher(Callback):
                     self._wanted.discard(kind)
             self._last[kind] = (trainer.step, now)
             payload = self.builders[kind](trainer.model)
-            if not all_finite(payload):
+            if payload is None or (kind not in NAN_ALLOWED and not all_finite(payload)):
                 continue  # never publish a NaN frame as valid; the last good one stays
             payload["step"] = np.int64(trainer.step)
             self.sink(kind, Snapshot(kind, payload))

@@ -1,0 +1,104 @@
+"""Analyses of a finished (or running) run, written into its folder: ``<run>/analysis/<name>.json`` and ``.npz``.
+
+A report reads the run's config and a checkpoint (``weights_only=True``), rebuilds the data and model exactly as
+training did, and writes its numbers beside the run, so a run trained on another machine is analysed the same way.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import Any
+
+import numpy as np
+from torch import nn
+
+from lab.analysis.residual_alignment import NC_KEYS, SCALARS, residual_alignment
+from lab.config import ExperimentConfig
+from lab.data.toy2d import ToyData
+from lab.jobs.runner import config_of_run
+from lab.jobs.store import CheckpointError, Run, atomic_write_bytes, atomic_write_json
+from lab.train.build import build_data, build_model
+
+
+def load_trained(run: Run, checkpoint: str = "last") -> tuple[ExperimentConfig, nn.Module, ToyData]:
+    """The run's config, its model with the checkpoint's weights (eval mode, CPU) and its data.
+
+    Raises:
+        CheckpointError: the checkpoint is missing, corrupt, or does not fit the config's model.
+    """
+    cfg = config_of_run(run)
+    data = build_data(cfg)
+    model = build_model(cfg, data)
+    state = run.load_checkpoint(checkpoint)
+    try:
+        model.load_state_dict(state["model"])
+    except (KeyError, RuntimeError) as err:
+        raise CheckpointError(f"checkpoint {run.checkpoint_path(checkpoint)} does not fit the run's model: "
+                              f"{err}") from None
+    return cfg, model.eval(), data
+
+
+def _plain(value: np.ndarray) -> Any:
+    """JSON value of a result array: numbers (NaN as null) or nested lists."""
+    if value.ndim == 0:
+        v = value.item()
+        return None if isinstance(v, float) and not math.isfinite(v) else v
+    return [_plain(v) for v in value]
+
+
+def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inputs: int = 500,
+                     checkpoint: str = "last", seed: int = 0) -> dict[str, Any]:
+    """RA1–RA4 and NC1–NC4 of a run's checkpoint, written to ``analysis/alignment.json`` and ``alignment.npz``.
+
+    Args:
+        run: the run folder.
+        inputs: test inputs analysed (the first ones of the test split).
+        k: singular triplets per block (default 2C, capped at the Jacobians' size).
+        nc_inputs: training inputs for neural collapse.
+        checkpoint: which checkpoint (``last`` or ``best``).
+        seed: seed of the random baseline and directions.
+
+    Returns:
+        What ``alignment.json`` holds: the scalars of :data:`~lab.analysis.residual_alignment.SCALARS`, then per
+        layer ``sigma1``, ``inv_sigma``, ``inv_sigma_fit``, ``baseline``, the NC keys, and ``step``, ``inputs``,
+        ``k``, ``num_classes``, ``checkpoint``.
+    """
+    _, model, data = load_trained(run, checkpoint)
+    C = data.num_classes
+    step = int(run.load_checkpoint(checkpoint).get("step", 0))
+    x, y = data.x_test[:inputs], data.y_test[:inputs]
+    width = min(v.numel() for v in model.forward_intermediates(x[:1], intermediates_only=True))
+    k = min(k or 2 * C, width)
+    out = residual_alignment(model, x, y, k, nc_x=data.x_train[:nc_inputs], nc_y=data.y_train[:nc_inputs],
+                             num_classes=C, seed=seed)
+    summary: dict[str, Any] = {key: _plain(out[key]) for key in SCALARS}
+    summary.update(sigma1=_plain(out["sigma"][:, 0]), inv_sigma=_plain(out["inv_sigma"]),
+                   inv_sigma_fit=_plain(out["inv_sigma_fit"]), baseline=_plain(out["baseline"]),
+                   **{key: _plain(out[key]) for key in NC_KEYS},
+                   step=step, inputs=len(x), k=k, num_classes=C, checkpoint=checkpoint)
+    folder = run.path / "analysis"
+    folder.mkdir(exist_ok=True)
+    atomic_write_json(folder / "alignment.json", summary)
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **out)
+    atomic_write_bytes(folder / "alignment.npz", buffer.getvalue())
+    return summary
+
+
+def format_alignment(summary: dict[str, Any]) -> str:
+    """The report as a table for the terminal: one line per scalar, then 1/σ₁ and NC1 by block."""
+    names = {"align_offdiag": "RA2 alignment score, i != j (mean)", "baseline_mean": "  random-basis baseline",
+             "topk_ratio": "RA3 mean top-C sigma / mean next sigma", "inv_sigma1_slope": "RA4 1/sigma_1 slope",
+             "inv_sigma1_r2": "RA4 1/sigma_1 fit R^2", "straightness": "RA1 trajectory straightness (1 = line)",
+             "spacing_cv": "RA1 step-length CV (0 = equal)"}
+
+    def num(v: Any) -> str:
+        return "n/a" if v is None else f"{v:.4g}"
+
+    lines = [f"Residual Alignment at step {summary['step']}: {summary['inputs']} test inputs, K = {summary['k']}, "
+             f"C = {summary['num_classes']}"]
+    lines += [f"  {names[key]:<42}{num(summary[key]):>10}" for key in SCALARS]
+    lines.append("  1/sigma_1 by block: " + " ".join(num(v) for v in summary["inv_sigma"]))
+    lines.append("  NC1 by layer:       " + " ".join(num(v) for v in summary["nc1"]))
+    return "\n".join(lines)
