@@ -180,7 +180,10 @@ class ModelConfig:
 
 
 def _coerce_like(value: Any, default: Any, name: str) -> Any:
-    """Coerce an extra model key's value to the type of the builder's default (lists become tuples)."""
+    """Coerce an extra model key's value to the type of the builder's default (lists become tuples); None is
+    passed on for the builder to accept or refuse."""
+    if value is None:
+        return None
     if isinstance(default, tuple) or isinstance(value, list):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{name} must be a list; got {value!r}")

@@ -4,6 +4,7 @@ is the served page's sidebar and main area or, as a notebook cell's value, the w
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import panel as pn
@@ -30,6 +31,7 @@ class Page(pn.viewable.Viewer):
         super().__init__(**params)
         self.notice = pn.pane.Alert("", alert_type="info", visible=False, margin=(5, 10))
         self.follower = JobFollower(manager, views=[self.notice])
+        self._pending: set[str] = set()  # names of functions waiting for the next tick (:meth:`later`)
 
     @property
     def url_parameters(self) -> tuple[str, ...]:
@@ -55,6 +57,23 @@ class Page(pn.viewable.Viewer):
         if pn.state.location is not None:  # the address bar shows the values in use
             used = {n: self.param[n].serialize(getattr(self, n)) for n in notices}
             pn.state.location.update_query(**{n: v if isinstance(v, str) else json.dumps(v) for n, v in used.items()})
+
+    def later(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the session's next tick, once for any number of calls before it (right away in a notebook
+        or a test). A slider dragged across ten values sends ten changes; a costly rebuild then runs once."""
+        doc = pn.state.curdoc
+        if doc is None or doc.session_context is None:
+            fn()
+            return
+        if fn.__name__ in self._pending:
+            return
+        self._pending.add(fn.__name__)
+
+        def run() -> None:
+            self._pending.discard(fn.__name__)
+            fn()
+
+        doc.add_next_tick_callback(run)
 
     def poll(self) -> bool:
         """Pull what is new from the job and redraw it (the periodic callback does this; tests may too)."""

@@ -93,7 +93,6 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
     def __init__(self, manager: JobManager | None = None, **params: Any) -> None:
         super().__init__(manager, **params)
         self.hint = pn.pane.Alert("", alert_type="info", visible=False, margin=(5, 10))  # about the settings
-        self._rebuild_pending = False
         self._data_cfg = None  # the data settings self._x, self._y were made from
         self.frame: dict[str, np.ndarray] | None = None  # the frame on screen
         self.history_steps: list[int] = []  # step of every frame received from the job, oldest first
@@ -130,28 +129,11 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
             self._hint("warning", "Training settings changed. **Reset** to rebuild the model with them (this "
                                   "stops the current run; its folder stays on disk).")
             return
-        self._schedule_rebuild()
+        self.later(self._rebuild)  # the α chart follows each change at once; the model is rebuilt once they stop
 
     def _hint(self, kind: str, text: str) -> None:
         """A message about the settings (the page's notice is kept for the URL's)."""
         self.hint.object, self.hint.alert_type, self.hint.visible = text, kind, True
-
-    def _schedule_rebuild(self) -> None:
-        """Rebuild on the session's next tick, once for any number of changes before it.
-
-        A slider dragged across ten values sends ten changes; the α chart follows each at once, the model is
-        rebuilt (and its frame drawn) once they stop. In a notebook or a test the rebuild happens right away.
-        """
-        doc = pn.state.curdoc
-        if doc is None or doc.session_context is None:
-            self._rebuild()
-        elif not self._rebuild_pending:
-            self._rebuild_pending = True
-            doc.add_next_tick_callback(self._pending_rebuild)
-
-    def _pending_rebuild(self) -> None:
-        self._rebuild_pending = False
-        self._rebuild()
 
     def _alphas(self) -> np.ndarray:
         return np.array([a for a, _ in block_scales(self.shortcut, self.depth, self.alpha_min)], np.float32)
