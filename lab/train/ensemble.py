@@ -1,0 +1,714 @@
+"""K residual MLPs of one architecture trained in lockstep as one batched computation.
+
+*Residual Connections Harm Generative Representation Learning* argues from sweeps of one knob, ``model.alpha_min``;
+training each point of a sweep alone repeats the same small matmuls K times over, and on a CPU the toy models'
+steps are dominated by per-operation overhead, not arithmetic. Here member k's parameters are row k of stacked
+tensors, every layer is one batched matmul over the members, and the optimiser updates all members with a
+handful of whole-tensor operations.
+
+Each member is the run it would have been alone (:class:`lab.train.trainer.Trainer` with its own config):
+
+* initialisation: each member's ordinary model is built by :func:`lab.train.build.build_model` and its parameters
+  stacked, so the initial values are bit-identical to a solo run's;
+* batches: member k draws batch indices from its own ``train.seed`` exactly as ``Trainer.batch_indices`` does;
+* droppath and ResidualDroppath: member k's masks come from its own generator, seeded with its ``train.seed``,
+  drawn with the same calls, shapes and order as its DropPath modules would draw them;
+* optimiser: the arithmetic of ``torch.optim.Adam``, ``AdamW`` and ``SGD`` (momentum, weight decay, bias
+  correction, the learning rate of :func:`lab.train.schedule.learning_rate` at every step) with member k's own
+  hyper-parameters. Operations are ordered as torch.optim orders them, so members match solo runs up to float
+  rounding (in float64, 30 steps of Adam, AdamW or SGD with momentum leave every parameter within 1e-15 of the
+  solo run's, relative to the tensor's largest entry).
+
+What may differ between members: :data:`MEMBER_KEYS`. Everything else (architecture, data, batch size, optimiser
+type, epochs, evaluation cadence, device) is shared; :func:`ensemble_groups` splits a list of configs into
+groups that can each be one ensemble.
+
+Batched matmuls (``torch.baddbmm``) rather than ``torch.func.vmap`` over ``functional_call``: measured on one CPU
+thread for the 32 × 32 MLP at batch 256 (forward and backward), baddbmm takes 7.6 / 31 / 98 ms per ensemble
+step at K = 1 / 8 / 32 and vmap 22 / 35 / 97 ms. vmap's batching layer adds a fixed cost per operation that only
+vanishes once the arithmetic dominates, and the per-member shortcut scales would have to enter it as batched
+tensors anyway, so the explicit batched form is as fast or faster at every K.
+
+Stacked layout: block parameters live in ``[L, K, ...]`` tensors whose block slices ``[K, ...]`` are contiguous
+leaves of the autograd graph, with their gradients pre-assigned as slices of ``[L, K, ...]`` gradient tensors:
+backward accumulates straight into the stacked gradient, and the optimiser runs over six tensors whatever K and L.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from lab.config import ExperimentConfig, TrainConfig, to_dict
+from lab.data.toy2d import ToyData
+from lab.nn.mlp import ResidualMLP, make_activation
+from lab.nn.registry import model_parameters
+from lab.train.build import build_data, build_model
+from lab.train.schedule import learning_rate
+from lab.train.trainer import Callback, Diverged, divergence_hint, make_optimizer, resolve_device
+
+MEMBER_KEYS = (
+    "name", "model.shortcut", "model.alpha_min", "model.zero_init", "model.seed",
+    "train.lr", "train.betas", "train.weight_decay", "train.momentum", "train.lr_schedule", "train.warmup_steps",
+    "train.min_lr", "train.seed", "train.droppath", "train.drop_path_rate", "train.log_every",
+)
+"""Config keys that may differ between the members of one ensemble."""
+
+MODEL = "residual_mlp"
+_BLOCK = "blocks."
+
+
+class EnsembleCallback:
+    """Subscribe to an :class:`EnsembleTrainer`'s events as a whole (progress, signals); every method is optional.
+
+    Member-level subscribers (run recorders) are ordinary :class:`lab.train.trainer.Callback` objects given per
+    member; they see an :class:`EnsembleMember`. Set ``ensemble.should_stop`` to stop every member.
+    """
+
+    def on_train_start(self, ensemble: EnsembleTrainer) -> None: ...
+
+    def on_step_end(self, ensemble: EnsembleTrainer, losses: dict[int, float]) -> None: ...
+
+    def on_eval_end(self, ensemble: EnsembleTrainer, metrics: dict[int, dict[str, float]]) -> None: ...
+
+    def on_train_end(self, ensemble: EnsembleTrainer) -> None: ...
+
+
+def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def shared_settings(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The settings every member of one ensemble must share: the config's dotted keys minus :data:`MEMBER_KEYS`,
+    model keys as the builder sees them (an unset key reads as the builder's default)."""
+    flat = _flatten(to_dict(cfg))
+    params, _ = model_parameters(cfg.model.name)
+    flat.update({f"model.{k}": cfg.model.get(k) for k in params if k != "drop_path_rate"})
+    return {k: v for k, v in flat.items() if k not in MEMBER_KEYS}
+
+
+def batch_schedule(train: TrainConfig, n_train: int) -> tuple[int, int, int]:
+    """``(batch_size, steps_per_epoch, total_steps)`` of a run on ``n_train`` points, as the Trainer computes them
+    (ResidualDroppath drops the last partial batch: its second iteration reuses the first's per-sample mask)."""
+    batch = min(train.batch_size, n_train)
+    per_epoch = n_train // batch if train.droppath == "residual_droppath" else math.ceil(n_train / batch)
+    steps = per_epoch * train.epochs
+    return batch, per_epoch, min(steps, train.max_steps) if train.max_steps else steps
+
+
+def ensemble_groups(cfgs: Sequence[ExperimentConfig]) -> list[list[int]]:
+    """Split configs into groups that can each train as one ensemble, in order of first appearance.
+
+    Members of a group share :func:`shared_settings` and the batch schedule (ResidualDroppath members run apart
+    from the others when the training set does not divide into whole batches). Builds each distinct data set
+    once to count its training points.
+
+    Returns:
+        Lists of indices into ``cfgs``.
+    """
+    n_train: dict[str, int] = {}
+    groups: dict[str, list[int]] = {}
+    for i, cfg in enumerate(cfgs):
+        data_key = repr(to_dict(cfg.data))
+        if data_key not in n_train:
+            n_train[data_key] = len(build_data(cfg).x_train)
+        key = repr((shared_settings(cfg), batch_schedule(cfg.train, n_train[data_key])))
+        groups.setdefault(key, []).append(i)
+    return list(groups.values())
+
+
+@dataclass
+class _Stack:
+    """One parameter kind of all members, e.g. every block's ``branch.fc.weight``.
+
+    ``data`` is ``[K, ...]`` (stem, head) or ``[L, K, ...]`` (blocks; ``axis`` 1); ``leaves`` are what the forward
+    uses: ``data`` itself, or its ``L`` block slices. ``state`` holds the optimiser's tensors of the same shape.
+    """
+
+    axis: int
+    data: torch.Tensor
+    grad: torch.Tensor = field(init=False)
+    leaves: list[torch.Tensor] = field(init=False)
+    state: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.attach(torch.zeros_like(self.data))
+
+    def attach(self, grad: torch.Tensor) -> None:
+        """Make the leaves (requiring grad) and point their ``.grad`` into the stacked gradient ``grad``."""
+        self.grad = grad
+        if self.axis == 0:
+            self.data.requires_grad_(True)
+            self.data.grad = self.grad
+            self.leaves = [self.data]
+            return
+        self.data.requires_grad_(False)
+        self.leaves = []
+        for leaf, leaf_grad in zip(self.data.unbind(0), self.grad.unbind(0), strict=True):
+            leaf.requires_grad_(True)  # a slice of a tensor that needs no grad: a leaf of its own
+            leaf.grad = leaf_grad
+            self.leaves.append(leaf)
+
+    def keep(self, slots: torch.Tensor) -> None:
+        """Keep only the members at ``slots`` (indices along the member axis), gradients and state included."""
+        with torch.no_grad():
+            self.data = self.data.index_select(self.axis, slots)
+            self.state = {k: v.index_select(self.axis, slots) for k, v in self.state.items()}
+            grad = self.grad.index_select(self.axis, slots)
+        self.attach(grad)
+
+    def member(self, tensor: torch.Tensor, slot: int, block: int | None) -> torch.Tensor:
+        """Member ``slot``'s slice of ``tensor`` (``data``, ``grad`` or a state tensor); block ``block`` if stacked."""
+        return tensor[slot] if self.axis == 0 else tensor[block, slot]
+
+    def bcast(self, values: list[float]) -> float | torch.Tensor:
+        """Per-member scalars shaped to broadcast against ``data``; one float when all members agree (then the
+        update uses the very torch.optim call with a Python scalar)."""
+        if all(v == values[0] for v in values):
+            return values[0]
+        shape = [1] * self.data.ndim
+        shape[self.axis] = len(values)
+        return torch.tensor(values, dtype=self.data.dtype, device=self.data.device).view(shape)
+
+
+class _MemberOptimizer:
+    """What readers of ``trainer.optimizer`` see of one member: ``param_groups`` (its current learning rate) and
+    ``state_dict()`` in the format of its own torch.optim optimizer, so a solo Trainer can resume from it."""
+
+    def __init__(self, ensemble: EnsembleTrainer, index: int, template: torch.optim.Optimizer) -> None:
+        self._ensemble, self._index, self._template = ensemble, index, template
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        return self._template.param_groups
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._ensemble.member_state_dict(self._index)["optimizer"]
+
+
+class EnsembleMember:
+    """Member k presented as a trainer, for :class:`lab.train.trainer.Callback` subscribers (run recorders):
+    ``cfg``, ``step``, ``epoch``, ``total_steps``, ``last_eval``, ``optimizer.param_groups[0]["lr"]``, ``model``,
+    ``state_dict()`` and ``should_stop`` mean what they mean on a :class:`Trainer`.
+
+    After the member ends, ``step`` stays at its last step and ``diverged`` holds the divergence, if that ended it.
+    """
+
+    def __init__(self, ensemble: EnsembleTrainer, index: int, config: ExperimentConfig,
+                 callbacks: Iterable[Callback], optimizer: torch.optim.Optimizer) -> None:
+        self.ensemble, self.index, self.config = ensemble, index, config
+        self.cfg: TrainConfig = config.train
+        self.alpha_min = config.model.alpha_min
+        self.callbacks = list(callbacks)
+        self.optimizer = _MemberOptimizer(ensemble, index, optimizer)
+        self.should_stop = False
+        self.last_eval: dict[str, float] = {}
+        self.last_eval_step = -1
+        self.ended = False
+        self.diverged: Diverged | None = None
+        self.end_step = 0
+
+    @property
+    def step(self) -> int:
+        return self.end_step if self.ended else self.ensemble.step
+
+    @property
+    def epoch(self) -> int:
+        return self.step // self.ensemble.steps_per_epoch
+
+    @property
+    def total_steps(self) -> int:
+        return self.ensemble.total_steps
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.ensemble.steps_per_epoch
+
+    @property
+    def model(self) -> ResidualMLP:
+        """A fresh :class:`ResidualMLP` holding this member's current parameters."""
+        return self.ensemble.member_model(self.index)
+
+    def state_dict(self) -> dict[str, Any]:
+        """A checkpoint in :meth:`Trainer.state_dict`'s format."""
+        return self.ensemble.member_state_dict(self.index)
+
+    def emit(self, event: str, *args: Any) -> None:
+        for cb in self.callbacks:
+            getattr(cb, event)(self, *args)
+
+
+@dataclass
+class _Masks:
+    """One step's branch masks: ``keep [L, K, B, 1]`` multiplies F(h); ``detached [L, K, B, 1]`` (ResidualDroppath's
+    training iteration) adds ``F(h).detach() · detached``; ``scale [K, 1, 1]`` divides (droppath's 1 − p)."""
+
+    keep: torch.Tensor
+    detached: torch.Tensor | None
+    scale: torch.Tensor | None
+
+    def apply(self, block: int, f: torch.Tensor) -> torch.Tensor:
+        out = f * self.keep[block]
+        if self.detached is not None:
+            out = out + f.detach() * self.detached[block]
+        return out if self.scale is None else out / self.scale
+
+
+class EnsembleTrainer:
+    """Train K residual MLPs (:data:`MODEL`) that differ only in :data:`MEMBER_KEYS` as one batched computation.
+
+    Shapes: K members still training, L blocks, width H, batch B, C classes; member inputs ``x [K, B, in]``,
+    residual stream ``h [K, B, H]``, logits ``[K, B, C]``.
+
+    A member whose training loss turns non-finite ends as diverged (``member.diverged`` says at which step and
+    why, worded as a solo run's :class:`Diverged`); its parameters stay those of its last finite step and the
+    others go on without it. A member whose callback sets ``should_stop`` ends after its final evaluation.
+
+    Args:
+        cfgs: one config per member; shared settings must agree (:func:`ensemble_groups` groups configs that do).
+        callbacks: per member, subscribers to that member's events (as if it trained alone).
+        group_callbacks: subscribers to the ensemble's events.
+        data: the data set (default: built from the first config); its inputs must be flat, ``[n, in]``.
+
+    Raises:
+        ValueError: a model other than :data:`MODEL`, members that disagree on a shared setting, or image inputs.
+    """
+
+    def __init__(self, cfgs: Sequence[ExperimentConfig], callbacks: Sequence[Iterable[Callback]] | None = None,
+                 group_callbacks: Iterable[EnsembleCallback] = (), data: ToyData | None = None) -> None:
+        cfgs = list(cfgs)
+        if not cfgs:
+            raise ValueError("an ensemble needs at least one member")
+        for cfg in cfgs:
+            if cfg.model.name != MODEL:
+                raise ValueError(f"the ensemble trains {MODEL} models only; got model.name={cfg.model.name}")
+        self._check_shared(cfgs)
+        self.cfgs = cfgs
+        train = cfgs[0].train
+        self.device = resolve_device(train.device)
+        if self.device.type == "cpu" and train.threads:
+            torch.set_num_threads(train.threads)
+        data = data if data is not None else build_data(cfgs[0])
+        if data.x_train.ndim != 2:
+            raise ValueError(f"{MODEL} takes flat inputs [n, in]; {data.name} has x of shape "
+                             f"{tuple(data.x_train.shape)}")
+        self.data = data.to(self.device)
+        plans = {batch_schedule(cfg.train, len(data.x_train)) for cfg in cfgs}
+        if len(plans) > 1:
+            raise ValueError("members differ in batches per epoch (residual_droppath drops the last partial "
+                             "batch); train them in separate ensembles (ensemble_groups)")
+        self.batch_size, self.steps_per_epoch, self.total_steps = plans.pop()
+        self.group_callbacks = list(group_callbacks)
+        self.step = 0
+        self.should_stop = False
+
+        models = [build_model(cfg, data).to(self.device) for cfg in cfgs]
+        self._templates = models
+        self._names = [name for name, _ in models[0].named_parameters()]
+        self._stacks, self._where = self._stack(models)
+        self.depth = models[0].depth
+        self._act = make_activation(models[0].blocks[0].branch.activation).forward
+        # [L, K] in float64, so each scale rounds to the parameters' dtype exactly as a solo block's Python float
+        self._alpha = torch.tensor([[b.alpha for b in m.blocks] for m in models], dtype=torch.float64).T
+        self._beta = torch.tensor([[b.beta for b in m.blocks] for m in models], dtype=torch.float64).T
+        self._scales()
+        optimizers = [make_optimizer(m.parameters(), cfg.train) for m, cfg in zip(models, cfgs, strict=True)]
+        self._hyper = [dict(opt.param_groups[0]) for opt in optimizers]
+        self._kind = train.optimizer
+        self._init_state()
+        per_member = callbacks if callbacks is not None else [()] * len(cfgs)
+        if len(per_member) != len(cfgs):
+            raise ValueError(f"{len(cfgs)} members but {len(per_member)} callback lists")
+        self.members = [EnsembleMember(self, k, cfg, cbs, opt)
+                        for k, (cfg, cbs, opt) in enumerate(zip(cfgs, per_member, optimizers, strict=True))]
+        self._live = list(range(len(cfgs)))  # member index of each slot along the member axis
+        self._droppath = any(cfg.train.droppath != "off" for cfg in cfgs)
+        self._generators = [torch.Generator(device=self.device).manual_seed(cfg.train.seed) for cfg in cfgs]
+        self._rdp_masks: dict[int, torch.Tensor] = {}  # member -> [L, B, 1] masks of its last drop iteration
+        self._perm: tuple[int, torch.Tensor] | None = None  # (epoch, [K, n] permutations)
+        self._final: dict[int, dict[str, Any]] = {}  # checkpoints of members that ended
+
+    # -- construction -----------------------------------------------------------------------------------------
+    @staticmethod
+    def _check_shared(cfgs: list[ExperimentConfig]) -> None:
+        first = shared_settings(cfgs[0])
+        for cfg in cfgs[1:]:
+            other = shared_settings(cfg)
+            for key in sorted(first.keys() | other.keys()):
+                if first.get(key) != other.get(key):
+                    raise ValueError(f"members differ in {key} ({first.get(key)!r} vs {other.get(key)!r}), which one "
+                                     f"ensemble cannot vary (it may vary {', '.join(MEMBER_KEYS)}); ensemble_groups "
+                                     "splits such configs into ensembles")
+
+    def _stack(self, models: list[ResidualMLP]) -> tuple[dict[str, _Stack], dict[str, tuple[str, int | None]]]:
+        """Stacks keyed by parameter kind (``stem.weight``, ``blocks.fc.weight``, ...) and, per parameter name,
+        ``(kind, block)``."""
+        where: dict[str, tuple[str, int | None]] = {}
+        for name in self._names:
+            if name.startswith(_BLOCK):
+                block, _, rest = name[len(_BLOCK):].partition(".")
+                where[name] = (f"blocks.{rest}", int(block))
+            else:
+                where[name] = (name, None)
+        params = [dict(m.named_parameters()) for m in models]
+        stacks: dict[str, _Stack] = {}
+        with torch.no_grad():
+            for kind in dict.fromkeys(k for k, _ in where.values()):
+                names = [n for n in self._names if where[n][0] == kind]
+                if where[names[0]][1] is None:
+                    stacks[kind] = _Stack(0, torch.stack([p[names[0]].detach() for p in params]))
+                else:
+                    stacks[kind] = _Stack(1, torch.stack([torch.stack([p[n].detach() for p in params])
+                                                          for n in names]))
+        return stacks, where
+
+    def _scales(self) -> None:
+        """Shortcut and branch scales as ``[L, K, 1, 1]`` tensors, and per block whether every member's is 1 (then
+        the block skips that multiply, as a solo block does)."""
+        self._alpha_t = self._alpha.to(self.device, self._stacks["stem.weight"].data.dtype)[..., None, None]
+        self._beta_t = self._beta.to(self.device, self._stacks["stem.weight"].data.dtype)[..., None, None]
+        self._alpha_one = [bool((row == 1.0).all()) for row in self._alpha]
+        self._beta_one = [bool((row == 1.0).all()) for row in self._beta]
+
+    def _init_state(self) -> None:
+        names = ("exp_avg", "exp_avg_sq") if self._kind in ("adam", "adamw") else ("momentum_buffer",)
+        for stack in self._stacks.values():
+            stack.state = {n: torch.zeros_like(stack.data, requires_grad=False) for n in names}
+
+    # -- members ----------------------------------------------------------------------------------------------
+    @property
+    def live(self) -> list[EnsembleMember]:
+        """The members still training, in slot order."""
+        return [self.members[k] for k in self._live]
+
+    @property
+    def epoch(self) -> int:
+        """Completed epochs."""
+        return self.step // self.steps_per_epoch
+
+    def member_model(self, index: int) -> ResidualMLP:
+        """An ordinary :class:`ResidualMLP` (on the ensemble's device, training mode) holding member ``index``'s
+        current parameters (its last ones, once it ended)."""
+        model = copy.deepcopy(self._templates[index])
+        model.load_state_dict(self.member_state_dict(index)["model"])
+        return model
+
+    def member_state_dict(self, index: int) -> dict[str, Any]:
+        """Member ``index``'s checkpoint in :meth:`Trainer.state_dict`'s format: ``model`` loads into
+        :class:`ResidualMLP`, ``optimizer`` into the member's own torch.optim optimiser, and ``step``, the mask
+        generator and the last ResidualDroppath masks let a solo :class:`Trainer` resume the member exactly."""
+        if index in self._final:
+            return self._final[index]
+        slot = self._live.index(index)
+        with torch.no_grad():
+            model = {name: self._stacks[kind].member(self._stacks[kind].data, slot, block).clone()
+                     for name, (kind, block) in self._where.items()}
+            state: dict[int, dict[str, torch.Tensor]] = {}
+            if self.step > 0 and (self._kind != "sgd" or self._hyper[index]["momentum"] != 0):
+                step_dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+                for i, name in enumerate(self._names):
+                    kind, block = self._where[name]
+                    stack = self._stacks[kind]
+                    entry = {k: stack.member(v, slot, block).clone() for k, v in stack.state.items()}
+                    if self._kind != "sgd":
+                        entry = {"step": torch.tensor(float(self.step), dtype=step_dtype), **entry}
+                    state[i] = entry
+        optimizer = self.members[index].optimizer._template.state_dict()
+        optimizer["state"] = state
+        rdp = self._rdp_masks.get(index)
+        masks = [rdp[b].cpu() if rdp is not None else torch.empty(0) for b in range(self.depth)]
+        return {"model": model, "optimizer": optimizer, "step": self.members[index].step,
+                "mask_generator": self._generators[index].get_state(), "droppath_masks": masks}
+
+    def _end(self, members: list[EnsembleMember]) -> None:
+        """Take members out of the ensemble: keep their final checkpoints, tell their subscribers, drop their slots."""
+        if not members:
+            return
+        for m in members:
+            self._final[m.index] = self.member_state_dict(m.index)
+            m.end_step, m.ended = self.step, True
+            m.emit("on_train_end")
+        gone = {m.index for m in members}
+        keep = [slot for slot, k in enumerate(self._live) if k not in gone]
+        slots = torch.tensor(keep, dtype=torch.long, device=self.device)
+        for stack in self._stacks.values():
+            stack.keep(slots)
+        self._alpha, self._beta = self._alpha[:, keep], self._beta[:, keep]
+        self._scales()
+        self._live = [self._live[s] for s in keep]
+        if self._perm is not None:
+            self._perm = (self._perm[0], self._perm[1][slots])
+
+    # -- one step ---------------------------------------------------------------------------------------------
+    def batch_indices(self, step: int) -> torch.Tensor:
+        """``[K, B]`` training indices of global ``step``, row k as member k's ``Trainer.batch_indices(step)``."""
+        epoch, k = divmod(step, self.steps_per_epoch)
+        if self._perm is None or self._perm[0] != epoch:
+            n = len(self.data.x_train)
+            rows = {}
+            for seed in {self.members[i].cfg.seed for i in self._live}:
+                g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+                rows[seed] = torch.randperm(n, generator=g)
+            perm = torch.stack([rows[self.members[i].cfg.seed] for i in self._live]).to(self.device)
+            self._perm = (epoch, perm)
+        return self._perm[1][:, k * self.batch_size:(k + 1) * self.batch_size]
+
+    def _masks(self, step: int, batch: int) -> _Masks | None:
+        """This step's droppath / ResidualDroppath masks, drawn per member from its own generator in block order
+        with the shapes its DropPath modules use, so each member sees a solo run's masks."""
+        if not self._droppath:
+            return None
+        dtype = self._stacks["stem.weight"].data.dtype
+        ones = torch.ones(self.depth, batch, 1, dtype=dtype, device=self.device)
+        keep, detached, scale = [ones] * len(self._live), [None] * len(self._live), [1.0] * len(self._live)
+        for slot, k in enumerate(self._live):
+            cfg = self.members[k].cfg
+            mode, rate = cfg.droppath, cfg.drop_path_rate
+            if (mode == "droppath" and rate > 0.0) or (mode == "residual_droppath" and step % 2 == 0):
+                p = torch.full((batch, 1), 1.0 - rate, dtype=dtype, device=self.device)
+                keep[slot] = torch.stack([torch.bernoulli(p, generator=self._generators[k])
+                                          for _ in range(self.depth)])
+                if mode == "droppath":
+                    scale[slot] = 1.0 - rate
+                else:
+                    self._rdp_masks[k] = keep[slot]
+            elif mode == "residual_droppath":  # odd iteration: train the branches the previous one dropped
+                keep[slot], detached[slot] = 1.0 - self._rdp_masks[k], self._rdp_masks[k]
+        if all(t is ones for t in keep):
+            return None
+        if any(t is not None for t in detached):
+            zeros = torch.zeros_like(ones)
+            detached_t = torch.stack([zeros if t is None else t for t in detached], 1)
+        else:
+            detached_t = None
+        scale_t = (torch.tensor(scale, dtype=dtype, device=self.device)[:, None, None]
+                   if any(v != 1.0 for v in scale) else None)
+        return _Masks(torch.stack(keep, 1), detached_t, scale_t)
+
+    def _logits(self, x: torch.Tensor, masks: _Masks | None = None, slots: torch.Tensor | None = None) -> torch.Tensor:
+        """``x [K, B, in]`` (or ``[B, in]``, shared) → logits ``[K, B, C]``; ``slots`` restricts to those members."""
+        s = self._stacks
+        if slots is None:
+            stem_w, stem_b = s["stem.weight"].data, s["stem.bias"].data
+            head_w, head_b = s["head.weight"].data, s["head.bias"].data
+            block_w, block_b = s["blocks.branch.fc.weight"].leaves, s["blocks.branch.fc.bias"].leaves
+            alpha, beta = self._alpha_t, self._beta_t
+        else:
+            stem_w, stem_b = s["stem.weight"].data[slots], s["stem.bias"].data[slots]
+            head_w, head_b = s["head.weight"].data[slots], s["head.bias"].data[slots]
+            block_w = s["blocks.branch.fc.weight"].data[:, slots]
+            block_b = s["blocks.branch.fc.bias"].data[:, slots]
+            alpha, beta = self._alpha_t[:, slots], self._beta_t[:, slots]
+        if x.ndim == 2:
+            x = x.expand(len(stem_w), *x.shape)
+        h = torch.baddbmm(stem_b.unsqueeze(1), x, stem_w.transpose(1, 2))
+        for b in range(self.depth):
+            f = self._act(torch.baddbmm(block_b[b].unsqueeze(1), h, block_w[b].transpose(1, 2)))
+            if masks is not None:
+                f = masks.apply(b, f)
+            if not self._beta_one[b]:
+                f = f * beta[b]
+            h = f + h if self._alpha_one[b] else torch.addcmul(f, h, alpha[b])
+        return torch.baddbmm(head_b.unsqueeze(1), h, head_w.transpose(1, 2))
+
+    def train_step(self) -> dict[int, float]:
+        """One optimisation step of every live member on its batch of step ``self.step``.
+
+        Returns:
+            The training loss per member index. Members whose loss is non-finite end as diverged (no update).
+        """
+        idx = self.batch_indices(self.step)  # [K, B]
+        x, y = self.data.x_train[idx], self.data.y_train[idx]
+        masks = self._masks(self.step, idx.shape[1])
+        logits = self._logits(x, masks)
+        losses = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(idx.shape).mean(1)
+        values = losses.tolist()
+        out = {k: v for k, v in zip(self._live, values, strict=True)}
+        finite = [slot for slot, v in enumerate(values) if math.isfinite(v)]
+        for stack in self._stacks.values():
+            stack.grad.zero_()
+        if len(finite) == len(values):
+            losses.sum().backward()
+        elif finite:  # the diverged members' slices get no gradient from the loss
+            losses[torch.tensor(finite, device=self.device)].sum().backward()
+        diverged = []
+        for slot, value in enumerate(values):
+            if slot not in finite:
+                m = self.members[self._live[slot]]
+                m.diverged = Diverged(self.step, value, divergence_hint(m.cfg, m.alpha_min))
+                diverged.append(m)
+        self._end(diverged)
+        if self._live:
+            self._update()
+        return out
+
+    @torch.no_grad()
+    def _update(self) -> None:
+        """One torch.optim step per member on the stacked tensors (Adam / AdamW / SGD, as in ``_single_tensor_*``)."""
+        t = self.step + 1
+        hyper = [self._hyper[k] for k in self._live]
+        lrs = [learning_rate(self.members[k].cfg, self.step, self.total_steps) for k in self._live]
+        for k, lr in zip(self._live, lrs, strict=True):
+            if self.members[k].cfg.lr_schedule != "constant":
+                self.members[k].optimizer.param_groups[0]["lr"] = lr
+        wds = [h["weight_decay"] for h in hyper]
+        for stack in self._stacks.values():
+            p, g = stack.data, stack.grad
+            if self._kind == "sgd":
+                self._sgd(stack, p, g, t, lrs, wds, [h["momentum"] for h in hyper])
+            else:
+                self._adam(stack, p, g, t, lrs, wds, hyper)
+
+    def _sgd(self, stack: _Stack, p: torch.Tensor, g: torch.Tensor, t: int, lrs: list[float], wds: list[float],
+             momenta: list[float]) -> None:
+        if any(wds):
+            wd = stack.bcast(wds)
+            g = g.add(p, alpha=wd) if isinstance(wd, float) else torch.addcmul(g, p, wd)
+        if any(momenta):  # a member without momentum gets buf · 0 + g = g, as its solo update
+            buf = stack.state["momentum_buffer"]
+            if t == 1:
+                buf.copy_(g)
+            else:
+                buf.mul_(stack.bcast(momenta)).add_(g)
+            g = buf
+        lr = stack.bcast(lrs)
+        if isinstance(lr, float):
+            p.add_(g, alpha=-lr)
+        else:
+            p.add_(g * -lr)
+
+    def _adam(self, stack: _Stack, p: torch.Tensor, g: torch.Tensor, t: int, lrs: list[float], wds: list[float],
+              hyper: list[dict[str, Any]]) -> None:
+        b1 = [h["betas"][0] for h in hyper]
+        b2 = [h["betas"][1] for h in hyper]
+        if any(wds):
+            if self._kind == "adamw":  # decoupled: shrink the parameter before the moment update
+                p.mul_(stack.bcast([1 - lr * wd for lr, wd in zip(lrs, wds, strict=True)]))
+            else:
+                wd = stack.bcast(wds)
+                g = g.add(p, alpha=wd) if isinstance(wd, float) else torch.addcmul(g, p, wd)
+        m, v = stack.state["exp_avg"], stack.state["exp_avg_sq"]
+        m.lerp_(g, stack.bcast([1 - b for b in b1]))
+        v.mul_(stack.bcast(b2))
+        one_minus_b2 = stack.bcast([1 - b for b in b2])
+        if isinstance(one_minus_b2, float):
+            v.addcmul_(g, g, value=one_minus_b2)
+        else:
+            v.addcmul_(g * one_minus_b2, g)
+        step_size = stack.bcast([lr / (1 - b ** t) for lr, b in zip(lrs, b1, strict=True)])
+        eps = stack.bcast([h["eps"] for h in hyper])
+        denom = (v.sqrt() / stack.bcast([(1 - b ** t) ** 0.5 for b in b2])).add_(eps)
+        if isinstance(step_size, float):
+            p.addcdiv_(m, denom, value=-step_size)
+        else:
+            p.add_(-step_size * m / denom)
+
+    # -- evaluation and the loop ------------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, members: Sequence[int] | None = None, chunk: int = 8192) -> dict[int, dict[str, float]]:
+        """Loss and accuracy on the train and test sets per member (no droppath), as ``Trainer.evaluate``.
+
+        Args:
+            members: member indices still training (default: all of them).
+            chunk: inputs per forward pass (activations ``[K, chunk, H]``).
+        """
+        members = list(self._live) if members is None else list(members)
+        slots = None if members == self._live else torch.tensor([self._live.index(k) for k in members],
+                                                                 dtype=torch.long, device=self.device)
+        out: dict[int, dict[str, float]] = {k: {} for k in members}
+        for split, (x, y) in {"train": (self.data.x_train, self.data.y_train),
+                              "test": (self.data.x_test, self.data.y_test)}.items():
+            if len(x) == 0:
+                continue
+            loss_sum, correct = [0.0] * len(members), [0] * len(members)
+            for i in range(0, len(x), chunk):
+                logits = self._logits(x[i:i + chunk], slots=slots)  # [K, chunk, C]
+                target = y[i:i + chunk]
+                losses = F.cross_entropy(logits.transpose(1, 2), target.expand(len(members), -1), reduction="none")
+                loss_sum = [a + b for a, b in zip(loss_sum, losses.sum(1).tolist(), strict=True)]
+                hits = (logits.argmax(2) == target).sum(1).tolist()
+                correct = [a + b for a, b in zip(correct, hits, strict=True)]
+            for k, total, right in zip(members, loss_sum, correct, strict=True):
+                out[k][f"{split}_loss"] = total / len(x)
+                out[k][f"{split}_acc"] = right / len(x)
+        for k in members:
+            self.members[k].last_eval, self.members[k].last_eval_step = out[k], self.step
+        return out
+
+    def _eval_and_emit(self, members: list[EnsembleMember] | None = None) -> None:
+        """Evaluate, tell each member's subscribers; a member with non-finite metrics ends as diverged."""
+        metrics = self.evaluate(None if members is None else [m.index for m in members])
+        finite, diverged = {}, []
+        for k, values in metrics.items():
+            m = self.members[k]
+            if all(math.isfinite(v) for v in values.values()):
+                finite[k] = values
+                m.emit("on_eval_end", values)
+            else:
+                m.diverged = Diverged(self.step, values.get("train_loss", float("nan")),
+                                      divergence_hint(m.cfg, m.alpha_min))
+                diverged.append(m)
+        self._end(diverged)
+        self._emit("on_eval_end", finite)
+
+    def _emit(self, event: str, *args: Any) -> None:
+        for cb in self.group_callbacks:
+            getattr(cb, event)(self, *args)
+
+    def _stop_requested(self) -> None:
+        """Members whose subscribers set ``should_stop`` end after a final evaluation, as a solo run would."""
+        stopping = [m for m in self.live if m.should_stop]
+        if not stopping:
+            return
+        unevaluated = [m for m in stopping if m.last_eval_step != self.step]
+        if unevaluated:
+            self._eval_and_emit(unevaluated)
+        self._end([m for m in stopping if not m.ended])
+
+    def fit(self, steps: int | None = None) -> dict[int, dict[str, float]]:
+        """Train until ``total_steps`` (or ``steps`` more), ``should_stop``, or until no member is left.
+
+        Returns:
+            The last evaluation's metrics per member index (ended members included).
+        """
+        end = self.total_steps if steps is None else min(self.total_steps, self.step + steps)
+        self.should_stop = False
+        for m in self.live:
+            m.should_stop = False
+            m.emit("on_train_start")
+        self._emit("on_train_start")
+        every = self.cfgs[0].train.eval_every
+        try:
+            while self.step < end and not self.should_stop and self._live:
+                losses = self.train_step()
+                self.step += 1
+                for m in self.live:
+                    m.emit("on_step_end", losses[m.index])
+                self._emit("on_step_end", losses)
+                epoch_done = self.step % self.steps_per_epoch == 0
+                if (every and self.step % every == 0) or (not every and epoch_done):
+                    self._eval_and_emit()
+                if epoch_done:
+                    for m in self.live:
+                        m.emit("on_epoch_end")
+                self._stop_requested()
+            if self._live and any(m.last_eval_step != self.step for m in self.live):
+                self._eval_and_emit()
+        finally:  # also after an error: subscribers close what they opened
+            for m in self.live:
+                m.emit("on_train_end")
+            self._emit("on_train_end")
+        return {m.index: m.last_eval for m in self.members}
+
