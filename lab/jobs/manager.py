@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from lab.config import ExperimentConfig
 from lab.jobs.job import Job
 from lab.jobs.process import ProcessJob, attach
 from lab.jobs.store import RunStore
+from lab.jobs.sweep import SweepPlan, create_sweep
+from lab.jobs.sweep_job import SweepJob, group_plan, plan_from_config
 from lab.jobs.thread import ThreadJob
 
 
@@ -56,6 +60,22 @@ class JobManager:
         """Train ``cfg`` in a thread of this process (toy models); see :class:`ThreadJob` for ``job_kwargs``."""
         self._check_room()
         return self._admit(ThreadJob(cfg, self.store.create(name or cfg.name), owner=owner, **job_kwargs))
+
+    def start_sweep(self, sweep: SweepPlan | tuple[ExperimentConfig, Mapping[str, Sequence[Any]]], *,
+                    group: int = 0, owner: str | None = None, **job_kwargs) -> SweepJob:
+        """Train one ensemble of a sweep in a thread of this process; one job against the bound, whatever its size.
+
+        Args:
+            sweep: a plan (:func:`~lab.jobs.sweep.plan_sweep`), or a config and the values to sweep, e.g.
+                ``(cfg, {"model.alpha_min": [1.0, 0.8, 0.6]})`` (:func:`~lab.jobs.sweep_job.plan_from_config`).
+            group: which of the plan's ensemble groups to train (its members alone make the sweep folder).
+            owner: who started it (a browser session id).
+            job_kwargs: see :class:`~lab.jobs.sweep_job.SweepJob`.
+        """
+        self._check_room()
+        plan = group_plan(sweep if isinstance(sweep, SweepPlan) else plan_from_config(*sweep), group)
+        folder, runs = create_sweep(plan, self.store)
+        return self._admit(SweepJob(plan, folder, runs, owner=owner, **job_kwargs))
 
     def start_process(self, cfg: ExperimentConfig | None = None, *, command: list[str] | None = None,
                       owner: str | None = None, name: str | None = None) -> ProcessJob:
