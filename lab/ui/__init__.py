@@ -1,5 +1,6 @@
 """Panel pages (Viewer classes) used by ``apps/`` and by notebooks alike; ``extension()`` prepares a notebook."""
 
+from lab.ui.alignment_page import AlignmentPage
 from lab.ui.data_page import DataPage
 from lab.ui.follower import JobFollower
 from lab.ui.notebook import extension
@@ -8,5 +9,5 @@ from lab.ui.playground import PlaygroundPage
 from lab.ui.shell import LabShell, default_pages
 from lab.ui.status import JobStatus
 
-__all__ = ["DataPage", "JobFollower", "JobStatus", "LabShell", "Page", "PlaygroundPage", "default_pages",
+__all__ = ["AlignmentPage", "DataPage", "JobFollower", "JobStatus", "LabShell", "Page", "PlaygroundPage", "default_pages",
            "extension"]

@@ -10,6 +10,7 @@ import param
 from panel.theme import fast
 
 from lab.jobs.manager import JobManager, get_manager
+from lab.ui.alignment_page import AlignmentPage
 from lab.ui.data_page import DataPage
 from lab.ui.page import Page
 from lab.ui.playground import PlaygroundPage
@@ -28,6 +29,7 @@ class Fast(fast.Fast):
 def default_pages() -> dict[str, PageFactory]:
     """The pages in navigation order; each factory takes the job manager."""
     return {"Playground": lambda manager: PlaygroundPage(manager=manager),
+            "Alignment": lambda manager: AlignmentPage(manager=manager),
             "Data": lambda manager: DataPage(manager=manager)}
 
 

@@ -59,13 +59,14 @@ JS_HAS_TEXT = """(needle) => { for (const doc of Bokeh.documents) for (const m o
 
 # Every plot of every Bokeh document: its title, x/y ranges and the extent of the data its visible glyphs draw.
 JS_PLOTS = """() => {
-  const X = ["x", "x0", "x1", "left", "right"], Y = ["y", "y0", "y1", "top", "bottom"];
+  const X = ["x", "x0", "x1", "left", "right", "xs"], Y = ["y", "y0", "y1", "top", "bottom", "ys"];
   const values = (g, src, name) => {
     const p = g.properties[name]; if (!p) return [];
     const spec = p.get_value(); if (spec == null) return [];
     if (typeof spec === "number") return [spec];
     if (spec.value !== undefined) return typeof spec.value === "number" ? [spec.value] : [];
     const col = src.data[spec.field]; if (!col) return [];
+    if (name === "xs" || name === "ys") return Array.from(col).flatMap(line => Array.from(line, Number));
     return Array.from(col, Number);
   };
   const extent = (arr) => { let lo = Infinity, hi = -Infinity, n = 0;

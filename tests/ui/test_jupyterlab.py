@@ -156,3 +156,34 @@ def test_playground_trains_live_in_jupyterlab_offline(jupyter):
     if seen.errors:
         problems.append(f"the browser reported errors: {seen.errors}")
     assert not problems, "\n".join(problems)
+
+
+JS_SUMMARY_STEPS = """() => { if (!window.Bokeh) return [];
+  const out = []; for (const doc of Bokeh.documents) for (const m of doc.all_models) {
+    const s = typeof m.text === 'string' && m.text.match(/Step (\\d+)\\./); if (s) out.push(Number(s[1])); }
+  return out; }"""
+
+
+@pytest.mark.ui
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@needs_chromium
+def test_alignment_page_trains_both_networks_in_jupyterlab_offline(jupyter):
+    url, root, runs = jupyter
+    write_notebook(root / "alignment.ipynb", [
+        "import lab.ui as ui\nui.extension()",
+        "page = ui.AlignmentPage(depth=3, width=32, inputs=16, k=12, every=5)\npage"])
+    with browser_page(width=1700) as (page, seen):
+        page.goto(f"{url}/lab/tree/alignment.ipynb", timeout=60_000)
+        page.wait_for_function(JS_KERNEL_READY, timeout=60_000)
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+        page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+        # the untrained networks are drawn: both columns' summaries say step 0
+        page.wait_for_function(f"() => ({JS_SUMMARY_STEPS})().length === 2", timeout=120_000)
+        page.get_by_role("button", name="Start / pause").click()
+        page.wait_for_function(f"() => {{ const s = ({JS_SUMMARY_STEPS})(); return s.length === 2 && "
+                               "s.every(v => v >= 10); }", timeout=120_000)
+        page.get_by_role("button", name="Start / pause").click()
+        page.wait_for_timeout(500)
+    assert len([p for p in runs.iterdir() if p.is_dir()]) == 2, "a run with skips and one without"
+    assert not seen.external and not seen.errors, seen

@@ -150,6 +150,38 @@ def test_every_plot_of_every_page_shows_its_data(server):
 
 
 @needs_chromium
+def test_browser_alignment_page_trains_both_networks_and_every_view_shows_data(server):
+    url = server
+    titles = ("RA1 trajectories", "RA2 |U_jᵀ J_i V_j|", "U_1ᵀ J_2 V_1", "RA3 top singular values", "RA4 1/σ₁",
+              "Neural collapse by layer")
+    with browser_page(width=1700) as (page, seen):
+        page.goto(f"{url}/apps?page=Alignment&depth=3&width=32&inputs=16&k=12&every=5&pair_i=2&pair_j=1",
+                  timeout=60_000)
+        page.wait_for_function(JS_HAS_TEXT, arg="Step 0.", timeout=120_000)
+        plots = _plots(page)
+        for title in titles:  # each view twice: with skips and without
+            assert sum(p["title"].startswith(title) for p in plots) == 2, (title, [p["title"] for p in plots])
+        assert not plots_off_their_data(plots), plots_off_their_data(plots)
+        sigma_before = page.evaluate(JS_SPECTRA)
+        page.get_by_role("button", name="Start / pause").click()
+        page.wait_for_function(JS_STEP_AT_LEAST, arg=20, timeout=240_000)
+        page.wait_for_function(f"(old) => JSON.stringify(({JS_SPECTRA})()) !== JSON.stringify(old)",
+                               arg=sigma_before, timeout=60_000)
+        plots = _plots(page)
+        assert not plots_off_their_data(plots), plots_off_their_data(plots)
+        page.get_by_role("button", name="Start / pause").click()
+    assert not seen.errors and not seen.external, seen
+
+
+JS_SPECTRA = """() => { const out = []; for (const doc of Bokeh.documents) for (const m of doc.all_models)
+    if (m.data && m.data.ys && m.data.block) out.push(Array.from(m.data.ys[0])); return out; }"""
+# both columns' summaries read "Step N." with N >= arg
+JS_STEP_AT_LEAST = """(n) => { let ok = 0; for (const doc of Bokeh.documents) for (const m of doc.all_models) {
+    const s = typeof m.text === 'string' && m.text.match(/Step (\\d+)\\./);
+    if (s && Number(s[1]) >= n) ok++; } return ok >= 2; }"""
+
+
+@needs_chromium
 def test_out_of_range_url_settings_are_named_and_clamped(server):
     url = server
     with browser_page() as (page, seen):

@@ -1,0 +1,316 @@
+"""The Alignment page: *Residual Alignment: Uncovering the Mechanisms of Residual Networks* live on a training ResNet.
+
+A fully-connected or convolutional ResNet trains on an image set (digits ship with the lab; other sets are read
+from the server's data folders) and the page redraws RA1–RA4 and neural collapse as it learns. The paper's central
+contrast is one switch away: the same network without skip connections, trained in lockstep beside it (same
+initialisation seed, same batches, same step), drawn in a second column.
+
+Frames are on demand: the job builds the next one (:func:`lab.jobs.snapshots.alignment_builder`, on the training
+thread between steps) only after the page has drawn the last and at least ``every`` steps later.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+import panel as pn
+import param
+import torch
+import yaml
+from bokeh.embed import file_html
+from bokeh.layouts import gridplot
+from bokeh.resources import INLINE
+
+from lab.config import ConfigError, ExperimentConfig, ModelConfig, apply_overrides, to_dict
+from lab.data.images import IMAGE_DATASETS
+from lab.data.roots import resolve_data_path
+from lab.jobs.lockstep import Lockstep
+from lab.jobs.manager import JobManager
+from lab.jobs.snapshots import alignment_builder
+from lab.train.build import build_data, build_model
+from lab.ui.follower import JobFollower
+from lab.ui.knobs import Knob, config_overrides, groups, knob_class, training_names, view_names
+from lab.ui.live_alignment import AlignmentViews
+from lab.ui.live_curves import LiveCurves
+from lab.ui.page import Page
+
+MODEL_TYPES = {"fc": "fc_resnet", "conv": "conv_resnet", "conv_two_stage": "conv_resnet"}
+
+KNOBS: dict[str, Knob] = {
+    "dataset": Knob(param.Selector(default="digits", objects=list(IMAGE_DATASETS),
+                                   doc="image set (digits ship with the lab; the others need a data folder)"),
+                    "Data", "data.name"),
+    "data_folder": Knob(param.String(default="", doc="folder of the data set, inside the server's data folders "
+                                                     "(LAB_DATA_DIRS)"), "Data", "data.root",
+                        to_config=lambda v, page: str(resolve_data_path(v)) if v.strip() else ""),
+    "classes": Knob(param.Integer(default=0, bounds=(0, 100), doc="first N classes only (0 = all)"), "Data",
+                    "data.classes"),
+    "max_per_class": Knob(param.Integer(default=0, bounds=(0, 100_000), doc="at most N training images per class "
+                                                                           "(0 = all)"), "Data", "data.max_per_class"),
+    "model_type": Knob(param.Selector(default="fc", objects=list(MODEL_TYPES),
+                                      doc="fc: Types 1 and 4; conv: Types 2 and 5; conv_two_stage: Type 3"), "Model",
+                       "model.name", to_config=lambda v, page: MODEL_TYPES[v]),
+    "depth": Knob(param.Integer(default=8, bounds=(1, 32), doc="residual blocks L (two stages: half each)"),
+                  "Model"),
+    "width": Knob(param.Integer(default=128, bounds=(4, 1024), doc="FC: width D; conv: channels of the first "
+                                                                  "stage"), "Model"),
+    "skips": Knob(param.Boolean(default=True, doc="skip connections (off: shortcut 'none', Types 4b and 5b)"),
+                  "Model", "model.shortcut", to_config=lambda v, page: "identity" if v else "none"),
+    "contrast": Knob(param.Boolean(default=True, doc="also train the same network with the skips switched, in "
+                                                     "lockstep, side by side"), "Model"),
+    "init_seed": Knob(param.Integer(default=0, bounds=(0, 2**31 - 1), doc="initialisation seed"), "Model",
+                      "model.seed"),
+    "optimizer": Knob(param.Selector(default="sgd", objects=["sgd", "adam", "adamw"]), "Training", "train.optimizer"),
+    "lr": Knob(param.Number(default=0.05, bounds=(1e-5, 1.0), step=0.005, doc="initial learning rate"), "Training",
+               "train.lr"),
+    "lr_schedule": Knob(param.Selector(default="cosine", objects=["constant", "cosine"]), "Training",
+                        "train.lr_schedule"),
+    "weight_decay": Knob(param.Number(default=0.01, bounds=(0.0, 0.5), step=0.005, doc="the paper: 1e-2 or 5e-2 "
+                                      "for FC models, 1e-1 for conv"), "Training", "train.weight_decay"),
+    "batch_size": Knob(param.Integer(default=128, bounds=(8, 1024)), "Training", "train.batch_size"),
+    "epochs": Knob(param.Integer(default=60, bounds=(1, 1000)), "Training", "train.epochs"),
+    "stochastic_depth": Knob(param.Number(default=0.0, bounds=(0.0, 0.9), step=0.05, doc="probability of "
+                                          "skipping a block's branch while training (the paper's Fig. 5: 0.3)"),
+                             "Training", "train.drop_path_rate"),
+    "k": Knob(param.Integer(default=20, bounds=(1, 64), doc="singular vectors per block (the paper: C to 2C)"),
+              "Analysis"),
+    "inputs": Knob(param.Integer(default=64, bounds=(4, 512), doc="test inputs analysed"), "Analysis"),
+    "every": Knob(param.Integer(default=20, bounds=(1, 5000), doc="at least this many steps between frames"),
+                  "Analysis"),
+    "projection": Knob(param.Selector(default="pca", objects=["pca", "gauss"], doc="RA1 plane: top-2 principal "
+                                      "directions or two random Gaussian ones (the paper's)"), "View",
+                       training=False),
+    "pair_i": Knob(param.Integer(default=1, bounds=(0, 31), doc="enlarged pair: Jacobian of block i"), "View",
+                   training=False),
+    "pair_j": Knob(param.Integer(default=0, bounds=(0, 31), doc="enlarged pair: basis of block j"), "View",
+                   training=False),
+}
+TRAINING = training_names(KNOBS)
+VIEW = view_names(KNOBS)
+FIXED = {"train.momentum": 0.9, "train.log_every": 5}
+
+
+class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, Page)):
+    """Train a ResNet on images and watch Residual Alignment emerge, with and without skip connections.
+
+    Shown as a notebook cell's value it is the whole page; served, the shell puts :meth:`controls` in the sidebar
+    and :meth:`views` in the main area.
+
+    Attributes:
+        main, twin: the views of the configured network and of its switched-skips twin.
+        twin_follower: follows the twin's job (the page's ``follower`` follows the main one).
+    """
+
+    title = "Alignment"
+    knobs = KNOBS
+
+    play = param.Event(label="Start / pause")
+    step = param.Event(label="One step")
+    reset = param.Event(label="Reset")
+
+    def __init__(self, manager: JobManager | None = None, **params: Any) -> None:
+        super().__init__(manager, **params)
+        self.twin_follower = JobFollower(self.follower.manager)
+        self.main = AlignmentViews("with skips")
+        self.twin = AlignmentViews("without skips")
+        self.curves = LiveCurves(width=300, height=160)
+        self.twin_curves = LiveCurves(width=300, height=160)
+        self._data = None
+        self._data_key = None
+        self.follower.on_snapshot("alignment", self.main.show)
+        self.follower.on_metrics(self.curves.extend)
+        self.twin_follower.on_snapshot("alignment", self.twin.show)
+        self.twin_follower.on_metrics(self.twin_curves.extend)
+        self._twin_column = pn.Column(self.twin, self.twin_curves.pane, sizing_mode="stretch_width")
+        self._views = pn.Row(pn.Column(self.main, self.curves.pane, self._downloads(), sizing_mode="stretch_width"),
+                             self._twin_column, sizing_mode="stretch_width")
+        self.follower.add_views(self._views)
+        self.twin_follower.add_views(self._views)
+        self._rebuild()
+
+    # -- configuration ----------------------------------------------------------------------------------------
+    def config(self, twin: bool = False) -> ExperimentConfig:
+        """The experiment the settings describe; ``twin``: the same with the skips switched.
+
+        Raises:
+            ConfigError: an invalid combination (the message says which setting and why).
+            PermissionError, FileNotFoundError: the data folder is outside the server's data folders or missing.
+        """
+        values = config_overrides(self, KNOBS)
+        skips = self.skips != twin
+        values["model.shortcut"] = "identity" if skips else "none"
+        if self.model_type == "fc":
+            values.update({"model.depth": self.depth, "model.width": self.width})
+        else:  # conv blocks work at the input's resolution: digits stay 8 x 8
+            stages = (self.depth,) if self.model_type == "conv" else (max(1, self.depth // 2),
+                                                                       max(1, self.depth - self.depth // 2))
+            channels = (self.width,) if len(stages) == 1 else (self.width, 2 * self.width)
+            values.update({"model.depths": list(stages), "model.channels": list(channels),
+                           "model.feature_size": None})
+        values["train.droppath"] = "droppath" if self.stochastic_depth > 0 else "off"
+        name = f"alignment-{self.dataset}-{'skips' if skips else 'noskips'}"
+        base = ExperimentConfig(name=name, model=ModelConfig(name=MODEL_TYPES[self.model_type]))
+        return apply_overrides(base, {**values, **FIXED})
+
+    @param.depends(*TRAINING, watch=True)
+    def _training_changed(self) -> None:
+        if self.follower.running:
+            self.say("warning", "Training settings changed. **Reset** to rebuild the networks with them (this stops "
+                                "the current runs; their folders stay on disk).")
+            return
+        self.later(self._rebuild)
+
+    def _load(self, cfg: ExperimentConfig):
+        """The data of ``cfg`` (kept while the data settings do not change)."""
+        if cfg.data != self._data_key:
+            self._data, self._data_key = build_data(cfg), cfg.data
+        return self._data
+
+    def _builder(self, data) -> tuple[Any, int]:
+        """The frame builder for ``data`` and the K it uses (at most the smallest block's size)."""
+        k = min(self.k, self._max_k(data))
+        return alignment_builder(data, k=k, inputs=self.inputs), k
+
+    def _max_k(self, data) -> int:
+        """The largest K the Jacobians allow: the smallest residual-stream size."""
+        model = build_model(self.config(), data)
+        with torch.no_grad():
+            states = model.eval().forward_intermediates(data.x_test[:1], intermediates_only=True)
+        return min(h[0].numel() for h in states)
+
+    def _rebuild(self) -> None:
+        """Untrained networks from the settings: their frames are drawn before any training."""
+        self.notice.visible = False
+        try:
+            cfg = self.config()
+            data = self._load(cfg)
+            builder, k = self._builder(data)
+            frames = [(self.main, cfg)] + ([(self.twin, self.config(twin=True))] if self.contrast else [])
+            for views, c in frames:
+                views.set_label("with skips" if c.model.shortcut == "identity" else "without skips")
+                frame = builder(build_model(c, data))
+                if frame is not None:
+                    views.show({**frame, "step": np.int64(0)})
+        except (ConfigError, ValueError, PermissionError, FileNotFoundError) as err:
+            self.follower.status.error(f"Cannot build these settings: {err}")
+            return
+        self.follower.status.clear()
+        self.curves.clear()
+        self.twin_curves.clear()
+        self._twin_column.visible = self.contrast
+        if self.k > k:
+            self.say("info", f"K = {self.k} is more than the smallest block's size; using K = {k}.")
+
+    # -- actions ----------------------------------------------------------------------------------------------
+    def _start(self, paused: bool) -> bool:
+        try:
+            cfg = self.config()
+            data = self._load(cfg)
+            builder, _ = self._builder(data)
+        except (ConfigError, ValueError, PermissionError, FileNotFoundError) as err:
+            self.follower.status.error(f"Cannot start: {err}")
+            return False
+        kwargs = {"builders": {"alignment": builder}, "cadence": {"alignment": (self.every, 0.0)},
+                  "on_demand": ("alignment",), "paused": paused}
+        group = Lockstep(2) if self.contrast else None
+        main = self.follower.start(cfg, **kwargs, callbacks=(group.member(0),) if group else ())
+        if main is None:
+            return False
+        self.curves.clear()
+        self.follower.want("alignment")
+        if group is not None:
+            twin = self.twin_follower.start(self.config(twin=True), **kwargs, callbacks=(group.member(1),))
+            if twin is None:  # e.g. no free job slot: the main run goes on alone
+                group.leave(1)
+                self.say("warning", "The contrast run could not start (see its status); the main run trains alone.")
+            else:
+                self.twin_curves.clear()
+                self.twin_follower.want("alignment")
+        return True
+
+    def _jobs(self) -> list:
+        return [f.job for f in (self.follower, self.twin_follower) if f.running]
+
+    @param.depends("play", watch=True)
+    def _play(self) -> None:
+        if not self.follower.running:
+            self._start(paused=False)
+            return
+        paused = self.job.status().get("state") == "paused"
+        for job in self._jobs():
+            job.resume() if paused else job.pause()
+
+    @param.depends("step", watch=True)
+    def _one_step(self) -> None:
+        if not self.follower.running and not self._start(paused=True):
+            return
+        for job in self._jobs():
+            job.step(1)
+
+    @param.depends("reset", watch=True)
+    def _reset(self) -> None:
+        self.twin_follower.forget()
+        self.follower.forget()
+        self._rebuild()
+
+    def poll(self) -> bool:
+        """Pull what is new from both jobs and redraw it."""
+        changed = self.follower.poll()
+        return self.twin_follower.poll() or changed
+
+    # -- view settings ----------------------------------------------------------------------------------------
+    @param.depends(*VIEW, watch=True)
+    def _view_changed(self) -> None:
+        for views in (self.main, self.twin):
+            views.set_projection(self.projection)
+            views.set_pair(self.pair_i, self.pair_j)
+
+    # -- export -----------------------------------------------------------------------------------------------
+    def frame_npz(self) -> io.BytesIO:
+        """The frames on screen (the twin's keys prefixed ``twin_``), as one npz."""
+        arrays = dict(self.main.frame or {})
+        if self.contrast and self.twin.frame is not None:
+            arrays.update({f"twin_{k}": v for k, v in self.twin.frame.items()})
+        out = io.BytesIO()
+        np.savez_compressed(out, **arrays)
+        out.seek(0)
+        return out
+
+    def plots_html(self) -> io.BytesIO:
+        """Every view of both columns as one standalone HTML file (scripts inlined: it opens offline)."""
+        rows = []
+        for shown in [self.main] + ([self.twin] if self.contrast else []):
+            if shown.frame is None:
+                continue
+            v = AlignmentViews(shown.label)  # new figures: those on screen belong to the page's document
+            v.projection, v.pair = shown.projection, shown.pair
+            v.show(shown.frame)
+            rows.append([v.trajectories, v.grid, v.pair_figure, v.spectrum, v.ra4, v.collapse])
+        html = file_html(gridplot(rows), INLINE, "Residual Lab: Residual Alignment")
+        return io.BytesIO(html.encode())
+
+    def config_yaml(self) -> io.BytesIO:
+        return io.BytesIO(yaml.safe_dump(to_dict(self.config()), sort_keys=False).encode())
+
+    def _downloads(self) -> pn.viewable.Viewable:
+        kinds = [("Plots HTML", self.plots_html, "alignment.html"), ("Frames npz", self.frame_npz, "alignment.npz"),
+                 ("Config YAML", self.config_yaml, "config.yaml")]
+        return pn.Row(*[pn.widgets.FileDownload(callback=cb, filename=name, label=label, color="light",
+                                                embed=False, width=120) for label, cb, name in kinds])
+
+    # -- layout -----------------------------------------------------------------------------------------------
+    def controls(self) -> pn.viewable.Viewable:
+        buttons = pn.Row(
+            pn.widgets.Button.from_param(self.param.play, color="primary", width=110),
+            pn.widgets.Button.from_param(self.param.step, width=90),
+            pn.widgets.Button.from_param(self.param.reset, width=80))
+        sections = [(g, pn.Param(self, parameters=names, show_name=False)) for g, names in groups(KNOBS).items()]
+        return pn.Column(buttons, self.follower, self.twin_follower, self.notice,
+                         pn.Accordion(*sections, active=[1, 3], sizing_mode="stretch_width"),
+                         sizing_mode="stretch_width")
+
+    def views(self) -> pn.viewable.Viewable:
+        """RA1–RA4, neural collapse and the curves of each run (the served page's main area)."""
+        return self._views

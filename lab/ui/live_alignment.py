@@ -1,0 +1,287 @@
+"""The views of a Residual Alignment frame (:func:`lab.jobs.snapshots.alignment_builder`), redrawn in place.
+
+One :class:`AlignmentViews` draws one run: RA1 trajectories, the RA2 mosaic of alignment matrices with one pair
+enlarged, RA3 spectra, RA4 1/σ₁ with its fitted line, and neural collapse by layer. Every figure is a raw Bokeh
+figure whose sources are replaced and whose ranges are set from the data drawn, so a view can never show an empty
+frame while its data sits outside it; changes happen inside ``pn.io.unlocked()`` (see :mod:`lab.ui.live_grid`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import panel as pn
+from bokeh.models import ColorBar, ColumnDataSource, HoverTool, LinearColorMapper, Range1d, Span
+from bokeh.palettes import Category10_10, RdBu11, Viridis256
+from bokeh.plotting import figure
+
+from lab.viz.palette import BLUE, ORANGE
+
+NC_LINES = (("nc1", "NC1 within/between", BLUE), ("nc2_equinorm", "NC2 equinorm", ORANGE),
+            ("nc2_equiangular", "NC2 equiangular", "#2ca02c"), ("nc4", "NC4 vs NCC", "#9467bd"))
+
+
+def _fit(lo: float, hi: float, pad: float = 0.05) -> tuple[float, float]:
+    """A range around [lo, hi] with a margin; a point or nothing gets a unit range."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return 0.0, 1.0
+    span = hi - lo
+    margin = pad * span if span > 0 else max(abs(lo) * pad, 0.5)
+    return lo - margin, hi + margin
+
+
+def _finite_range(*arrays: np.ndarray) -> tuple[float, float]:
+    values = np.concatenate([np.asarray(a, np.float64).ravel() for a in arrays]) if arrays else np.zeros(0)
+    values = values[np.isfinite(values)]
+    return (float(values.min()), float(values.max())) if len(values) else (math.nan, math.nan)
+
+
+def mosaic(grid: np.ndarray, gap: int = 1) -> np.ndarray:
+    """The L × L tiles |A_ij| [L, L, K, K] laid out as one image [L·(K+gap)−gap, same], each tile divided by its
+    own maximum (so its structure shows whatever its scale); gaps and undefined tiles are NaN. Row i of tiles is
+    block i's Jacobian, column j the basis of block j; image row 0 is the top."""
+    L, _, K, _ = grid.shape
+    side = L * (K + gap) - gap
+    out = np.full((side, side), np.nan, np.float32)
+    a = np.abs(grid)
+    scale = np.where(np.isnan(a), -np.inf, a).max(axis=(2, 3), keepdims=True)  # -inf: an undefined tile
+    a = a / np.where(scale > 0, scale, 1.0)
+    for i in range(L):
+        for j in range(L):
+            out[i * (K + gap):i * (K + gap) + K, j * (K + gap):j * (K + gap) + K] = a[i, j]
+    return out
+
+
+class AlignmentViews:
+    """All views of one run's alignment frames.
+
+    Args:
+        label: what distinguishes this run on the page ("with skips", "without skips").
+        size: plot side in screen pixels.
+    """
+
+    def __init__(self, label: str = "", size: int = 300) -> None:
+        self.label = label
+        self.frame: dict[str, np.ndarray] | None = None
+        self.projection = "pca"
+        self.pair = (1, 0)
+        tools = "pan,wheel_zoom,box_zoom,reset,save"
+
+        # RA1: trajectories
+        self.paths = ColumnDataSource(data={"xs": [], "ys": [], "color": [], "label": []})
+        self.means = ColumnDataSource(data={"x": [], "y": [], "color": [], "label": [], "layer": []})
+        self.trajectories = figure(title="RA1 trajectories h₀…h_L (PCA plane)", frame_width=size,
+                                   frame_height=size, x_range=Range1d(0, 1), y_range=Range1d(0, 1), tools=tools)
+        self.trajectories.multi_line("xs", "ys", color="color", source=self.paths, line_alpha=0.45, line_width=1)
+        means = self.trajectories.scatter("x", "y", color="color", source=self.means, size=7, line_color="black",
+                                          marker="square")
+        self.trajectories.add_tools(HoverTool(renderers=[means], tooltips=[("class", "@label"),
+                                                                            ("layer", "@layer")]))
+
+        # RA2: the mosaic and one pair
+        self.mosaic_mapper = LinearColorMapper(palette=Viridis256, low=0.0, high=1.0, nan_color="white")
+        self.tiles_image = ColumnDataSource(data={"image": [np.zeros((1, 1), np.float32)], "dw": [1], "dh": [1]})
+        self.tiles = ColumnDataSource(data={"x": [], "y": [], "i": [], "j": [], "score": [], "baseline": []})
+        self.grid = figure(title="RA2 |U_jᵀ J_i V_j| (row i: Jacobian, column j: basis)",
+                           frame_width=size, frame_height=size, x_range=Range1d(0, 1), y_range=Range1d(1, 0),
+                           tools="save", x_axis_label="basis block j", y_axis_label="Jacobian block i")
+        self.grid.image(image="image", x=0, y=0, dw="dw", dh="dh", source=self.tiles_image,
+                        color_mapper=self.mosaic_mapper, origin="top_left", anchor="top_left")
+        rects = self.grid.rect("x", "y", width=1, height=1, source=self.tiles, fill_alpha=0.0, line_alpha=0.0)
+        self.grid.add_tools(HoverTool(renderers=[rects], tooltips=[
+            ("i (Jacobian)", "@i"), ("j (basis)", "@j"), ("alignment score", "@score{0.000}"),
+            ("random baseline", "@baseline{0.000}")]))
+        self.pair_mapper = LinearColorMapper(palette=RdBu11, low=-1.0, high=1.0)
+        self.pair_image = ColumnDataSource(data={"image": [np.zeros((1, 1), np.float32)], "dw": [1], "dh": [1]})
+        self.pair_figure = figure(title="pair", frame_width=size, frame_height=size, x_range=Range1d(0, 1),
+                                  y_range=Range1d(1, 0), tools="hover,save", x_axis_label="singular vector of J_j",
+                                  y_axis_label="singular vector of J_j", tooltips=[("value", "@image{0.000}")])
+        self.pair_figure.image(image="image", x=0, y=0, dw="dw", dh="dh", source=self.pair_image,
+                               color_mapper=self.pair_mapper, origin="top_left", anchor="top_left")
+        self.pair_figure.add_layout(ColorBar(color_mapper=self.pair_mapper, width=8), "right")
+
+        # RA3: spectra
+        self.spectra = ColumnDataSource(data={"xs": [], "ys": [], "color": [], "block": []})
+        self.spectrum = figure(title="RA3 top singular values per block", frame_width=size,
+                               frame_height=size, x_range=Range1d(0, 1), y_range=Range1d(0, 1), tools=tools,
+                               x_axis_label="index k", y_axis_label="σ_k")
+        lines = self.spectrum.multi_line("xs", "ys", color="color", source=self.spectra, line_width=1.5)
+        self.spectrum.add_tools(HoverTool(renderers=[lines], tooltips=[("block", "@block")]))
+        self.classes_mark = Span(location=0, dimension="height", line_dash="dashed", line_color="black")
+        self.spectrum.add_layout(self.classes_mark)
+
+        # RA4: 1/σ₁
+        self.inverse = ColumnDataSource(data={"block": [], "inv": [], "fit": []})
+        self.ra4 = figure(title="RA4 1/σ₁ by block", frame_width=size, frame_height=size,
+                          x_range=Range1d(0, 1), y_range=Range1d(0, 1), tools=tools, x_axis_label="block i",
+                          y_axis_label="1/σ₁")
+        self.ra4.scatter("block", "inv", source=self.inverse, size=7, color=BLUE, legend_label="1/σ₁")
+        self.ra4.line("block", "fit", source=self.inverse, color=ORANGE, line_width=2, legend_label="least squares")
+        self.ra4.legend.location = "top_left"
+
+        # neural collapse
+        self.collapse_source = ColumnDataSource(data={"layer": [], **{key: [] for key, _, _ in NC_LINES}})
+        self.collapse = figure(title="Neural collapse by layer (0 = collapsed)", frame_width=size,
+                               frame_height=size, x_range=Range1d(0, 1), y_range=Range1d(1e-3, 1),
+                               y_axis_type="log", tools=tools, x_axis_label="layer (0 = stem)")
+        for key, name, color in NC_LINES:
+            self.collapse.line("layer", key, source=self.collapse_source, color=color, line_width=2,
+                               legend_label=name)
+            self.collapse.scatter("layer", key, source=self.collapse_source, color=color, size=4)
+        self.collapse.legend.location = "bottom_left"
+        self.collapse.legend.background_fill_alpha = 0.5
+
+        self.summary = pn.pane.Markdown("No frame yet: start a run.", margin=(0, 10))
+        self.panes = {name: pn.pane.Bokeh(fig) for name, fig in (
+            ("trajectories", self.trajectories), ("grid", self.grid), ("pair", self.pair_figure),
+            ("spectrum", self.spectrum), ("ra4", self.ra4), ("collapse", self.collapse))}
+        self.heading = pn.pane.Markdown(f"### {label}", margin=(0, 10), visible=bool(label))
+        self.layout = pn.Column(self.heading, self.summary, pn.FlexBox(*self.panes.values()),
+                                sizing_mode="stretch_width")
+
+    def set_label(self, label: str) -> None:
+        """Name the run these views draw (the column's heading)."""
+        self.label = label
+        self.heading.object, self.heading.visible = f"### {label}", bool(label)
+
+    # -- drawing ----------------------------------------------------------------------------------------------
+    def show(self, frame: dict[str, np.ndarray]) -> None:
+        """Draw a new frame."""
+        self.frame = frame
+        with pn.io.unlocked():
+            self._trajectories()
+            self._grid()
+            self._pair()
+            self._spectrum()
+            self._ra4()
+            self._collapse()
+        self.summary.object = self.describe()
+
+    def set_projection(self, basis: str) -> None:
+        """Trajectories on the top-2 principal directions (``"pca"``) or two random Gaussian ones (``"gauss"``)."""
+        self.projection = basis
+        if self.frame is not None:
+            with pn.io.unlocked():
+                self._trajectories()
+
+    def set_pair(self, i: int, j: int) -> None:
+        """Enlarge the alignment matrix of Jacobian i in the basis of block j (0-based)."""
+        self.pair = (i, j)
+        if self.frame is not None:
+            with pn.io.unlocked():
+                self._pair()
+
+    def _trajectories(self) -> None:
+        f = self.frame
+        xy, means, labels = f[f"traj_{self.projection}"], f[f"traj_means_{self.projection}"], f["labels"]
+        colors = [Category10_10[int(c) % 10] for c in labels]
+        self.paths.data = {"xs": [xy[:, n, 0] for n in range(xy.shape[1])],
+                           "ys": [xy[:, n, 1] for n in range(xy.shape[1])], "color": colors,
+                           "label": [str(int(c)) for c in labels]}
+        T, C = means.shape[:2]
+        classes = f["class_of_means"]
+        self.means.data = {"x": means[:, :, 0].ravel(), "y": means[:, :, 1].ravel(),
+                           "color": [Category10_10[int(c) % 10] for _ in range(T) for c in classes],
+                           "label": [str(int(c)) for _ in range(T) for c in classes],
+                           "layer": [t for t in range(T) for _ in range(C)]}
+        plane = "PCA plane" if self.projection == "pca" else "two random Gaussian directions"
+        self.trajectories.title.text = (f"RA1 trajectories h₀…h_L ({plane}; squares: class means)"
+                                        f"")
+        self.trajectories.x_range.update(**dict(zip(("start", "end"), _fit(*_finite_range(xy[..., 0])),
+                                                    strict=True)))
+        self.trajectories.y_range.update(**dict(zip(("start", "end"), _fit(*_finite_range(xy[..., 1])),
+                                                    strict=True)))
+
+    def _grid(self) -> None:
+        f = self.frame
+        grid, scores, baseline = f["grid"][0], f["scores"], f["baseline"]
+        L, _, K, _ = grid.shape
+        image = mosaic(grid)
+        side = L * (K + 1) - 1
+        self.tiles_image.data = {"image": [image], "dw": [side / (K + 1)], "dh": [side / (K + 1)]}
+        ii, jj = np.meshgrid(np.arange(L), np.arange(L), indexing="ij")
+        self.tiles.data = {"x": jj.ravel() + 0.5, "y": ii.ravel() + 0.5, "i": ii.ravel(), "j": jj.ravel(),
+                           "score": scores.ravel(), "baseline": np.repeat(baseline, L)}
+        self.grid.x_range.update(start=0, end=side / (K + 1))
+        self.grid.y_range.update(start=side / (K + 1), end=0)
+
+    def _pair(self) -> None:
+        f = self.frame
+        grid = f["grid"][0]
+        L, _, K, _ = grid.shape
+        i, j = min(self.pair[0], L - 1), min(self.pair[1], L - 1)
+        tile = grid[i, j]
+        scale = float(np.nanmax(np.abs(tile))) if np.isfinite(tile).any() else 1.0
+        self.pair_mapper.update(low=-scale, high=scale)
+        self.pair_image.data = {"image": [tile.astype(np.float32)], "dw": [K], "dh": [K]}
+        self.pair_figure.x_range.update(start=0, end=K)
+        self.pair_figure.y_range.update(start=K, end=0)
+        score, base = float(f["scores"][i, j]), float(f["baseline"][i])
+        self.pair_figure.title.text = (f"U_{j}ᵀ J_{i} V_{j}: score {score:.3f} (random {base:.3f})"
+                                       f"")
+
+    def _spectrum(self) -> None:
+        f = self.frame
+        sigma = f["sigma"]  # [L, K]
+        L, K = sigma.shape
+        colors = [Viridis256[int(round(255 * b / max(L - 1, 1)))] for b in range(L)]
+        self.spectra.data = {"xs": [np.arange(1, K + 1)] * L, "ys": list(sigma), "color": colors,
+                             "block": list(range(L))}
+        self.classes_mark.location = float(f["num_classes"]) + 0.5
+        self.spectrum.x_range.update(start=0.5, end=K + 0.5)
+        self.spectrum.y_range.update(**dict(zip(("start", "end"), _fit(0.0, _finite_range(sigma)[1]), strict=True)))
+
+    def _ra4(self) -> None:
+        f = self.frame
+        inv, fit = f["inv_sigma"], f["inv_sigma_fit"]
+        blocks = np.arange(1, len(inv) + 1)
+        self.inverse.data = {"block": blocks, "inv": inv, "fit": fit}
+        self.ra4.x_range.update(start=0.5, end=len(inv) + 0.5)
+        self.ra4.y_range.update(**dict(zip(("start", "end"), _fit(*_finite_range(inv, fit)), strict=True)))
+        self.ra4.title.text = (f"RA4 1/σ₁ by block: slope {float(f['inv_sigma1_slope']):.3g}, "
+                               f"R² {float(f['inv_sigma1_r2']):.3f}")
+
+    def _collapse(self) -> None:
+        f = self.frame
+        n = len(f["nc1"])
+        data: dict[str, Any] = {"layer": np.arange(n)}
+        positive = []
+        for key, _, _ in NC_LINES:
+            v = np.asarray(f[key], np.float64)
+            v = np.where(np.isfinite(v) & (v > 0), v, np.nan)  # a log axis shows positive values only
+            data[key] = v
+            positive.append(v)
+        self.collapse_source.data = data
+        lo, hi = _finite_range(*positive)
+        if math.isfinite(lo):
+            self.collapse.y_range.update(start=lo / 1.5, end=hi * 1.5)
+        self.collapse.x_range.update(start=-0.5, end=n - 0.5)
+
+    # -- words ------------------------------------------------------------------------------------------------
+    def describe(self) -> str:
+        """One line of the frame's numbers, each beside what it is compared with."""
+        f = self.frame
+        if f is None:
+            return "No frame yet: start a run."
+
+        def num(key: str) -> str:
+            v = float(f[key])
+            return f"{v:.3f}" if math.isfinite(v) else "n/a"
+
+        return (f"**Step {int(f['step']) if 'step' in f else 0}.** RA2 alignment (i ≠ j) **{num('align_offdiag')}** vs "
+                f"random {num('baseline_mean')} · RA3 top-C / next σ {num('topk_ratio')} · RA4 slope "
+                f"{num('inv_sigma1_slope')}, R² {num('inv_sigma1_r2')} · RA1 straightness {num('straightness')}, "
+                f"spacing CV {num('spacing_cv')}")
+
+    def points(self) -> dict[str, int]:
+        """How many items each view draws (tests: every view shows data)."""
+        return {"trajectories": len(self.paths.data["xs"]), "class means": len(self.means.data["x"]),
+                "grid tiles": len(self.tiles.data["x"]), "pair": int(np.asarray(self.pair_image.data["image"][0]).size),
+                "spectra": len(self.spectra.data["xs"]), "ra4": len(self.inverse.data["block"]),
+                "collapse": int(np.isfinite(np.asarray(self.collapse_source.data.get("nc1", []),
+                                                       np.float64)).sum())}
+
+    def __panel__(self) -> pn.viewable.Viewable:
+        return self.layout

@@ -1,0 +1,100 @@
+"""The Alignment page driven through its parameters: every view shows data, before and while training."""
+
+import time
+
+import numpy as np
+import pytest
+import yaml
+
+from lab.config import ExperimentConfig, from_dict
+from lab.jobs.manager import JobManager
+from lab.ui.alignment_page import AlignmentPage
+
+SMALL = {"depth": 3, "width": 32, "inputs": 16, "k": 12, "every": 5, "epochs": 1000}
+
+
+@pytest.fixture
+def manager2(tmp_path):
+    m = JobManager(tmp_path / "runs", max_jobs=2)
+    yield m
+    m.shutdown()
+
+
+def _poll_until(page, predicate, timeout=90.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        page.poll()
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _all_views_have_data(views):
+    return all(n > 0 for n in views.points().values())
+
+
+def test_untrained_networks_are_drawn_with_and_without_skips(manager2):
+    page = AlignmentPage(manager=manager2, **SMALL)
+    for views in (page.main, page.twin):
+        assert _all_views_have_data(views), views.points()
+        assert views.frame["sigma"].shape == (3, 12) and views.frame["grid"].shape == (1, 3, 3, 12, 12)
+    assert page.main.heading.object == "### with skips" and page.twin.heading.object == "### without skips"
+    cfg = page.config()
+    assert cfg.model.name == "fc_resnet" and cfg.model.builder_kwargs()["depth"] == 3
+    assert cfg.model.shortcut == "identity" and page.config(twin=True).model.shortcut == "none"
+    assert cfg.train.lr_schedule == "cosine" and cfg.data.name == "digits"
+    page.skips = False
+    assert page.main.heading.object == "### without skips" and page.twin.heading.object == "### with skips"
+    page.contrast = False
+    assert not page._twin_column.visible
+
+
+def test_training_in_lockstep_updates_every_view(manager2):
+    page = AlignmentPage(manager=manager2, **SMALL)
+    before = page.main.frame["sigma"].copy()
+    page.param.trigger("play")
+    assert _poll_until(page, lambda: int(page.main.frame["step"]) >= 10 and int(page.twin.frame["step"]) >= 10)
+    assert not np.allclose(before, page.main.frame["sigma"]), "the spectra moved with training"
+    assert _all_views_have_data(page.main) and _all_views_have_data(page.twin)
+    assert page.curves.points()["step:loss"] > 0 and page.twin_curves.points()["step:loss"] > 0
+    page.param.trigger("play")  # pause both
+    assert _poll_until(page, lambda: all(j.status()["state"] == "paused" for j in page._jobs()))
+    steps = [j.status()["step"] for j in page._jobs()]
+    assert abs(steps[0] - steps[1]) <= 1, f"lockstep: {steps}"
+    page.param.trigger("step")
+    assert _poll_until(page, lambda: [j.status()["step"] for j in page._jobs()] == [s + 1 for s in steps]
+                       and all(j.status()["state"] == "paused" for j in page._jobs()))
+    runs = {page.follower.job.run.path, page.twin_follower.job.run.path}
+    page.param.trigger("reset")
+    assert page.job is None and page.twin_follower.job is None
+    assert all((r / "config.json").is_file() for r in runs), "runs stay on disk"
+
+
+def test_views_and_exports(manager2):
+    page = AlignmentPage(manager=manager2, **SMALL)
+    page.param.update(pair_i=2, pair_j=0, projection="gauss")
+    assert page.main.pair_figure.title.text.startswith("U_0ᵀ J_2 V_0")
+    assert "Gaussian" in page.main.trajectories.title.text
+    assert np.allclose(page.main.paths.data["xs"][0], page.main.frame["traj_gauss"][:, 0, 0])
+    with np.load(page.frame_npz()) as arrays:
+        assert {"sigma", "grid", "twin_sigma"} <= set(arrays.files)
+    assert b"<html" in page.plots_html().getvalue()[:200].lower() and b"cdn.bokeh" not in page.plots_html().getvalue()
+    cfg = from_dict(ExperimentConfig, yaml.safe_load(page.config_yaml().getvalue()))
+    assert cfg == page.config()
+
+
+def test_conv_types_and_bad_data_folders(manager2, tmp_path, monkeypatch):
+    page = AlignmentPage(manager=manager2, **{**SMALL, "model_type": "conv_two_stage", "depth": 2, "width": 4})
+    assert page.main.frame["scores"].shape == (2, 2) and np.isnan(page.main.frame["scores"][0, 1])
+    assert _all_views_have_data(page.main)
+    monkeypatch.setenv("LAB_DATA_DIRS", str(tmp_path / "data"))
+    (tmp_path / "data").mkdir()
+    page.param.update(dataset="mnist", data_folder="/etc")
+    assert "outside the data folders" in page.follower.status.alert.object
+    page.data_folder = "."
+    assert "not found" in page.follower.status.alert.object and "train-images" in page.follower.status.alert.object
+    page.param.trigger("play")
+    assert page.job is None, "nothing starts on settings that cannot load"
+    page.param.update(dataset="digits", data_folder="")
+    assert page.follower.status.alert.visible is False
