@@ -9,5 +9,5 @@ from lab.ui.playground import PlaygroundPage
 from lab.ui.shell import LabShell, default_pages
 from lab.ui.status import JobStatus
 
-__all__ = ["AlignmentPage", "DataPage", "JobFollower", "JobStatus", "LabShell", "Page", "PlaygroundPage", "default_pages",
-           "extension"]
+__all__ = ["AlignmentPage", "DataPage", "JobFollower", "JobStatus", "LabShell", "Page", "PlaygroundPage",
+           "default_pages", "extension"]
