@@ -23,6 +23,7 @@ import yaml
 
 from lab.analysis.rank_sweep import member_features, sweep_rank_metrics
 from lab.config import ExperimentConfig, to_dict
+from lab.data.toy2d import ToyData
 from lab.jobs.job import Job
 from lab.jobs.snapshots import Snapshot
 from lab.jobs.store import Run
@@ -324,8 +325,8 @@ class SweepJob(Job):
         if not self._resume.is_set() and not self._stop.is_set():
             self._publish(force=True)
             message = f"paused at step {ensemble.step}"
+            self._member_status("paused", message)  # members first: the sweep is paused once each of them is
             self._write_status("paused", message)
-            self._member_status("paused", message)
             while not self._resume.wait(0.05) and not self._stop.is_set():
                 pass
             if not self._stop.is_set():
@@ -368,22 +369,50 @@ class SweepJob(Job):
         else:
             for m, model in zip(members, self._models, strict=True):
                 model.load_state_dict(ensemble.member_state_dict(m.index)["model"])
-        data = ensemble.data
-        x_train, y_train = data.x_train[:self.points], data.y_train[:self.points]
-        x_test, y_test = data.x_test[:self.points], data.y_test[:self.points]
-        features = member_features(self._models, torch.cat([x_train, x_test]))  # one forward per member
-        diverged = np.array([m.diverged is not None for m in members])
-        frame = sweep_rank_metrics(features[:, :, :len(x_train)], y_train, features[:, :, len(x_train):], y_test,
-                                   ridge=self.ridge, num_classes=data.num_classes, correlate=~diverged)
-        nan = float("nan")
-        frame.update(
-            alpha_min=np.array([m.alpha_min for m in members], np.float32),
-            alphas=np.array([[b.alpha for b in model.blocks] for model in self._models], np.float32),
-            member_names=np.array(self.member_names),
-            train_acc=np.array([m.last_eval.get("train_acc", nan) for m in members], np.float32),
-            test_acc=np.array([m.last_eval.get("test_acc", nan) for m in members], np.float32),
-            eval_step=np.array([m.last_eval_step for m in members], np.int64),
-            diverged=diverged,
-            step=np.int64(ensemble.step),
-        )
-        return frame
+        return rank_frame(self._models, ensemble.data, names=self.member_names, points=self.points, ridge=self.ridge,
+                          diverged=[m.diverged is not None for m in members],
+                          evals=[(m.last_eval, m.last_eval_step) for m in members], step=ensemble.step)
+
+
+def rank_frame(models: Sequence[ResidualMLP], data: ToyData, *, names: Sequence[str], points: int = 512,
+               ridge: float = 1e-3, diverged: Sequence[bool] | None = None,
+               evals: Sequence[tuple[dict[str, float], int]] | None = None, step: int = 0) -> dict[str, np.ndarray]:
+    """A ``rank`` frame of the members' models: :func:`~lab.analysis.rank_sweep.sweep_rank_metrics` on the first
+    ``points`` training and test points, and what a page shows beside it.
+
+    Args:
+        models: the K members' models.
+        data: their (shared) data.
+        names: member names.
+        points: training points (probe fit) and test points (ranks, probe score) used.
+        ridge: the probe's ridge.
+        diverged: which members diverged (left out of the correlation); default none.
+        evals: per member, its last evaluation's metrics and step (default: none yet).
+        step: the training step.
+
+    Returns:
+        The metrics plus ``alpha_min [K]``, ``alphas [K, L]``, ``member_names [K]``, ``train_acc``, ``test_acc
+        [K]`` (NaN before an evaluation), ``eval_step [K]`` (-1 before one), ``diverged [K]``, ``final_features
+        [K, m, H]`` (last layer, test points, for embeddings) and ``step``.
+    """
+    K = len(models)
+    diverged = np.zeros(K, bool) if diverged is None else np.asarray(diverged, bool)
+    evals = [({}, -1)] * K if evals is None else list(evals)
+    x_train, y_train = data.x_train[:points], data.y_train[:points]
+    x_test, y_test = data.x_test[:points], data.y_test[:points]
+    features = member_features(models, torch.cat([x_train, x_test]))  # one forward per member
+    frame = sweep_rank_metrics(features[:, :, :len(x_train)], y_train, features[:, :, len(x_train):], y_test,
+                               ridge=ridge, num_classes=data.num_classes, correlate=~diverged)
+    nan = float("nan")
+    frame.update(
+        alpha_min=np.array([model.alpha_min for model in models], np.float32),
+        alphas=np.array([[b.alpha for b in model.blocks] for model in models], np.float32),
+        member_names=np.array(list(names)),
+        train_acc=np.array([metrics.get("train_acc", nan) for metrics, _ in evals], np.float32),
+        test_acc=np.array([metrics.get("test_acc", nan) for metrics, _ in evals], np.float32),
+        eval_step=np.array([at for _, at in evals], np.int64),
+        diverged=diverged,
+        final_features=features[:, -1, len(x_train):].float().numpy(),
+        step=np.int64(step),
+    )
+    return frame

@@ -95,8 +95,16 @@ class JobFollower(pn.viewable.Viewer):
         Returns the job, or None when it could not start (the manager is busy or the config invalid); the
         reason is shown in the status alert and nothing else changes.
         """
+        return self._launch(lambda owner: self.manager.start_thread(cfg, owner=owner, **job_kwargs))
+
+    def start_sweep(self, cfg: ExperimentConfig, values: dict[str, list[Any]], **job_kwargs: Any) -> Job | None:
+        """Start a sweep of ``cfg`` over ``values`` (``{"model.alpha_min": [1.0, 0.8]}``) as one ensemble job
+        (:class:`~lab.jobs.sweep_job.SweepJob`) and follow it; None when it could not start, as :meth:`start`."""
+        return self._launch(lambda owner: self.manager.start_sweep((cfg, values), owner=owner, **job_kwargs))
+
+    def _launch(self, start: Callable[[str | None], Job]) -> Job | None:
         try:
-            job = self.manager.start_thread(cfg, owner=session_id(), **job_kwargs)
+            job = start(session_id())
         except (ManagerBusy, ConfigError, ValueError) as err:
             self.status.error(str(err), "warning" if isinstance(err, ManagerBusy) else "danger")
             return None
