@@ -215,18 +215,16 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, Page)):
         kwargs = {"builders": {"alignment": builder}, "cadence": {"alignment": (self.every, 0.0)},
                   "on_demand": ("alignment",), "paused": paused}
         group = Lockstep(2) if self.contrast else None
+        twin_cfg = self.config(twin=True)
         main = self.follower.start(cfg, **kwargs, callbacks=(group.member(0),) if group else ())
         if main is None:
             return False
-        self.curves.clear()
         self.follower.want("alignment")
         if group is not None:
-            twin = self.twin_follower.start(self.config(twin=True), **kwargs, callbacks=(group.member(1),))
-            if twin is None:  # e.g. no free job slot: the main run goes on alone
-                group.leave(1)
+            if self.twin_follower.start(twin_cfg, **kwargs, callbacks=(group.member(1),)) is None:
+                group.leave(1)  # e.g. no free job slot: the main run goes on alone
                 self.say("warning", "The contrast run could not start (see its status); the main run trains alone.")
             else:
-                self.twin_curves.clear()
                 self.twin_follower.want("alignment")
         return True
 
@@ -236,6 +234,8 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, Page)):
     @param.depends("play", watch=True)
     def _play(self) -> None:
         if not self.follower.running:
+            self.curves.clear()
+            self.twin_curves.clear()
             self._start(paused=False)
             return
         paused = self.job.status().get("state") == "paused"
@@ -244,8 +244,11 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, Page)):
 
     @param.depends("step", watch=True)
     def _one_step(self) -> None:
-        if not self.follower.running and not self._start(paused=True):
-            return
+        if not self.follower.running:
+            self.curves.clear()
+            self.twin_curves.clear()
+            if not self._start(paused=True):
+                return
         for job in self._jobs():
             job.step(1)
 
@@ -253,7 +256,7 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, Page)):
     def _reset(self) -> None:
         self.twin_follower.forget()
         self.follower.forget()
-        self._rebuild()
+        self.later(self._rebuild)
 
     def poll(self) -> bool:
         """Pull what is new from both jobs and redraw it."""

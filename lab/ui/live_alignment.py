@@ -138,7 +138,8 @@ class AlignmentViews:
             ("trajectories", self.trajectories), ("grid", self.grid), ("pair", self.pair_figure),
             ("spectrum", self.spectrum), ("ra4", self.ra4), ("collapse", self.collapse))}
         self.heading = pn.pane.Markdown(f"### {label}", margin=(0, 10), visible=bool(label))
-        self.layout = pn.Column(self.heading, self.summary, pn.FlexBox(*self.panes.values()),
+        panes = list(self.panes.values())  # rows, not a FlexBox: figures inside one never report "rendered"
+        self.layout = pn.Column(self.heading, self.summary, pn.Row(*panes[:3]), pn.Row(*panes[3:]),
                                 sizing_mode="stretch_width")
 
     def set_label(self, label: str) -> None:

@@ -14,6 +14,7 @@ from lab.ui.alignment_page import AlignmentPage
 from lab.ui.data_page import DataPage
 from lab.ui.page import Page
 from lab.ui.playground import PlaygroundPage
+from lab.ui.rank_page import RankPage
 
 PageFactory = Callable[[JobManager], Page]
 
@@ -30,6 +31,7 @@ def default_pages() -> dict[str, PageFactory]:
     """The pages in navigation order; each factory takes the job manager."""
     return {"Playground": lambda manager: PlaygroundPage(manager=manager),
             "Alignment": lambda manager: AlignmentPage(manager=manager),
+            "Rank": lambda manager: RankPage(manager=manager),
             "Data": lambda manager: DataPage(manager=manager)}
 
 
@@ -49,6 +51,8 @@ class LabShell(pn.viewable.Viewer):
         super().__init__(**params)
         self.manager = manager or get_manager()
         self._pages: dict[str, Page] = {}
+        self._location: pn.io.location.Location | None = None  # the served page's URL, once templated
+        self._synced: Page | None = None  # the page whose settings the URL holds
         self._nav = pn.widgets.RadioButtonGroup.from_param(self.param.page, orientation="vertical",
                                                           color="primary", variant="outline",
                                                           sizing_mode="stretch_width", name="")
@@ -67,6 +71,23 @@ class LabShell(pn.viewable.Viewer):
         page = self.get_page(self.page)
         self._controls[:] = [page.controls()]
         self.main[:] = [page.views()]
+        self._sync_url(page)
+
+    def _sync_url(self, page: Page) -> None:
+        """Keep the shown page's settings, and only its, in the URL query.
+
+        Pages may share a setting's name with different choices (``dataset`` is a toy set on the Playground and
+        an image set on the Alignment page), so only one page is synced at a time: leaving a page takes its
+        settings out of the query; arriving applies the query to the new page (a refused value is replaced by
+        the nearest allowed one, and the page says so) and writes its settings back.
+        """
+        location = self._location
+        if location is None or self._synced is page:
+            return
+        if self._synced is not None:
+            location.unsync(self._synced)
+        self._synced = page
+        location.sync(page, {n: n for n in page.url_parameters}, on_error=page.apply_url)
 
     def sidebar(self) -> list[pn.viewable.Viewable]:
         return [pn.pane.Markdown("### Pages", margin=(0, 10)), self._nav, pn.layout.Divider(), self._controls]
@@ -74,10 +95,9 @@ class LabShell(pn.viewable.Viewer):
     def template(self) -> pn.template.BaseTemplate:
         """The served page: Residual Lab's template; the page selection lives in the URL (``?page=…``)."""
         if pn.state.location is not None:
-            pn.state.location.sync(self, {"page": "page"})
-            for page in map(self.get_page, self._factories):  # each page's settings live in the URL too
-                # a value the page refuses is replaced by the nearest allowed one, and the page says so
-                pn.state.location.sync(page, {n: n for n in page.url_parameters}, on_error=page.apply_url)
+            self._location = pn.state.location
+            self._location.sync(self, {"page": "page"})
+            self._sync_url(self.get_page(self.page))  # the shown page's settings live in the URL too
         if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
             session_id = pn.state.curdoc.session_context.id
             pn.state.on_session_destroyed(lambda ctx: self.manager.release_owner(session_id))
