@@ -6,8 +6,9 @@ from lab.ui.follower import JobFollower
 from lab.ui.notebook import extension
 from lab.ui.page import Page
 from lab.ui.playground import PlaygroundPage
+from lab.ui.rank_page import RankPage
 from lab.ui.shell import LabShell, default_pages
 from lab.ui.status import JobStatus
 
 __all__ = ["AlignmentPage", "DataPage", "JobFollower", "JobStatus", "LabShell", "Page", "PlaygroundPage",
-           "default_pages", "extension"]
+           "RankPage", "default_pages", "extension"]

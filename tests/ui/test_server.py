@@ -161,7 +161,8 @@ def test_browser_alignment_page_trains_both_networks_and_every_view_shows_data(s
         plots = _plots(page)
         for title in titles:  # each view twice: with skips and without
             assert sum(p["title"].startswith(title) for p in plots) == 2, (title, [p["title"] for p in plots])
-        assert not plots_off_their_data(plots), plots_off_their_data(plots)
+        untrained = [p for p in plots if p["title"] not in ("Loss", "Accuracy")]  # no curves before training
+        assert not plots_off_their_data(untrained), plots_off_their_data(untrained)
         sigma_before = page.evaluate(JS_SPECTRA)
         page.get_by_role("button", name="Start / pause").click()
         page.wait_for_function(JS_STEP_AT_LEAST, arg=20, timeout=240_000)
@@ -171,6 +172,31 @@ def test_browser_alignment_page_trains_both_networks_and_every_view_shows_data(s
         assert not plots_off_their_data(plots), plots_off_their_data(plots)
         page.get_by_role("button", name="Start / pause").click()
     assert not seen.errors and not seen.external, seen
+
+
+@needs_chromium
+def test_browser_rank_page_sweeps_and_every_view_shows_data(server):
+    url = server
+    titles = ("Rank by layer", "α per block", "Final-layer rank over training", "Probe accuracy over training",
+              "Final-layer probe accuracy against α_min", "Rank against probe accuracy", "Accuracy per member")
+    with browser_page() as (page, seen):
+        page.goto(f"{url}/apps?page=Rank&n=1024&depth=6&width=8&epochs=200&every_s=0.3", timeout=60_000)
+        page.wait_for_function(JS_HAS_TEXT, arg="Step 0.", timeout=120_000)
+        page.get_by_role("button", name="Start / pause").click()
+        page.wait_for_function(JS_RANK_FRAMES, arg=3, timeout=180_000)  # three frames over training
+        plots = _plots(page)
+        for title in titles:
+            assert any(p["title"].startswith(title) for p in plots), (title, [p["title"] for p in plots])
+        assert sum(p["title"].startswith("α_min") for p in plots) == 6, "one embedding per member"
+        assert not plots_off_their_data(plots), plots_off_their_data(plots)
+        page.get_by_role("button", name="Start / pause").click()
+    assert not seen.errors and not seen.external, seen
+
+
+# frames drawn on the final-layer-rank-over-training curves
+JS_RANK_FRAMES = """(n) => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
+    if (m.name === "rank_over_training" && m.data.xs.length && m.data.xs[0].length >= n) return true;
+    return false; }"""
 
 
 JS_SPECTRA = """() => { const out = []; for (const doc of Bokeh.documents) for (const m of doc.all_models)

@@ -1,0 +1,296 @@
+"""The views of an α_min sweep's rank frames (:class:`lab.jobs.sweep_job.SweepJob`), redrawn in place.
+
+*Residual Connections Harm Generative Representation Learning* (§6, Figure 6) relates α_min, the effective rank of
+the features and linear-probe accuracy. One :class:`RankViews` draws: rank by layer per member beside each member's
+α schedule; final-layer rank and probe accuracy over training (Figure 6a, 6b); probe accuracy against α_min and
+rank against probe accuracy with Pearson's r (Figure 6c); per-member embeddings of the final features; train/test
+accuracy per member. The rank measure is chosen: Roy & Vetterli's effective rank exp(H), or the paper's Eq. 6
+entropy H of the sample-by-sample covariance (the number its figures plot). Raw Bokeh figures, sources replaced
+inside ``pn.io.unlocked()``, ranges set from the data drawn.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import panel as pn
+from bokeh.models import ColumnDataSource, HoverTool, Range1d
+from bokeh.palettes import Category10_10, Viridis256
+from bokeh.plotting import figure
+
+from lab.viz.palette import BLUE, ORANGE
+
+MEASURES = {"effective_rank": "effective rank exp(H) (Roy & Vetterli)",
+            "eq6_entropy": "Eq. 6 entropy H of the sample covariance"}
+FAILED_ACC = 0.6
+"""A member whose test accuracy ends below this (the toy sets are two balanced classes) did not learn."""
+
+
+def member_colors(alpha_min: np.ndarray) -> list[str]:
+    """One colour per member from its α_min: dark for small α_min, bright for 1."""
+    lo, hi = float(np.min(alpha_min)), float(np.max(alpha_min))
+    span = hi - lo if hi > lo else 1.0
+    return [Viridis256[int(round(230 * (a - lo) / span))] for a in alpha_min]
+
+
+def _range(values: np.ndarray, pad: float = 0.06, floor: float | None = None) -> tuple[float, float]:
+    v = np.asarray(values, np.float64).ravel()
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return (0.0, 1.0)
+    lo, hi = float(v.min()), float(v.max())
+    if floor is not None:
+        lo = min(lo, floor)
+    margin = pad * (hi - lo) if hi > lo else max(abs(hi) * pad, 0.05)
+    return lo - margin, hi + margin
+
+
+def _set(rng: Range1d, bounds: tuple[float, float]) -> None:
+    rng.update(start=bounds[0], end=bounds[1])
+
+
+class RankViews:
+    """All views of one sweep's rank frames.
+
+    Args:
+        size: plot side in screen pixels.
+    """
+
+    def __init__(self, size: int = 300) -> None:
+        self.frame: dict[str, np.ndarray] | None = None
+        self.measure = "effective_rank"
+        self.embedding = "pca"
+        self.umap: dict[int, np.ndarray] = {}  # member -> UMAP of its final features, for the frame on screen
+        self.history: dict[str, list] = {"step": [], "effective_rank": [], "eq6_entropy": [], "probe": [],
+                                         "r_effective_rank": [], "r_eq6_entropy": []}
+        tools = "pan,wheel_zoom,box_zoom,reset,save"
+        line_tips = [("α_min", "@alpha_min"), ("member", "@name")]
+
+        def lines_figure(title: str, x_label: str, y_label: str, name: str) -> tuple[figure, ColumnDataSource]:
+            source = ColumnDataSource(data={"xs": [], "ys": [], "color": [], "alpha_min": [], "name": []},
+                                      name=name)
+            fig = figure(title=title, frame_width=size, frame_height=size - 60, x_range=Range1d(0, 1),
+                         y_range=Range1d(0, 1), tools=tools, x_axis_label=x_label, y_axis_label=y_label)
+            r = fig.multi_line("xs", "ys", color="color", source=source, line_width=2)
+            fig.add_tools(HoverTool(renderers=[r], tooltips=line_tips))
+            return fig, source
+
+        self.by_layer, self.by_layer_src = lines_figure("Rank by layer", "layer (0 = stem)", "rank", "rank_by_layer")
+        self.schedules, self.schedules_src = lines_figure("α per block (the schedules)", "block", "α", "alphas")
+        self.rank_time, self.rank_time_src = lines_figure("Final-layer rank over training (Figure 6a)", "step",
+                                                          "rank", "rank_over_training")
+        self.probe_time, self.probe_time_src = lines_figure("Probe accuracy over training (Figure 6b)", "step",
+                                                            "linear-probe accuracy", "probe_over_training")
+
+        self.points = ColumnDataSource(data={"alpha_min": [], "probe": [], "rank": [], "color": [], "name": []})
+        tips = [("α_min", "@alpha_min"), ("probe acc", "@probe{0.000}"), ("rank", "@rank{0.00}")]
+        self.probe_alpha = figure(title="Final-layer probe accuracy against α_min", frame_width=size,
+                                  frame_height=size - 60, x_range=Range1d(0, 1), y_range=Range1d(0, 1), tools=tools,
+                                  x_axis_label="α_min", y_axis_label="linear-probe accuracy")
+        r = self.probe_alpha.scatter("alpha_min", "probe", color="color", size=10, source=self.points)
+        self.probe_alpha.add_tools(HoverTool(renderers=[r], tooltips=tips))
+        self.rank_probe = figure(title="Rank against probe accuracy (Figure 6c)", frame_width=size,
+                                 frame_height=size - 60, x_range=Range1d(0, 1), y_range=Range1d(0, 1), tools=tools,
+                                 x_axis_label="final-layer rank", y_axis_label="linear-probe accuracy")
+        r = self.rank_probe.scatter("rank", "probe", color="color", size=10, source=self.points)
+        self.rank_probe.add_tools(HoverTool(renderers=[r], tooltips=tips))
+
+        self.accuracy_src = ColumnDataSource(data={"x": [], "acc": [], "color": [], "split": [], "member": []})
+        self.accuracy = figure(title="Accuracy per member (blue: train, orange: test)", frame_width=size,
+                               frame_height=size - 60, x_range=Range1d(0, 1), y_range=Range1d(0, 1.02),
+                               tools="hover,save", y_axis_label="accuracy",
+                               tooltips=[("member", "@member"), ("split", "@split"), ("accuracy", "@acc{0.000}")])
+        self.accuracy.vbar(x="x", top="acc", width=0.4, color="color", source=self.accuracy_src)
+        self.accuracy.xaxis.major_label_orientation = 0.9
+
+        self.embed_src: list[ColumnDataSource] = []
+        self.embeds: list[figure] = []
+        self.embed_box = pn.Row()  # not a FlexBox: figures inside one never report "rendered"
+        self.summary = pn.pane.Markdown("No frame yet: start a sweep.", margin=(0, 10))
+        self.panes = {name: pn.pane.Bokeh(fig) for name, fig in (
+            ("by_layer", self.by_layer), ("schedules", self.schedules), ("rank_time", self.rank_time),
+            ("probe_time", self.probe_time), ("probe_alpha", self.probe_alpha), ("rank_probe", self.rank_probe),
+            ("accuracy", self.accuracy))}
+        panes = list(self.panes.values())
+        self.layout = pn.Column(self.summary, pn.Row(*panes[:4]), pn.Row(*panes[4:]),
+                                pn.pane.Markdown("#### Final features per member, coloured by class", margin=(0, 10)),
+                                self.embed_box, sizing_mode="stretch_width")
+
+    # -- input --------------------------------------------------------------------------------------------------
+    def clear(self) -> None:
+        """Forget the frames (a new sweep)."""
+        self.frame = None
+        self.umap = {}
+        for values in self.history.values():
+            values.clear()
+
+    def show(self, frame: dict[str, np.ndarray]) -> None:
+        """Draw a new frame and add its final-layer numbers to the history."""
+        self.frame = frame
+        self.umap = {}
+        h = self.history
+        if not h["step"] or int(frame["step"]) > h["step"][-1]:
+            h["step"].append(int(frame["step"]))
+            for key in ("effective_rank", "eq6_entropy"):
+                h[key].append(np.asarray(frame[key])[:, -1].astype(np.float64))
+                h[f"r_{key}"].append(float(frame[f"pearson_r_{key}"]))
+            h["probe"].append(np.asarray(frame["probe_acc"])[:, -1].astype(np.float64))
+        self.redraw()
+
+    def set_measure(self, measure: str) -> None:
+        self.measure = measure
+        self.redraw()
+
+    def set_embedding(self, kind: str, umap: dict[int, np.ndarray] | None = None) -> None:
+        """Show the PCA (``"pca"``) or UMAP (``"umap"``, with its coordinates per member) of the final features."""
+        self.embedding = kind
+        if umap is not None:
+            self.umap = umap
+        self.redraw()
+
+    # -- drawing ------------------------------------------------------------------------------------------------
+    def redraw(self) -> None:
+        if self.frame is None:
+            return
+        with pn.io.unlocked():
+            self._lines()
+            self._scatter()
+            self._accuracy()
+            self._embeddings()
+        self.summary.object = self.describe()
+
+    def _members(self) -> tuple[np.ndarray, list[str], list[str], np.ndarray]:
+        f = self.frame
+        alpha_min = np.asarray(f["alpha_min"], np.float64)
+        names = [str(n) for n in f["member_names"]]
+        live = ~np.asarray(f["diverged"], bool)
+        return alpha_min, member_colors(alpha_min), names, live
+
+    def _lines(self) -> None:
+        f, label = self.frame, MEASURES[self.measure]
+        alpha_min, colors, names, live = self._members()
+        keep = [k for k in range(len(names)) if live[k]]
+        rank = np.asarray(f[self.measure], np.float64)
+
+        def lines(xs: list, ys: list) -> dict:
+            return {"xs": xs, "ys": ys, "color": [colors[k] for k in keep], "alpha_min": [alpha_min[k] for k in keep],
+                    "name": [names[k] for k in keep]}
+
+        layers = np.arange(rank.shape[1])
+        self.by_layer_src.data = lines([layers] * len(keep), [rank[k] for k in keep])
+        self.by_layer.title.text = f"Rank by layer: {label}"
+        self.by_layer.yaxis.axis_label = label
+        _set(self.by_layer.x_range, (-0.5, rank.shape[1] - 0.5))
+        _set(self.by_layer.y_range, _range(rank[keep]) if keep else (0, 1))
+        alphas = np.asarray(f["alphas"], np.float64)
+        blocks = np.arange(1, alphas.shape[1] + 1)
+        self.schedules_src.data = lines([blocks] * len(keep), [alphas[k] for k in keep])
+        _set(self.schedules.x_range, (0.5, alphas.shape[1] + 0.5))
+        _set(self.schedules.y_range, _range(alphas, floor=0.0))
+        h = self.history
+        steps = np.asarray(h["step"], np.float64)
+        ranks = np.stack(h[self.measure]) if h["step"] else np.zeros((0, len(names)))
+        probes = np.stack(h["probe"]) if h["step"] else np.zeros((0, len(names)))
+        self.rank_time_src.data = lines([steps] * len(keep), [ranks[:, k] for k in keep])
+        self.rank_time.title.text = f"Final-layer rank over training (Figure 6a): {self.measure.replace('_', ' ')}"
+        self.probe_time_src.data = lines([steps] * len(keep), [probes[:, k] for k in keep])
+        for fig, values in ((self.rank_time, ranks[:, keep]), (self.probe_time, probes[:, keep])):
+            _set(fig.x_range, _range(steps) if len(steps) > 1 else (0, max(1.0, float(steps[-1]) if len(steps)
+                                                                             else 1.0)))
+            _set(fig.y_range, _range(values))
+
+    def _scatter(self) -> None:
+        f = self.frame
+        alpha_min, colors, names, live = self._members()
+        rank = np.asarray(f[self.measure], np.float64)[:, -1]
+        probe = np.asarray(f["probe_acc"], np.float64)[:, -1]
+        keep = [k for k in range(len(names)) if live[k]]
+        self.points.data = {"alpha_min": alpha_min[keep], "probe": probe[keep], "rank": rank[keep],
+                            "color": [colors[k] for k in keep], "name": [names[k] for k in keep]}
+        _set(self.probe_alpha.x_range, _range(alpha_min))
+        _set(self.probe_alpha.y_range, _range(probe[keep]))
+        _set(self.rank_probe.x_range, _range(rank[keep]))
+        _set(self.rank_probe.y_range, _range(probe[keep]))
+        r = float(f[f"pearson_r_{self.measure}"])
+        self.rank_probe.title.text = ("Rank against probe accuracy (Figure 6c): Pearson r = "
+                                      f"{r:.3f}" if math.isfinite(r) else "Rank against probe accuracy (Figure 6c): "
+                                      "Pearson r needs 3 members with different values")
+
+    def _accuracy(self) -> None:
+        f = self.frame
+        alpha_min, _, names, _ = self._members()
+        labels = [f"α_min {a:g}" if list(alpha_min).count(a) == 1 else n for a, n in zip(alpha_min, names,
+                                                                                        strict=True)]
+        K = len(labels)
+        splits = [("train", -0.2, BLUE), ("test", 0.2, ORANGE)]
+        acc = [float(f[f"{split}_acc"][k]) for k in range(K) for split, _, _ in splits]
+        self.accuracy_src.data = {"x": [k + dx for k in range(K) for _, dx, _ in splits],
+                                  "acc": np.nan_to_num(acc, nan=0.0),
+                                  "color": [c for _ in range(K) for *_, c in splits],
+                                  "split": [s for _ in range(K) for s, _, _ in splits],
+                                  "member": [label for label in labels for _ in splits]}
+        self.accuracy.xaxis.ticker = list(range(K))
+        self.accuracy.xaxis.major_label_overrides = {k: label for k, label in enumerate(labels)}
+        _set(self.accuracy.x_range, (-0.6, K - 0.4))
+
+    def _embeddings(self) -> None:
+        f = self.frame
+        alpha_min, _, names, live = self._members()
+        labels = np.asarray(f["labels"])
+        while len(self.embeds) < len(names):
+            source = ColumnDataSource(data={"x": [], "y": [], "color": []})
+            fig = figure(frame_width=150, frame_height=150, tools="save", x_range=Range1d(0, 1),
+                         y_range=Range1d(0, 1), title="")
+            fig.scatter("x", "y", color="color", source=source, size=3, alpha=0.7)
+            fig.axis.visible = False
+            self.embed_src.append(source)
+            self.embeds.append(fig)
+            self.embed_box.append(pn.pane.Bokeh(fig))
+        for k, (fig, source) in enumerate(zip(self.embeds, self.embed_src, strict=True)):
+            visible = k < len(names)
+            self.embed_box[k].visible = visible
+            if not visible:
+                continue
+            xy = self.umap.get(k) if self.embedding == "umap" else None
+            xy = np.asarray(f["pca"][k] if xy is None else xy, np.float64)
+            source.data = {"x": xy[:, 0], "y": xy[:, 1], "color": [Category10_10[int(c) % 10] for c in labels]}
+            _set(fig.x_range, _range(xy[:, 0]))
+            _set(fig.y_range, _range(xy[:, 1]))
+            kind = "UMAP" if self.embedding == "umap" and k in self.umap else "PCA"
+            fig.title.text = f"α_min {alpha_min[k]:g} ({kind})" + ("" if live[k] else ": diverged")
+
+    # -- words --------------------------------------------------------------------------------------------------
+    def failed(self) -> list[str]:
+        """Why each member that did not learn failed: diverged, or test accuracy below :data:`FAILED_ACC`."""
+        if self.frame is None:
+            return []
+        f = self.frame
+        alpha_min, _, names, live = self._members()
+        out = []
+        for k, name in enumerate(names):
+            acc = float(f["test_acc"][k])
+            if not live[k]:
+                out.append(f"α_min {alpha_min[k]:g} ({name}) diverged")
+            elif int(f["eval_step"][k]) >= 0 and math.isfinite(acc) and acc < FAILED_ACC:
+                out.append(f"α_min {alpha_min[k]:g} ({name}) is at {acc:.0%} test accuracy")
+        return out
+
+    def describe(self) -> str:
+        f = self.frame
+        if f is None:
+            return "No frame yet: start a sweep."
+        r = {key: float(f[f"pearson_r_{key}"]) for key in MEASURES}
+        words = ", ".join(f"{key.replace('_', ' ')} {v:.3f}" if math.isfinite(v) else f"{key.replace('_', ' ')} n/a"
+                          for key, v in r.items())
+        return f"**Step {int(f['step'])}.** Pearson r of final-layer rank and probe accuracy across members: {words}."
+
+    def counts(self) -> dict[str, int]:
+        """How many items each view draws (tests: every view shows data)."""
+        return {"by_layer": len(self.by_layer_src.data["xs"]), "schedules": len(self.schedules_src.data["xs"]),
+                "rank_time": len(self.rank_time_src.data["xs"]), "probe_time": len(self.probe_time_src.data["xs"]),
+                "points": len(self.points.data["probe"]), "accuracy": len(self.accuracy_src.data["x"]),
+                "embeddings": sum(len(s.data["x"]) > 0 for s in self.embed_src)}
+
+    def __panel__(self) -> pn.viewable.Viewable:
+        return self.layout

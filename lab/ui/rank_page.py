@@ -1,0 +1,246 @@
+"""The Rank page: an α_min sweep of *Residual Connections Harm Generative Representation Learning*, live.
+
+Several residual MLPs that differ only in α_min train on a toy set as one batched computation (a
+:class:`~lab.jobs.sweep_job.SweepJob`), and the page redraws, per member and per layer, the effective rank of the
+features and linear-probe accuracy, and across members their correlation (the paper's Figure 6). Before a sweep
+starts, the untrained members are drawn. A member that diverges or does not learn is named, never plotted as if it
+had.
+"""
+
+from __future__ import annotations
+
+import io
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import panel as pn
+import param
+import yaml
+
+from lab.analysis.embed import umap_embed
+from lab.config import ConfigError, ExperimentConfig, apply_overrides, to_dict
+from lab.jobs.manager import JobManager
+from lab.jobs.sweep_job import RANK, rank_frame
+from lab.nn.mlp import ACTIVATIONS
+from lab.train.build import build_data, build_model
+from lab.ui.knobs import Knob, config_overrides, groups, knob_class, toy_data_knobs, training_names, view_names
+from lab.ui.live_rank import MEASURES, RankViews
+from lab.ui.page import Page
+
+SCHEDULES = ("linear", "paper_eq5", "scaled_both", "scaled_branch")
+MAX_MEMBERS = 16
+_UMAP = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lab-umap")  # one fit at a time, off the UI thread
+
+
+def parse_alpha_mins(text: str) -> list[float]:
+    """``"1.0, 0.9, 0.8"`` → ``[1.0, 0.9, 0.8]``.
+
+    Raises:
+        ValueError: not numbers, outside [0, 1], repeated, or fewer than 2 or more than :data:`MAX_MEMBERS`.
+    """
+    try:
+        values = [float(v) for v in text.replace(";", ",").split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"alpha_mins must be numbers separated by commas; got {text!r}") from None
+    if not 2 <= len(values) <= MAX_MEMBERS:
+        raise ValueError(f"alpha_mins needs 2 to {MAX_MEMBERS} values; got {len(values)}")
+    bad = [v for v in values if not 0.0 <= v <= 1.0]
+    if bad:
+        raise ValueError(f"alpha_mins must be in [0, 1]; got {bad[0]}")
+    if len(set(values)) != len(values):
+        raise ValueError("alpha_mins has a repeated value")
+    return values
+
+
+_DATA = toy_data_knobs("data_seed")
+_DATA["n"] = Knob(param.Integer(default=16384, bounds=(100, 16384), doc="samples (half per class)"), "Data", "data.n",
+                  to_config=lambda v, page: v + v % 2)
+
+KNOBS: dict[str, Knob] = {
+    "alpha_mins": Knob(param.String(default="1.0, 0.9, 0.8, 0.7, 0.6, 0.5", doc="one member per α_min (2 to 16, "
+                                                                              "comma-separated)"), "Sweep"),
+    "schedule": Knob(param.Selector(default="linear", objects=list(SCHEDULES), doc="α over depth: linear or the "
+                                    "paper's Eq. 5; scaled_both / scaled_branch are Table 3b's controls"), "Sweep",
+                     "model.shortcut"),
+    "zero_init": Knob(param.Boolean(default=False, doc="zero-initialise every branch's output layer"), "Sweep",
+                      "model.zero_init"),
+    **_DATA,
+    "depth": Knob(param.Integer(default=32, bounds=(2, 64), doc="residual blocks L"), "Model", "model.depth"),
+    "width": Knob(param.Integer(default=32, bounds=(2, 128), doc="width H"), "Model", "model.width"),
+    "activation": Knob(param.Selector(default="gelu", objects=list(ACTIVATIONS)), "Model", "model.activation"),
+    "init_seed": Knob(param.Integer(default=0, bounds=(0, 2**31 - 1), doc="initialisation seed"), "Model",
+                      "model.seed"),
+    "optimizer": Knob(param.Selector(default="adam", objects=["adam", "adamw", "sgd"]), "Training",
+                      "train.optimizer"),
+    "lr": Knob(param.Number(default=0.003, bounds=(1e-5, 1.0), step=0.001, doc="learning rate"), "Training",
+               "train.lr"),
+    "batch_size": Knob(param.Integer(default=256, bounds=(8, 4096)), "Training", "train.batch_size"),
+    "epochs": Knob(param.Integer(default=10, bounds=(1, 1000)), "Training", "train.epochs"),
+    "every_s": Knob(param.Number(default=1.0, bounds=(0.1, 60.0), step=0.1, doc="seconds of training between rank "
+                                 "frames"), "Training"),
+    "measure": Knob(param.Selector(default="effective_rank", objects=list(MEASURES), doc="effective_rank: exp(H) "
+                                   "(Roy & Vetterli); eq6_entropy: the entropy H the paper's Eq. 6 reports"),
+                    "View", training=False),
+    "embedding": Knob(param.Selector(default="pca", objects=["pca", "umap"], doc="final features: PCA (live) or "
+                                     "UMAP (computed on demand, in the background)"), "View", training=False),
+}
+TRAINING = training_names(KNOBS)
+VIEW = view_names(KNOBS)
+FIXED = {"train.eval_every": 25, "train.log_every": 5}
+
+
+class RankPage(knob_class("_RankKnobs", KNOBS, Page)):
+    """Sweep α_min and watch rank, probe accuracy and their correlation evolve while the members train.
+
+    Attributes:
+        rank: the sweep's views (:class:`~lab.ui.live_rank.RankViews`).
+    """
+
+    title = "Rank"
+    knobs = KNOBS
+
+    play = param.Event(label="Start / pause")
+    reset = param.Event(label="Reset")
+
+    def __init__(self, manager: JobManager | None = None, **params: Any) -> None:
+        super().__init__(manager, **params)
+        self.rank = RankViews()
+        self._umap: Future | None = None
+        self.follower.on_snapshot(RANK, self._new_frame)
+        self._main = pn.Column(self.rank.layout, self._downloads(), sizing_mode="stretch_width")
+        self.follower.add_views(self._main)
+        self._rebuild()
+
+    # -- configuration ----------------------------------------------------------------------------------------
+    def config(self) -> ExperimentConfig:
+        """The members' shared experiment (α_min is swept over :meth:`alpha_min_values`)."""
+        return apply_overrides(ExperimentConfig(), {"name": f"rank-{self.dataset}", "model.name": "residual_mlp",
+                                                    **config_overrides(self, KNOBS), **FIXED})
+
+    def alpha_min_values(self) -> list[float]:
+        return parse_alpha_mins(self.alpha_mins)
+
+    @param.depends(*TRAINING, watch=True)
+    def _training_changed(self) -> None:
+        if self.follower.running:
+            self.say("warning", "Settings changed. **Reset** to sweep with them (this stops the current sweep; its "
+                                "folders stay on disk).")
+            return
+        self.later(self._rebuild)
+
+    def _rebuild(self) -> None:
+        """The untrained members, drawn before any training."""
+        self.notice.visible = False
+        try:
+            cfg, values = self.config(), self.alpha_min_values()
+            data = build_data(cfg)
+            models = [build_model(apply_overrides(cfg, {"model.alpha_min": a}), data) for a in values]
+        except (ConfigError, ValueError) as err:
+            self.follower.status.error(f"Invalid settings: {err}")
+            return
+        self.follower.status.clear()
+        self.rank.clear()
+        self.rank.show(rank_frame(models, data, names=[f"alpha_min-{a:g}" for a in values]))
+
+    # -- actions ----------------------------------------------------------------------------------------------
+    @param.depends("play", watch=True)
+    def _play(self) -> None:
+        if not self.follower.running:
+            try:
+                cfg, values = self.config(), self.alpha_min_values()
+            except (ConfigError, ValueError) as err:
+                self.follower.status.error(f"Cannot start: {err}")
+                return
+            if self.follower.start_sweep(cfg, {"model.alpha_min": values}, cadence=(0, self.every_s)) is not None:
+                self.rank.clear()
+        elif self.job.status().get("state") == "paused":
+            self.job.resume()
+        else:
+            self.job.pause()
+
+    @param.depends("reset", watch=True)
+    def _reset(self) -> None:
+        self.follower.forget()
+        self.later(self._rebuild)
+
+    # -- live updates -----------------------------------------------------------------------------------------
+    def _new_frame(self, frame: dict[str, np.ndarray]) -> None:
+        self.rank.show(frame)
+        if self.embedding == "umap":
+            self._start_umap()
+        failed = self.rank.failed()
+        finished = self.job is not None and self.job.status().get("state") in ("completed", "stopped")
+        if failed and (finished or any("diverged" in f for f in failed)):
+            self.say("warning", "Not every member learned, so their points say nothing about rank: "
+                                + "; ".join(failed) + ". Try a smaller learning rate, more epochs or zero_init.")
+
+    def poll(self) -> bool:
+        changed = self.follower.poll()
+        return self._draw_umap() or changed
+
+    @param.depends(*VIEW, watch=True)
+    def _view_changed(self) -> None:
+        self.rank.set_measure(self.measure)
+        if self.embedding == "umap":
+            self._start_umap()
+        self.rank.set_embedding(self.embedding)
+
+    def _start_umap(self) -> None:
+        """Fit UMAP to every member's final features in the background (cached: a frame seen before is free)."""
+        frame = self.rank.frame
+        if frame is None or (self._umap is not None and not self._umap.done()):
+            return
+        features = frame["final_features"]
+        self._umap = _UMAP.submit(lambda: {k: umap_embed(features[k]) for k in range(len(features))})
+        self._umap.step = int(frame["step"])
+        self._umap.add_done_callback(lambda _: self._schedule_umap_draw())
+
+    def _schedule_umap_draw(self) -> None:
+        doc = pn.state.curdoc
+        if doc is not None and doc.session_context is not None:
+            doc.add_next_tick_callback(self._draw_umap)
+
+    def _draw_umap(self) -> bool:
+        future = self._umap
+        frame = self.rank.frame
+        if future is None or not future.done() or frame is None or getattr(future, "drawn", False):
+            return False
+        future.drawn = True
+        if future.exception() is not None:
+            self.say("danger", f"UMAP failed: {future.exception()}")
+            return False
+        if future.step == int(frame["step"]) and self.embedding == "umap":
+            self.rank.set_embedding("umap", future.result())
+            return True
+        return False
+
+    # -- export -----------------------------------------------------------------------------------------------
+    def frame_npz(self) -> io.BytesIO:
+        out = io.BytesIO()
+        np.savez_compressed(out, **(self.rank.frame or {}))
+        out.seek(0)
+        return out
+
+    def config_yaml(self) -> io.BytesIO:
+        text = yaml.safe_dump({"sweep": {"model.alpha_min": self.alpha_min_values()}, **to_dict(self.config())},
+                              sort_keys=False)
+        return io.BytesIO(text.encode())
+
+    def _downloads(self) -> pn.viewable.Viewable:
+        kinds = [("Frame npz", self.frame_npz, "rank.npz"), ("Config YAML", self.config_yaml, "sweep.yaml")]
+        return pn.Row(*[pn.widgets.FileDownload(callback=cb, filename=name, label=label, color="light",
+                                                embed=False, width=120) for label, cb, name in kinds])
+
+    # -- layout -----------------------------------------------------------------------------------------------
+    def controls(self) -> pn.viewable.Viewable:
+        buttons = pn.Row(pn.widgets.Button.from_param(self.param.play, color="primary", width=110),
+                         pn.widgets.Button.from_param(self.param.reset, width=80))
+        sections = [(g, pn.Param(self, parameters=names, show_name=False)) for g, names in groups(KNOBS).items()]
+        return pn.Column(buttons, self.follower, self.notice,
+                         pn.Accordion(*sections, active=[0, 4], sizing_mode="stretch_width"),
+                         sizing_mode="stretch_width")
+
+    def views(self) -> pn.viewable.Viewable:
+        """Rank, probe accuracy, their correlation, embeddings and accuracies (the served page's main area)."""
+        return self._main

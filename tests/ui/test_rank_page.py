@@ -1,0 +1,81 @@
+"""The Rank page driven through its parameters: an α_min sweep drawn before and while it trains."""
+
+import time
+
+import numpy as np
+import pytest
+import yaml
+
+from lab.jobs.manager import JobManager
+from lab.ui.rank_page import RankPage, parse_alpha_mins
+
+SMALL = {"n": 1024, "depth": 6, "width": 8, "epochs": 200, "every_s": 0.2}
+
+
+@pytest.fixture
+def manager(tmp_path):
+    m = JobManager(tmp_path / "runs", max_jobs=1)
+    yield m
+    m.shutdown()
+
+
+def _poll_until(page, predicate, timeout=90.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        page.poll()
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_alpha_min_lists_are_checked():
+    assert parse_alpha_mins("1.0, 0.8;0.5") == [1.0, 0.8, 0.5]
+    cases = (("1.0", "2 to 16"), ("1.0, x", "numbers"), ("1.0, 1.5", r"in \[0, 1\]"), ("0.5, 0.5", "repeated"))
+    for text, why in cases:
+        with pytest.raises(ValueError, match=why):
+            parse_alpha_mins(text)
+
+
+def test_untrained_members_are_drawn_and_settings_rebuild(manager):
+    page = RankPage(manager=manager, **SMALL)
+    counts = page.rank.counts()
+    assert counts == {"by_layer": 6, "schedules": 6, "rank_time": 6, "probe_time": 6, "points": 6, "accuracy": 12,
+                      "embeddings": 6}
+    frame = page.rank.frame
+    assert frame["effective_rank"].shape == (6, 7) and frame["alphas"].shape == (6, 6)
+    np.testing.assert_allclose(frame["alphas"][-1], np.linspace(1.0, 0.5, 6), atol=1e-6)  # linear: 1 → α_min
+    page.alpha_mins = "1.0, 0.6, 0.2"
+    assert page.rank.counts()["by_layer"] == 3
+    page.alpha_mins = "nonsense"
+    assert "alpha_mins must be numbers" in page.follower.status.alert.object
+    page.param.trigger("play")
+    assert page.job is None, "nothing starts on invalid settings"
+    page.alpha_mins = "1.0, 0.5"
+    page.measure = "eq6_entropy"
+    assert page.rank.by_layer.title.text.endswith("Eq. 6 entropy H of the sample covariance")
+    cfg = yaml.safe_load(page.config_yaml().getvalue())
+    assert cfg["sweep"] == {"model.alpha_min": [1.0, 0.5]} and cfg["model"]["shortcut"] == "linear"
+
+
+def test_sweep_trains_and_every_view_follows(manager):
+    page = RankPage(manager=manager, **SMALL)
+    page.param.trigger("play")
+    assert _poll_until(page, lambda: len(page.rank.history["step"]) >= 3)
+    assert all(n > 0 for n in page.rank.counts().values()), page.rank.counts()
+    steps = page.rank.history["step"]
+    assert steps == sorted(steps) and steps[-1] > 0
+    assert len(page.rank.rank_time_src.data["xs"][0]) == len(steps), "one point per frame and member"
+    status = page.job.status()
+    assert len(status["members"]) == 6 and status["state"] in ("running", "paused", "completed")
+    assert "Pearson r" in page.rank.rank_probe.title.text
+    page.param.trigger("reset")
+    assert page.job is None and page.rank.history["step"] == [0], "back to the untrained members"
+
+
+def test_members_that_do_not_learn_are_named(manager):
+    page = RankPage(manager=manager, **{**SMALL, "optimizer": "sgd", "lr": 1.0, "alpha_mins": "1.0, 0.1",
+                                        "epochs": 3})
+    page.param.trigger("play")
+    assert _poll_until(page, lambda: page.notice.visible and "Not every member learned" in page.notice.object)
+    assert "α_min" in page.notice.object
