@@ -139,15 +139,21 @@ class RankViews:
         self.redraw()
 
     def set_measure(self, measure: str) -> None:
+        """Draw ``effective_rank`` or ``eq6_entropy`` (only the rank views change)."""
         self.measure = measure
-        self.redraw()
+        if self.frame is not None:
+            with pn.io.unlocked():
+                self._lines()
+                self._scatter()
 
     def set_embedding(self, kind: str, umap: dict[int, np.ndarray] | None = None) -> None:
         """Show the PCA (``"pca"``) or UMAP (``"umap"``, with its coordinates per member) of the final features."""
         self.embedding = kind
         if umap is not None:
             self.umap = umap
-        self.redraw()
+        if self.frame is not None:
+            with pn.io.unlocked():
+                self._embeddings()
 
     # -- drawing ------------------------------------------------------------------------------------------------
     def redraw(self) -> None:

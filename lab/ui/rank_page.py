@@ -24,7 +24,7 @@ from lab.jobs.manager import JobManager
 from lab.jobs.sweep_job import RANK, rank_frame
 from lab.nn.mlp import ACTIVATIONS
 from lab.train.build import build_data, build_model
-from lab.ui.knobs import Knob, config_overrides, groups, knob_class, toy_data_knobs, training_names, view_names
+from lab.ui.knobs import Knob, config_overrides, groups, knob_class, toy_data_knobs, training_names
 from lab.ui.live_rank import MEASURES, RankViews
 from lab.ui.page import Page
 
@@ -86,7 +86,6 @@ KNOBS: dict[str, Knob] = {
                                      "UMAP (computed on demand, in the background)"), "View", training=False),
 }
 TRAINING = training_names(KNOBS)
-VIEW = view_names(KNOBS)
 FIXED = {"train.eval_every": 25, "train.log_every": 5}
 
 
@@ -179,9 +178,12 @@ class RankPage(knob_class("_RankKnobs", KNOBS, Page)):
         changed = self.follower.poll()
         return self._draw_umap() or changed
 
-    @param.depends(*VIEW, watch=True)
-    def _view_changed(self) -> None:
+    @param.depends("measure", watch=True)
+    def _measure_changed(self) -> None:
         self.rank.set_measure(self.measure)
+
+    @param.depends("embedding", watch=True)
+    def _embedding_changed(self) -> None:
         if self.embedding == "umap":
             self._start_umap()
         self.rank.set_embedding(self.embedding)
