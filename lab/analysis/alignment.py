@@ -31,6 +31,7 @@ __all__ = [
     "alignment_matrix",
     "alignment_score",
     "alignment_scores",
+    "haar_bases",
     "inverse_sigma_fit",
     "jacobian_svds",
     "project_trajectories",
@@ -190,11 +191,29 @@ def alignment_scores(grid: Tensor) -> Tensor:
     return alignment_score(grid)
 
 
+def haar_bases(m: int, n: int, k: int, trials: int, *, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """Haar-random orthonormal bases for ``trials`` alignment matrices of an [m, n] Jacobian.
+
+    Q factors of Gaussian matrices with the signs of diag(R) folded in (the Haar measure), drawn in float64 on the
+    CPU from one generator seeded with ``seed``: all U first, then all V, so a seed fixes every pair.
+
+    Returns:
+        U ``[trials, m, k]`` and V ``[trials, n, k]``, float64 on the CPU.
+    """
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+
+    def haar(rows: int) -> Tensor:  # [trials, rows, k]
+        Q, R = torch.linalg.qr(torch.randn(trials, rows, k, generator=gen, dtype=torch.float64))
+        return Q * torch.sign(R.diagonal(dim1=-2, dim2=-1)).unsqueeze(-2)
+
+    return haar(m), haar(n)
+
+
 def random_baseline(J_i: Tensor | LinearOperator, k: int, *, trials: int = 100, seed: int = 0) -> dict[str, float]:
     """Alignment score of J_i in Haar-random orthonormal bases: the chance level for :func:`alignment_score`.
 
-    U [m, k] and V [n, k] are Q factors of Gaussian matrices with the signs of diag(R) folded in (Haar measure),
-    drawn on the CPU from a seeded generator. Report mean ± std beside every alignment score.
+    U [m, k] and V [n, k] come from :func:`haar_bases` (Haar measure, seeded). Report mean ± std beside every
+    alignment score.
 
     Args:
         J_i: Jacobian [m, n], dense or operator.
@@ -209,14 +228,8 @@ def random_baseline(J_i: Tensor | LinearOperator, k: int, *, trials: int = 100, 
     m, n = op.shape
     if not 1 <= k <= min(m, n) or trials < 1:
         raise ValueError(f"need 1 <= k <= {min(m, n)} and trials >= 1, got k={k}, trials={trials}")
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-
-    def haar(rows: int) -> Tensor:  # [trials, rows, k]
-        Q, R = torch.linalg.qr(torch.randn(trials, rows, k, generator=gen, dtype=torch.float64))
-        return Q * torch.sign(R.diagonal(dim1=-2, dim2=-1)).unsqueeze(-2)
-
     work = op.dtype if op.dtype in (torch.float32, torch.float64) else torch.float32
-    U, V = haar(m).to(op.device, work), haar(n).to(op.device, work)
+    U, V = (basis.to(op.device, work) for basis in haar_bases(m, n, k, trials, seed=seed))
     JV = op.matmat(V.permute(1, 0, 2).reshape(n, trials * k).to(op.dtype)).to(work)  # one call, all trials
     A = U.mT @ JV.reshape(m, trials, k).permute(1, 0, 2)  # [trials, k, k]
     scores = alignment_score(A).double()

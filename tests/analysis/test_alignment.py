@@ -14,6 +14,7 @@ from lab.analysis.alignment import (
     alignment_matrix,
     alignment_score,
     alignment_scores,
+    haar_bases,
     inverse_sigma_fit,
     jacobian_svds,
     random_baseline,
@@ -80,6 +81,22 @@ def test_random_baseline_is_well_below_aligned_score():
     other = random_jacobians(1, seed=3)[0]
     unrelated = alignment_score(alignment_matrix(J, other, k)).item()
     assert unrelated < base["mean"] + 4 * base["std"] < 1.0
+
+
+def test_haar_bases_are_orthonormal_seeded_and_what_random_baseline_uses():
+    U, V = haar_bases(12, 9, 4, 5, seed=3)
+    assert U.shape == (5, 12, 4) and V.shape == (5, 9, 4) and U.dtype == torch.float64
+    eye = torch.eye(4, dtype=torch.float64).expand(5, 4, 4)
+    torch.testing.assert_close(U.mT @ U, eye, atol=1e-12, rtol=0)
+    torch.testing.assert_close(V.mT @ V, eye, atol=1e-12, rtol=0)
+    again = haar_bases(12, 9, 4, 5, seed=3)
+    assert torch.equal(U, again[0]) and torch.equal(V, again[1])
+    assert not torch.equal(U, haar_bases(12, 9, 4, 5, seed=4)[0])
+    J = torch.randn(12, 9, generator=gen(1), dtype=torch.float64)
+    scores = alignment_score(U.mT @ J @ V)
+    base = random_baseline(J, 4, trials=5, seed=3)
+    assert base["mean"] == pytest.approx(scores.mean().item(), rel=1e-12)
+    assert base["std"] == pytest.approx(scores.std().item(), rel=1e-12)
 
 
 def test_alignment_grid_aligned_vs_random():

@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from lab.analysis.alignment import alignment_grid, inverse_sigma_fit, top_singular_values
-from lab.analysis.jacobian import block_jacobians, block_svds, jacobian_operator, residual_jacobians
+from lab.analysis.jacobian import (
+    block_jacobians,
+    block_svds,
+    jacobian_operator,
+    jacobian_shapes,
+    residual_jacobians,
+)
 from lab.analysis.svd import LinearOperator, randomized_svd
 from lab.analysis.trajectories import trajectory_stats
 from lab.nn.mlp import ResidualMLP
@@ -219,3 +225,17 @@ def test_timm_adapter_blocks_including_a_projection():
     assert torch.allclose(op.matmat(V), dense @ V, atol=1e-10)
     with pytest.raises(ValueError, match="differ in shape"):
         residual_jacobians(model, x, blocks=[1, 2])
+
+
+def test_jacobian_shapes_and_writing_into_a_buffer(fc_post):
+    assert jacobian_shapes(fc_post, torch.randn(2, 5, dtype=f64)) == [(6, 6)] * 3
+    torch.manual_seed(5)
+    two_stages = ConvResNet(depths=(1, 1), channels=(2, 4), in_chans=1, feature_size=None, num_classes=3).double()
+    assert jacobian_shapes(two_stages, torch.randn(1, 1, 4, 4, dtype=f64)) == [(32, 32), (16, 16)]
+    x = torch.randn(3, 5, generator=gen(14), dtype=f64)
+    buffer = torch.full((3, 2, 6, 6), float("nan"), dtype=f64)
+    out = residual_jacobians(fc_post, x, blocks=[0, 2], chunk=2, out=buffer)
+    assert out is buffer
+    torch.testing.assert_close(buffer, residual_jacobians(fc_post, x, blocks=[0, 2]), atol=0, rtol=0)
+    with pytest.raises(ValueError, match="out must be"):
+        residual_jacobians(fc_post, x, out=torch.empty(3, 2, 6, 6, dtype=f64))

@@ -1,9 +1,13 @@
-"""Randomized SVD against the exact SVD of matrices with a known, decaying spectrum."""
+"""Randomized and block Krylov SVDs against the exact SVD of matrices with a known spectrum."""
 
 import pytest
 import torch
 
-from lab.analysis.svd import LinearOperator, as_operator, randomized_svd
+from lab.analysis.svd import LinearOperator, as_operator, block_krylov_svd, randomized_svd
+
+
+def gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
 
 
 def known_matrix(m: int, n: int, s: torch.Tensor, seed: int = 0):
@@ -128,3 +132,80 @@ def test_cuda_matches_cpu():
     Uc, Sc, Vc = randomized_svd(A, 10)
     torch.testing.assert_close(S.cpu(), Sc, rtol=1e-8, atol=0)
     torch.testing.assert_close(U.cpu(), Uc, atol=1e-6, rtol=0)
+
+
+def test_block_krylov_matches_exact_svd_on_stacks_operators_and_wide_matrices():
+    s = SPECTRA["harmonic"](80)
+    stack = torch.stack([torch.stack([(lambda q: (q[0] * q[1]) @ q[2].T)(known_matrix(90, 80, s, seed=3 * i + j))
+                                      for j in range(3)]) for i in range(2)])  # [2, 3, 90, 80]
+    k = 6
+    res = block_krylov_svd(stack, k, block=4)
+    assert res.U.shape == (2, 3, 90, k) and res.S.shape == (2, 3, k) and res.V.shape == (2, 3, 80, k)
+    torch.testing.assert_close(res.S, torch.linalg.svdvals(stack)[..., :k], rtol=1e-6, atol=0)
+    eye = torch.eye(k, dtype=torch.float64).expand(2, 3, k, k)
+    torch.testing.assert_close(res.U.mT @ res.U, eye, atol=1e-10, rtol=0)
+    torch.testing.assert_close(res.V.mT @ res.V, eye, atol=1e-10, rtol=0)
+    torch.testing.assert_close(stack @ res.V, res.U * res.S[..., None, :], atol=1e-10, rtol=0)  # A v = σ u
+    assert res.residual.max() <= 1e-3 and k <= res.dim <= 80
+
+    Q1, s, Q2 = known_matrix(60, 150, SPECTRA["geometric"](60))  # wide: the space is built on the 60 side
+    op, calls = counting_operator(Q1, s, Q2)
+    U, S, V, dim, _ = block_krylov_svd(op, 5)
+    torch.testing.assert_close(S, s[:5], rtol=1e-6, atol=0)
+    assert sin_max_angle(U, Q1[:, :5]) < 1e-4 and sin_max_angle(V, Q2[:, :5]) < 1e-4
+    assert calls["matmat"] > 0 and calls["rmatmat"] > 0 and dim % 8 == 0
+
+
+def test_block_krylov_is_accurate_on_a_flat_spectrum_where_subspace_iteration_is_not():
+    """A Gaussian matrix: neighbouring top singular values a few % apart, like an untrained network's Jacobian."""
+    A = torch.randn(400, 400, generator=gen(0), dtype=torch.float64) / 20
+    k = 20
+    exact = torch.linalg.svdvals(A)[:k]
+    res = block_krylov_svd(A, k, tol=1e-3)
+    assert ((res.S - exact).abs() / exact).max() < 1e-6
+    assert res.dim < 400, "converged before the space was the whole domain"
+    assert ((randomized_svd(A, k, iters=4)[1] - exact).abs() / exact).max() > 1e-3
+    loose = block_krylov_svd(A, k, tol=0.5)  # a loose tolerance stops early, and its residual says so
+    assert loose.dim < res.dim and loose.residual.max() > res.residual.max()
+
+
+def test_block_krylov_exact_when_the_space_fills_the_domain():
+    """A tolerance no float64 residual meets: the space grows to all 27 directions, the last block partial."""
+    Q1, s, Q2 = known_matrix(30, 27, SPECTRA["geometric"](27))
+    res = block_krylov_svd((Q1 * s) @ Q2.T, 5, block=8, tol=1e-300)
+    assert res.dim == 27
+    torch.testing.assert_close(res.S, s[:5], rtol=1e-12, atol=0)
+
+
+def test_block_krylov_rank_deficient_and_k_above_rank():
+    Q1, s, Q2 = known_matrix(50, 40, torch.tensor([3.0, 2.0, 1.0, 0.5, 0.25], dtype=torch.float64))
+    A = (Q1 * s) @ Q2.T  # rank 5: the Krylov space breaks down after 5 directions
+    U, S, V, _, _ = block_krylov_svd(A, 3, block=2)
+    torch.testing.assert_close(S, s[:3], rtol=1e-10, atol=0)
+    U, S, V, _, _ = block_krylov_svd(A, 8, block=4)
+    torch.testing.assert_close(S[:5], s, rtol=1e-10, atol=0)
+    assert S[5:].abs().max() < 1e-7  # σ = √θ: zeros come out at √(round-off) · σ_1
+    torch.testing.assert_close(U.T @ U, torch.eye(8, dtype=torch.float64), atol=1e-8, rtol=0)
+    torch.testing.assert_close(V.T @ V, torch.eye(8, dtype=torch.float64), atol=1e-8, rtol=0)
+
+
+def test_block_krylov_seeded_signs_dim_reuse_dtype_and_validation():
+    Q1, s, Q2 = known_matrix(70, 60, SPECTRA["harmonic"](60))
+    A = (Q1 * s) @ Q2.T
+    first = block_krylov_svd(A, 6, seed=1)
+    again = block_krylov_svd(A, 6, seed=1)
+    assert all(torch.equal(a, b) for a, b in zip(first[:3], again[:3], strict=True))
+    assert torch.all(first.U.gather(0, first.U.abs().argmax(0, keepdim=True)) > 0)
+    reused = block_krylov_svd(A, 6, dim=first.dim, seed=2)
+    assert reused.dim == first.dim
+    torch.testing.assert_close(reused.U, first.U, atol=1e-4, rtol=0)  # another start, converged as far
+    single = block_krylov_svd(A.float(), 4)
+    assert single.U.dtype == single.S.dtype == torch.float32
+    torch.testing.assert_close(single.S, s[:4].float(), rtol=1e-4, atol=0)
+    for bad in (0, 61):
+        with pytest.raises(ValueError, match="k must satisfy"):
+            block_krylov_svd(A, bad)
+    with pytest.raises(ValueError):
+        block_krylov_svd(A, 2, block=0)
+    with pytest.raises(ValueError):
+        block_krylov_svd(A[0], 1)
