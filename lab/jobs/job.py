@@ -8,6 +8,7 @@ run in this process) and :mod:`lab.jobs.process` (a child process, or a run some
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -63,3 +64,41 @@ class Job:
     def metrics_since(self, cursor: int = 0) -> tuple[list[dict[str, Any]], int]:
         """New metric records since ``cursor`` (a byte offset; start with 0) and the next cursor."""
         return self.run.read_metrics(cursor)
+
+
+class InProcessJob(Job):
+    """A job whose training loop runs in a thread of this process: pause, resume, single steps and stop are shared
+    state under one lock, which the training thread reads after every step (:meth:`_count_step`, ``_resume``,
+    ``_stop``) and subclasses also use for their snapshot slots."""
+
+    def _init_control(self, paused: bool) -> None:
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._resume = threading.Event()
+        if not paused:
+            self._resume.set()
+        self._step_budget: int | None = None
+
+    def pause(self) -> None:
+        with self._lock:
+            self._resume.clear()
+
+    def resume(self) -> None:
+        with self._lock:
+            self._step_budget = None
+            self._resume.set()
+
+    def step(self, n: int = 1) -> None:
+        """Train ``n`` more steps, then pause again."""
+        with self._lock:
+            self._step_budget = n
+            self._resume.set()
+
+    def _count_step(self) -> None:
+        """A step was trained: use up one of :meth:`step`'s budget, pausing when it is spent (training thread)."""
+        with self._lock:
+            if self._step_budget is not None:
+                self._step_budget -= 1
+                if self._step_budget <= 0:
+                    self._step_budget = None
+                    self._resume.clear()

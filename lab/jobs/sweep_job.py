@@ -24,7 +24,7 @@ import yaml
 from lab.analysis.rank_sweep import member_features, sweep_rank_metrics
 from lab.config import ExperimentConfig, to_dict
 from lab.data.toy2d import ToyData
-from lab.jobs.job import Job
+from lab.jobs.job import InProcessJob
 from lab.jobs.snapshots import Snapshot
 from lab.jobs.store import Run
 from lab.jobs.sweep import SweepPlan, _final_status, plan_sweep, train_sweep
@@ -108,7 +108,7 @@ class _Driver(EnsembleCallback):
         self.job._publish(force=True)
 
 
-class SweepJob(Job):
+class SweepJob(InProcessJob):
     """Train a one-group sweep plan in this process, in a daemon thread, into a :func:`~lab.jobs.sweep.create_sweep`
     folder, publishing ``rank`` frames.
 
@@ -169,14 +169,9 @@ class SweepJob(Job):
         self.member_names = [m.name for m in plan.members]
         self.cadence, self.on_demand, self.points, self.ridge = cadence, on_demand, points, ridge
         self.heartbeat_s = heartbeat_s
-        self._lock = threading.Lock()
+        self._init_control(paused)
         self._slot: tuple[int, Snapshot] | None = None
         self._wanted = False
-        self._stop = threading.Event()
-        self._resume = threading.Event()
-        if not paused:
-            self._resume.set()
-        self._step_budget: int | None = None
         self._thread = threading.Thread(target=self._main, name=f"lab-sweep-{folder.id}", daemon=True)
         self.error: BaseException | None = None
         self._metrics_lock = threading.Lock()
@@ -196,21 +191,6 @@ class SweepJob(Job):
         self._write_status("queued", "starting")
         self._thread.start()
         return self
-
-    def pause(self) -> None:
-        with self._lock:
-            self._resume.clear()
-
-    def resume(self) -> None:
-        with self._lock:
-            self._step_budget = None
-            self._resume.set()
-
-    def step(self, n: int = 1) -> None:
-        """Train ``n`` more steps, then pause again."""
-        with self._lock:
-            self._step_budget = n
-            self._resume.set()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Ask the ensemble to stop after the current step (every member then evaluates and saves its checkpoint);
@@ -316,12 +296,8 @@ class SweepJob(Job):
         """Stop, pause and single steps, as :class:`ThreadJob` handles them (the paused frame is the paused model);
         ``stepped``: called after a step (which uses up one of :meth:`step`'s budget), not before the first."""
         ensemble = self._ensemble
-        with self._lock:
-            if self._step_budget is not None and stepped:
-                self._step_budget -= 1
-                if self._step_budget <= 0:
-                    self._step_budget = None
-                    self._resume.clear()
+        if stepped:
+            self._count_step()
         if not self._resume.is_set() and not self._stop.is_set():
             self._publish(force=True)
             message = f"paused at step {ensemble.step}"

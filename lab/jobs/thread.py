@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from lab.config import ExperimentConfig
-from lab.jobs.job import Job
+from lab.jobs.job import InProcessJob
 from lab.jobs.runner import train_and_evaluate
 from lab.jobs.snapshots import DiskSink, Publisher
 from lab.jobs.store import Run
@@ -27,12 +27,7 @@ class _Control(Callback):
 
     def on_step_end(self, trainer: Trainer, loss: float) -> None:
         job = self.job
-        with job._lock:
-            if job._step_budget is not None:
-                job._step_budget -= 1
-                if job._step_budget <= 0:
-                    job._step_budget = None
-                    job._resume.clear()
+        job._count_step()
         if not job._resume.is_set() and not job._stop.is_set():
             job.publisher.publish(trainer, force=True)  # the paused frame is exactly the paused model
             job.run.write_status("paused", f"paused at step {trainer.step}", step=trainer.step,
@@ -47,7 +42,7 @@ class _Control(Callback):
             trainer.should_stop = True
 
 
-class ThreadJob(Job):
+class ThreadJob(InProcessJob):
     """Train a config inside this process, in a daemon thread, recording into ``run``.
 
     Args:
@@ -74,15 +69,10 @@ class ThreadJob(Job):
         self.cfg, self.run, self.owner, self.progress = cfg, run, owner, progress
         self.callbacks = tuple(callbacks)
         self.resume_from_checkpoint = resume
-        self._lock = threading.Lock()
+        self._init_control(paused)
         self._slots: dict[str, tuple[int, dict[str, np.ndarray]]] = {}
         self._disk = DiskSink(run, disk_every_s) if disk_every_s else None
         self.publisher = Publisher(self._put, cadence, builders, on_demand=on_demand)
-        self._stop = threading.Event()
-        self._resume = threading.Event()
-        if not paused:
-            self._resume.set()
-        self._step_budget: int | None = None
         self._thread = threading.Thread(target=self._main, name=f"lab-job-{run.id}", daemon=True)
         self.error: BaseException | None = None
 
@@ -97,21 +87,6 @@ class ThreadJob(Job):
                                resume=self.resume_from_checkpoint, progress=self.progress)
         except BaseException as err:  # already recorded as "failed" in status.json
             self.error = err
-
-    def pause(self) -> None:
-        with self._lock:
-            self._resume.clear()
-
-    def resume(self) -> None:
-        with self._lock:
-            self._step_budget = None
-            self._resume.set()
-
-    def step(self, n: int = 1) -> None:
-        """Train ``n`` more steps, then pause again."""
-        with self._lock:
-            self._step_budget = n
-            self._resume.set()
 
     def request(self, kind: str) -> None:
         self.publisher.request(kind)

@@ -1,6 +1,5 @@
 """The Alignment page driven through its parameters: every view shows data, before and while training."""
 
-import time
 
 import numpy as np
 import pytest
@@ -9,6 +8,7 @@ import yaml
 from lab.config import ExperimentConfig, from_dict
 from lab.jobs.manager import JobManager
 from lab.ui.alignment_page import AlignmentPage
+from tests.ui.pages import poll_until
 
 SMALL = {"depth": 3, "width": 32, "inputs": 16, "k": 12, "every": 5, "epochs": 1000}
 
@@ -18,16 +18,6 @@ def manager2(tmp_path):
     m = JobManager(tmp_path / "runs", max_jobs=2)
     yield m
     m.shutdown()
-
-
-def _poll_until(page, predicate, timeout=90.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        page.poll()
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _all_views_have_data(views):
@@ -54,16 +44,16 @@ def test_training_in_lockstep_updates_every_view(manager2):
     page = AlignmentPage(manager=manager2, **SMALL)
     before = page.main.frame["sigma"].copy()
     page.param.trigger("play")
-    assert _poll_until(page, lambda: int(page.main.frame["step"]) >= 10 and int(page.twin.frame["step"]) >= 10)
+    assert poll_until(page, lambda: int(page.main.frame["step"]) >= 10 and int(page.twin.frame["step"]) >= 10)
     assert not np.allclose(before, page.main.frame["sigma"]), "the spectra moved with training"
     assert _all_views_have_data(page.main) and _all_views_have_data(page.twin)
     assert page.curves.points()["step:loss"] > 0 and page.twin_curves.points()["step:loss"] > 0
     page.param.trigger("play")  # pause both
-    assert _poll_until(page, lambda: all(j.status()["state"] == "paused" for j in page._jobs()))
+    assert poll_until(page, lambda: all(j.status()["state"] == "paused" for j in page._jobs()))
     steps = [j.status()["step"] for j in page._jobs()]
     assert abs(steps[0] - steps[1]) <= 1, f"lockstep: {steps}"
     page.param.trigger("step")
-    assert _poll_until(page, lambda: [j.status()["step"] for j in page._jobs()] == [s + 1 for s in steps]
+    assert poll_until(page, lambda: [j.status()["step"] for j in page._jobs()] == [s + 1 for s in steps]
                        and all(j.status()["state"] == "paused" for j in page._jobs()))
     runs = {page.follower.job.run.path, page.twin_follower.job.run.path}
     page.param.trigger("reset")

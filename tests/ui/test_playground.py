@@ -1,5 +1,3 @@
-import time
-
 import numpy as np
 import pytest
 import yaml
@@ -8,20 +6,11 @@ from PIL import Image
 from lab.config import ExperimentConfig, from_dict
 from lab.shortcuts import alphas
 from lab.ui.playground import PlaygroundPage
+from tests.ui.pages import poll_until
 
 
 def small_page(manager, **params):
     return PlaygroundPage(manager=manager, **{"depth": 4, "width": 5, "n": 400, **params})
-
-
-def _poll_until(page, predicate, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        page.poll()
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_settings_build_the_config_and_the_alpha_chart_follows(manager):
@@ -48,18 +37,18 @@ def test_view_settings_redraw_without_touching_the_job(manager):
 def test_training_streams_frames_pause_step_reset(manager):
     page = small_page(manager, snapshot_every=2)
     page.param.trigger("play")
-    assert _poll_until(page, lambda: page.frame is not None and int(page.frame["step"]) >= 4)
+    assert poll_until(page, lambda: page.frame is not None and int(page.frame["step"]) >= 4)
     first = page.grid.figure.renderers[0].data_source.data["image"][0].copy()
     first_step = int(page.frame["step"])
-    assert _poll_until(page, lambda: int(page.frame["step"]) >= first_step + 6)
+    assert poll_until(page, lambda: int(page.frame["step"]) >= first_step + 6)
     second = page.grid.figure.renderers[0].data_source.data["image"][0]
     assert not np.array_equal(first, second)  # the grid changed between two frames
     assert page.grid.full_renders == 1  # ... by updating the one figure in place
     page.param.trigger("play")  # pause
-    assert _poll_until(page, lambda: page.job.status()["state"] == "paused")
+    assert poll_until(page, lambda: page.job.status()["state"] == "paused")
     step = page.job.status()["step"]
     page.param.trigger("step")
-    assert _poll_until(page, lambda: page.job.status()["step"] == step + 1 and
+    assert poll_until(page, lambda: page.job.status()["step"] == step + 1 and
                        page.job.status()["state"] == "paused")
     assert page.history == 0 and len(page.history_steps) > 1  # live: 0 frames back
     assert page.param.history.bounds == (-(len(page.history_steps) - 1), 0)
@@ -112,7 +101,7 @@ def test_out_of_range_url_values_are_clamped_and_named(manager):
 def test_curves_and_status_follow_the_run(manager):
     page = small_page(manager, snapshot_every=2)
     page.param.trigger("play")
-    assert _poll_until(page, lambda: page.curves.points()["eval:test_acc"] >= 2)
+    assert poll_until(page, lambda: page.curves.points()["eval:test_acc"] >= 2)
     assert page.curves.points()["step:loss"] >= 10 and "running" in page.follower.status.message
     page.param.trigger("reset")
     assert page.curves.points()["step:loss"] == 0 and page.job is None
@@ -122,13 +111,13 @@ def test_history_replays_a_recorded_frame_and_returns_to_live(manager):
     page = small_page(manager, snapshot_every=2)
     page.param.trigger("play")
     # frames are written to the run folder every 2 s: wait for two on disk
-    assert _poll_until(page, lambda: len(page.job.run.snapshot_versions("nodes")) >= 2, timeout=90)
+    assert poll_until(page, lambda: len(page.job.run.snapshot_versions("nodes")) >= 2, timeout=90)
     page.poll()
     first_on_disk = page.job.run.snapshot_versions("nodes")[0]
     page.history = -(len(page.history_steps) - 1)  # the oldest frame received
     replayed = int(page.frame["step"])
     assert replayed <= page.history_steps[0] or replayed == first_on_disk
-    assert _poll_until(page, lambda: len(page.history_steps) > 5)
+    assert poll_until(page, lambda: len(page.history_steps) > 5)
     assert int(page.frame["step"]) == replayed  # new frames arrive, the replayed one stays on screen
     page.history = 0
     page.poll()

@@ -1,32 +1,14 @@
 """The Rank page driven through its parameters: an α_min sweep drawn before and while it trains."""
 
-import time
 
 import numpy as np
 import pytest
 import yaml
 
-from lab.jobs.manager import JobManager
 from lab.ui.rank_page import RankPage, parse_alpha_mins
+from tests.ui.pages import poll_until
 
 SMALL = {"n": 1024, "depth": 6, "width": 8, "epochs": 200, "every_s": 0.2}
-
-
-@pytest.fixture
-def manager(tmp_path):
-    m = JobManager(tmp_path / "runs", max_jobs=1)
-    yield m
-    m.shutdown()
-
-
-def _poll_until(page, predicate, timeout=90.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        page.poll()
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_alpha_min_lists_are_checked():
@@ -61,7 +43,7 @@ def test_untrained_members_are_drawn_and_settings_rebuild(manager):
 def test_sweep_trains_and_every_view_follows(manager):
     page = RankPage(manager=manager, **SMALL)
     page.param.trigger("play")
-    assert _poll_until(page, lambda: len(page.rank.history["step"]) >= 3)
+    assert poll_until(page, lambda: len(page.rank.history["step"]) >= 3)
     assert all(n > 0 for n in page.rank.counts().values()), page.rank.counts()
     steps = page.rank.history["step"]
     assert steps == sorted(steps) and steps[-1] > 0
@@ -77,5 +59,5 @@ def test_members_that_do_not_learn_are_named(manager):
     page = RankPage(manager=manager, **{**SMALL, "optimizer": "sgd", "lr": 1.0, "alpha_mins": "1.0, 0.1",
                                         "epochs": 3})
     page.param.trigger("play")
-    assert _poll_until(page, lambda: page.notice.visible and "Not every member learned" in page.notice.object)
+    assert poll_until(page, lambda: page.notice.visible and "Not every member learned" in page.notice.object)
     assert "α_min" in page.notice.object
