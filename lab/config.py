@@ -434,9 +434,10 @@ def _keep_model_keys(section: dict[str, Any], name: str, overridden: set[str]) -
         params, takes_any = model_parameters(name)
     except ValueError:
         return  # the unknown name is reported when the section is built
+    if takes_any:
+        return
     for key in [k for k in section if k not in ("name", "seed") and k not in params and k not in overridden]:
-        if not takes_any:
-            del section[key]
+        del section[key]
 
 
 def load_config(path: str | Path | None = None, overrides: Iterable[str] | Mapping[str, Any] = ()) -> ExperimentConfig:

@@ -21,8 +21,9 @@ from lab.jobs.store import CheckpointError, Run, atomic_write_bytes, atomic_writ
 from lab.train.build import build_data, build_model
 
 
-def load_trained(run: Run, checkpoint: str = "last") -> tuple[ExperimentConfig, nn.Module, ToyData]:
-    """The run's config, its model with the checkpoint's weights (eval mode, CPU) and its data.
+def load_trained(run: Run, checkpoint: str = "last") -> tuple[ExperimentConfig, nn.Module, ToyData, int]:
+    """The run's config, its model with the checkpoint's weights (eval mode, CPU), its data and the checkpoint's
+    step.
 
     Raises:
         CheckpointError: the checkpoint is missing, corrupt, or does not fit the config's model.
@@ -36,7 +37,7 @@ def load_trained(run: Run, checkpoint: str = "last") -> tuple[ExperimentConfig, 
     except (KeyError, RuntimeError) as err:
         raise CheckpointError(f"checkpoint {run.checkpoint_path(checkpoint)} does not fit the run's model: "
                               f"{err}") from None
-    return cfg, model.eval(), data
+    return cfg, model.eval(), data, int(state.get("step", 0))
 
 
 def _plain(value: np.ndarray) -> Any:
@@ -64,9 +65,8 @@ def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inp
         layer ``sigma1``, ``inv_sigma``, ``inv_sigma_fit``, ``baseline``, the NC keys, and ``step``, ``inputs``,
         ``k``, ``num_classes``, ``checkpoint``.
     """
-    _, model, data = load_trained(run, checkpoint)
+    _, model, data, step = load_trained(run, checkpoint)
     C = data.num_classes
-    step = int(run.load_checkpoint(checkpoint).get("step", 0))
     x, y = data.x_test[:inputs], data.y_test[:inputs]
     width = min(v.numel() for v in model.forward_intermediates(x[:1], intermediates_only=True))
     k = min(k or 2 * C, width)
