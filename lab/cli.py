@@ -14,11 +14,12 @@ from lab.data.images import DatasetNotFoundError
 from lab.data.toy2d import TOY_DATASETS
 from lab.jobs.process import StopFile
 from lab.jobs.reports import alignment_report, format_alignment
-from lab.jobs.runner import config_of_run, train_and_evaluate
+from lab.jobs.runner import config_of_run, train_and_evaluate, uses_loader
 from lab.jobs.snapshots import DiskSink, Publisher, alignment_builder
 from lab.jobs.store import CheckpointError, Run, RunStore, default_runs_dir
 from lab.jobs.sweep import create_sweep, plan_sweep, train_sweep
-from lab.train.build import build_data
+from lab.train.build import build_data, loader_data
+from lab.train.distributed import broadcast, close_world, init_world
 from lab.train.trainer import Callback, Trainer
 
 
@@ -55,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     resume.add_argument("--runs-dir", default=None)
     for p in (train, resume):
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
+        p.add_argument("--steps", type=int, default=None, metavar="N",
+                       help="train at most N steps now, then stop with a checkpoint (continue with `resume`)")
         p.add_argument("--snapshot-every", type=int, default=0, metavar="N",
                        help="write snapshots every N steps into the run folder (0: none): node maps for toy "
                             "sets, Residual Alignment for image sets")
@@ -134,17 +137,16 @@ def _snapshot_publisher(cfg: ExperimentConfig, run: Run, every: int) -> Publishe
     return Publisher(DiskSink(run, every_s=0.0), {"alignment": (every, 0.0)}, {"alignment": builder})
 
 
-def _config_and_run(args: argparse.Namespace, store: RunStore) -> tuple[ExperimentConfig, Run]:
-    """The config to train and the run folder to train it into, for ``train`` or ``resume``."""
+def _config(args: argparse.Namespace, store: RunStore) -> tuple[ExperimentConfig, Run | None]:
+    """The config to train, and the run folder when it exists already (``resume``, ``--run-dir``)."""
     if args.command == "train":
         cfg = load_config(args.config, args.overrides)
         if args.run_dir:
             run = Run(Path(args.run_dir))
             if not run.path.is_dir():
                 raise FileNotFoundError(f"run folder {run.path} does not exist")
-        else:
-            run = store.create(args.name or cfg.name)
-        return cfg, run
+            return cfg, run
+        return cfg, None
     run = _open_run(args.run, store)
     return config_of_run(run), run
 
@@ -158,27 +160,64 @@ def main(argv: list[str] | None = None) -> int:
         return _analyze(args, store)
     if args.command == "sweep":
         return _sweep(args, store)
+    if args.steps is not None and args.steps < 1:
+        print("error: --steps must be >= 1", file=sys.stderr)
+        return 2
     try:
         with warnings.catch_warnings(record=True) as caught:  # e.g. a renamed key: say so, then carry on
             warnings.simplefilter("always", DeprecationWarning)
-            cfg, run = _config_and_run(args, store)
+            cfg, run = _config(args, store)
     except (ConfigError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     finally:
         for w in caught:
             print(f"warning: {w.message}", file=sys.stderr)
+    if uses_loader(cfg):
+        return _train_loader(args, cfg, run, store)
+    run = run or store.create(args.name or cfg.name)
     print(f"run folder: {run.path}", file=sys.stderr)
     callbacks: list[Callback] = [StopFile(run), _Terminate()]
     if args.snapshot_every > 0:
         callbacks.append(_snapshot_publisher(cfg, run, args.snapshot_every))
     try:
         status = train_and_evaluate(cfg, run, callbacks=callbacks, resume=args.command == "resume",
-                                    progress=not args.no_progress)
+                                    progress=not args.no_progress, steps=args.steps)
     except DatasetNotFoundError as err:  # recorded as failed in the run folder; say it without a traceback
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"{status['state']}: {status['message']}", file=sys.stderr)
+    return 0 if status["state"] in ("completed", "stopped") else 1
+
+
+def _train_loader(args: argparse.Namespace, cfg: ExperimentConfig, run: Run | None, store: RunStore) -> int:
+    """``train``/``resume`` with the loader engine, as one of the processes ``torchrun`` started (or alone).
+
+    Every process checks the data before any folder is made or any step taken; rank 0 makes the run folder and
+    tells the others where it is.
+    """
+    if args.snapshot_every > 0:
+        print("error: --snapshot-every applies to the tensor trainer; loader runs record rank and reconstructions "
+              "at each evaluation", file=sys.stderr)
+        return 2
+    try:
+        data = loader_data(cfg)
+    except (FileNotFoundError, ValueError) as err:  # DatasetNotFoundError included: nothing written yet
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    world = init_world(cfg.train.device)
+    try:
+        if run is None:
+            run = Run(Path(broadcast(world, str(store.create(args.name or cfg.name).path) if world.main else None)))
+        if world.main:
+            print(f"run folder: {run.path} ({world.size} process{'es' if world.size > 1 else ''}, "
+                  f"{world.device.type})", file=sys.stderr)
+        status = train_and_evaluate(cfg, run, callbacks=[StopFile(run), _Terminate()], world=world, data=data,
+                                    resume=args.command == "resume", progress=not args.no_progress, steps=args.steps)
+    finally:
+        close_world(world)
+    if world.main:
+        print(f"{status['state']}: {status['message']}", file=sys.stderr)
     return 0 if status["state"] in ("completed", "stopped") else 1
 
 

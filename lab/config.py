@@ -39,6 +39,10 @@ T = TypeVar("T")
 DROPPATH_MODES = ("off", "droppath", "residual_droppath")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 LR_SCHEDULES = ("constant", "cosine", "warmup_cosine")
+TASKS = ("classify", "mae")
+ENGINES = ("auto", "tensor", "loader")
+PRECISIONS = ("auto", "fp32", "bf16")
+AUGMENTS = ("none", "mae", "crop_flip")
 DATASETS = (*TOY_DATASETS, *IMAGE_DATASETS)
 
 
@@ -217,6 +221,10 @@ class DataConfig:
     max_per_class: int = _field(0, lo=0, doc="image sets: at most N training images per class (0 = all)")
     image_size: int = _field(0, lo=0, hi=4096, doc="digits and image folders: resize to N × N (0 = 8 for digits, "
                                                     "32 for image folders)")
+    augment: str = _field("none", choices=AUGMENTS, doc="loader engine, training images: mae = RandomResizedCrop "
+                                                         "(scale 0.2-1) + flip as MAE pretraining; crop_flip = "
+                                                         "padded random crop + flip (CIFAR); none")
+    workers: int = _field(4, lo=0, hi=256, doc="loader engine: data-loading worker processes per training process")
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -249,13 +257,36 @@ class TrainConfig:
     device: str = _field("auto", doc="'auto' (CUDA when present), 'cpu' or 'cuda[:i]'")
     threads: int = _field(1, lo=0, doc="torch CPU threads; the toy models' small matmuls run fastest on one "
                                        "(and leave a core to a server); 0 keeps torch's default")
+    task: str = _field("classify", choices=TASKS, doc="classify: cross-entropy on labels; mae: the model's own "
+                                                       "masked-reconstruction loss (MAE pretraining)")
+    engine: str = _field("auto", choices=ENGINES, doc="tensor: whole data sets as tensors (toy and small image "
+                                                       "sets); loader: a DataLoader per process, DDP under "
+                                                       "torchrun; auto: loader for mae or under torchrun")
+    lr_scaling: str = _field("none", choices=("none", "batch256"), doc="batch256: the rate used is train.lr × "
+                                                                      "global batch / 256 (MAE's base lr rule)")
+    warmup_epochs: int = _field(0, lo=0, doc="loader engine, warmup_cosine: warmup length in epochs (adds to "
+                                             "warmup_steps)")
+    accum_steps: int = _field(1, lo=1, hi=4096, doc="loader engine: micro-batches accumulated per update; "
+                                                    "global batch = batch_size × accum_steps × processes")
+    precision: str = _field("auto", choices=PRECISIONS, doc="loader engine: bf16 autocast (auto: on CUDA only)")
+    compile: bool = _field(False, doc="loader engine: torch.compile the model")
+    checkpoint_every: int = _field(1, lo=1, doc="loader engine: write checkpoints/last.pt every N epochs (and on "
+                                                "stop)")
+    probe_every: int = _field(0, lo=0, doc="loader engine, mae: a quick linear probe every N epochs (0 = never)")
+    rank_inputs: int = _field(256, lo=2, doc="loader engine, mae: held-out images whose bottleneck features give "
+                                             "the effective rank at each evaluation")
 
     def __post_init__(self) -> None:
         if len(self.betas) != 2:
             raise ConfigError(f"train.betas must have two values; got {list(self.betas)}")
         _validate(self)
-        if self.lr_schedule == "warmup_cosine" and self.warmup_steps == 0:
-            raise ConfigError("train.lr_schedule=warmup_cosine needs train.warmup_steps > 0")
+        if self.lr_schedule == "warmup_cosine" and self.warmup_steps == 0 and self.warmup_epochs == 0:
+            raise ConfigError("train.lr_schedule=warmup_cosine needs train.warmup_steps > 0 or train.warmup_epochs > 0")
+        if self.task == "mae" and self.engine == "tensor":
+            raise ConfigError("train.task=mae trains with the loader engine: set train.engine=loader or auto")
+        if self.droppath == "residual_droppath" and self.accum_steps > 1:
+            raise ConfigError("train.droppath=residual_droppath reuses one batch's masks in the next update, so it "
+                              "cannot accumulate micro-batches: set train.accum_steps=1")
         if self.min_lr > self.lr:
             raise ConfigError(f"train.min_lr ({self.min_lr:g}) must not exceed train.lr ({self.lr:g})")
         if self.droppath != "off" and self.drop_path_rate >= 1.0:

@@ -27,6 +27,7 @@ __all__ = [
     "DatasetNotFoundError",
     "load_cifar",
     "load_digits",
+    "image_folder_files",
     "load_image_folder",
     "load_mnist",
 ]
@@ -249,6 +250,60 @@ def load_cifar(
     return _split_from_arrays(f"cifar{num_classes}", names, (x_tr, y_tr), (x_te, y_te), classes, max_per_class, limit)
 
 
+def image_folder_files(
+    root: str | Path,
+    *,
+    classes: Classes = None,
+    max_per_class: int | None = None,
+    test_fraction: float = 0.25,
+    seed: int = 0,
+) -> tuple[list[tuple[Path, int]], list[tuple[Path, int]], tuple[str, ...]]:
+    """The files of an ImageFolder tree and their labels, split into train and test; no image is opened.
+
+    With `root/train/<class>/*` and `root/val/<class>/*` (or `root/test/`), those are the splits. Otherwise
+    `root/<class>/*` is one tree, split per class with `test_fraction` and `seed`. Labels index the kept classes.
+
+    Args:
+        root: the tree.
+        classes: None, the first k classes, or a list of class indices or folder names.
+        max_per_class: at most this many files per class (per split for train/val trees, before splitting for a
+            single tree), in sorted order.
+        test_fraction: held-out share per class, single tree only.
+        seed: seeds the split, single tree only.
+
+    Returns:
+        ``(train, test, class_names)``: lists of ``(path, label)``.
+
+    Raises:
+        DatasetNotFoundError: `root` is missing or holds no class folders with images.
+        ValueError: the test tree has classes the training tree lacks.
+    """
+    root = Path(root)
+    train_dir = root / "train" if (root / "train").is_dir() else root
+    test_dir = next((root / d for d in ("val", "test") if (root / d).is_dir() and train_dir != root), None)
+    layout = "root/train/<class>/*.png|jpg and root/val/<class>/*, or root/<class>/*.png|jpg"
+    trees = [list_image_folder(d) if d is not None else None for d in (train_dir, test_dir)] if root.is_dir() else [{}]
+    if not trees[0] or not any(trees[0].values()):
+        raise DatasetNotFoundError(
+            f"no images found under {root}: expected an ImageFolder tree, {layout} ({NEVER_DOWNLOADS})."
+        )
+    names = tuple(trees[0])
+    source = resolve_classes(names, classes)
+
+    def files(tree: dict[str, list[Path]]) -> list[tuple[Path, int]]:
+        unknown = sorted(set(tree) - set(names))
+        if unknown:
+            raise ValueError(f"{test_dir} has classes {unknown} that {train_dir} lacks")
+        return [(path, label) for label, s in enumerate(source) for path in tree.get(names[s], [])[:max_per_class]]
+
+    train = files(trees[0])
+    kept = tuple(names[s] for s in source)
+    if trees[1] is not None:
+        return train, files(trees[1]), kept
+    tr, te = stratified_split(np.array([label for _, label in train], np.int64), test_fraction, seed)
+    return [train[i] for i in tr], [train[i] for i in te], kept
+
+
 def load_image_folder(
     root: str | Path,
     *,
@@ -260,18 +315,17 @@ def load_image_folder(
     test_fraction: float = 0.25,
     seed: int = 0,
 ) -> ImageSplit:
-    """An ImageFolder tree (e.g. ImageNette) decoded with PIL; class names are the sorted folder names.
+    """An ImageFolder tree (e.g. ImageNette) decoded with PIL into memory; class names are the sorted folder names.
 
-    With `root/train/<class>/*` and `root/val/<class>/*` (or `root/test/`), those are the splits. Otherwise
-    `root/<class>/*` is one tree, split per class with `test_fraction` and `seed`.
+    The files and split are :func:`image_folder_files`'s (see there for the layouts). For trees too large for
+    memory, the loader engine reads the same files batch by batch (:mod:`lab.data.folders`).
 
     Args:
         root: the tree.
         image_size: side (or `(H, W)`) every image is resized to; None keeps the files' size, which must agree.
         grayscale: one luminance channel instead of RGB.
         classes: None, the first k classes, or a list of class indices or folder names.
-        max_per_class: read at most this many files per class (per split for train/val trees, before splitting
-            for a single tree); files are taken in sorted order, and the rest are never opened.
+        max_per_class: read at most this many files per class; the rest are never opened.
         limit: keep at most this many examples in each of train and test.
         test_fraction: held-out share per class, single tree only.
         seed: seeds the split, single tree only.
@@ -283,40 +337,22 @@ def load_image_folder(
         DatasetNotFoundError: `root` is missing or holds no class folders with images.
     """
     root = Path(root)
-    train_dir = root / "train" if (root / "train").is_dir() else root
-    test_dir = next((root / d for d in ("val", "test") if (root / d).is_dir() and train_dir != root), None)
-    split_dirs = (train_dir, test_dir)
-    layout = "root/train/<class>/*.png|jpg and root/val/<class>/*, or root/<class>/*.png|jpg"
-    trees = [list_image_folder(d) if d is not None else None for d in split_dirs] if root.is_dir() else [{}]
-    if not trees[0] or not any(trees[0].values()):
-        raise DatasetNotFoundError(
-            f"no images found under {root}: expected an ImageFolder tree, {layout} ({NEVER_DOWNLOADS})."
-        )
-    names = tuple(trees[0])
-    source = resolve_classes(names, classes)
+    train, test, names = image_folder_files(root, classes=classes, max_per_class=max_per_class,
+                                            test_fraction=test_fraction, seed=seed)
     size = (image_size, image_size) if isinstance(image_size, int) else image_size
 
-    def read(tree: dict[str, list[Path]]) -> tuple[np.ndarray, np.ndarray]:
-        unknown = sorted(set(tree) - set(names))
-        if unknown:
-            raise ValueError(f"{split_dirs[1]} has classes {unknown} that {split_dirs[0]} lacks")
-        files = [tree.get(names[s], [])[:max_per_class] for s in source]
-        labels = np.repeat(np.arange(len(source)), [len(f) for f in files])
-        return read_images([p for f in files for p in f], size=size, grayscale=grayscale), labels
+    def read(files: list[tuple[Path, int]]) -> tuple[np.ndarray, np.ndarray]:
+        labels = np.array([label for _, label in files], np.int64)
+        return read_images([path for path, _ in files], size=size, grayscale=grayscale), labels
 
-    x, y = read(trees[0])
-    if trees[1] is None:
-        tr, te = stratified_split(y, test_fraction, seed)
-        (x_tr, y_tr), (x_te, y_te) = (x[tr], y[tr]), (x[te], y[te])
-    else:
-        (x_tr, y_tr), (x_te, y_te) = (x, y), read(trees[1])
-    x_tr, y_tr, x_te, y_te = x_tr[:limit], y_tr[:limit], x_te[:limit], y_te[:limit]
+    (x_tr, y_tr), (x_te, y_te) = read(train[:limit]), read(test[:limit])
+    all_names = tuple(list_image_folder(root / "train" if (root / "train").is_dir() else root))
     return ImageSplit(
         x_train=_to_float(x_tr.transpose(0, 3, 1, 2)),
-        y_train=torch.from_numpy(y_tr.astype(np.int64)),
+        y_train=torch.from_numpy(y_tr),
         x_test=_to_float(x_te.transpose(0, 3, 1, 2)),
-        y_test=torch.from_numpy(y_te.astype(np.int64)),
-        classes=tuple(names[s] for s in source),
+        y_test=torch.from_numpy(y_te),
+        classes=names,
         name=root.resolve().name,
-        source_labels=tuple(source),
+        source_labels=tuple(all_names.index(n) for n in names),
     )

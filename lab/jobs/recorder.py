@@ -22,12 +22,16 @@ class RunRecorder(Callback):
         run: the run folder.
         tensorboard: also write TensorBoard scalars (``tensorboard --logdir runs``).
         heartbeat_s: minimum seconds between status.json rewrites during training.
+        checkpoint_on_eval: save the checkpoints after each evaluation (the tensor trainers); the loader engine
+            says when instead (``on_checkpoint``), since an epoch of ImageNet is worth more than one evaluation.
     """
 
-    def __init__(self, run: Run, *, tensorboard: bool = True, heartbeat_s: float = 1.0) -> None:
-        self.run, self.heartbeat_s = run, heartbeat_s
+    def __init__(self, run: Run, *, tensorboard: bool = True, heartbeat_s: float = 1.0,
+                 checkpoint_on_eval: bool = True) -> None:
+        self.run, self.heartbeat_s, self.checkpoint_on_eval = run, heartbeat_s, checkpoint_on_eval
         self._last_beat = 0.0
         self.best_acc = -math.inf
+        self._best_pending = False  # the last evaluation improved test accuracy: the next checkpoint is also best
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter  # imported lazily: it is slow to import
@@ -58,12 +62,18 @@ class RunRecorder(Callback):
                                  "time": time.time()})
         if self.writer is not None:
             for key, value in metrics.items():
-                split, name = key.split("_", 1)
+                split, name = key.split("_", 1) if "_" in key else ("eval", key)
                 self.writer.add_scalar(f"{split}/{name}", value, trainer.step)
         acc = metrics.get("test_acc", metrics.get("train_acc", -math.inf))
-        best = acc > self.best_acc
+        self._best_pending = self._best_pending or acc > self.best_acc
         self.best_acc = max(acc, self.best_acc)
-        self.run.save_checkpoint(trainer.state_dict(), "last", *(("best",) if best else ()))
+        if self.checkpoint_on_eval:
+            self.on_checkpoint(trainer)
+
+    def on_checkpoint(self, trainer: Trainer) -> None:
+        """``last``, and ``best`` when an evaluation since the previous checkpoint improved test accuracy."""
+        self.run.save_checkpoint(trainer.state_dict(), "last", *(("best",) if self._best_pending else ()))
+        self._best_pending = False
 
     def on_train_end(self, trainer: Trainer) -> None:
         if self.writer is not None:

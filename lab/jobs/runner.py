@@ -9,14 +9,23 @@ from typing import Any
 from lab.config import ExperimentConfig, from_dict, to_dict
 from lab.jobs.recorder import RunRecorder
 from lab.jobs.store import Run
-from lab.train.build import build_data, build_model
+from lab.train.build import build_data, build_model, loader_data
+from lab.train.distributed import World, launched_by_torchrun
+from lab.train.engine import LoaderData, LoaderTrainer
 from lab.train.progress import ProgressBar
-from lab.train.trainer import Callback, Diverged, Trainer
+from lab.train.trainer import Callback, Diverged, Trainer, resolve_device
 
 
 def config_of_run(run: Run) -> ExperimentConfig:
     """The resolved config saved in a run's config.json."""
     return from_dict(ExperimentConfig, run.read_config())
+
+
+def uses_loader(cfg: ExperimentConfig) -> bool:
+    """Whether ``cfg`` trains with the loader engine (:mod:`lab.train.engine`): asked for, or ``auto`` with MAE
+    pretraining or under ``torchrun``."""
+    engine = cfg.train.engine
+    return engine == "loader" or (engine == "auto" and (cfg.train.task == "mae" or launched_by_torchrun()))
 
 
 def make_trainer(cfg: ExperimentConfig, callbacks: Iterable[Callback] = ()) -> Trainer:
@@ -26,8 +35,12 @@ def make_trainer(cfg: ExperimentConfig, callbacks: Iterable[Callback] = ()) -> T
 
 
 def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[Callback] = (),
-                       resume: bool = False, progress: bool = True) -> dict[str, Any]:
+                       resume: bool = False, progress: bool = True, steps: int | None = None,
+                       world: World | None = None, data: LoaderData | None = None) -> dict[str, Any]:
     """Train ``cfg`` into ``run`` and leave the folder in a final state.
+
+    The tensor trainer runs unless :func:`uses_loader` says the loader engine; that one runs as one process of
+    ``world`` (default: a world of one on ``train.device``), and only rank 0 writes the folder.
 
     A non-finite loss ends the run as ``diverged`` (its message names the step and the likely cause; the last
     finite checkpoint stays); a callback setting ``trainer.should_stop`` ends it as ``stopped``; an exception
@@ -40,31 +53,49 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
         resume: continue from ``checkpoints/last.pt``: model, optimizer, step and mask generator are restored
             and metrics recorded after that step are dropped, so none is duplicated.
         progress: show a tqdm progress bar.
+        steps: train at most this many steps in this call, then stop (state ``stopped``, resumable): a cluster
+            job with a time limit trains in slices.
+        world: the data-parallel processes (loader engine); every process calls this function.
+        data: the loader engine's data sets, when already built (the CLI checks them before making the folder).
 
     Returns:
-        The final status dict.
+        The final status dict (on ranks other than 0: the status rank 0 writes, not read back).
     """
-    recorder = RunRecorder(run)
-    extra = [ProgressBar(desc=run.id)] if progress else []
-    trainer = make_trainer(cfg, [recorder, *extra, *callbacks])
+    loader = uses_loader(cfg)
+    world = world or World(device=resolve_device(cfg.train.device))
+    writes = world.main
+    recorder = RunRecorder(run, checkpoint_on_eval=not loader) if writes else None
+    extra = [ProgressBar(desc=run.id)] if progress and writes else []
+    subscribers = [*([recorder] if recorder else []), *extra, *callbacks]
+    trainer: Trainer | LoaderTrainer
+    if loader:
+        data = data if data is not None else loader_data(cfg)
+        trainer = LoaderTrainer(build_model(cfg, data), data, cfg.train, cfg.data, world, subscribers,
+                                alpha_min=cfg.model.get("alpha_min"), figures=run.path / "figures" if writes else None)
+    else:
+        trainer = make_trainer(cfg, subscribers)
+
+    def status(state: str, message: str, **fields: Any) -> dict[str, Any]:
+        fields = {"step": trainer.step, "epoch": trainer.epoch, "total_steps": trainer.total_steps, **fields}
+        return run.write_status(state, message, **fields) if writes else {"state": state, "message": message}
+
     try:
         if resume and run.has_checkpoint("last"):
-            trainer.load_state_dict(run.load_checkpoint("last"))
-            run.truncate_metrics_after(trainer.step)
-        else:
-            run.truncate_metrics_after(0) if resume else run.write_config(to_dict(cfg))
-        trainer.fit()
+            trainer.load_state_dict(run.load_checkpoint("last", map_location=world.device))
+            if writes:
+                run.truncate_metrics_after(trainer.step)
+        elif writes:
+            run.truncate_metrics_after(0) if resume else run.write_config(to_dict(cfg), world_size=world.size)
+        trainer.fit(steps)
     except Diverged as err:
-        return run.write_status("diverged", str(err), step=err.step, epoch=trainer.epoch,
-                                total_steps=trainer.total_steps, metrics=trainer.last_eval)
+        return status("diverged", str(err), step=err.step, metrics=trainer.last_eval)
     except BaseException as err:
-        run.write_status("failed", f"{type(err).__name__}: {err}", step=trainer.step, epoch=trainer.epoch,
-                         total_steps=trainer.total_steps, traceback=traceback.format_exc(limit=20))
+        status("failed", f"{type(err).__name__}: {err}", traceback=traceback.format_exc(limit=20))
         raise
     finally:
-        recorder.close()
+        if recorder is not None:
+            recorder.close()
     done = trainer.step >= trainer.total_steps
     state = "completed" if done else "stopped"
     message = (f"completed {trainer.step} steps" if done else f"stopped at step {trainer.step}")
-    return run.write_status(state, message, step=trainer.step, epoch=trainer.epoch,
-                            total_steps=trainer.total_steps, metrics=trainer.last_eval)
+    return status(state, message, metrics=trainer.last_eval)

@@ -7,9 +7,12 @@ import math
 from torch import nn
 
 from lab.config import ExperimentConfig
+from lab.data.folders import FileDataset, TensorDataset, eval_transform, tensor_transform, train_transform
 from lab.data.images import load_images
+from lab.data.loaders import image_folder_files
 from lab.data.toy2d import TOY_DATASETS, ToyData, make_toy_data
 from lab.nn.registry import create_model, model_parameters
+from lab.train.engine import LoaderData
 
 
 def build_data(cfg: ExperimentConfig) -> ToyData:
@@ -37,24 +40,59 @@ def build_data(cfg: ExperimentConfig) -> ToyData:
     return ToyData(split.x_train, split.y_train, split.x_test, split.y_test, d.name)
 
 
-def build_model(cfg: ExperimentConfig, data: ToyData | None = None) -> nn.Module:
+def loader_data(cfg: ExperimentConfig) -> LoaderData:
+    """The data sets of the loader engine (:mod:`lab.train.engine`).
+
+    ``image_folder`` is read from its files batch by batch (:mod:`lab.data.folders`: ``data.augment`` on the
+    training images, the evaluation transform on the others; sides ``data.image_size``, default 32), so a tree
+    the size of ImageNet never has to fit in memory. Every other set is :func:`build_data`'s tensors, with
+    ``data.augment`` applied per sample to images.
+
+    Raises:
+        DatasetNotFoundError: the folder is missing or holds no images (before any training starts).
+    """
+    d = cfg.data
+    if d.name == "image_folder":
+        if not d.root:
+            raise ValueError("data.name=image_folder needs data.root, the folder holding the images")
+        train, test, names = image_folder_files(d.root, classes=d.classes or None,
+                                                max_per_class=d.max_per_class or None,
+                                                test_fraction=1.0 - d.train_fraction, seed=d.seed)
+        size = d.image_size or 32
+        return LoaderData(FileDataset(train, train_transform(size, d.augment), seed=cfg.train.seed),
+                          FileDataset(test, eval_transform(size)), FileDataset(train, eval_transform(size)),
+                          len(names), (3, size, size))
+    data = build_data(cfg)
+    shape = tuple(data.x_train.shape[1:])
+    if d.augment != "none" and len(shape) != 3:
+        raise ValueError(f"data.augment={d.augment} needs images; {d.name} has inputs of shape {list(shape)}")
+    augment = tensor_transform(shape[-1], d.augment) if len(shape) == 3 else None
+    return LoaderData(TensorDataset(data.x_train, data.y_train, augment, seed=cfg.train.seed),
+                      TensorDataset(data.x_test, data.y_test), TensorDataset(data.x_train, data.y_train),
+                      data.num_classes, shape)
+
+
+def build_model(cfg: ExperimentConfig, data: ToyData | LoaderData | None = None) -> nn.Module:
     """The model of ``cfg.model``, initialised from ``cfg.model.seed``, with ``cfg.train``'s drop-path rate.
 
     The builder receives exactly the keys the config sets, plus what it takes and the config leaves unset:
-    ``in_dim`` (features per input), ``in_chans`` (image channels) and ``num_classes``, read off ``data`` (built
-    from ``cfg.data`` when not given; toy sets need no data for that: two features, two classes).
+    ``in_dim`` (features per input), ``in_chans`` (image channels), ``img_size`` (image side) and
+    ``num_classes``, read off ``data`` (built from ``cfg.data`` when not given; toy sets need no data for that:
+    two features, two classes).
     """
     m = cfg.model
     params, _ = model_parameters(m.name)
     kwargs = m.builder_kwargs()
-    wanted = [k for k in ("in_dim", "in_chans", "num_classes") if k in params and k not in kwargs]
+    wanted = [k for k in ("in_dim", "in_chans", "img_size", "num_classes") if k in params and k not in kwargs]
     if wanted:
         if data is None and cfg.data.name in TOY_DATASETS:
             shape, classes = (2,), 2
+        elif isinstance(data, LoaderData):
+            shape, classes = data.image_shape, data.num_classes
         else:
             data = data if data is not None else build_data(cfg)
             shape, classes = tuple(data.x_train.shape[1:]), data.num_classes
-        known = {"in_dim": math.prod(shape), "in_chans": shape[0], "num_classes": classes}
+        known = {"in_dim": math.prod(shape), "in_chans": shape[0], "img_size": shape[-1], "num_classes": classes}
         kwargs.update({k: known[k] for k in wanted})
     if "drop_path_rate" in params:
         kwargs["drop_path_rate"] = cfg.train.drop_path_rate if cfg.train.droppath != "off" else 0.0

@@ -42,6 +42,10 @@ class Callback:
 
     def on_epoch_end(self, trainer: Trainer) -> None: ...
 
+    def on_checkpoint(self, trainer: Trainer) -> None:
+        """The loader engine's moment to save a checkpoint (every ``train.checkpoint_every`` epochs, on stop and
+        at the end); the tensor trainers checkpoint at each evaluation instead."""
+
     def on_train_end(self, trainer: Trainer) -> None: ...
 
 

@@ -1,0 +1,351 @@
+"""The loader engine: training from a DataLoader, on one device or data-parallel under ``torchrun``.
+
+The tensor trainer (:mod:`lab.train.trainer`) holds a whole data set as tensors, which suits the toy sets and the
+small image sets the pages train live. Full-scale runs — MAE pretraining of *Residual Connections Harm Generative
+Representation Learning* on ImageNet, ResNet50/50d with *ResidualDroppath: Enhancing Feature Reuse over Residual
+Connections* — stream images from disk through worker processes into DDP replicas:
+
+- one optimisation step = ``train.accum_steps`` micro-batches of ``train.batch_size`` on each process (gradients
+  synchronised on the last one only); global batch = batch_size × accum_steps × processes;
+- the learning rate per step from :func:`lab.train.schedule.learning_rate`, its peak ``train.lr`` × global batch
+  / 256 with ``train.lr_scaling=batch256`` (MAE's rule), warmup ``warmup_steps + warmup_epochs`` × steps/epoch;
+- weight decay on weight matrices only: norms, biases, position embeddings and tokens are exempt (timm's
+  ``param_groups_weight_decay``, with the model's ``no_weight_decay()`` names);
+- bf16 autocast on CUDA (``train.precision``), ``torch.compile`` as an option;
+- every random draw of a step (crops, masks, drop paths) is a function of (seed, step, rank), so a run stopped and
+  resumed continues exactly as it would have gone on;
+- a stop request (``STOP`` file, SIGTERM) seen by any process stops every process after the same step; the last
+  checkpoint is written then, every ``train.checkpoint_every`` epochs and at the end (by rank 0, atomically).
+
+Callbacks are :class:`lab.train.trainer.Callback` s, so the run recorder, the progress bar and the stop checks of
+the tensor trainer serve here unchanged; they run on rank 0 only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset
+
+from lab.config import DataConfig, TrainConfig
+from lab.data.folders import KeyedSampler, ShardSampler
+from lab.nn.droppath import DropPath, set_droppath_mode
+from lab.probe import eval_mode
+from lab.train import pretrain_eval
+from lab.train.distributed import World, any_rank, sum_all
+from lab.train.schedule import learning_rate
+from lab.train.trainer import Callback, Diverged, divergence_hint
+
+
+@dataclass(frozen=True)
+class LoaderData:
+    """The data sets of a loader run.
+
+    Attributes:
+        train: training samples, keyed ``(epoch, index)``, augmented.
+        test: held-out samples, not augmented.
+        train_eval: the training samples without augmentation (for probes).
+        num_classes: number of classes.
+        image_shape: ``(C, H, W)`` of one input.
+    """
+
+    train: Dataset
+    test: Dataset
+    train_eval: Dataset
+    num_classes: int
+    image_shape: tuple[int, ...]
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Two groups: weight matrices with ``weight_decay``; norms, biases and the model's ``no_weight_decay()``
+    parameters (position embeddings, cls and mask tokens) without."""
+    skip = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim <= 1 or name.endswith(".bias") or name in skip else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW, Adam or SGD with :func:`param_groups`."""
+    groups = param_groups(model, cfg.weight_decay)
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(groups, lr=cfg.lr, betas=cfg.betas)
+    return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
+
+
+class LoaderTrainer:
+    """Train ``model`` on ``data`` with ``cfg`` as one process of ``world``.
+
+    Args:
+        model: a classifier ``[B, C, H, W] -> [B, classes]`` (task ``classify``) or a model whose forward returns
+            ``(loss, …)`` (task ``mae``); moved to the world's device.
+        data: the data sets.
+        cfg: the train section.
+        data_cfg: the data section (loader workers).
+        world: this process among the data-parallel processes.
+        callbacks: subscribers; give them on rank 0 only.
+        alpha_min: the model's alpha_min, only to word the divergence message.
+        figures: folder for reconstruction pictures (MAE; rank 0), or None for none.
+    """
+
+    def __init__(self, model: nn.Module, data: LoaderData, cfg: TrainConfig, data_cfg: DataConfig, world: World,
+                 callbacks: Iterable[Callback] = (), alpha_min: float | None = None,
+                 figures: Path | None = None) -> None:
+        self.cfg, self.world, self.data = cfg, world, data
+        self.device = world.device
+        if self.device.type == "cpu" and cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        self.model = model.to(self.device)
+        self.callbacks = list(callbacks)
+        self.alpha_min, self.figures = alpha_min, figures
+        rdp = cfg.droppath == "residual_droppath"  # the odd step trains only dropped branches: others get no grad
+        self.ddp = (DistributedDataParallel(self.model, device_ids=[self.device] if self.device.type == "cuda"
+                                            else None, find_unused_parameters=rdp)
+                    if world.distributed else None)
+        runner = self.ddp if self.ddp is not None else self.model
+        self.forward = torch.compile(runner) if cfg.compile else runner
+        self.optimizer = make_optimizer(self.model, cfg)
+        self.bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and self.device.type == "cuda")
+        self.mask_generator = torch.Generator(device=self.device)
+        self.sampler = KeyedSampler(len(data.train), cfg.batch_size, world.rank, world.size, cfg.seed)
+        self.loader = DataLoader(data.train, batch_size=cfg.batch_size, sampler=self.sampler,
+                                 num_workers=data_cfg.workers, pin_memory=self.device.type == "cuda",
+                                 persistent_workers=data_cfg.workers > 0, drop_last=True)
+        self.steps_per_epoch = self.sampler.batches // cfg.accum_steps
+        if self.steps_per_epoch == 0:
+            raise ValueError(f"an epoch holds {self.sampler.batches} micro-batches per process, fewer than "
+                             f"train.accum_steps={cfg.accum_steps}")
+        steps = self.steps_per_epoch * cfg.epochs
+        self.total_steps = min(steps, cfg.max_steps) if cfg.max_steps else steps
+        self.global_batch = cfg.batch_size * cfg.accum_steps * world.size
+        self.peak_lr = cfg.lr * self.global_batch / 256 if cfg.lr_scaling == "batch256" else cfg.lr
+        self.warmup = cfg.warmup_steps + cfg.warmup_epochs * self.steps_per_epoch
+        self.step = 0
+        self.should_stop = False
+        self.last_eval: dict[str, float] = {}
+        self.last_eval_step = -1
+        self._losses: list[float] = []  # training losses since the last evaluation
+        self._images = 0  # images seen since the last throughput record
+        self._fixed = self._fixed_batch()
+
+    # -- the step ---------------------------------------------------------------------------------------------
+    @property
+    def epoch(self) -> int:
+        """Completed epochs."""
+        return self.step // self.steps_per_epoch
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
+
+    def _droppath_mode(self) -> str:
+        if self.cfg.droppath == "droppath":
+            return "droppath"
+        if self.cfg.droppath == "residual_droppath":
+            return "rdp_drop" if self.step % 2 == 0 else "rdp_train"  # Algorithm 1: even steps drop
+        return "off"
+
+    def _loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with self._autocast():
+            if self.cfg.task == "mae":
+                return self.forward(x)[0]
+            return F.cross_entropy(self.forward(x), y)
+
+    def train_step(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
+        """One optimisation step on this process's micro-batches; returns the loss averaged over all processes.
+
+        Raises:
+            Diverged: the loss is non-finite on some process; no update was applied.
+        """
+        seed = (self.cfg.seed * 1_000_003 + self.step) * 1_009 + self.world.rank
+        torch.manual_seed(seed)  # MAE masks and any dropout: a function of (seed, step, rank)
+        if self.cfg.droppath != "off":
+            self.mask_generator.manual_seed(seed)
+            set_droppath_mode(self.model, self._droppath_mode(), self.mask_generator)
+        self.model.train()
+        lr = learning_rate(self.cfg, self.step, self.total_steps, peak=self.peak_lr, warmup_steps=self.warmup)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        total = 0.0
+        for j, (x, y) in enumerate(batches):
+            last = j == len(batches) - 1
+            sync = contextlib.nullcontext() if self.ddp is None or last else self.ddp.no_sync()
+            with sync:
+                loss = self._loss(x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True))
+                (loss / len(batches)).backward()
+            total += loss.item() / len(batches)
+        value = sum_all(self.world, [total])[0] / self.world.size
+        if not math.isfinite(value):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise Diverged(self.step, value, divergence_hint(self.cfg, self.alpha_min))
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return value
+
+    def _batches(self) -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Groups of ``accum_steps`` micro-batches from the current step on, epoch after epoch."""
+        while True:
+            epoch, k = divmod(self.step, self.steps_per_epoch)
+            self.sampler.set_epoch(epoch, k * self.cfg.accum_steps)
+            group: list[tuple[torch.Tensor, torch.Tensor]] = []
+            for batch in self.loader:
+                group.append(batch)
+                if len(group) == self.cfg.accum_steps:
+                    yield group
+                    group = []
+                    if self.step % self.steps_per_epoch == 0:
+                        break  # an epoch's worth of whole steps: the rest of the loader is the dropped remainder
+
+    # -- the loop ---------------------------------------------------------------------------------------------
+    def _emit(self, event: str, *args: Any) -> None:
+        for cb in self.callbacks:
+            getattr(cb, event)(self, *args)
+
+    def fit(self, steps: int | None = None) -> dict[str, float]:
+        """Train until ``total_steps`` (or ``steps`` more), a stop request on any process, or divergence.
+
+        Returns:
+            The last evaluation's metrics (rank 0; other ranks get the same dict without rank-0-only entries).
+        """
+        end = self.total_steps if steps is None else min(self.total_steps, self.step + steps)
+        self.should_stop = False
+        self._emit("on_train_start")
+        tick = time.perf_counter()
+        try:
+            batches = self._batches()
+            while self.step < end:
+                group = next(batches)
+                loss = self.train_step(group)
+                self._losses.append(loss)
+                self._images += self.global_batch
+                self.step += 1
+                self._emit("on_step_end", loss)
+                if self.step % self.cfg.log_every == 0:
+                    now = time.perf_counter()
+                    self.throughput = self._images / (now - tick)
+                    tick, self._images = now, 0
+                epoch_done = self.step % self.steps_per_epoch == 0
+                if (self.cfg.eval_every and self.step % self.cfg.eval_every == 0) or (
+                        not self.cfg.eval_every and epoch_done):
+                    self._eval_and_emit()
+                if epoch_done:
+                    self._emit("on_epoch_end")
+                    if self.epoch % self.cfg.checkpoint_every == 0:
+                        self._emit("on_checkpoint")
+                if any_rank(self.world, self.should_stop):
+                    self.should_stop = True
+                    break
+            if not self.should_stop and self.last_eval_step != self.step:
+                self._eval_and_emit()
+            if self.step % self.steps_per_epoch or self.should_stop or self.epoch % self.cfg.checkpoint_every:
+                self._emit("on_checkpoint")  # stopped, or ended between checkpoints: keep where it got to
+        finally:
+            self._emit("on_train_end")
+        return self.last_eval
+
+    # -- evaluation -------------------------------------------------------------------------------------------
+    def _fixed_batch(self) -> torch.Tensor:
+        """The first ``train.rank_inputs`` held-out images: rank and reconstructions are measured on them."""
+        n = min(self.cfg.rank_inputs, len(self.data.test))
+        return torch.stack([self.data.test[i][0] for i in range(n)]) if n else torch.empty(0)
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Held-out loss (and top-1/top-5 accuracy for classifiers) over every test sample, shared among the
+        processes; for MAE on rank 0 also the bottleneck rank, the reconstruction picture and, at epoch ends
+        every ``train.probe_every`` epochs, a quick probe. ``train_loss`` is the mean training loss since the
+        previous evaluation."""
+        out: dict[str, float] = {}
+        if self._losses:
+            out["train_loss"] = sum(self._losses) / len(self._losses)
+            self._losses = []
+        loader = DataLoader(self.data.test, batch_size=self.cfg.batch_size,
+                            sampler=ShardSampler(len(self.data.test), self.world.rank, self.world.size))
+        sums = [0.0, 0.0, 0.0, 0.0]  # loss sum, top-1 hits, top-5 hits, count
+        with eval_mode(self.model), torch.random.fork_rng(devices=[]), self._autocast():
+            torch.manual_seed(self.cfg.seed)  # the same MAE masks at every evaluation
+            for x, y in loader:
+                x, y = x.to(self.device), y.to(self.device)
+                if self.cfg.task == "mae":
+                    sums[0] += self.model(x)[0].float().item() * len(x)
+                else:
+                    logits = self.model(x).float()
+                    sums[0] += F.cross_entropy(logits, y, reduction="sum").item()
+                    top = logits.topk(min(5, logits.shape[1]), dim=1).indices
+                    sums[1] += (top[:, 0] == y).sum().item()
+                    sums[2] += (top == y[:, None]).any(1).sum().item()
+                sums[3] += len(x)
+        loss, top1, top5, n = sum_all(self.world, sums)
+        if n:
+            out["test_loss"] = loss / n
+            if self.cfg.task == "classify":
+                out["test_acc"], out["test_top5"] = top1 / n, top5 / n
+        if self.cfg.task == "mae" and self.world.main:
+            out.update(self._pretraining_measures())
+        if hasattr(self, "throughput"):
+            out["train_images_per_s"] = self.throughput
+        self.last_eval, self.last_eval_step = out, self.step
+        return out
+
+    def _pretraining_measures(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        if len(self._fixed) >= 2:
+            with eval_mode(self.model), self._autocast():
+                feats = self.model.forward_features(self._fixed.to(self.device)).float()
+            out.update(pretrain_eval.bottleneck_rank(feats))
+            if self.figures is not None:
+                pretrain_eval.save_reconstruction(self.model, self._fixed[:8].to(self.device),
+                                                  self.figures / f"reconstruction-{self.step:09d}.png",
+                                                  seed=self.cfg.seed)
+        epoch_end = self.step % self.steps_per_epoch == 0
+        if self.cfg.probe_every and epoch_end and self.epoch % self.cfg.probe_every == 0:
+            train = pretrain_eval.features(self.model, self.data.train_eval, limit=5000, device=self.device)
+            test = pretrain_eval.features(self.model, self.data.test, limit=5000, device=self.device)
+            out.update(pretrain_eval.quick_probe(train, test, self.data.num_classes, seed=self.cfg.seed))
+        return out
+
+    def _eval_and_emit(self) -> None:
+        metrics = self.evaluate()
+        if not all(math.isfinite(v) for v in metrics.values()):
+            raise Diverged(self.step, metrics.get("test_loss", float("nan")),
+                           divergence_hint(self.cfg, self.alpha_min))
+        self._emit("on_eval_end", metrics)
+
+    # -- state ------------------------------------------------------------------------------------------------
+    def _drop_paths(self) -> list[DropPath]:
+        blocks = [b for _, b in self.model.iter_blocks()] if hasattr(self.model, "iter_blocks") else [self.model]
+        seen: dict[int, DropPath] = {}
+        for module in [self.model, *blocks]:
+            for m in module.modules():
+                if isinstance(m, DropPath):
+                    seen.setdefault(id(m), m)
+        return list(seen.values())
+
+    def state_dict(self) -> dict[str, Any]:
+        """Model, optimizer, step, and the last ResidualDroppath masks (a run resumed before an odd step needs
+        the even step's)."""
+        masks = [dp.mask.cpu() if dp.mask is not None else torch.empty(0) for dp in self._drop_paths()]
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
+                "droppath_masks": masks}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` saved."""
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])
+        for dp, mask in zip(self._drop_paths(), state.get("droppath_masks", []), strict=False):
+            dp.mask = mask.to(self.device) if mask.numel() else None

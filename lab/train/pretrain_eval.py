@@ -1,0 +1,80 @@
+"""What an MAE pretraining run measures while it trains: the rank of its bottleneck features, a quick linear probe,
+and a reconstruction picture — so Figure 6 (rank and probe accuracy over training, across α_min) and Figure 8
+(reconstructions) of *Residual Connections Harm Generative Representation Learning* come from the run folders.
+
+Pure functions of a model and tensors; the loader engine calls them on rank 0 at each evaluation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from lab.analysis.probing import linear_probe
+from lab.analysis.rank import feature_rank
+from lab.probe import eval_mode
+
+
+@torch.no_grad()
+def features(model: nn.Module, dataset: Dataset, *, limit: int | None = None, batch_size: int = 256,
+             device: torch.device | str = "cpu", workers: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``forward_features`` of the first ``limit`` samples of ``dataset`` in eval mode.
+
+    Returns:
+        ``(features [n, D] float32 on the CPU, labels [n])``.
+    """
+    n = len(dataset) if limit is None else min(limit, len(dataset))
+    subset = torch.utils.data.Subset(dataset, range(n))
+    loader = DataLoader(subset, batch_size=batch_size, num_workers=workers, shuffle=False)
+    feats, labels = [], []
+    with eval_mode(model):
+        for x, y in loader:
+            feats.append(model.forward_features(x.to(device)).float().cpu())
+            labels.append(torch.as_tensor(y))
+    return torch.cat(feats), torch.cat(labels)
+
+
+def bottleneck_rank(feats: torch.Tensor) -> dict[str, float]:
+    """The two rank measures of the bottleneck features ``[n, D]`` (sample-by-sample covariance, §6).
+
+    Returns:
+        ``rank_effective``: exp of the spectral entropy (Roy & Vetterli); ``rank_entropy``: the entropy itself, the
+        number the paper plots as "effective rank" (its Eq. 6).
+    """
+    return {"rank_effective": float(feature_rank(feats, measure="effective_rank")),
+            "rank_entropy": float(feature_rank(feats, measure="entropy"))}
+
+
+def quick_probe(train: tuple[torch.Tensor, torch.Tensor], test: tuple[torch.Tensor, torch.Tensor],
+                num_classes: int, *, epochs: int = 30, seed: int = 0) -> dict[str, float]:
+    """A linear probe on cached features (:func:`lab.analysis.probing.linear_probe`): a cheap proxy of
+    ``lab probe``'s accuracy to follow during pretraining, not its replacement.
+
+    Returns:
+        ``probe_top1`` on the test features.
+    """
+    out = linear_probe(*train, *test, epochs=epochs, num_classes=num_classes, seed=seed)
+    return {"probe_top1": float(out["test_acc"])}
+
+
+@torch.no_grad()
+def save_reconstruction(model: nn.Module, images: torch.Tensor, path: Path, *, seed: int = 0) -> Path:
+    """Figure 8's picture for ``images [n, C, H, W]``: rows of originals, masked inputs and reconstructions
+    (visible patches pasted back), each image scaled to [0, 1] on its own. Masks come from ``seed``, so the
+    pictures of successive evaluations are comparable.
+    """
+    from torchvision.utils import save_image
+
+    with eval_mode(model), torch.random.fork_rng(devices=[images.device] if images.is_cuda else []):
+        torch.manual_seed(seed)
+        _, pred, mask = model(images)
+    patches = model.patchify(images)
+    visible = model.unpatchify(patches * (1 - mask[..., None]))
+    pasted = model.unpatchify(patches * (1 - mask[..., None]) + pred.float() * mask[..., None])
+    grid = torch.cat([images, visible, pasted]).float().cpu()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_image(grid, path, nrow=len(images), normalize=True, scale_each=True, padding=1)
+    return path
