@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from lab.jobs.manager import JobManager
+from lab.jobs.manager import JobManager, get_manager
 from lab.ui.serve import serving, serving_lab
 from lab.ui.shell import LabShell
 from tests.ui.browser import JS_HAS_TEXT, JS_PLOTS, browser_page, needs_chromium, plots_off_their_data
@@ -115,6 +115,22 @@ JS_CURVE_POINTS = """() => { let n = 0; for (const doc of Bokeh.documents) for (
     if (m.name === "loss:loss") n = m.get_length(); return n; }"""
 
 
+JS_TEXTS = """() => { const out = []; for (const doc of Bokeh.documents) for (const m of doc.all_models)
+    if (typeof m.text === 'string' && m.text.trim()) out.push(m.text.slice(0, 200)); return out; }"""
+
+
+def _wait_for_text(page, needle: str, timeout: float) -> None:
+    """Wait for ``needle`` in the page; on timeout say what the page and the server's jobs showed instead."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_function(JS_HAS_TEXT, arg=needle, timeout=timeout)
+    except PlaywrightTimeout:
+        jobs = [(job.run.id, job.owner, job.status()) for job in get_manager().active()]
+        texts = [t for t in page.evaluate(JS_TEXTS) if "step" in t or "run" in t.lower()]
+        raise AssertionError(f"{needle!r} never shown; status texts: {texts}; active jobs: {jobs}") from None
+
+
 def _plots(page) -> list[dict]:
     return page.evaluate(JS_PLOTS)
 
@@ -141,7 +157,7 @@ def test_every_plot_of_every_page_shows_its_data(server):
         page.goto(f"{url}/apps?page=Data&n=1000&steps=100", timeout=60_000)
         page.wait_for_function(JS_HAS_TEXT, arg="spiral: 800 train", timeout=120_000)
         page.get_by_role("button", name="Train the default model").click()
-        page.wait_for_function(JS_HAS_TEXT, arg="step 100 / 100", timeout=300_000)
+        _wait_for_text(page, "step 100 / 100", timeout=300_000)
         page.wait_for_function(f"() => ({JS_CURVE_POINTS})() >= 10", timeout=60_000)
         plots = _plots(page)
         assert {"Loss", "Accuracy"} <= {p["title"] for p in plots}
