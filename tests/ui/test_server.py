@@ -156,7 +156,12 @@ def test_every_plot_of_every_page_shows_its_data(server):
 
         page.goto(f"{url}/apps?page=Data&n=1000&steps=100", timeout=60_000)
         page.wait_for_function(JS_HAS_TEXT, arg="spiral: 800 train", timeout=120_000)
-        page.get_by_role("button", name="Train the default model").click()
+        train = page.get_by_role("button", name="Train the default model")
+        train.click()
+        try:  # the status names the run once it started; a click the browser sent before the socket was up is lost
+            page.wait_for_function(JS_HAS_TEXT, arg="data-spiral", timeout=30_000)
+        except Exception:
+            train.click()
         _wait_for_text(page, "step 100 / 100", timeout=300_000)
         page.wait_for_function(f"() => ({JS_CURVE_POINTS})() >= 10", timeout=60_000)
         plots = _plots(page)
