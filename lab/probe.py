@@ -50,6 +50,11 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
     block by block) may hand out block views that live outside ``model.modules()``, and an analysis must see
     them in eval mode too (BatchNorm running statistics, no drop path). Mixed flags survive.
 
+    Attention modules with a ``fused_attn`` switch (timm's, and so the lab's ViT blocks) take their plain softmax
+    path inside the ``with``: forward-mode AD (``torch.func.jvp``, which the Jacobian operators use) has no rule for
+    the fused ``scaled_dot_product_attention`` kernels. The plain path computes the same attention, with a
+    ``[B, heads, T, T]`` matrix in memory.
+
     Flags are set directly rather than through ``train()``/``eval()``, which walk the module tree through
     ``nn.Module.__setattr__`` and cost about 5 ms per call on the 32-block MLP, a fifth of a live snapshot.
     """
@@ -59,13 +64,18 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
         for _, block in model.iter_blocks():
             modules += [m for m in block.modules() if id(m) not in seen and not seen.add(id(m))]
     flags = [m.training for m in modules]
+    fused = [m for m in modules if m.__dict__.get("fused_attn") is True]
     try:
         for m in modules:
             m.__dict__["training"] = False
+        for m in fused:
+            m.__dict__["fused_attn"] = False
         yield
     finally:
         for m, flag in zip(modules, flags, strict=True):
             m.__dict__["training"] = flag
+        for m in fused:
+            m.__dict__["fused_attn"] = True
 
 
 class Captured:

@@ -92,3 +92,20 @@ def test_eval_mode_reaches_block_views_outside_the_module_tree():
     with eval_mode(model):
         assert not model.training and not any(m.training for m in view.modules())
     assert model.training and view.training and view[0].training and not view[1].training
+
+
+def test_eval_mode_switches_fused_attention_to_the_plain_path_and_back():
+    """Forward-mode AD has no rule for fused attention kernels: analyses under eval_mode get the plain path."""
+
+    class Attention(nn.Module):
+        def __init__(self, fused: bool) -> None:
+            super().__init__()
+            self.fused_attn = fused
+
+    model = nn.Sequential(Attention(True), Attention(False), nn.Linear(2, 2))
+    with eval_mode(model):
+        assert [model[0].fused_attn, model[1].fused_attn] == [False, False]
+    assert [model[0].fused_attn, model[1].fused_attn] == [True, False]
+    with pytest.raises(RuntimeError), eval_mode(model):
+        raise RuntimeError
+    assert model[0].fused_attn is True

@@ -4,7 +4,7 @@ Importing this package registers every model: the residual MLP, the ResNets of *
 the Mechanisms of Residual Networks* and the timm adapters.
 """
 
-from lab.nn import resnets, timm_adapter  # noqa: F401  (registration side effect)
+from lab.nn import mae, resnets, timm_adapter  # noqa: F401  (registration side effect)
 from lab.nn.block import ResidualBlock
 from lab.nn.droppath import DropPath, set_droppath_mode
 from lab.nn.mlp import MLPBranch, ResidualMLP
