@@ -1,5 +1,6 @@
 """Command line: ``python -m lab train CONFIG [section.key=value ...] [--runs-dir DIR]``, ``resume RUN``,
-``analyze alignment RUN [--inputs N] [--k K]`` and ``sweep CONFIG key=v1,v2,... [section.key=value ...]``."""
+``analyze alignment RUN [--inputs N] [--k K]``, ``probe RUN [--layer bottleneck|blocks.N] [--epochs N]`` (linear
+probing on frozen features) and ``sweep CONFIG key=v1,v2,... [section.key=value ...]``."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from lab.config import ConfigError, ExperimentConfig, load_config
 from lab.data.images import DatasetNotFoundError
 from lab.data.toy2d import TOY_DATASETS
+from lab.jobs.probe_report import format_probe, probe_report
 from lab.jobs.process import StopFile
 from lab.jobs.reports import alignment_report, format_alignment
 from lab.jobs.runner import config_of_run, train_and_evaluate, uses_loader
@@ -69,6 +71,18 @@ def _parser() -> argparse.ArgumentParser:
     analyze.add_argument("--k", type=int, default=None, help="singular triplets per block (default 2C)")
     analyze.add_argument("--nc-inputs", type=int, default=500, help="training inputs for neural collapse")
     analyze.add_argument("--checkpoint", default="last", choices=["last", "best"])
+    probe = sub.add_parser("probe", help="linear probe on a run's frozen features into <run>/analysis/probe.json")
+    probe.add_argument("run", help="run id (in the runs folder) or a run folder's path")
+    probe.add_argument("--runs-dir", default=None)
+    probe.add_argument("--layer", default="bottleneck",
+                       help="bottleneck (the model's features, default) or blocks.N (block N's output, pooled)")
+    probe.add_argument("--checkpoint", default="last", choices=["last", "best"])
+    probe.add_argument("--epochs", type=int, default=200, help="probe epochs (default 200)")
+    probe.add_argument("--lr", type=float, default=1e-2, help="peak learning rate, cosine-decayed to 0 (1e-2)")
+    probe.add_argument("--batch-size", type=int, default=1024, help="probe batch size (default 1024)")
+    probe.add_argument("--limit", type=int, default=None, metavar="N", help="at most N samples of each split")
+    probe.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:i]")
+    probe.add_argument("--no-progress", action="store_true", help="no progress bar")
     sweep = sub.add_parser("sweep", help="train a sweep (comma lists; two lists sweep their product) into one "
                                          "folder of ordinary run folders, as few ensembles as possible")
     sweep.add_argument("config", help="YAML config of a residual_mlp, e.g. configs/spiral.yaml")
@@ -97,6 +111,23 @@ def _analyze(args: argparse.Namespace, store: RunStore) -> int:
         return 2
     print(format_alignment(summary))
     print(f"wrote {run.path / 'analysis' / 'alignment.json'} and alignment.npz", file=sys.stderr)
+    return 0
+
+
+def _probe(args: argparse.Namespace, store: RunStore) -> int:
+    if args.epochs < 1 or args.batch_size < 2 or args.lr <= 0 or (args.limit is not None and args.limit < 2):
+        print("error: --epochs must be >= 1, --batch-size and --limit >= 2 and --lr > 0", file=sys.stderr)
+        return 2
+    try:
+        run = _open_run(args.run, store)
+        summary = probe_report(run, layer=args.layer, checkpoint=args.checkpoint, epochs=args.epochs, lr=args.lr,
+                               batch_size=args.batch_size, limit=args.limit, device=args.device,
+                               progress=not args.no_progress)
+    except (ConfigError, FileNotFoundError, CheckpointError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(format_probe(summary))
+    print(f"wrote {run.path / 'analysis' / 'probe.json'}", file=sys.stderr)
     return 0
 
 
@@ -158,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     store = RunStore(args.runs_dir or default_runs_dir())
     if args.command == "analyze":
         return _analyze(args, store)
+    if args.command == "probe":
+        return _probe(args, store)
     if args.command == "sweep":
         return _sweep(args, store)
     if args.steps is not None and args.steps < 1:
