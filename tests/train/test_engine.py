@@ -1,0 +1,123 @@
+"""The loader engine on one process: its optimiser maths, exact resume, ResidualDroppath on a timm ResNet50d, and
+bad input that stops before anything is written."""
+
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from lab.cli import main
+from lab.config import ExperimentConfig, apply_overrides, load_config
+from lab.data.formats import make_synthetic_image_folder
+from lab.nn.droppath import DropPath
+from lab.train.build import build_model, loader_data
+from lab.train.distributed import World
+from lab.train.engine import LoaderTrainer, param_groups
+
+
+def _trainer(overrides: dict, callbacks=()) -> LoaderTrainer:
+    cfg = apply_overrides(ExperimentConfig(), {"data.n": 512, "model.depth": 4, "model.width": 16,
+                                                "train.engine": "loader", "data.workers": 0, **overrides})
+    data = loader_data(cfg)
+    return LoaderTrainer(build_model(cfg, data), data, cfg.train, cfg.data, World(), callbacks)
+
+
+class _Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pos_embed = nn.Parameter(torch.zeros(1, 4))
+        self.fc = nn.Linear(4, 4)
+        self.norm = nn.LayerNorm(4)
+
+    def no_weight_decay(self) -> set[str]:
+        return {"pos_embed"}
+
+
+def test_weight_decay_spares_norms_biases_and_the_models_exemptions():
+    model = _Tiny()
+    decay, spared = param_groups(model, 0.05)
+    assert decay["weight_decay"] == 0.05 and spared["weight_decay"] == 0.0
+    assert {id(p) for p in decay["params"]} == {id(model.fc.weight)}
+    assert {id(p) for p in spared["params"]} == {id(model.pos_embed), id(model.fc.bias), id(model.norm.weight),
+                                                 id(model.norm.bias)}
+
+
+def test_learning_rate_scales_with_the_global_batch_and_warms_up_over_epochs():
+    t = _trainer({"train.batch_size": 32, "train.accum_steps": 2, "train.lr": 1e-3, "train.lr_scaling": "batch256",
+                  "train.lr_schedule": "warmup_cosine", "train.warmup_epochs": 1, "train.epochs": 4})
+    assert t.global_batch == 64 and t.peak_lr == pytest.approx(1e-3 * 64 / 256)
+    assert t.steps_per_epoch == (409 // 32) // 2 and t.warmup == t.steps_per_epoch
+    t.fit(steps=1)
+    assert t.optimizer.param_groups[0]["lr"] == pytest.approx(t.peak_lr / t.warmup)  # (s + 1) / W of the peak
+
+
+def test_accumulated_micro_batches_make_the_update_of_one_large_batch():
+    """Two micro-batches of 16 see the same 32 samples as one batch of 32 (the sampler's first keys) and, with no
+    batch-dependent layer, give the same gradient: the same parameters after a step."""
+    small = _trainer({"train.batch_size": 16, "train.accum_steps": 2})
+    large = _trainer({"train.batch_size": 32})
+    small.fit(steps=1)
+    large.fit(steps=1)
+    for a, b in zip(small.model.parameters(), large.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=2e-6, rtol=1e-5)
+
+
+def _steps(run) -> list[tuple[int, float]]:
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["loss"]) for r in records if r["kind"] == "step"]
+
+
+def test_a_run_stopped_and_resumed_continues_with_the_losses_of_an_uninterrupted_one(tmp_path):
+    args = ["configs/ra_fc_digits.yaml", "train.engine=loader", "train.max_steps=12", "train.log_every=1",
+            "data.workers=0", "--no-progress"]
+    assert main(["train", *args, "--runs-dir", str(tmp_path / "a")]) == 0
+    assert main(["train", *args, "--runs-dir", str(tmp_path / "b"), "--steps", "5"]) == 0
+    (a,), (b,) = (list((tmp_path / d).iterdir()) for d in ("a", "b"))
+    assert json.loads((b / "status.json").read_text())["state"] == "stopped"
+    assert main(["resume", str(b), "--no-progress"]) == 0
+    assert json.loads((b / "status.json").read_text())["state"] == "completed"
+    assert _steps(b) == _steps(a) and len(_steps(a)) == 12  # every loss, bit for bit
+
+
+def test_residual_droppath_alternates_on_a_timm_resnet50d(tmp_path):
+    root = make_synthetic_image_folder(tmp_path / "imgs", classes=3, per_class=4, size=32)
+    cfg = load_config(None, {"model.name": "timm_resnet50d", "data.name": "image_folder", "data.root": str(root),
+                             "data.image_size": 32, "data.workers": 0, "train.engine": "loader",
+                             "train.batch_size": 4, "train.optimizer": "sgd", "train.lr": 0.01,
+                             "train.droppath": "residual_droppath", "train.drop_path_rate": 0.5})
+    data = loader_data(cfg)
+    t = LoaderTrainer(build_model(cfg, data), data, cfg.train, cfg.data, World())
+    drops = t._drop_paths()
+    assert len(drops) == 15  # every block but the first (timm's linear rule gives it rate 0)
+    before = [p.detach().clone() for p in t.model.parameters()]
+    t.fit(steps=1)  # even step: sample and remember per-sample keep masks
+    masks = [d.mask.clone() for d in drops]
+    assert all(d.mode == "rdp_drop" for d in drops) and any((m == 0).any() for m in masks)
+    t.fit(steps=1)  # odd step: the same masks, the dropped branches trained
+    assert all(d.mode == "rdp_train" for d in drops)
+    assert all(torch.equal(d.mask, m) for d, m in zip(drops, masks, strict=True))
+    assert t.step == 2 and math.isfinite(t.evaluate()["test_loss"])
+    assert any(not torch.equal(p, q) for p, q in zip(t.model.parameters(), before, strict=True))
+
+
+def test_a_missing_image_folder_is_an_error_before_any_folder_is_made(tmp_path, capsys):
+    code = main(["train", "configs/ra_fc_digits.yaml", "train.engine=loader", "data.name=image_folder",
+                 f"data.root={tmp_path / 'nowhere'}", "--runs-dir", str(tmp_path / "runs")])
+    assert code == 2 and "no images found" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_diverging_loader_run_says_so_and_keeps_its_folder(tmp_path, capsys):
+    code = main(["train", "configs/ra_fc_digits.yaml", "train.engine=loader", "train.lr=100", "data.workers=0",
+                 "train.optimizer=sgd", "--runs-dir", str(tmp_path), "--no-progress"])
+    (run,) = tmp_path.iterdir()
+    status = json.loads((run / "status.json").read_text())
+    assert code == 1 and status["state"] == "diverged" and "lower the learning rate" in status["message"]
+
+
+def test_droppath_modules_are_found_once():
+    t = _trainer({"train.droppath": "droppath", "train.drop_path_rate": 0.1})
+    drops = t._drop_paths()
+    assert drops and len(drops) == len({id(d) for d in drops}) and all(isinstance(d, DropPath) for d in drops)
