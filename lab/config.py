@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -42,7 +43,7 @@ LR_SCHEDULES = ("constant", "cosine", "warmup_cosine")
 TASKS = ("classify", "mae")
 ENGINES = ("auto", "tensor", "loader")
 PRECISIONS = ("auto", "fp32", "bf16")
-AUGMENTS = ("none", "mae", "crop_flip")
+AUGMENTS = ("none", "mae", "resized_crop", "crop_flip")
 DATASETS = (*TOY_DATASETS, *IMAGE_DATASETS)
 
 
@@ -222,8 +223,9 @@ class DataConfig:
     image_size: int = _field(0, lo=0, hi=4096, doc="digits and image folders: resize to N × N (0 = 8 for digits, "
                                                     "32 for image folders)")
     augment: str = _field("none", choices=AUGMENTS, doc="loader engine, training images: mae = RandomResizedCrop "
-                                                         "(scale 0.2-1) + flip as MAE pretraining; crop_flip = "
-                                                         "padded random crop + flip (CIFAR); none")
+                                                         "(scale 0.2-1) + flip as MAE pretraining; resized_crop = "
+                                                         "scale 0.08-1 + flip (ImageNet classification); crop_flip "
+                                                         "= padded random crop + flip (CIFAR); none")
     workers: int = _field(4, lo=0, hi=256, doc="loader engine: data-loading worker processes per training process")
 
     def __post_init__(self) -> None:
@@ -345,6 +347,9 @@ def _coerce(value: Any, tp: Any, name: str) -> Any:
             raise ConfigError(f"{name} must be an integer; got {value!r}")
         return int(value)
     if tp is float:
+        if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot, unsigned exponent) as a string
+            with contextlib.suppress(ValueError):
+                value = float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{name} must be a number; got {value!r}")
         return float(value)
@@ -459,14 +464,13 @@ def apply_overrides(cfg: T, overrides: Iterable[str] | Mapping[str, Any]) -> T:
 
 
 def _keep_model_keys(section: dict[str, Any], name: str, overridden: set[str]) -> None:
-    """On a change of ``model.name``, drop the old model's keys that the new one does not take (unless they are
-    overridden too, in which case the new model's check names them)."""
+    """On a change of ``model.name``, drop the old model's keys that the new one does not name (unless they are
+    overridden too, in which case the new model's check names them). A builder that passes any other keyword
+    on (a timm model's ``**timm_kwargs``) does not inherit the old model's ``depth`` or ``width`` either."""
     try:
-        params, takes_any = model_parameters(name)
+        params, _ = model_parameters(name)
     except ValueError:
         return  # the unknown name is reported when the section is built
-    if takes_any:
-        return
     for key in [k for k in section if k not in ("name", "seed") and k not in params and k not in overridden]:
         del section[key]
 

@@ -189,3 +189,20 @@ def test_learning_rate_schedule_fields_are_checked():
         TrainConfig(lr_schedule="step")
     with pytest.raises(ConfigError, match=r"train\.min_lr \(0\.5\) must not exceed train\.lr"):
         TrainConfig(lr=0.1, min_lr=0.5, lr_schedule="cosine")
+
+
+def test_a_float_in_scientific_notation_is_a_number_in_overrides_and_yaml(tmp_path):
+    """YAML 1.1 reads ``1e-3`` as a string; the config reads it as the number it means."""
+    assert load_config(None, ["train.lr=1e-3"]).train.lr == 1e-3
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  lr: 1.5e-4\n  min_lr: 1e-6\n")
+    cfg = load_config(path)
+    assert (cfg.train.lr, cfg.train.min_lr) == (1.5e-4, 1e-6)
+    with pytest.raises(ConfigError, match="must be a number"):
+        load_config(None, ["train.lr=fast"])
+
+
+def test_a_timm_model_does_not_inherit_the_default_models_depth_and_width():
+    cfg = load_config(None, {"model.name": "timm_resnet50d"})
+    assert cfg.model.depth is None and cfg.model.width is None and cfg.model.builder_kwargs() == {}
+    assert load_config(None, {"model.name": "timm_resnet50d", "model.zero_init": True}).model.zero_init is True

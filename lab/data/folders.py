@@ -36,12 +36,15 @@ def _augmentations(size: int, augment: str) -> list[Callable]:
     if augment == "mae":  # MAE pretraining: random resized crop (scale 0.2-1) and flip
         return [v2.RandomResizedCrop(size, scale=(0.2, 1.0), interpolation=v2.InterpolationMode.BICUBIC,
                                      antialias=True), v2.RandomHorizontalFlip()]
+    if augment == "resized_crop":  # ImageNet classification (timm's default): scale 0.08-1 and flip
+        return [v2.RandomResizedCrop(size, scale=(0.08, 1.0), interpolation=v2.InterpolationMode.BILINEAR,
+                                     antialias=True), v2.RandomHorizontalFlip()]
     if augment == "crop_flip":  # CIFAR's padded random crop and flip
         return [v2.Resize(size, antialias=True), v2.CenterCrop(size), v2.RandomCrop(size, padding=size // 8),
                 v2.RandomHorizontalFlip()]
     if augment == "none":
         return [v2.Resize(size, antialias=True), v2.CenterCrop(size)]
-    raise ValueError(f"unknown augmentation {augment!r}; valid: mae, crop_flip, none")
+    raise ValueError(f"unknown augmentation {augment!r}; valid: mae, resized_crop, crop_flip, none")
 
 
 def _normalise() -> list[Callable]:
@@ -49,7 +52,8 @@ def _normalise() -> list[Callable]:
 
 
 def train_transform(size: int, augment: str) -> Callable[[Image.Image], torch.Tensor]:
-    """PIL image → ``[3, size, size]`` float tensor, augmented (``mae``, ``crop_flip`` or ``none``), normalised."""
+    """PIL image → ``[3, size, size]`` float tensor, augmented (``mae``, ``resized_crop``, ``crop_flip`` or
+    ``none``), normalised."""
     return v2.Compose([v2.ToImage(), *_augmentations(size, augment), *_normalise()[1:]])
 
 

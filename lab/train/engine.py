@@ -276,12 +276,13 @@ class LoaderTrainer:
         loader = DataLoader(self.data.test, batch_size=self.cfg.batch_size,
                             sampler=ShardSampler(len(self.data.test), self.world.rank, self.world.size))
         sums = [0.0, 0.0, 0.0, 0.0]  # loss sum, top-1 hits, top-5 hits, count
-        with eval_mode(self.model), torch.random.fork_rng(devices=[]), self._autocast():
-            torch.manual_seed(self.cfg.seed)  # the same MAE masks at every evaluation
+        generator = torch.Generator(device=self.device).manual_seed(self.cfg.seed)  # the same MAE masks each time
+        self.model.eval()  # not eval_mode: that also turns fused attention off, which analyses need, not this loop
+        with self._autocast():
             for x, y in loader:
                 x, y = x.to(self.device), y.to(self.device)
                 if self.cfg.task == "mae":
-                    sums[0] += self.model(x)[0].float().item() * len(x)
+                    sums[0] += self.model(x, generator=generator)[0].float().item() * len(x)
                 else:
                     logits = self.model(x).float()
                     sums[0] += F.cross_entropy(logits, y, reduction="sum").item()
@@ -315,7 +316,8 @@ class LoaderTrainer:
         if self.cfg.probe_every and epoch_end and self.epoch % self.cfg.probe_every == 0:
             train = pretrain_eval.features(self.model, self.data.train_eval, limit=5000, device=self.device)
             test = pretrain_eval.features(self.model, self.data.test, limit=5000, device=self.device)
-            out.update(pretrain_eval.quick_probe(train, test, self.data.num_classes, seed=self.cfg.seed))
+            with torch.enable_grad():  # the probe trains its head (evaluate runs without gradients)
+                out.update(pretrain_eval.quick_probe(train, test, self.data.num_classes, seed=self.cfg.seed))
         return out
 
     def _eval_and_emit(self) -> None:

@@ -63,17 +63,15 @@ def quick_probe(train: tuple[torch.Tensor, torch.Tensor], test: tuple[torch.Tens
 @torch.no_grad()
 def save_reconstruction(model: nn.Module, images: torch.Tensor, path: Path, *, seed: int = 0) -> Path:
     """Figure 8's picture for ``images [n, C, H, W]``: rows of originals, masked inputs and reconstructions
-    (visible patches pasted back), each image scaled to [0, 1] on its own. Masks come from ``seed``, so the
-    pictures of successive evaluations are comparable.
+    (:meth:`~lab.nn.mae.MaskedAutoencoderViT.reconstruct`: visible patches pasted back), each image scaled to
+    [0, 1] on its own. The masks come from ``seed``, so the pictures of successive evaluations are comparable.
     """
     from torchvision.utils import save_image
 
-    with eval_mode(model), torch.random.fork_rng(devices=[images.device] if images.is_cuda else []):
-        torch.manual_seed(seed)
-        _, pred, mask = model(images)
-    patches = model.patchify(images)
-    visible = model.unpatchify(patches * (1 - mask[..., None]))
-    pasted = model.unpatchify(patches * (1 - mask[..., None]) + pred.float() * mask[..., None])
+    generator = torch.Generator(device=images.device).manual_seed(seed)
+    with eval_mode(model):
+        pasted, mask = model.reconstruct(images, generator=generator, return_mask=True)
+    visible = model.unpatchify(model.patchify(images) * (1 - mask[..., None]))
     grid = torch.cat([images, visible, pasted]).float().cpu()
     path.parent.mkdir(parents=True, exist_ok=True)
     save_image(grid, path, nrow=len(images), normalize=True, scale_each=True, padding=1)
