@@ -15,6 +15,7 @@ from lab.ui.data_page import DataPage
 from lab.ui.page import Page
 from lab.ui.playground import PlaygroundPage
 from lab.ui.rank_page import RankPage
+from lab.ui.runs_page import RunsPage
 
 PageFactory = Callable[[JobManager], Page]
 
@@ -32,6 +33,7 @@ def default_pages() -> dict[str, PageFactory]:
     return {"Playground": lambda manager: PlaygroundPage(manager=manager),
             "Alignment": lambda manager: AlignmentPage(manager=manager),
             "Rank": lambda manager: RankPage(manager=manager),
+            "Runs": lambda manager: RunsPage(manager=manager),
             "Data": lambda manager: DataPage(manager=manager)}
 
 

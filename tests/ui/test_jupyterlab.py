@@ -187,3 +187,34 @@ def test_alignment_page_trains_both_networks_in_jupyterlab_offline(jupyter):
         page.wait_for_timeout(500)
     assert len([p for p in runs.iterdir() if p.is_dir()]) == 2, "a run with skips and one without"
     assert not seen.external and not seen.errors, seen
+
+
+JS_LOSS_POINTS = """() => { if (!window.Bokeh) return 0; for (const doc of Bokeh.documents)
+  for (const m of doc.all_models) if (m.name === 'loss:loss' && m.get_length) return m.get_length(); return 0; }"""
+
+
+@pytest.mark.ui
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@needs_chromium
+def test_runs_page_follows_a_run_in_jupyterlab_offline(jupyter):
+    from lab.jobs.store import RunStore
+
+    url, root, runs = jupyter
+    run = RunStore(runs).create("notebook")
+    run.write_config({"model": {"name": "model-nb"}})
+    run.write_status("running", "written elsewhere", step=30, total_steps=100)
+    run.append_metrics(*[{"kind": "step", "step": s, "loss": 1.0 / s} for s in (10, 20, 30)])
+    write_notebook(root / "runs.ipynb", [
+        "import lab.ui as ui\nui.extension('tabulator')",
+        f"from lab.ui.runs_page import RunsPage\npage = RunsPage(run={run.id!r})\npage"])
+    with browser_page() as (page, seen):
+        page.goto(f"{url}/lab/tree/runs.ipynb", timeout=60_000)
+        page.wait_for_function(JS_KERNEL_READY, timeout=60_000)
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+        page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+        page.locator(".tabulator-cell", has_text=run.id).wait_for(timeout=120_000)  # the table
+        page.wait_for_function(f"() => ({JS_LOSS_POINTS})() === 3", timeout=60_000)  # the opened run's curve
+        run.append_metrics({"kind": "step", "step": 40, "loss": 0.025})
+        page.wait_for_function(f"() => ({JS_LOSS_POINTS})() === 4", timeout=60_000)  # grows with the file
+    assert not seen.external and not seen.errors, seen

@@ -240,3 +240,44 @@ def test_out_of_range_url_settings_are_named_and_clamped(server):
         page.wait_for_function(JS_HAS_TEXT, arg="step 0", timeout=60_000)
         assert "depth=64" in page.url  # the URL now carries the value in use
     assert not seen.errors and not seen.external, seen
+
+
+# points of the curve whose source is named ``name`` (LiveCurves: "loss:loss", the Runs page: "Learning rate:lr")
+JS_SOURCE_POINTS = """(name) => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
+    if (m.name === name && m.get_length) return m.get_length(); return 0; }"""
+
+
+@needs_chromium
+def test_browser_runs_page_lists_runs_and_follows_the_opened_one(server, tmp_path):
+    """Run folders written beside the server (as a cluster job on a mounted disk would) are listed; a clicked row
+    opens its run, whose curves grow as its metrics file does."""
+    from lab.jobs.store import RunStore
+
+    store = RunStore(tmp_path / "runs")
+    runs = {}
+    for name, state in (("older", "completed"), ("live", "running")):
+        run = runs[name] = store.create(name)
+        run.write_config({"model": {"name": f"model-{name}"}})
+        run.write_status(state, f"{state} {name}", step=60, total_steps=200)
+        run.append_metrics(*[{"kind": "step", "step": s, "loss": 2.0 / s, "lr": 0.01} for s in range(10, 61, 10)],
+                           {"kind": "eval", "step": 60, "train_acc": 0.7, "test_acc": 0.65, "probe_top1": 0.4})
+    live = runs["live"]
+    url = server
+    with browser_page() as (page, seen):
+        page.goto(f"{url}/apps?page=Runs", timeout=60_000)
+        cell = page.locator(".tabulator-cell", has_text=live.id)
+        cell.wait_for(timeout=60_000)
+        assert page.locator(".tabulator-cell", has_text=runs["older"].id).count() == 1
+        assert page.locator(".tabulator-cell", has_text="60 / 200 (30%)").count() == 2
+        cell.click()
+        page.wait_for_function(JS_SOURCE_POINTS, arg="loss:loss", timeout=60_000)
+        page.wait_for_function("(id) => location.search.includes('run=' + id)", arg=live.id, timeout=10_000)
+        assert page.evaluate(JS_SOURCE_POINTS, "loss:loss") == 6
+        live.append_metrics(*[{"kind": "step", "step": s, "loss": 2.0 / s, "lr": 0.005} for s in (70, 80, 90)])
+        page.wait_for_function(f"() => ({JS_SOURCE_POINTS})('loss:loss') === 9", timeout=30_000)
+        page.wait_for_function(JS_HAS_TEXT, arg="model-live", timeout=10_000)  # the header of the opened run
+        plots = _plots(page)
+        assert [p["title"] for p in plots] == ["Loss", "Accuracy", "Learning rate", "Linear probe accuracy"], plots
+        assert next(p for p in plots if p["title"] == "Loss")["x"]["hi"] == 90
+        assert not plots_off_their_data(plots), plots_off_their_data(plots)
+    assert not seen.errors and not seen.external, seen

@@ -1,0 +1,438 @@
+"""Run folders found and read for a listing: what each run is, how far it got, and what is wrong with its files.
+
+Full-scale runs (``torchrun`` on a cluster) write the same run folder as the lab's own jobs
+(:mod:`lab.jobs.store`), so a mounted output folder can be listed and watched like the server's runs folder. Which
+folders a server may read is fixed when it starts: its runs folder, plus the folders named by ``LAB_RUN_DIRS``
+(paths separated by ``os.pathsep``). A path typed into a page must resolve inside one of them (the rule of
+:func:`lab.data.roots.resolve_data_path`, applied to these roots).
+
+A listed folder is a run folder (it holds any of ``status.json``, ``config.json``, ``config.yaml``,
+``metrics.jsonl``, ``checkpoints/``), a sweep folder (``sweep.json`` beside member run folders; the members are
+listed), or a folder of those. Readers are cheap to call again: :class:`RunReader` re-reads a file only when its
+size, modification time or inode changed, and reads ``metrics.jsonl`` from where it stopped. Nothing here raises
+for a damaged folder: what cannot be read is named in the summary's ``problems``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from lab.data.roots import resolve_data_path
+from lab.jobs.job import Job
+from lab.jobs.process import AttachedJob
+from lab.jobs.store import FINISHED, Run
+from lab.jobs.sweep import SWEEP_FILE
+
+RUN_MARKERS = ("status.json", "config.json", "config.yaml", "metrics.jsonl", "checkpoints")
+STALE_AFTER_S = 120.0
+"""A running run whose heartbeat is older than this is marked stale (its writer may have died)."""
+ALIVE = ("queued", "running", "paused")
+_NOT_METRICS = ("step", "epoch", "time", "kind")
+Signature = tuple[int, int, int]
+
+
+# -- which folders ---------------------------------------------------------------------------------------------
+def run_roots(runs_dir: str | Path, env: str | None = None) -> list[Path]:
+    """The folders a server reads runs from: ``runs_dir``, then each folder of ``LAB_RUN_DIRS`` (resolved, once each).
+
+    Args:
+        runs_dir: the server's runs folder (its job manager's store).
+        env: the ``LAB_RUN_DIRS`` value (default: the environment's).
+    """
+    raw = os.environ.get("LAB_RUN_DIRS", "") if env is None else env
+    roots = []
+    for p in [str(runs_dir), *raw.split(os.pathsep)]:
+        if p.strip():
+            root = Path(p.strip()).expanduser().resolve()
+            if root not in roots:
+                roots.append(root)
+    return roots
+
+
+def resolve_run_path(text: str, roots: list[Path]) -> Path:
+    """The folder ``text`` names, inside one of ``roots`` (a relative path is looked up in each root in turn).
+
+    Raises:
+        PermissionError: it lies outside every root (symbolic links are resolved first).
+        FileNotFoundError: it lies inside but is not a folder.
+    """
+    where = ", ".join(map(str, roots))
+    try:
+        return resolve_data_path(text, roots)
+    except PermissionError:
+        raise PermissionError(f"{text.strip()!r} is outside the folders this server reads runs from ({where}); "
+                              "start the server with LAB_RUN_DIRS=/path/to/runs to add a folder") from None
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no folder {text.strip()!r} in the folders this server reads runs from "
+                                f"({where})") from None
+
+
+def run_key(path: Path, roots: list[Path]) -> str:
+    """How a page names ``path``: relative to the first root holding it when :func:`resolve_run_path` finds it
+    again that way, else the absolute path."""
+    path = path.resolve()
+    for root in roots:
+        if path == root or root in path.parents:
+            key = path.relative_to(root).as_posix()
+            with contextlib.suppress(OSError):
+                if key != "." and resolve_run_path(key, roots) == path:
+                    return key
+            break
+    return str(path)
+
+
+def is_sweep_folder(path: Path) -> bool:
+    return (path / SWEEP_FILE).is_file()
+
+
+def is_run_folder(path: Path) -> bool:
+    """Whether ``path`` holds any file of the run-folder contract (and is not a sweep folder)."""
+    return path.is_dir() and not is_sweep_folder(path) and any((path / m).exists() for m in RUN_MARKERS)
+
+
+def _subfolders(path: Path) -> list[Path]:
+    with contextlib.suppress(OSError):
+        return sorted((Path(e.path) for e in os.scandir(path) if e.is_dir() and not e.name.startswith(".")),
+                      key=lambda p: p.name)
+    return []
+
+
+def find_runs(folder: Path, roots: list[Path] | None = None) -> list[Path]:
+    """The run folders ``folder`` is or holds: itself, a sweep's members, or its sub-folders that are runs or
+    sweeps (their members follow them); newest first by name (run ids start with their UTC time).
+
+    Args:
+        folder: the folder to list.
+        roots: when given, a sub-folder that resolves outside every root (a symbolic link) is left out.
+    """
+    def inside(p: Path) -> bool:
+        r = p.resolve()
+        return roots is None or any(r == root or root in r.parents for root in roots)
+
+    if is_run_folder(folder):
+        return [folder]
+    if is_sweep_folder(folder):
+        return [p for p in _subfolders(folder) if inside(p) and is_run_folder(p)]
+    found = []
+    for sub in reversed(_subfolders(folder)):
+        if not inside(sub):
+            continue
+        if is_sweep_folder(sub):
+            found.extend(p for p in _subfolders(sub) if inside(p) and is_run_folder(p))
+        elif is_run_folder(sub):
+            found.append(sub)
+    return found
+
+
+def job_for(jobs: Iterable[Job], path: Path) -> Job | None:
+    """The job of ``jobs`` that writes the run folder ``path`` (a sweep job for each of its members), or None."""
+    path = path.resolve()
+    for job in jobs:
+        folders = [job.run.path, *(r.path for r in getattr(job, "runs", ()))]
+        if any(f.resolve() == path for f in folders):
+            return job
+    return None
+
+
+# -- reading one folder ----------------------------------------------------------------------------------------
+def _signature(path: Path) -> Signature | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a finite float, or None (booleans, strings and NaN are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _int(value: Any) -> int | None:
+    number = _number(value)
+    return None if number is None else int(number)
+
+
+def clean_status(raw: Any) -> tuple[dict[str, Any], list[str]]:
+    """A status.json object with the types a page may rely on, and what was wrong with it.
+
+    Returns ``{"state": str, "message": str, "step", "epoch", "total_steps": int | None, "heartbeat": float | None,
+    "metrics": {name: float}}`` plus the other fields unchanged (``traceback``, ``members``, …).
+    """
+    if not isinstance(raw, dict):
+        return {"state": "unknown", "message": "", "metrics": {}}, ["status.json does not hold an object"]
+    problems = []
+    state = raw.get("state")
+    if not isinstance(state, str) or not state:
+        problems.append("status.json has no state")
+        state = "unknown"
+    metrics = raw.get("metrics") if isinstance(raw.get("metrics"), dict) else {}
+    status = {**raw, "state": state, "message": str(raw.get("message") or ""),
+              "step": _int(raw.get("step")), "epoch": _int(raw.get("epoch")),
+              "total_steps": _int(raw.get("total_steps")), "heartbeat": _number(raw.get("heartbeat")),
+              "metrics": {k: v for k, v in ((k, _number(v)) for k, v in metrics.items()) if v is not None}}
+    return status, problems
+
+
+def _read_json(path: Path) -> tuple[Any, str | None]:
+    """The parsed file and None, or None and why it could not be read."""
+    try:
+        return json.loads(path.read_bytes()), None
+    except FileNotFoundError:
+        return None, "missing"
+    except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None, f"unreadable ({type(err).__name__}: {str(err)[:80]})"
+
+
+def checkpoint_step(path: Path) -> int | None:
+    """The ``step`` a checkpoint holds, read with ``weights_only=True`` and memory-mapped (its tensors are not read
+    into memory); None when it holds none or cannot be read."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # torch raises several types for truncated or foreign files
+        return None
+    return _int(state.get("step")) if isinstance(state, dict) else None
+
+
+class RunReader:
+    """One run folder, read again only where it changed.
+
+    status.json and config.json are parsed again when their size, mtime or inode changed; ``metrics.jsonl`` is
+    read from the byte where the last read stopped (from the start again when the file was replaced or shrank, as a
+    resumed run rewrites it); a checkpoint's step is read once per version of the file.
+
+    Args:
+        path: the run folder.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._status: tuple[Signature | None, dict[str, Any], list[str]] | None = None
+        self._config: tuple[tuple, dict[str, Any], str, list[str]] | None = None
+        self._metrics_sig: Signature | None = None
+        self._cursor = 0
+        self.last: dict[str, float] = {}  # the newest value of every numeric metric field
+        self.last_step: int | None = None
+        self.records = 0
+        self.bad_lines = 0
+        self.torn = False  # the file ends in a line without its newline
+        self._steps: dict[str, tuple[Signature, int | None]] = {}
+
+    # -- status -----------------------------------------------------------------------------------------------
+    def status(self) -> tuple[dict[str, Any], list[str]]:
+        """The cleaned status (:func:`clean_status`; state ``unknown`` when missing or unreadable) and its problems."""
+        file = self.path / "status.json"
+        sig = _signature(file)
+        if self._status is None or self._status[0] != sig:
+            raw, error = _read_json(file) if sig is not None else (None, "missing")
+            if error is not None:
+                status = {"state": "unknown", "message": "", "metrics": {}, "step": None, "total_steps": None,
+                          "heartbeat": None}
+                status, problems = status, [f"status.json is {error}" if error != "missing" else "no status.json"]
+            else:
+                status, problems = clean_status(raw)
+            if status.get("heartbeat") is None and sig is not None:  # a writer without heartbeats: its last write
+                status["heartbeat"] = sig[2] / 1e9
+            self._status = (sig, status, problems)
+        return dict(self._status[1]), list(self._status[2])
+
+    # -- config -----------------------------------------------------------------------------------------------
+    def config(self) -> tuple[dict[str, Any], str, list[str]]:
+        """The resolved config (``{}`` when unreadable), a readable YAML view of it, and its problems.
+
+        config.json is the contract; a folder with only ``config.yaml`` (a child process that has not started
+        training yet) is read from that.
+        """
+        json_file, yaml_file = self.path / "config.json", self.path / "config.yaml"
+        sig = (_signature(json_file), _signature(yaml_file))
+        if self._config is None or self._config[0] != sig:
+            self._config = (sig, *self._read_config(json_file, yaml_file, sig))
+        return dict(self._config[1]), self._config[2], list(self._config[3])
+
+    @staticmethod
+    def _read_config(json_file: Path, yaml_file: Path, sig: tuple) -> tuple[dict[str, Any], str, list[str]]:
+        problems = []
+        if sig[0] is not None:
+            data, error = _read_json(json_file)
+            if error is None and isinstance(data, dict) and isinstance(data.get("config"), dict):
+                text = yaml.safe_dump(data["config"], sort_keys=False, width=100)
+                about = {k: data[k] for k in ("versions", "git_commit") if data.get(k)}
+                if about:
+                    text += "\n# written by\n" + "".join(
+                        f"# {line}\n" for line in yaml.safe_dump(about, sort_keys=False).splitlines())
+                return data["config"], text, problems
+            problems.append(f"config.json is {error}" if error else "config.json holds no config section")
+        elif sig[1] is None:
+            return {}, "", ["no config.json"]
+        if sig[1] is not None:
+            try:
+                text = yaml_file.read_text()
+                data = yaml.safe_load(text)
+                return (data if isinstance(data, dict) else {}), text, problems
+            except (OSError, ValueError, yaml.YAMLError) as err:
+                problems.append(f"config.yaml is unreadable ({type(err).__name__})")
+        return {}, "", problems
+
+    # -- metrics ----------------------------------------------------------------------------------------------
+    @property
+    def metrics_file(self) -> tuple[int, int] | None:
+        """``(inode, size)`` of metrics.jsonl as last read (None when it was missing): a new inode or a smaller size
+        means the file was rewritten (a resumed run drops the records after its checkpoint)."""
+        return None if self._metrics_sig is None else self._metrics_sig[:2]
+
+    def update_metrics(self) -> bool:
+        """Read what was appended to metrics.jsonl since the last call; returns whether anything was read."""
+        file = self.path / "metrics.jsonl"
+        sig = _signature(file)
+        if sig == self._metrics_sig:
+            return False
+        if sig is None or self._metrics_sig is None or sig[0] != self._metrics_sig[0] or sig[1] < self._cursor:
+            self._cursor, self.last, self.last_step, self.records, self.bad_lines = 0, {}, None, 0, 0
+        self._metrics_sig = sig
+        if sig is None:
+            self.torn = False
+            return False
+        try:
+            with open(file, "rb") as f:
+                f.seek(self._cursor)
+                data = f.read()
+        except OSError:
+            return False
+        end = data.rfind(b"\n") + 1
+        self.torn = end < len(data)
+        self._cursor += end
+        for line in data[:end].splitlines():
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError:
+                self.bad_lines += 1
+                continue
+            if not isinstance(record, dict):
+                self.bad_lines += 1
+                continue
+            self.records += 1
+            self.last_step = _int(record.get("step")) if "step" in record else self.last_step
+            for k, v in record.items():
+                number = _number(v)
+                if number is not None and k not in _NOT_METRICS:
+                    self.last[k] = number
+        return True
+
+    # -- checkpoints ------------------------------------------------------------------------------------------
+    def checkpoints(self) -> list[dict[str, Any]]:
+        """``{"name", "size", "modified", "step"}`` of each ``checkpoints/*.pt``, newest first."""
+        out = []
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(self.path / "checkpoints"):
+                if not entry.name.endswith(".pt") or not entry.is_file():
+                    continue
+                file = Path(entry.path)
+                sig = _signature(file)
+                if sig is None:
+                    continue
+                cached = self._steps.get(entry.name)
+                if cached is None or cached[0] != sig:
+                    cached = self._steps[entry.name] = (sig, checkpoint_step(file))
+                out.append({"name": entry.name, "size": sig[1], "modified": sig[2] / 1e9, "step": cached[1]})
+        return sorted(out, key=lambda c: -c["modified"])
+
+    # -- all of it --------------------------------------------------------------------------------------------
+    def summary(self, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> dict[str, Any]:
+        """One row of a run listing.
+
+        Returns:
+            ``path``, ``name`` (the folder's), ``model`` (config ``model.name``), ``state``, ``message``, ``step``,
+            ``total_steps``, ``heartbeat`` (Unix time), ``age_s`` (seconds since it), ``stale`` (running with a
+            heartbeat older than ``stale_after_s``), ``alive`` (queued, running or paused), ``metrics`` (the newest
+            value of each numeric field of metrics.jsonl, then of status.json's ``metrics``), ``records`` and
+            ``problems`` (what could not be read, one phrase each).
+        """
+        now = time.time() if now is None else now
+        status, problems = self.status()
+        config, _, config_problems = self.config()
+        self.update_metrics()
+        problems += config_problems
+        if self.bad_lines:
+            problems.append(f"{self.bad_lines} unreadable line{'s' * (self.bad_lines > 1)} in metrics.jsonl "
+                            "(skipped)")
+        if self.torn and status["state"] not in ALIVE:
+            problems.append("metrics.jsonl ends in a half-written line (skipped)")
+        model = config.get("model") if isinstance(config.get("model"), dict) else {}
+        state = status["state"]
+        heartbeat = status.get("heartbeat")
+        age = None if heartbeat is None else max(0.0, now - heartbeat)
+        step = status.get("step")
+        if step is None and self.last_step is not None:
+            step = self.last_step
+        return {"path": self.path, "name": self.path.name, "model": str(model.get("name") or ""), "state": state,
+                "message": status.get("message", ""), "step": step, "total_steps": status.get("total_steps"),
+                "heartbeat": heartbeat, "age_s": age, "alive": state in ALIVE,
+                "stale": state == "running" and age is not None and age > stale_after_s,
+                "metrics": {**status.get("metrics", {}), **self.last}, "records": self.records,
+                "problems": problems}
+
+
+def run_summary(path: str | Path, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> dict[str, Any]:
+    """:meth:`RunReader.summary` of the folder ``path``, read afresh."""
+    return RunReader(path).summary(now, stale_after_s)
+
+
+class RunCatalog:
+    """Readers of every folder listed so far: a listing read again touches only files that changed."""
+
+    def __init__(self) -> None:
+        self.readers: dict[Path, RunReader] = {}
+
+    def reader(self, path: Path) -> RunReader:
+        path = Path(path)
+        if path not in self.readers:
+            self.readers[path] = RunReader(path)
+        return self.readers[path]
+
+    def summaries(self, folders: Iterable[Path], roots: list[Path] | None = None, now: float | None = None,
+                  stale_after_s: float = STALE_AFTER_S) -> list[dict[str, Any]]:
+        """The summary of every run :func:`find_runs` finds in ``folders`` (each run once, in folder order)."""
+        now = time.time() if now is None else now
+        paths: list[Path] = []
+        for folder in folders:
+            paths.extend(p for p in find_runs(folder, roots) if p not in paths)
+        for gone in set(self.readers) - set(paths):
+            del self.readers[gone]
+        return [self.reader(p).summary(now, stale_after_s) for p in paths]
+
+
+class WatchedRun(AttachedJob):
+    """A run folder followed read-only by a page: status, metrics and snapshots, no control.
+
+    :meth:`stop` does nothing (a page's follower stops its job when the page is thrown away, and a run being
+    watched is not the page's to stop); :meth:`status` is cleaned (:func:`clean_status`), so a damaged status.json
+    cannot break a view; an ``unknown`` state counts as alive, so a folder that a writer has not yet given a
+    status.json is watched until it has one.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(Run(Path(path)))
+        self._reader = RunReader(path)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Watch-only: nothing to stop from here."""
+
+    def status(self) -> dict[str, Any]:
+        return self._reader.status()[0]
+
+    def is_alive(self) -> bool:
+        return self.status()["state"] not in FINISHED

@@ -1,0 +1,385 @@
+"""The Runs page: every run folder the server may read, in a table that keeps itself current, and one run opened.
+
+Full-scale runs launched by ``torchrun`` on a cluster write the same run folder as the lab's own jobs
+(:mod:`lab.jobs.store`); mount the cluster's output folder on the machine that serves the lab and watch its runs
+here. The page lists the run folders of the server's runs folder (``LAB_RUNS_DIR``) and of one folder the user adds.
+An added folder must resolve inside the runs folder or inside a folder named by ``LAB_RUN_DIRS`` when the server
+started (paths separated by ``os.pathsep``, as ``LAB_DATA_DIRS``); anything else is refused with a message. Sweep
+folders (``sweep.json``) list their members.
+
+The table shows per run its model, state (``running (stale)`` when its heartbeat is old), progress, newest metrics
+and heartbeat age, and what is wrong with a damaged folder; it is refreshed every ``refresh_s`` seconds from file
+sizes and mtimes (:class:`~lab.jobs.catalog.RunCatalog`: unchanged files are not read again). Opening a run (a row,
+or ``?run=`` in the URL) follows it read-only (:class:`~lab.jobs.catalog.WatchedRun` through the page's
+:class:`~lab.ui.follower.JobFollower`): status line, progress, alert with the reason of a failed or diverged run,
+and its curves growing as ``metrics.jsonl`` grows; beside them its config and checkpoints. A run that this server's
+job manager trains can be stopped; any other run is watch-only.
+
+In a notebook: ``ui.extension("tabulator")``, then ``RunsPage()`` as a cell's value.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import panel as pn
+import param
+from panel.io.callbacks import PeriodicCallback
+
+from lab.jobs.catalog import (
+    STALE_AFTER_S,
+    RunCatalog,
+    RunReader,
+    WatchedRun,
+    is_run_folder,
+    job_for,
+    resolve_run_path,
+    run_key,
+    run_roots,
+)
+from lab.jobs.job import Job
+from lab.jobs.manager import JobManager
+from lab.jobs.store import FINISHED
+from lab.ui.follower import _can_schedule
+from lab.ui.knobs import Knob, knob_class
+from lab.ui.page import Page
+from lab.ui.run_views import COLUMNS, RunCurves, checkpoints_markdown, format_age, table_frame
+
+log = logging.getLogger(__name__)
+
+KNOBS: dict[str, Knob] = {
+    "folder": Knob(param.String(default="", doc="a folder of runs to list too: a path inside the runs folder or a "
+                                               "folder of LAB_RUN_DIRS"), "Folders", training=False),
+    "run": Knob(param.String(default="", doc="the opened run's folder, relative to the runs folder (or to a folder "
+                                            "of LAB_RUN_DIRS)"), "Run", training=False),
+}
+WIDTHS = {"run": "24%", "model": "10%", "state": "9%", "progress": "10%", "metrics": "22%", "heartbeat": "8%",
+          "problems": "17%"}
+EMPTY = "Select a run in the table to see its curves, status, config and checkpoints."
+
+
+class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
+    """List run folders, written here or anywhere, and follow one.
+
+    Attributes:
+        table: the run table (one row per run; :data:`~lab.ui.run_views.COLUMNS`).
+        curves: the opened run's curves.
+        roots: the folders this server reads runs from (its runs folder first).
+    """
+
+    title = "Runs"
+    knobs = KNOBS
+
+    stop = param.Event(label="Stop run")
+    refresh_s = param.Number(default=2.0, bounds=(0.2, 60.0), precedence=-1,
+                             doc="seconds between table refreshes (set when the page is made)")
+    stale_after_s = param.Number(default=STALE_AFTER_S, bounds=(1.0, None), precedence=-1,
+                                 doc="a running run whose heartbeat is older than this is marked stale")
+
+    def __init__(self, manager: JobManager | None = None, **params: Any) -> None:
+        super().__init__(manager, **params)
+        self.manager = self.follower.manager
+        self.roots = run_roots(self.manager.store.root)
+        self.catalog = RunCatalog()
+        self.summaries: dict[str, dict[str, Any]] = {}  # run key → summary, as last listed
+        self._added: Path | None = None  # the added folder, once accepted
+        self._path: Path | None = None  # the opened run's folder
+        self._metrics_file: tuple[int, int] | None = None  # (inode, size) of its metrics.jsonl, to see a rewrite
+        self._keys: dict[Path, str] = {}  # run folder → its name in the table and the URL
+        self._messages: dict[str, tuple[str, str]] = {}  # topic (folder, run, stop) → (alert kind, text)
+        self._syncing = False
+        self._refresher: PeriodicCallback | None = None
+        # columns share the width (a long sweep member's name or a problem list is cut; hovering shows it whole)
+        self.table = pn.widgets.Tabulator(pd.DataFrame(columns=list(COLUMNS)), disabled=True, show_index=False,
+                                          selectable=1, layout="fit_columns", widths=WIDTHS,
+                                          configuration={"columnDefaults": {"tooltip": True}},
+                                          sizing_mode="stretch_width", max_height=360)
+        self.table.param.watch(self._selected, "selection")
+        self.curves = RunCurves()
+        self.follower.on_metrics(self._new_records)
+        self._header = pn.pane.Markdown(EMPTY, sizing_mode="stretch_width", margin=(5, 10))
+        self._plots = pn.Column(sizing_mode="stretch_width")
+        self._config = pn.pane.Markdown("", sizing_mode="stretch_width", max_height=420,
+                                        styles={"overflow-y": "auto"})
+        self._checkpoints = pn.pane.Markdown("", sizing_mode="stretch_width")
+        self._details = pn.Row(pn.Card(self._config, title="Config", sizing_mode="stretch_width"),
+                               pn.Card(self._checkpoints, title="Checkpoints", sizing_mode="stretch_width"),
+                               sizing_mode="stretch_width", visible=False)
+        self._stop_button = pn.widgets.Button.from_param(self.param.stop, color="danger", width=110, disabled=True)
+        self._stop_note = pn.pane.Markdown("", margin=(0, 10), sizing_mode="stretch_width")
+        self._main = pn.Column(self.table, self._header, self._plots, self._details, sizing_mode="stretch_width")
+        self.follower.add_views(self._main)
+        self._folder_changed()
+        self._open()
+        self._start_refreshing()
+
+    # -- listing ----------------------------------------------------------------------------------------------
+    @param.depends("folder", watch=True)
+    def _folder_changed(self) -> None:
+        """Accept the typed folder when it lies inside the server's folders; otherwise say why and list without it."""
+        text = self.folder.strip()
+        self._added = None
+        self._tell("folder", None)
+        if text:
+            try:
+                self._added = resolve_run_path(text, self.roots)
+            except (PermissionError, FileNotFoundError) as err:
+                self._tell("folder", "danger", f"Folder not added: {err}")
+        self.refresh()
+        if self._added is not None and not any(s["path"].resolve() == self._added or self._added in
+                                               s["path"].resolve().parents for s in self.summaries.values()):
+            self._tell("folder", "info", f"No run folders in `{self._added}` yet; the table shows them as they "
+                                         "appear.")
+
+    def _tell(self, topic: str, kind: str | None, text: str = "") -> None:
+        """Show the page's message about ``topic`` (folder, run, stop) beside the others, or withdraw it (``kind``
+        None); the notice takes the gravest kind of those shown."""
+        if kind is None:
+            self._messages.pop(topic, None)
+        else:
+            self._messages[topic] = (kind, text)
+        if not self._messages:
+            self.notice.visible = False
+            return
+        kinds = [k for k, _ in self._messages.values()]
+        self.say(next(k for k in ("danger", "warning", "info") if k in kinds),
+                 "\n\n".join(t for _, t in self._messages.values()))
+
+    def folders(self) -> list[Path]:
+        """The folders listed: the runs folder, then the added one."""
+        return [self.roots[0], *([self._added] if self._added is not None else [])]
+
+    def refresh(self) -> bool:
+        """List the runs again (reading only files that changed) and update the opened run's details; returns
+        whether the table changed."""
+        summaries = self.catalog.summaries(self.folders(), self.roots, stale_after_s=self.stale_after_s)
+        keys = [self._key(s["path"]) for s in summaries]
+        before = self.summaries
+        self.summaries = dict(zip(keys, summaries, strict=True))
+        changed = self._show_rows(table_frame(summaries, keys))
+        self._update_opened(before)
+        return changed
+
+    def _key(self, path: Path) -> str:
+        if path not in self._keys:
+            self._keys[path] = run_key(path, self.roots)
+        return self._keys[path]
+
+    def _show_rows(self, frame: pd.DataFrame) -> bool:
+        """Replace the table's rows, or patch only the cells that changed when the runs are the same."""
+        old = self.table.value
+        if frame.equals(old):
+            return False
+        if list(frame["run"]) == list(old["run"]):
+            patch = {c: [(i, v) for i, (v, w) in enumerate(zip(frame[c], old[c], strict=True)) if v != w]
+                     for c in COLUMNS}
+            self.table.patch({c: p for c, p in patch.items() if p})
+        else:
+            self._syncing = True
+            try:
+                self.table.value = frame
+                self._select_row()
+            finally:
+                self._syncing = False
+        return True
+
+    def _select_row(self) -> None:
+        keys = list(self.table.value["run"])
+        want = [keys.index(self.run)] if self.run in keys else []
+        if self.table.selection != want:
+            self.table.selection = want
+
+    def _selected(self, event: param.parameterized.Event) -> None:
+        """A row was clicked: open its run."""
+        if self._syncing or not event.new:
+            return
+        keys = list(self.table.value["run"])
+        if event.new[0] < len(keys):
+            self.run = keys[event.new[0]]
+
+    # -- the opened run ---------------------------------------------------------------------------------------
+    @param.depends("run", watch=True)
+    def _open(self) -> None:
+        """Follow the run named by ``run`` from its first record (or show nothing when it is empty)."""
+        key = self.run.strip()
+        self._path, self._metrics_file = None, None
+        self._tell("run", None)
+        self._tell("stop", None)
+        self.follower.forget()  # watch-only jobs: forgetting stops nothing (and its last poll comes before clear)
+        self.curves.clear()
+        self._plots[:] = []
+        self._details.visible = False
+        self._header.object = EMPTY
+        if key:
+            try:
+                path = resolve_run_path(key, self.roots)
+                if not is_run_folder(path):
+                    raise FileNotFoundError(f"{key!r} is not a run folder: it holds none of status.json, "
+                                            "config.json, config.yaml, metrics.jsonl, checkpoints/")
+            except (PermissionError, FileNotFoundError) as err:
+                self._tell("run", "danger", f"Run not opened: {err}")
+            else:
+                self._path = path
+                self.follower.follow(WatchedRun(path))
+                self.follower.poll()
+        self._syncing = True
+        try:
+            self._select_row()
+        finally:
+            self._syncing = False
+        self._update_opened(self.summaries)
+
+    def _new_records(self, records: list[dict[str, Any]]) -> None:
+        self.curves.extend(records)
+        panes = self.curves.panes()
+        shown = [p for row in self._plots for p in row]
+        if panes != shown:
+            self._plots[:] = [pn.Row(*panes[i:i + 2]) for i in range(0, len(panes), 2)]
+
+    def _summary(self) -> dict[str, Any] | None:
+        """The opened run's summary (read now when the table does not list it)."""
+        if self._path is None:
+            return None
+        key = self._key(self._path)
+        return self.summaries.get(key) or self.catalog.reader(self._path).summary(stale_after_s=self.stale_after_s)
+
+    def _update_opened(self, before: dict[str, dict[str, Any]]) -> None:
+        """The opened run's header, config, checkpoints and Stop button; follow it afresh when its metrics file was
+        rewritten (a resumed run) or it came back to life after finishing."""
+        summary = self._summary()
+        self._update_stop(summary)
+        if summary is None:
+            return
+        reader = self.catalog.reader(self._path)
+        now_file = reader.metrics_file
+        old = before.get(self._key(self._path))
+        rewritten = (self._metrics_file is not None and now_file is not None
+                     and (now_file[0] != self._metrics_file[0] or now_file[1] < self._metrics_file[1]))
+        revived = old is not None and old["state"] in FINISHED and summary["alive"]
+        self._metrics_file = now_file
+        if rewritten or revived:
+            self.curves.clear()
+            self._plots[:] = []
+            self.follower.follow(WatchedRun(self._path))
+            self.follower.poll()
+        self._show_details(summary, reader)
+
+    def _show_details(self, summary: dict[str, Any], reader: RunReader) -> None:
+        lines = [f"### {self._key(self._path)}",
+                 f"`{self._path}` · model **{summary['model'] or 'unknown'}** · state **{summary['state']}** · "
+                 f"heartbeat {format_age(summary['age_s'])}"]
+        if summary["message"]:
+            lines.append(f"> {summary['message']}")
+        if summary["stale"]:
+            lines.append(f"**Stale:** no heartbeat for {format_age(summary['age_s']).removesuffix(' ago')}; the "
+                         "process writing this run may have died.")
+        if summary["problems"]:
+            lines.append("**Problems:** " + "; ".join(summary["problems"]) + ".")
+        if not summary["records"]:
+            lines.append("No metrics yet: `metrics.jsonl` holds no complete record.")
+        header = "\n\n".join(lines)
+        if self._header.object != header:
+            self._header.object = header
+        _, text, _ = reader.config()
+        config = f"```yaml\n{text}\n```" if text else "No readable config (see the problems above)."
+        if self._config.object != config:
+            self._config.object = config
+        checkpoints = checkpoints_markdown(reader.checkpoints())
+        if self._checkpoints.object != checkpoints:
+            self._checkpoints.object = checkpoints
+        self._details.visible = True
+
+    # -- stopping ---------------------------------------------------------------------------------------------
+    def lab_job(self) -> Job | None:
+        """The job of this server's manager that trains the opened run (None for a run written elsewhere)."""
+        return None if self._path is None else job_for(self.manager.active(), self._path)
+
+    def _stop_reason(self, summary: dict[str, Any] | None) -> str | None:
+        """Why the opened run cannot be stopped from here (None when it can)."""
+        if summary is None:
+            return "Select a run to stop it."
+        if self.lab_job() is not None:
+            return None
+        if not summary["alive"]:
+            return f"This run has ended ({summary['state']}); nothing to stop."
+        return ("Watch-only: another process writes this run (a command-line or cluster run), so it is stopped "
+                "where it runs. A `python -m lab` run also stops when a file named `STOP` appears in its folder.")
+
+    def _update_stop(self, summary: dict[str, Any] | None) -> None:
+        reason = self._stop_reason(summary)
+        job = self.lab_job()
+        sweep = job is not None and getattr(job, "runs", None)
+        note = reason or ("Started by this lab: **Stop** ends it after the current step; its folder and last "
+                          "checkpoint stay." + (" This run is a member of a sweep: the whole sweep stops."
+                                                if sweep else ""))
+        self._stop_button.disabled = reason is not None
+        if self._stop_note.object != note:
+            self._stop_note.object = note
+
+    @param.depends("stop", watch=True)
+    def _stop(self) -> None:
+        """Stop the opened run when this server's manager trains it; refuse, saying why, otherwise."""
+        reason = self._stop_reason(self._summary())
+        job = self.lab_job()
+        if reason is not None or job is None:
+            self._tell("stop", "warning", f"Not stopped. {reason}")
+            return
+        # off the session's thread: a process job waits for its child (STOP file, then signals) for seconds
+        threading.Thread(target=job.stop, name="lab-stop-run", daemon=True).start()
+        self._tell("stop", "info", f"Stopping `{job.run.id}` after its current step.")
+
+    # -- polling ----------------------------------------------------------------------------------------------
+    def poll(self) -> bool:
+        """Pull the opened run's new records and status, and refresh the table (tests call this; served, two
+        periodic callbacks do)."""
+        changed = self.follower.poll()
+        return self.refresh() or changed
+
+    def _start_refreshing(self) -> None:
+        if self._refresher is not None or not _can_schedule():
+            return
+        ref = weakref.ref(self)
+
+        def tick() -> None:
+            page = ref()
+            if page is None:
+                callback.stop()
+                return
+            try:
+                page.refresh()
+            except Exception as err:  # keep refreshing; say what failed
+                log.exception("refreshing the run table failed")
+                page._tell("refresh", "danger", f"Refreshing the table failed: {type(err).__name__}: {err}")
+            else:
+                if "refresh" in page._messages:
+                    page._tell("refresh", None)
+
+        callback = self._refresher = PeriodicCallback(callback=tick, period=int(self.refresh_s * 1000),
+                                                      background=True)
+        callback.start()
+
+    # -- layout -----------------------------------------------------------------------------------------------
+    def _help(self) -> str:
+        extra = ", ".join(f"`{r}`" for r in self.roots[1:]) or "none"
+        return (f"Lists the run folders in the runs folder `{self.roots[0]}` and in a folder you add (a path inside "
+                f"it or inside a folder of `LAB_RUN_DIRS`: {extra}; start the server with `LAB_RUN_DIRS` set, "
+                f"paths separated by `{os.pathsep}`, to read a "
+                "cluster's mounted output folder). Sweep folders list their members. Click a row to open its run. "
+                f"A running run without a heartbeat for {self.stale_after_s:.0f} s is marked stale.")
+
+    def controls(self) -> pn.viewable.Viewable:
+        folder = pn.widgets.TextInput.from_param(self.param.folder, name="Add a folder of runs",
+                                                 placeholder="e.g. cluster/outputs or /mnt/cluster/outputs")
+        return pn.Column(folder, pn.Row(self._stop_button), self._stop_note, self.follower, self.notice,
+                         pn.pane.Markdown(self._help(), margin=(5, 10), styles={"font-size": "smaller"}),
+                         sizing_mode="stretch_width")
+
+    def views(self) -> pn.viewable.Viewable:
+        """The run table, then the opened run: header, curves, config and checkpoints."""
+        return self._main

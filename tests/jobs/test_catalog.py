@@ -1,0 +1,179 @@
+"""Run folders found and summarised for a listing: confinement to the server's folders, sweeps, damaged files, and
+reading only what changed."""
+
+import json
+import os
+import shutil
+import time
+
+import pytest
+
+from lab.jobs import catalog
+from lab.jobs.catalog import (
+    RunCatalog,
+    RunReader,
+    WatchedRun,
+    find_runs,
+    job_for,
+    resolve_run_path,
+    run_key,
+    run_roots,
+    run_summary,
+)
+from lab.jobs.process import STOP_FILE
+from lab.jobs.store import Run, RunStore, atomic_write_json
+
+
+def _run(store: RunStore, name: str = "run", state: str = "running", **status) -> Run:
+    run = store.create(name)
+    run.write_config({"model": {"name": "residual_mlp", "depth": 4}, "train": {"lr": 0.01}})
+    run.write_status(state, f"{state} message", **status)
+    return run
+
+
+def test_roots_are_the_runs_folder_then_lab_run_dirs(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert run_roots(tmp_path / "runs", env=os.pathsep.join([str(a), "", str(b), str(a)])) == \
+        [(tmp_path / "runs").resolve(), a.resolve(), b.resolve()]
+    assert run_roots(tmp_path / "runs", env="") == [(tmp_path / "runs").resolve()]
+
+
+def test_paths_resolve_only_inside_the_roots(tmp_path):
+    runs, cluster = tmp_path / "runs", tmp_path / "cluster"
+    (runs / "mine").mkdir(parents=True)
+    (cluster / "exp1").mkdir(parents=True)
+    (tmp_path / "secret").mkdir()
+    (runs / "escape").symlink_to(tmp_path / "secret")
+    roots = run_roots(runs, env=str(cluster))
+    assert resolve_run_path("mine", roots) == (runs / "mine").resolve()
+    assert resolve_run_path("exp1", roots) == (cluster / "exp1").resolve()  # looked up in each root in turn
+    assert resolve_run_path(str(cluster / "exp1"), roots) == (cluster / "exp1").resolve()
+    for outside in (str(tmp_path / "secret"), "../secret", "/etc", str(runs / "escape")):
+        with pytest.raises(PermissionError, match="outside the folders this server reads runs from.*LAB_RUN_DIRS"):
+            resolve_run_path(outside, roots)
+    with pytest.raises(PermissionError):  # the link leads out of the one root
+        resolve_run_path("escape", roots[:1])
+    with pytest.raises(FileNotFoundError):  # and is never followed: the other root is searched instead
+        resolve_run_path("escape", roots)
+    with pytest.raises(FileNotFoundError, match="no folder 'nothing'"):
+        resolve_run_path("nothing", roots)
+    assert run_key(runs / "mine", roots) == "mine" and run_key(cluster / "exp1", roots) == "exp1"
+    (runs / "exp1").mkdir()  # now "exp1" would find the runs folder's: the cluster's is named by its full path
+    assert run_key(cluster / "exp1", roots) == str((cluster / "exp1").resolve())
+
+
+def test_runs_sweeps_and_plain_folders_are_found(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    solo = _run(store, "solo")
+    sweep = store.create("s-sweep")
+    atomic_write_json(sweep.path / "sweep.json", {"members": []})
+    members = [_run(RunStore(sweep.path), f"0{i}-alpha_min-{a}") for i, a in enumerate((1.0, 0.5))]
+    (store.root / "empty").mkdir()  # neither a run nor a sweep: not listed
+    (store.root / ".hidden").mkdir()
+    expected = {solo.id: [solo.path], sweep.id: [m.path for m in members]}  # newest first; members in order
+    assert find_runs(store.root) == [p for name in sorted(expected, reverse=True) for p in expected[name]]
+    assert find_runs(sweep.path) == [m.path for m in members]
+    assert find_runs(solo.path) == [solo.path]
+    (store.root / "elsewhere").symlink_to(tmp_path / "outside")
+    outside = _run(RunStore(tmp_path / "outside"))
+    assert outside.path not in find_runs(store.root, roots=[store.root.resolve()])
+
+
+def test_summary_of_a_healthy_run(tmp_path):
+    run = _run(RunStore(tmp_path), state="running", step=40, total_steps=100, metrics={"test_acc": 0.5})
+    run.append_metrics({"kind": "step", "step": 10, "loss": 0.9, "lr": 0.01, "time": 1.0},
+                       {"kind": "eval", "step": 20, "train_acc": 0.7, "test_acc": 0.75, "test_loss": 0.4},
+                       {"kind": "step", "step": 40, "loss": 0.3, "lr": 0.005})
+    s = run_summary(run.path, now=time.time() + 30)
+    assert (s["name"], s["model"], s["state"], s["step"], s["total_steps"]) == (run.id, "residual_mlp", "running", 40,
+                                                                                100)
+    assert s["metrics"] == {"test_acc": 0.75, "loss": 0.3, "lr": 0.005, "train_acc": 0.7, "test_loss": 0.4}
+    assert 29 < s["age_s"] < 35 and s["alive"] and not s["stale"] and s["problems"] == [] and s["records"] == 3
+    assert run_summary(run.path, now=time.time() + 300)["stale"], "a running run without a heartbeat for 5 min"
+    run.write_status("completed", "done", step=100, total_steps=100, heartbeat=time.time() - 3600)
+    assert not run_summary(run.path)["stale"] and not run_summary(run.path)["alive"]
+
+
+def test_a_damaged_folder_says_what_is_wrong(tmp_path):
+    run = RunStore(tmp_path).create("broken")
+    (run.path / "status.json").write_text('{"state": "runn')  # torn
+    with open(run.path / "metrics.jsonl", "w") as f:
+        f.write('{"kind": "step", "step": 5, "loss": 1.5}\nnot json\n[1, 2]\n{"kind": "step", "step": 10, "lo')
+    s = run_summary(run.path)
+    assert s["state"] == "unknown" and s["model"] == "" and s["metrics"] == {"loss": 1.5} and s["step"] == 5
+    assert any(p.startswith("status.json is unreadable") for p in s["problems"]), s["problems"]
+    assert "no config.json" in s["problems"] and "2 unreadable lines in metrics.jsonl (skipped)" in s["problems"]
+    assert "metrics.jsonl ends in a half-written line (skipped)" in s["problems"]
+    (run.path / "status.json").write_text(json.dumps({"state": 3, "step": "x", "metrics": {"a": "b", "c": 1}}))
+    (run.path / "config.json").write_text("{}")
+    s = run_summary(run.path)
+    assert s["state"] == "unknown" and s["step"] == 5 and s["metrics"]["c"] == 1 and "a" not in s["metrics"]
+    assert "status.json has no state" in s["problems"] and "config.json holds no config section" in s["problems"]
+    (run.path / "status.json").unlink()
+    assert "no status.json" in run_summary(run.path)["problems"]
+    (run.path / "config.yaml").write_text("model:\n  name: vit\n")  # a child process's config, before config.json
+    (run.path / "config.json").unlink()
+    assert run_summary(run.path)["model"] == "vit"
+
+
+def test_unchanged_files_are_not_read_again(tmp_path, monkeypatch):
+    run = _run(RunStore(tmp_path), step=1)
+    run.append_metrics({"kind": "step", "step": 1, "loss": 1.0})
+    reads = []
+    real = catalog._read_json
+    monkeypatch.setattr(catalog, "_read_json", lambda path: reads.append(path.name) or real(path))
+    reader = RunReader(run.path)
+    reader.summary()
+    reader.summary()
+    assert sorted(reads) == ["config.json", "status.json"], "each read once while unchanged"
+    run.write_status("running", step=2)
+    run.append_metrics({"kind": "step", "step": 2, "loss": 0.5})
+    s = reader.summary()
+    assert reads.count("status.json") == 2 and reads.count("config.json") == 1
+    assert s["step"] == 2 and s["metrics"]["loss"] == 0.5 and s["records"] == 2
+    cursor = reader._cursor
+    assert not reader.update_metrics() and reader._cursor == cursor
+    run.truncate_metrics_after(1)  # a resumed run rewrites the file: it is read again from the start
+    assert reader.update_metrics() and reader.records == 1 and reader.last["loss"] == 1.0
+
+
+def test_checkpoints_are_listed_with_their_step(tmp_path):
+    run = _run(RunStore(tmp_path))
+    run.save_checkpoint({"step": 7, "model": {}}, "last", "best")
+    (run.path / "checkpoints" / "junk.pt").write_bytes(b"not a checkpoint")
+    found = {c["name"]: c for c in RunReader(run.path).checkpoints()}
+    assert set(found) == {"last.pt", "best.pt", "junk.pt"}
+    assert found["last.pt"]["step"] == 7 and found["last.pt"]["size"] > 0 and found["junk.pt"]["step"] is None
+
+
+def test_jobs_are_matched_to_their_folders(tmp_path):
+    class Fake:
+        def __init__(self, run, runs=()):
+            self.run, self.runs = run, runs
+
+    store = RunStore(tmp_path)
+    solo, folder, member = store.create("a"), store.create("s"), store.create("m")
+    jobs = [Fake(solo), Fake(folder, [member])]
+    assert job_for(jobs, solo.path) is jobs[0] and job_for(jobs, member.path) is jobs[1]
+    assert job_for(jobs, tmp_path) is None
+
+
+def test_a_watched_run_is_never_stopped_and_reads_damaged_status(tmp_path):
+    run = _run(RunStore(tmp_path))
+    job = WatchedRun(run.path)
+    assert job.is_alive() and job.status()["state"] == "running"
+    job.stop()
+    assert not (run.path / STOP_FILE).exists()
+    (run.path / "status.json").write_text("garbage")
+    assert job.status()["state"] == "unknown" and job.is_alive(), "watched until it has a status"
+    run.write_status("failed", "boom")
+    assert not job.is_alive() and job.status()["message"] == "boom"
+
+
+def test_the_catalog_forgets_folders_that_went_away(tmp_path):
+    store = RunStore(tmp_path)
+    a, b = _run(store, "a"), _run(store, "b")
+    cat = RunCatalog()
+    assert {s["name"] for s in cat.summaries([store.root])} == {a.id, b.id}
+    shutil.rmtree(b.path)
+    assert [s["name"] for s in cat.summaries([store.root])] == [a.id] and set(cat.readers) == {a.path}

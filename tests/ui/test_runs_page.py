@@ -1,0 +1,255 @@
+"""The Runs page driven through its parameters: run folders written by the run store or by another process are
+listed, opened, followed while they grow, and stopped only when this lab trains them."""
+
+import gc
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import panel as pn
+import pytest
+
+from lab.jobs.process import STOP_FILE
+from lab.jobs.store import Run, RunStore, atomic_write_json
+from lab.ui.run_views import format_age, format_metrics, format_progress
+from lab.ui.runs_page import EMPTY, RunsPage
+from tests.jobs.helpers import tiny
+from tests.ui.pages import poll_until
+
+REPO = Path(__file__).resolve().parents[2]
+STEP = {"kind": "step", "epoch": 0}
+
+
+def _run(store: RunStore, name: str, state: str = "completed", model: str = "residual_mlp", **status) -> Run:
+    run = store.create(name)
+    run.write_config({"name": name, "model": {"name": model, "depth": 4}, "train": {"lr": 0.01}})
+    run.write_status(state, f"{state}: {name}", **status)
+    return run
+
+
+def _records(n: int = 6) -> list[dict]:
+    out = []
+    for i in range(1, n + 1):
+        out.append({**STEP, "step": 10 * i, "loss": 1.0 / i, "lr": 0.01 * (1 - i / (2 * n)), "time": 1.0})
+        if i % 2 == 0:
+            out.append({"kind": "eval", "step": 10 * i, "train_loss": 0.9 / i, "test_loss": 1.1 / i,
+                        "train_acc": 0.5 + 0.05 * i, "test_acc": 0.45 + 0.05 * i, "probe_top1": 0.2 + 0.1 * i,
+                        "rank": 30.0 - i, "rank_layer1": 10.0 + i})
+    return out
+
+
+def _rows(page: RunsPage) -> dict[str, dict]:
+    return {row["run"]: row for row in page.table.value.to_dict("records")}
+
+
+def test_formats():
+    assert [format_age(s) for s in (None, 3.2, 125, 7300, 200000)] == ["never", "3 s ago", "2 min ago", "2 h ago",
+                                                                      "2 d ago"]
+    assert format_progress(None, None) == "" and format_progress(5, None) == "step 5"
+    assert format_progress(30, 120) == "30 / 120 (25%)"
+    assert format_metrics({"lr": 1e-4, "test_acc": 0.9531, "zeta": 1.0, "loss": 0.01234}) == \
+        "loss 0.01234 · test_acc 0.9531 · lr 1.000e-04"
+
+
+def test_the_table_lists_runs_and_sweep_members(manager):
+    store = manager.store
+    done = _run(store, "done", step=100, total_steps=100, metrics={"test_acc": 0.9})
+    done.append_metrics(*_records())
+    stale = _run(store, "stale", "running", step=30, total_steps=120, heartbeat=time.time() - 600)
+    fresh = _run(store, "fresh", "running", step=5)
+    sweep = store.create("alpha-sweep")
+    atomic_write_json(sweep.path / "sweep.json", {"members": []})
+    members = [_run(RunStore(sweep.path), f"0{i}-alpha_min-{a}", "queued") for i, a in enumerate((1.0, 0.5))]
+    page = RunsPage(manager=manager)
+    rows = _rows(page)
+    assert set(rows) == {done.id, stale.id, fresh.id, *(f"{sweep.id}/{m.id}" for m in members)}
+    assert rows[done.id] == {"run": done.id, "model": "residual_mlp", "state": "completed",
+                             "progress": "100 / 100 (100%)", "metrics": "loss 0.1667 · test_acc 0.75",
+                             "heartbeat": rows[done.id]["heartbeat"], "problems": ""}
+    assert rows[stale.id]["state"] == "running (stale)" and rows[stale.id]["heartbeat"] == "10 min ago"
+    assert rows[stale.id]["progress"] == "30 / 120 (25%)"
+    assert rows[fresh.id]["state"] == "running" and rows[fresh.id]["progress"] == "step 5"
+    assert rows[f"{sweep.id}/{members[0].id}"]["state"] == "queued"
+    # the periodic refresh: a new run appears, a finished one changes in place
+    later = _run(store, "later", "running", step=1, total_steps=10)
+    fresh.write_status("completed", "done", step=50, total_steps=50)
+    assert page.poll()
+    rows = _rows(page)
+    assert later.id in rows and rows[fresh.id]["state"] == "completed" and rows[fresh.id]["progress"].startswith("50")
+
+
+def test_added_folders_stay_inside_the_servers_folders(manager, tmp_path, monkeypatch):
+    cluster = tmp_path / "cluster"
+    remote = _run(RunStore(cluster / "exp1"), "remote", "running", step=3)
+    _run(manager.store, "local")
+    monkeypatch.setenv("LAB_RUN_DIRS", str(cluster))
+    page = RunsPage(manager=manager, folder="exp1")
+    assert f"exp1/{remote.id}" in _rows(page) and len(_rows(page)) == 2 and not page.notice.visible
+    page.folder = str(tmp_path / "elsewhere")
+    assert page.notice.visible and page.notice.alert_type == "danger"
+    assert "is outside the folders this server reads runs from" in page.notice.object
+    assert "LAB_RUN_DIRS" in page.notice.object and len(_rows(page)) == 1, "the page lives on without the folder"
+    page.folder = "../../etc"
+    assert "outside" in page.notice.object
+    page.folder = "exp2"
+    assert "no folder 'exp2'" in page.notice.object
+    page.folder = str(cluster / "exp1")
+    assert len(_rows(page)) == 2 and not page.notice.visible
+    # as from a URL: a run inside the server's folders opens, and the refused folder is still named
+    page = RunsPage(manager=manager, folder="/etc", run=f"exp1/{remote.id}")
+    assert page.follower.job is not None and "Folder not added" in page.notice.object
+    page.run = "nope"
+    assert "Folder not added" in page.notice.object and "Run not opened" in page.notice.object
+    page.folder = "exp1"
+    assert "Folder not added" not in page.notice.object and "Run not opened" in page.notice.object
+    page.run = ""
+    assert not page.notice.visible
+    monkeypatch.delenv("LAB_RUN_DIRS")
+    assert "outside" in RunsPage(manager=manager, folder=str(cluster)).notice.object, "roots are fixed at start"
+
+
+def test_a_corrupt_folder_is_listed_with_its_problems_and_opened(manager):
+    run = manager.store.create("broken")
+    (run.path / "status.json").write_text('{"state": "runn')
+    with open(run.path / "metrics.jsonl", "w") as f:
+        f.write('{"kind": "step", "step": 5, "loss": 1.5}\n{"kind": "step", "step": "x", "loss": null}\nnot json\n'
+                '{"kind": "step", "step": 10, "loss": 1.0}\n{"kind": "step", "step": 15, "lo')
+    page = RunsPage(manager=manager)
+    row = _rows(page)[run.id]
+    assert row["state"] == "unknown" and row["model"] == ""
+    assert "status.json is unreadable" in row["problems"] and "no config.json" in row["problems"]
+    assert "1 unreadable line in metrics.jsonl" in row["problems"]
+    assert "half-written line" in row["problems"]
+    page.run = run.id
+    assert page.curves.live.sources[("step", "loss")].data == {"step": [5, 10], "value": [1.5, 1.0]}
+    assert "status.json is unreadable" in page._header.object and "No readable config" in page._config.object
+    assert page.follower.job is not None and "unknown" in page.follower.status.message
+
+
+def test_opening_a_run_draws_its_metrics_file(manager):
+    run = _run(manager.store, "curves", "running", step=60, total_steps=100)
+    run.append_metrics(*_records())
+    run.save_checkpoint({"step": 60, "model": {}}, "last", "best")
+    other = _run(manager.store, "steps-only", "failed")
+    other.append_metrics({**STEP, "step": 1, "loss": 2.0}, {**STEP, "step": 2, "loss": 1.0})
+    page = RunsPage(manager=manager)
+    assert page._header.object == EMPTY and not page._plots.objects
+    page.run = run.id
+    records = run.read_metrics()[0]
+    live = page.curves.live.sources
+    steps = [r for r in records if r["kind"] == "step"]
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert live[("step", "loss")].data == {"step": [r["step"] for r in steps], "value": [r["loss"] for r in steps]}
+    for field in ("train_loss", "test_loss", "train_acc", "test_acc"):
+        assert live[("eval", field)].data == {"step": [r["step"] for r in evals], "value": [r[field] for r in evals]}
+    for fig, field, rows in (("lr", "lr", steps), ("probe", "probe_top1", evals), ("rank", "rank", evals),
+                             ("rank", "rank_layer1", evals)):
+        kind = rows[0]["kind"]
+        assert page.curves.extra[fig].sources[(kind, field)].data == \
+            {"step": [r["step"] for r in rows], "value": [r[field] for r in rows]}
+    titles = [p.object.title.text for row in page._plots for p in row]
+    assert titles == ["Loss", "Accuracy", "Learning rate", "Linear probe accuracy", "Effective rank"]
+    for row in page._plots:  # ranges around the data
+        for pane in row:
+            fig = pane.object
+            for r in fig.renderers:
+                xs, ys = r.data_source.data["step"], r.data_source.data["value"]
+                assert fig.x_range.start < min(xs) and max(xs) < fig.x_range.end
+                assert fig.y_range.start < min(ys) and max(ys) < fig.y_range.end
+    assert "`last.pt`" in page._checkpoints.object and "| 60 |" in page._checkpoints.object
+    assert "name: residual_mlp" in page._config.object and "lr: 0.01" in page._config.object
+    assert page.table.selection == [list(page.table.value["run"]).index(run.id)]
+    # the curve grows with the file
+    run.append_metrics({**STEP, "step": 70, "loss": 0.1})
+    page.poll()
+    assert live[("step", "loss")].data["step"][-1] == 70
+    # a resumed run rewrites its metrics file: the curves are drawn again from it
+    run.truncate_metrics_after(20)
+    page.poll()
+    assert live[("step", "loss")].data["step"] == [10, 20]
+    # a row clicked opens its run; one without evaluations shows no empty accuracy figure
+    page.table.selection = [list(page.table.value["run"]).index(other.id)]
+    assert page.run == other.id
+    assert [p.object.title.text for row in page._plots for p in row] == ["Loss"]
+    assert page.follower.status.alert.visible and "failed: steps-only" in page.follower.status.alert.object
+
+
+def test_a_run_written_by_another_process_is_followed_while_it_trains(manager, tmp_path):
+    log = open(tmp_path / "train.log", "w")  # noqa: SIM115 - closed below, after the process ends
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lab", "train", "configs/spiral.yaml", "model.depth=4", "model.width=8",
+         "data.n=2048", "train.epochs=100000", "train.max_steps=200000", "train.log_every=5",
+         "train.eval_every=100", "--runs-dir", str(manager.store.root), "--no-progress"],
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "LAB_RUNS_DIR": str(tmp_path / "x")})
+    try:
+        page = RunsPage(manager=manager)
+        assert poll_until(page, lambda: len(page.table.value) == 1, timeout=60)
+        page.run = page.table.value["run"][0]
+        loss = page.curves.live.sources[("step", "loss")]
+        assert poll_until(page, lambda: len(loss.data["step"]) >= 5, timeout=60), (tmp_path / "train.log").read_text()
+        seen = len(loss.data["step"])
+        assert poll_until(page, lambda: len(loss.data["step"]) >= seen + 5, timeout=60), "the curve grows"
+        assert page.follower.job.status()["state"] == "running"
+        assert page._stop_button.disabled and "Watch-only" in page._stop_note.object
+        page.param.trigger("stop")
+        assert "Not stopped. Watch-only" in page.notice.object
+        assert not (page._path / STOP_FILE).exists() and proc.poll() is None
+        (page._path / STOP_FILE).touch()  # its owner stops it
+        assert proc.wait(60) == 0
+        assert poll_until(page, lambda: "**stopped**" in page.follower.status.message, timeout=30)
+        records = page.follower.job.run.read_metrics()[0]
+        assert loss.data["step"] == [r["step"] for r in records if r["kind"] == "step"]
+        assert "stopped" in _rows(page)[page.run]["state"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def test_a_lab_job_can_be_stopped_and_a_foreign_run_cannot(manager):
+    job = manager.start_thread(tiny(name="mine", **{"train.epochs": 100000}))
+    foreign = _run(manager.store, "foreign", "running", step=3)
+    page = RunsPage(manager=manager, run=foreign.id)
+    page.param.trigger("stop")
+    assert page.notice.visible and "Not stopped. Watch-only" in page.notice.object
+    assert not (foreign.path / STOP_FILE).exists() and job.is_alive()
+    del page  # a page thrown away (a notebook cell run again) stops its follower's job: a watched run is not its
+    gc.collect()
+    assert not (foreign.path / STOP_FILE).exists() and foreign.read_status()["state"] == "running"
+    page = RunsPage(manager=manager)
+    page.run = job.run.id
+    assert poll_until(page, lambda: page.curves.live.points()["step:loss"] > 0)
+    assert not page._stop_button.disabled and "Started by this lab" in page._stop_note.object
+    page.param.trigger("stop")
+    assert poll_until(page, lambda: not job.is_alive() and "**stopped**" in page.follower.status.message)
+    page.poll()
+    assert page._stop_button.disabled and "has ended (stopped)" in page._stop_note.object
+
+
+def test_url_state_bad_names_and_the_notebook_cell(manager):
+    run = _run(manager.store, "url")
+    run.append_metrics(*_records(2))
+    page = RunsPage(manager=manager, run=run.id)
+    assert page.url_parameters == ("folder", "run")
+    assert page.curves.live.points()["step:loss"] == 2 and run.id in page._header.object
+    for bad, why in (("../../etc", "outside"), ("nothing", "no folder"), ("", None)):
+        page.run = bad
+        assert page.follower.job is None and page._header.object == EMPTY and not page._plots.objects
+        assert (why in page.notice.object) if why else True
+    (manager.store.root / "plain").mkdir()
+    page.run = "plain"
+    assert "is not a run folder" in page.notice.object
+    cell = page.__panel__()
+    assert isinstance(cell, pn.Row) and page.views() is page._main
+
+
+@pytest.mark.parametrize("state", ["diverged", "failed"])
+def test_a_failed_run_says_why(manager, state):
+    run = _run(manager.store, state, state, step=12, total_steps=100)
+    run.write_status(state, f"loss is nan at step 12 ({state})", step=12, total_steps=100)
+    page = RunsPage(manager=manager, run=run.id)
+    assert page.follower.status.alert.visible and "loss is nan at step 12" in page.follower.status.alert.object
+    assert "loss is nan at step 12" in page._header.object
