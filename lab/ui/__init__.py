@@ -7,8 +7,9 @@ from lab.ui.notebook import extension
 from lab.ui.page import Page
 from lab.ui.playground import PlaygroundPage
 from lab.ui.rank_page import RankPage
+from lab.ui.runs_page import RunsPage
 from lab.ui.shell import LabShell, default_pages
 from lab.ui.status import JobStatus
 
 __all__ = ["AlignmentPage", "DataPage", "JobFollower", "JobStatus", "LabShell", "Page", "PlaygroundPage",
-           "RankPage", "default_pages", "extension"]
+           "RankPage", "RunsPage", "default_pages", "extension"]

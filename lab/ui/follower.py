@@ -137,7 +137,7 @@ class JobFollower(pn.viewable.Viewer):
 
     # -- polling ----------------------------------------------------------------------------------------------
     def _ensure_polling(self) -> None:
-        if self._callback is None and _can_schedule():
+        if self._callback is None and can_schedule():
             tick = _weak_tick(self)
             # in the background: a poll every 250 ms would otherwise keep the page's busy indicator spinning
             self._callback = tick.callback = PeriodicCallback(callback=tick, period=self.period, background=True)
@@ -187,7 +187,7 @@ class JobFollower(pn.viewable.Viewer):
         return self.status
 
 
-def _can_schedule() -> bool:
+def can_schedule() -> bool:
     """Whether a periodic callback can run here: in a served session, or on a running event loop (a kernel).
 
     Elsewhere (a plain script, a test) nothing would call it; the owner polls by hand with :meth:`poll`.

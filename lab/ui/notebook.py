@@ -129,7 +129,8 @@ def _serve_from_jupyter(base_url: str) -> None:
 
 
 def extension(*args: str, base_url: str | None = None, **kwargs: Any) -> None:
-    """Load Panel (with the extensions ``args``, e.g. ``"tabulator"``) and HoloViews' Bokeh backend for the lab.
+    """Load Panel (with Tabulator, which the Runs page needs, and the extensions ``args``) and HoloViews' Bokeh
+    backend for the lab.
 
     In a Jupyter kernel every JavaScript and CSS file then comes from the Jupyter server (see the module
     docstring), and the lab's runs, snapshots and node maps display richly (:mod:`lab.ui.display`); elsewhere
@@ -148,7 +149,7 @@ def extension(*args: str, base_url: str | None = None, **kwargs: Any) -> None:
     if in_kernel:
         _serve_from_jupyter(base_url or jupyter_base_url())
     # Panel first: its loader then carries every extension the first output needs (notifications included)
-    pn.extension(*args, **{**DEFAULTS, **kwargs})
+    pn.extension(*dict.fromkeys(("tabulator", *args)), **{**DEFAULTS, **kwargs})  # the Runs page's table
     hv.extension("bokeh", logo=False)
     if loaded_elsewhere:  # Panel would only reload its extensions: load everything again, from here
         pn_notebook.load_notebook(pn.config.inline, reloading=False)

@@ -15,7 +15,7 @@ or ``?run=`` in the URL) follows it read-only (:class:`~lab.jobs.catalog.Watched
 and its curves growing as ``metrics.jsonl`` grows; beside them its config and checkpoints. A run that this server's
 job manager trains can be stopped; any other run is watch-only.
 
-In a notebook: ``ui.extension("tabulator")``, then ``RunsPage()`` as a cell's value.
+In a notebook: ``lab.ui.extension()``, then ``RunsPage()`` as a cell's value.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from lab.jobs.catalog import (
 from lab.jobs.job import Job
 from lab.jobs.manager import JobManager
 from lab.jobs.store import FINISHED
-from lab.ui.follower import _can_schedule
+from lab.ui.follower import can_schedule
 from lab.ui.knobs import Knob, knob_class
 from lab.ui.page import Page
 from lab.ui.run_views import COLUMNS, RunCurves, checkpoints_markdown, format_age, table_frame
@@ -342,7 +342,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         return self.refresh() or changed
 
     def _start_refreshing(self) -> None:
-        if self._refresher is not None or not _can_schedule():
+        if self._refresher is not None or not can_schedule():
             return
         ref = weakref.ref(self)
 

@@ -206,7 +206,7 @@ def test_runs_page_follows_a_run_in_jupyterlab_offline(jupyter):
     run.write_status("running", "written elsewhere", step=30, total_steps=100)
     run.append_metrics(*[{"kind": "step", "step": s, "loss": 1.0 / s} for s in (10, 20, 30)])
     write_notebook(root / "runs.ipynb", [
-        "import lab.ui as ui\nui.extension('tabulator')",
+        "import lab.ui as ui\nui.extension()",
         f"from lab.ui.runs_page import RunsPage\npage = RunsPage(run={run.id!r})\npage"])
     with browser_page() as (page, seen):
         page.goto(f"{url}/lab/tree/runs.ipynb", timeout=60_000)
