@@ -4,8 +4,10 @@ those of one process on the same global batch."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -80,3 +82,31 @@ def test_data_parallel_gradients_are_those_of_one_process_on_the_global_batch(tm
         torch.testing.assert_close(a[key], b[key], atol=2e-6, rtol=1e-5)
     start = build_model(load_config("configs/spiral.yaml")).state_dict()
     assert max((a[k] - start[k]).abs().max().item() for k in a) > 1e-3  # the step did move the weights
+
+
+def test_sigterm_to_torchrun_stops_every_process_at_one_step_with_a_checkpoint(images, tmp_path):
+    """What a cluster scheduler does at a job's time limit: torchrun passes SIGTERM on to its workers; they finish
+    the step, agree to stop, and rank 0 leaves a resumable checkpoint and the state ``stopped``."""
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    args = ["configs/mae_tiny.yaml", f"data.root={images}", *TINY_MAE, "train.epochs=200", "train.eval_every=1000"]
+    proc = subprocess.Popen([*launcher, "-m", "lab", "train", *args, "--runs-dir", str(tmp_path), "--no-progress"],
+                            cwd=Path(__file__).resolve().parents[2], env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            runs = list(tmp_path.iterdir())
+            if runs and (runs[0] / "metrics.jsonl").is_file() and len(_records(runs[0], "step")) >= 3:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the run never logged three steps")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    (run,) = tmp_path.iterdir()
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "stopped", (status, out[-2000:])
+    state = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
+    assert state["step"] == status["step"] >= 3 and status["step"] < status["total_steps"]
