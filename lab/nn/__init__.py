@@ -1,7 +1,8 @@
 """Networks: the residual block with named parts, the registry, and the models built from them.
 
 Importing this package registers every model: the residual MLP, the ResNets of *Residual Alignment: Uncovering
-the Mechanisms of Residual Networks* and the timm adapters.
+the Mechanisms of Residual Networks*, the MAE ViTs of *Residual Connections Harm Generative Representation
+Learning* (decayed shortcuts, U-Net skips) and the timm adapters.
 """
 
 from lab.nn import mae, resnets, timm_adapter  # noqa: F401  (registration side effect)
