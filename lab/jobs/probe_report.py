@@ -25,10 +25,8 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from lab.analysis.probing import bn_linear_probe
-from lab.config import ExperimentConfig
-from lab.jobs.runner import config_of_run
-from lab.jobs.store import CheckpointError, Run, atomic_write_bytes, atomic_write_json, sanitize_name
-from lab.train.build import build_model, loader_data
+from lab.jobs.reports import load_trained
+from lab.jobs.store import Run, atomic_write_bytes, atomic_write_json, sanitize_name
 from lab.train.engine import LoaderData
 from lab.train.pretrain_eval import features
 from lab.train.trainer import resolve_device
@@ -92,20 +90,6 @@ def _num_blocks(model: nn.Module, data: LoaderData) -> int:
     x = data.test[0][0][None] if len(data.test) else data.train_eval[0][0][None]
     with torch.no_grad():
         return len(model.eval().forward_intermediates(x, intermediates_only=True)) - 1
-
-
-def _load(run: Run, checkpoint: str) -> tuple[ExperimentConfig, nn.Module, LoaderData, int]:
-    """Config, model with the checkpoint's weights (CPU), loader data sets and checkpoint step."""
-    cfg = config_of_run(run)
-    data = loader_data(cfg)
-    model = build_model(cfg, data)
-    state = run.load_checkpoint(checkpoint)
-    try:
-        model.load_state_dict(state["model"])
-    except (KeyError, RuntimeError) as err:
-        raise CheckpointError(f"checkpoint {run.checkpoint_path(checkpoint)} does not fit the run's model: "
-                              f"{err}") from None
-    return cfg, model, data, int(state.get("step", 0))
 
 
 def _fingerprint(model: nn.Module) -> torch.Tensor:
@@ -176,7 +160,7 @@ def probe_report(run: Run, *, layer: str = "bottleneck", checkpoint: str = "last
         dev = resolve_device(device)
     except RuntimeError as err:  # an unknown name, or CUDA asked for where there is none
         raise ValueError(f"device {device!r}: {err}") from None
-    cfg, model, data, step = _load(run, checkpoint)
+    cfg, model, data, step = load_trained(run, checkpoint, loader=True)
     if block is not None:
         blocks = _num_blocks(model, data)
         if block >= blocks:

@@ -18,18 +18,26 @@ from lab.config import ExperimentConfig
 from lab.data.toy2d import ToyData
 from lab.jobs.runner import config_of_run
 from lab.jobs.store import CheckpointError, Run, atomic_write_bytes, atomic_write_json
-from lab.train.build import build_data, build_model
+from lab.train.build import build_data, build_model, loader_data
+from lab.train.engine import LoaderData
 
 
-def load_trained(run: Run, checkpoint: str = "last") -> tuple[ExperimentConfig, nn.Module, ToyData, int]:
+def load_trained(run: Run, checkpoint: str = "last", *, loader: bool = False
+                 ) -> tuple[ExperimentConfig, nn.Module, ToyData | LoaderData, int]:
     """The run's config, its model with the checkpoint's weights (eval mode, CPU), its data and the checkpoint's
     step.
+
+    Args:
+        run: the run folder.
+        checkpoint: ``last`` or ``best``.
+        loader: the data as the loader engine reads it (:func:`~lab.train.build.loader_data`: an image folder
+            file by file) rather than as whole tensors (:func:`~lab.train.build.build_data`).
 
     Raises:
         CheckpointError: the checkpoint is missing, corrupt, or does not fit the config's model.
     """
     cfg = config_of_run(run)
-    data = build_data(cfg)
+    data = loader_data(cfg) if loader else build_data(cfg)
     model = build_model(cfg, data)
     state = run.load_checkpoint(checkpoint)
     try:
