@@ -123,9 +123,10 @@ class LoaderTrainer:
         self.bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and self.device.type == "cuda")
         self.mask_generator = torch.Generator(device=self.device)
         self.sampler = KeyedSampler(len(data.train), cfg.batch_size, world.rank, world.size, cfg.seed)
+        self.workers = data_cfg.workers
         self.loader = DataLoader(data.train, batch_size=cfg.batch_size, sampler=self.sampler,
-                                 num_workers=data_cfg.workers, pin_memory=self.device.type == "cuda",
-                                 persistent_workers=data_cfg.workers > 0, drop_last=True)
+                                 num_workers=self.workers, pin_memory=self.device.type == "cuda",
+                                 persistent_workers=self.workers > 0, drop_last=True)
         self.steps_per_epoch = self.sampler.batches // cfg.accum_steps
         if self.steps_per_epoch == 0:
             raise ValueError(f"an epoch holds {self.sampler.batches} micro-batches per process, fewer than "
@@ -273,8 +274,9 @@ class LoaderTrainer:
         if self._losses:
             out["train_loss"] = sum(self._losses) / len(self._losses)
             self._losses = []
-        loader = DataLoader(self.data.test, batch_size=self.cfg.batch_size,
-                            sampler=ShardSampler(len(self.data.test), self.world.rank, self.world.size))
+        loader = DataLoader(self.data.test, batch_size=self.cfg.batch_size, num_workers=self.workers,
+                            sampler=ShardSampler(len(self.data.test), self.world.rank, self.world.size),
+                            pin_memory=self.device.type == "cuda")
         sums = [0.0, 0.0, 0.0, 0.0]  # loss sum, top-1 hits, top-5 hits, count
         generator = torch.Generator(device=self.device).manual_seed(self.cfg.seed)  # the same MAE masks each time
         self.model.eval()  # not eval_mode: that also turns fused attention off, which analyses need, not this loop
@@ -314,8 +316,8 @@ class LoaderTrainer:
                                                   seed=self.cfg.seed)
         epoch_end = self.step % self.steps_per_epoch == 0
         if self.cfg.probe_every and epoch_end and self.epoch % self.cfg.probe_every == 0:
-            train = pretrain_eval.features(self.model, self.data.train_eval, limit=5000, device=self.device)
-            test = pretrain_eval.features(self.model, self.data.test, limit=5000, device=self.device)
+            train, test = (pretrain_eval.features(self.model, d, limit=5000, device=self.device, workers=self.workers)
+                           for d in (self.data.train_eval, self.data.test))
             with torch.enable_grad():  # the probe trains its head (evaluate runs without gradients)
                 out.update(pretrain_eval.quick_probe(train, test, self.data.num_classes, seed=self.cfg.seed))
         return out

@@ -21,13 +21,17 @@ from lab.probe import eval_mode
 @torch.no_grad()
 def features(model: nn.Module, dataset: Dataset, *, limit: int | None = None, batch_size: int = 256,
              device: torch.device | str = "cpu", workers: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """``forward_features`` of the first ``limit`` samples of ``dataset`` in eval mode.
+    """``forward_features`` of ``limit`` samples of ``dataset`` (all by default) in eval mode.
+
+    The samples are taken in one fixed shuffled order (seed 0), so a limit keeps every class in proportion — an
+    image folder lists its files class by class — and a smaller limit is a prefix of a larger one.
 
     Returns:
-        ``(features [n, D] float32 on the CPU, labels [n])``.
+        ``(features [n, D] float32 on the CPU, labels [n])``, in that order.
     """
     n = len(dataset) if limit is None else min(limit, len(dataset))
-    subset = torch.utils.data.Subset(dataset, range(n))
+    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))[:n]
+    subset = torch.utils.data.Subset(dataset, order.tolist())
     loader = DataLoader(subset, batch_size=batch_size, num_workers=workers, shuffle=False)
     feats, labels = [], []
     with eval_mode(model):

@@ -106,7 +106,8 @@ def test_probe_of_an_image_folder_run_reads_the_files(tmp_path):
 
     # Block 1's output is a conv map [B, 6, 8, 8], pooled by a global average; the images come from the files.
     data = loader_data(config_of_run(run))
-    x = torch.stack([data.test[i][0] for i in range(5)])
+    order = torch.randperm(len(data.test), generator=torch.Generator().manual_seed(0))[:5]  # features' fixed order
+    x = torch.stack([data.test[i][0] for i in order.tolist()])
     with torch.no_grad():
         expected = fresh_model(run, data).forward_intermediates(x, intermediates_only=True)[2].mean(dim=(2, 3))
     cached = torch.load(run.path / "analysis" / f"features-blocks.1-{out['step']}.pt", weights_only=True)
