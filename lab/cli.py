@@ -1,6 +1,9 @@
 """Command line: ``python -m lab train CONFIG [section.key=value ...] [--runs-dir DIR]``, ``resume RUN``,
 ``analyze alignment RUN [--inputs N] [--k K]``, ``probe RUN [--layer bottleneck|blocks.N] [--epochs N]`` (linear
-probing on frozen features) and ``sweep CONFIG key=v1,v2,... [section.key=value ...]``."""
+probing on frozen features) and ``sweep CONFIG key=v1,v2,... [section.key=value ...]``.
+
+``train`` and ``resume`` also run as the processes of ``torchrun --nproc_per_node=N -m lab train CONFIG``
+(data-parallel, the loader engine); ``--steps N`` trains a slice of a run and stops with a checkpoint."""
 
 from __future__ import annotations
 
