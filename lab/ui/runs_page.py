@@ -111,9 +111,15 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         self._details = pn.Row(pn.Card(self._config, title="Config", sizing_mode="stretch_width"),
                                pn.Card(self._checkpoints, title="Checkpoints", sizing_mode="stretch_width"),
                                sizing_mode="stretch_width", visible=False)
+        # MAE runs: the newest reconstruction picture (originals, masked inputs, reconstructions), embedded
+        self._picture = pn.pane.PNG(None, sizing_mode="stretch_width", max_width=900)
+        self._caption = pn.pane.Markdown("", margin=(0, 10))
+        self._figure = pn.Column(self._caption, self._picture, sizing_mode="stretch_width", visible=False)
+        self._figure_path: Path | None = None
         self._stop_button = pn.widgets.Button.from_param(self.param.stop, color="danger", width=110, disabled=True)
         self._stop_note = pn.pane.Markdown("", margin=(0, 10), sizing_mode="stretch_width")
-        self._main = pn.Column(self.table, self._header, self._plots, self._details, sizing_mode="stretch_width")
+        self._main = pn.Column(self.table, self._header, self._plots, self._figure, self._details,
+                               sizing_mode="stretch_width")
         self.follower.add_views(self._main)
         self._folder_changed()
         self._open()
@@ -294,6 +300,15 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         if self._checkpoints.object != checkpoints:
             self._checkpoints.object = checkpoints
         self._details.visible = True
+        pictures = sorted((self._path / "figures").glob("reconstruction-*.png"))
+        newest = pictures[-1] if pictures else None
+        if newest != self._figure_path:  # read once per new picture (the pane embeds the bytes: nothing fetched)
+            self._figure_path = newest
+            self._picture.object = newest.read_bytes() if newest else None
+            step = int(newest.stem.rsplit("-", 1)[1]) if newest else 0
+            self._caption.object = (f"**Reconstructions at step {step}**: held-out images, their masked inputs, "
+                                    "the reconstructions (visible patches pasted back)")
+            self._figure.visible = newest is not None
 
     # -- stopping ---------------------------------------------------------------------------------------------
     def lab_job(self) -> Job | None:

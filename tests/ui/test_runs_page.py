@@ -253,3 +253,20 @@ def test_a_failed_run_says_why(manager, state):
     page = RunsPage(manager=manager, run=run.id)
     assert page.follower.status.alert.visible and "loss is nan at step 12" in page.follower.status.alert.object
     assert "loss is nan at step 12" in page._header.object
+
+
+def test_the_newest_reconstruction_picture_of_an_mae_run_is_shown(manager):
+    from PIL import Image
+
+    run = _run(manager.store, "mae", "running", model="mae_vit_tiny_patch4_32", step=20, total_steps=100)
+    run.append_metrics(*_records(2))
+    page = RunsPage(manager=manager)
+    page.run = run.id
+    assert not page._figure.visible  # no picture yet: nothing shown
+    (run.path / "figures").mkdir()
+    for step, colour in ((10, "red"), (20, "blue")):
+        Image.new("RGB", (8, 4), colour).save(run.path / "figures" / f"reconstruction-{step:09d}.png")
+    page.poll()
+    page.refresh()
+    assert page._figure.visible and "step 20" in page._caption.object
+    assert page._picture.object == (run.path / "figures" / "reconstruction-000000020.png").read_bytes()
