@@ -146,7 +146,12 @@ def job_for(jobs: Iterable[Job], path: Path) -> Job | None:
 
 # -- reading one folder ----------------------------------------------------------------------------------------
 def _signature(path: Path) -> Signature | None:
+    """``(inode, size, mtime)`` of a run's file, or None when it is missing or a symbolic link — the file itself or
+    the sub-folder holding it (``checkpoints/``): a link could lead outside the folders this server may read, so
+    every reader treats it as missing."""
     try:
+        if path.is_symlink() or (path.parent.name in ("checkpoints", "figures") and path.parent.is_symlink()):
+            return None
         st = path.stat()
     except OSError:
         return None

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import signal
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -64,6 +65,19 @@ class LoaderData:
     train_eval: Dataset
     num_classes: int
     image_shape: tuple[int, ...]
+
+
+def ignore_stop_signals(worker_id: int) -> None:
+    """A loader worker ignores SIGTERM and SIGINT: ``torchrun`` and cluster schedulers signal a training process's
+    whole process group, and a worker killed mid-epoch would fail the run instead of letting it stop cleanly
+    (the training process stops the workers itself)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class ResumeMismatch(ValueError):
+    """A checkpoint was written with another global batch or epoch length than this run would have: continuing
+    would silently change its schedule; the message says what to set."""
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -113,10 +127,10 @@ class LoaderTrainer:
         self.model = model.to(self.device)
         self.callbacks = list(callbacks)
         self.alpha_min, self.figures = alpha_min, figures
-        rdp = cfg.droppath == "residual_droppath"  # the odd step trains only dropped branches: others get no grad
+        # every parameter takes part in every step (ResidualDroppath's odd step keeps the kept branches in the graph
+        # through F(x)·(1 − mask)), so DDP needs no search for unused parameters
         self.ddp = (DistributedDataParallel(self.model, device_ids=[self.device] if self.device.type == "cuda"
-                                            else None, find_unused_parameters=rdp)
-                    if world.distributed else None)
+                                            else None) if world.distributed else None)
         runner = self.ddp if self.ddp is not None else self.model
         self.forward = torch.compile(runner) if cfg.compile else runner
         self.optimizer = make_optimizer(self.model, cfg)
@@ -126,7 +140,8 @@ class LoaderTrainer:
         self.workers = data_cfg.workers
         self.loader = DataLoader(data.train, batch_size=cfg.batch_size, sampler=self.sampler,
                                  num_workers=self.workers, pin_memory=self.device.type == "cuda",
-                                 persistent_workers=self.workers > 0, drop_last=True)
+                                 persistent_workers=self.workers > 0, drop_last=True,
+                                 worker_init_fn=ignore_stop_signals)
         self.steps_per_epoch = self.sampler.batches // cfg.accum_steps
         if self.steps_per_epoch == 0:
             raise ValueError(f"an epoch holds {self.sampler.batches} micro-batches per process, fewer than "
@@ -226,6 +241,7 @@ class LoaderTrainer:
         self.should_stop = False
         self._emit("on_train_start")
         tick = time.perf_counter()
+        saved = -1  # the step of the last checkpoint written in this call
         try:
             batches = self._batches()
             while self.step < end:
@@ -239,20 +255,23 @@ class LoaderTrainer:
                     now = time.perf_counter()
                     self.throughput = self._images / (now - tick)
                     tick, self._images = now, 0
+                # a stop (STOP file, SIGTERM) skips what is left of the step's work: a scheduler's grace period
+                # after SIGTERM is short, and the checkpoint below must be written within it
+                if any_rank(self.world, self.should_stop):
+                    self.should_stop = True
+                    break
                 epoch_done = self.step % self.steps_per_epoch == 0
+                if epoch_done and self.epoch % self.cfg.checkpoint_every == 0:
+                    self._emit("on_checkpoint")  # before evaluating: the epoch is kept however long that takes
+                    saved = self.step
                 if (self.cfg.eval_every and self.step % self.cfg.eval_every == 0) or (
                         not self.cfg.eval_every and epoch_done):
                     self._eval_and_emit()
                 if epoch_done:
                     self._emit("on_epoch_end")
-                    if self.epoch % self.cfg.checkpoint_every == 0:
-                        self._emit("on_checkpoint")
-                if any_rank(self.world, self.should_stop):
-                    self.should_stop = True
-                    break
             if not self.should_stop and self.last_eval_step != self.step:
                 self._eval_and_emit()
-            if self.step % self.steps_per_epoch or self.should_stop or self.epoch % self.cfg.checkpoint_every:
+            if saved != self.step:
                 self._emit("on_checkpoint")  # stopped, or ended between checkpoints: keep where it got to
         finally:
             self._emit("on_train_end")
@@ -260,9 +279,12 @@ class LoaderTrainer:
 
     # -- evaluation -------------------------------------------------------------------------------------------
     def _fixed_batch(self) -> torch.Tensor:
-        """The first ``train.rank_inputs`` held-out images: rank and reconstructions are measured on them."""
+        """``train.rank_inputs`` held-out images in the fixed shuffled order of
+        :func:`~lab.train.pretrain_eval.features` (an image folder lists its files class by class): rank and
+        reconstructions are measured on them."""
         n = min(self.cfg.rank_inputs, len(self.data.test))
-        return torch.stack([self.data.test[i][0] for i in range(n)]) if n else torch.empty(0)
+        order = torch.randperm(len(self.data.test), generator=torch.Generator().manual_seed(0))[:n]
+        return torch.stack([self.data.test[i][0] for i in order.tolist()]) if n else torch.empty(0)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -276,7 +298,7 @@ class LoaderTrainer:
             self._losses = []
         loader = DataLoader(self.data.test, batch_size=self.cfg.batch_size, num_workers=self.workers,
                             sampler=ShardSampler(len(self.data.test), self.world.rank, self.world.size),
-                            pin_memory=self.device.type == "cuda")
+                            pin_memory=self.device.type == "cuda", worker_init_fn=ignore_stop_signals)
         sums = [0.0, 0.0, 0.0, 0.0]  # loss sum, top-1 hits, top-5 hits, count
         generator = torch.Generator(device=self.device).manual_seed(self.cfg.seed)  # the same MAE masks each time
         self.model.eval()  # not eval_mode: that also turns fused attention off, which analyses need, not this loop
@@ -344,10 +366,23 @@ class LoaderTrainer:
         the even step's)."""
         masks = [dp.mask.cpu() if dp.mask is not None else torch.empty(0) for dp in self._drop_paths()]
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
-                "droppath_masks": masks}
+                "droppath_masks": masks, "global_batch": self.global_batch, "steps_per_epoch": self.steps_per_epoch}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` saved."""
+        """Restore what :meth:`state_dict` saved.
+
+        Raises:
+            ResumeMismatch: the checkpoint's global batch or steps per epoch differ from this run's (another number
+                of processes, batch size or accumulation): the schedule would change under it.
+        """
+        saved = (state.get("global_batch", self.global_batch), state.get("steps_per_epoch", self.steps_per_epoch))
+        if saved != (self.global_batch, self.steps_per_epoch):
+            processes = saved[0] // (self.cfg.batch_size * self.cfg.accum_steps)
+            raise ResumeMismatch(
+                f"this run was trained with a global batch of {saved[0]} ({saved[1]} steps per epoch); resuming with "
+                f"{self.world.size} process(es) gives {self.global_batch} ({self.steps_per_epoch} steps per epoch), "
+                f"which would change its schedule. Resume it with {processes} process(es) "
+                f"(torchrun --nproc_per_node={processes} -m lab resume …)")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])

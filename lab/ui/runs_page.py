@@ -300,12 +300,14 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         if self._checkpoints.object != checkpoints:
             self._checkpoints.object = checkpoints
         self._details.visible = True
-        pictures = sorted((self._path / "figures").glob("reconstruction-*.png"))
+        figures = self._path / "figures"
+        pictures = [] if figures.is_symlink() else sorted(  # a link could lead outside the server's folders
+            p for p in figures.glob("reconstruction-*.png") if p.stem[15:].isdigit() and not p.is_symlink())
         newest = pictures[-1] if pictures else None
         if newest != self._figure_path:  # read once per new picture (the pane embeds the bytes: nothing fetched)
             self._figure_path = newest
             self._picture.object = newest.read_bytes() if newest else None
-            step = int(newest.stem.rsplit("-", 1)[1]) if newest else 0
+            step = int(newest.stem[15:]) if newest else 0
             self._caption.object = (f"**Reconstructions at step {step}**: held-out images, their masked inputs, "
                                     "the reconstructions (visible patches pasted back)")
             self._figure.visible = newest is not None

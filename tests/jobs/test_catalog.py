@@ -177,3 +177,21 @@ def test_the_catalog_forgets_folders_that_went_away(tmp_path):
     assert {s["name"] for s in cat.summaries([store.root])} == {a.id, b.id}
     shutil.rmtree(b.path)
     assert [s["name"] for s in cat.summaries([store.root])] == [a.id] and set(cat.readers) == {a.path}
+
+
+def test_files_that_are_links_are_not_read(tmp_path):
+    """A run folder inside the allowed folders may hold links to files anywhere: none is followed."""
+    secret = tmp_path / "outside" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("name: secret\n")
+    run = RunStore(tmp_path / "runs").create("linked")
+    (run.path / "config.yaml").symlink_to(secret)
+    (run.path / "status.json").symlink_to(secret)
+    if (run.path / "checkpoints").exists():
+        (run.path / "checkpoints").rmdir()
+    (secret.parent / "last.pt").write_bytes(b"not a checkpoint of this run")
+    (run.path / "checkpoints").symlink_to(secret.parent, target_is_directory=True)
+    reader = RunReader(run.path)
+    config, text, _ = reader.config()
+    assert "secret" not in text and config == {} and reader.status()[0]["state"] == "unknown"
+    assert reader.checkpoints() == []
