@@ -19,12 +19,13 @@ from lab.data.toy2d import TOY_DATASETS
 from lab.jobs.probe_report import format_probe, probe_report
 from lab.jobs.process import StopFile
 from lab.jobs.reports import alignment_report, format_alignment
-from lab.jobs.runner import config_of_run, train_and_evaluate, uses_loader
+from lab.jobs.runner import config_of_run, resolved, train_and_evaluate, uses_loader
 from lab.jobs.snapshots import DiskSink, Publisher, alignment_builder
 from lab.jobs.store import CheckpointError, Run, RunStore, default_runs_dir
 from lab.jobs.sweep import create_sweep, plan_sweep, train_sweep
 from lab.train.build import build_data, loader_data
 from lab.train.distributed import broadcast, close_world, init_world
+from lab.train.engine import ResumeMismatch
 from lab.train.trainer import Callback, Trainer
 
 
@@ -37,9 +38,9 @@ class _Terminate(Callback):
             signal.signal(sig, self._handler)
 
     def _handler(self, signum: int, frame) -> None:
-        if self.requested:  # a second signal: give up at once
+        if self.requested and signum == signal.SIGINT:  # Ctrl-C twice: give up at once
             raise KeyboardInterrupt
-        self.requested = True
+        self.requested = True  # a scheduler's SIGTERM may come twice (itself and torchrun): one request
 
     def on_step_end(self, trainer: Trainer, loss: float) -> None:
         if self.requested:
@@ -209,6 +210,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for w in caught:
             print(f"warning: {w.message}", file=sys.stderr)
+    try:
+        cfg = resolved(cfg)  # the engine is decided once and saved with the run
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if uses_loader(cfg):
         return _train_loader(args, cfg, run, store)
     run = run or store.create(args.name or cfg.name)
@@ -250,6 +256,9 @@ def _train_loader(args: argparse.Namespace, cfg: ExperimentConfig, run: Run | No
                   f"{world.device.type})", file=sys.stderr)
         status = train_and_evaluate(cfg, run, callbacks=[StopFile(run), _Terminate()], world=world, data=data,
                                     resume=args.command == "resume", progress=not args.no_progress, steps=args.steps)
+    except ResumeMismatch as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     finally:
         close_world(world)
     if world.main:

@@ -308,6 +308,16 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         if not self.name or any(c in self.name for c in "/\\\0"):
             raise ConfigError(f"name must be non-empty and free of path separators; got {self.name!r}")
+        mae = self.model.name.startswith("mae_")
+        if self.train.task == "mae" and not mae:
+            raise ConfigError(f"train.task=mae pretrains a masked autoencoder (model.name=mae_…); {self.model.name} "
+                              "is a classifier: set train.task=classify")
+        if self.train.task == "classify" and mae:
+            raise ConfigError(f"{self.model.name} is a masked autoencoder with no classifier head: set "
+                              "train.task=mae (and probe it afterwards with `python -m lab probe RUN`)")
+        if self.train.droppath != "off" and "drop_path_rate" not in model_parameters(self.model.name)[0]:
+            raise ConfigError(f"model {self.model.name} has no drop paths: train.droppath={self.train.droppath} "
+                              "would do nothing")
 
 
 # ---------------------------------------------------------------------------------------------------------------

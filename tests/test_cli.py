@@ -17,7 +17,8 @@ def test_cli_writes_a_well_formed_run_folder(tmp_path, capsys):
     assert run.name.endswith("-cli-test")
     resolved = from_dict(ExperimentConfig, json.loads((run / "config.json").read_text())["config"])
     assert resolved == load_config("configs/spiral.yaml", ["model.depth=3", "model.width=8", "data.n=512",
-                                                           "train.epochs=100", "train.max_steps=30"])
+                                                           "train.epochs=100", "train.max_steps=30",
+                                                           "train.engine=tensor"])  # the engine, decided
     status = json.loads((run / "status.json").read_text())
     assert status["state"] == "completed" and status["step"] == 30 and 0 <= status["metrics"]["test_acc"] <= 1
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

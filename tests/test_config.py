@@ -206,3 +206,14 @@ def test_a_timm_model_does_not_inherit_the_default_models_depth_and_width():
     cfg = load_config(None, {"model.name": "timm_resnet50d"})
     assert cfg.model.depth is None and cfg.model.width is None and cfg.model.builder_kwargs() == {}
     assert load_config(None, {"model.name": "timm_resnet50d", "model.zero_init": True}).model.zero_init is True
+
+
+def test_the_task_fits_the_model_and_droppath_needs_drop_paths():
+    with pytest.raises(ConfigError, match="is a classifier"):
+        load_config(None, {"train.task": "mae", "model.name": "timm_resnet18"})
+    with pytest.raises(ConfigError, match="no classifier head"):
+        load_config(None, {"model.name": "mae_vit_tiny_patch4_32"})
+    with pytest.raises(ConfigError, match="has no drop paths"):
+        load_config(None, {"model.name": "mae_vit_tiny_patch4_32", "train.task": "mae",
+                           "train.droppath": "residual_droppath", "train.drop_path_rate": 0.1})
+    assert load_config(None, {"model.name": "mae_vit_tiny_patch4_32", "train.task": "mae"}).train.task == "mae"

@@ -33,6 +33,9 @@ class StopFile(Callback):
     def __init__(self, run: Run, every_s: float = 0.2) -> None:
         self.path, self.every_s, self._t = run.path / STOP_FILE, every_s, 0.0
 
+    def on_train_start(self, trainer: Trainer) -> None:
+        self.path.unlink(missing_ok=True)  # left by the stop this run is resumed from: not a request to this start
+
     def on_step_end(self, trainer: Trainer, loss: float) -> None:
         now = time.monotonic()
         if now - self._t >= self.every_s:
@@ -90,7 +93,9 @@ class ProcessJob(AttachedJob):
             elif cfg is not None:
                 save_config(cfg, run.path / "config.yaml")
                 command = [sys.executable, "-m", "lab", "train", str(run.path / "config.yaml"),
-                           "--run-dir", str(run.path), "--no-progress", "--snapshot-every", "50"]
+                           "--run-dir", str(run.path), "--no-progress"]
+                if cfg.train.engine != "loader" and cfg.train.task != "mae":  # loader runs record no snapshots
+                    command += ["--snapshot-every", "50"]
             else:
                 raise ValueError("ProcessJob needs a command or a config")
         self.command = list(command)

@@ -31,7 +31,6 @@ class RunRecorder(Callback):
         self.run, self.heartbeat_s, self.checkpoint_on_eval = run, heartbeat_s, checkpoint_on_eval
         self._last_beat = 0.0
         self.best_acc = -math.inf
-        self._best_pending = False  # the last evaluation improved test accuracy: the next checkpoint is also best
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter  # imported lazily: it is slow to import
@@ -44,6 +43,10 @@ class RunRecorder(Callback):
         self._last_beat = time.time()
 
     def on_train_start(self, trainer: Trainer) -> None:
+        # a resumed run's best so far (its metrics were cut back to the checkpoint's step): best.pt stays the best
+        records, _ = self.run.read_metrics()
+        self.best_acc = max((r.get("test_acc", r.get("train_acc", -math.inf)) for r in records
+                             if r.get("kind") == "eval"), default=-math.inf)
         self._status(trainer, "running", f"training from step {trainer.step}")
 
     def on_step_end(self, trainer: Trainer, loss: float) -> None:
@@ -65,15 +68,16 @@ class RunRecorder(Callback):
                 split, name = key.split("_", 1) if "_" in key else ("eval", key)
                 self.writer.add_scalar(f"{split}/{name}", value, trainer.step)
         acc = metrics.get("test_acc", metrics.get("train_acc", -math.inf))
-        self._best_pending = self._best_pending or acc > self.best_acc
+        best = acc > self.best_acc
         self.best_acc = max(acc, self.best_acc)
         if self.checkpoint_on_eval:
-            self.on_checkpoint(trainer)
+            self.run.save_checkpoint(trainer.state_dict(), "last", *(("best",) if best else ()))
+        elif best:  # the loader engine saves last on its own schedule; best holds the weights just evaluated
+            self.run.save_checkpoint(trainer.state_dict(), "best")
 
     def on_checkpoint(self, trainer: Trainer) -> None:
-        """``last``, and ``best`` when an evaluation since the previous checkpoint improved test accuracy."""
-        self.run.save_checkpoint(trainer.state_dict(), "last", *(("best",) if self._best_pending else ()))
-        self._best_pending = False
+        """``last`` (the loader engine's schedule: every ``train.checkpoint_every`` epochs and on stop)."""
+        self.run.save_checkpoint(trainer.state_dict(), "last")
 
     def on_train_end(self, trainer: Trainer) -> None:
         if self.writer is not None:

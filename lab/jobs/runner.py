@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import traceback
 from collections.abc import Iterable
 from typing import Any
 
-from lab.config import ExperimentConfig, from_dict, to_dict
+from lab.config import ConfigError, ExperimentConfig, apply_overrides, from_dict, to_dict
 from lab.jobs.recorder import RunRecorder
 from lab.jobs.store import Run
 from lab.train.build import build_data, build_model, loader_data
 from lab.train.distributed import World, launched_by_torchrun
-from lab.train.engine import LoaderData, LoaderTrainer
+from lab.train.engine import LoaderData, LoaderTrainer, ResumeMismatch
 from lab.train.progress import ProgressBar
 from lab.train.trainer import Callback, Diverged, Trainer, resolve_device
 
@@ -23,9 +25,35 @@ def config_of_run(run: Run) -> ExperimentConfig:
 
 def uses_loader(cfg: ExperimentConfig) -> bool:
     """Whether ``cfg`` trains with the loader engine (:mod:`lab.train.engine`): asked for, or ``auto`` with MAE
-    pretraining or under ``torchrun``."""
+    pretraining or under ``torchrun``. A run's saved config names its engine (:func:`resolved`), so a run resumes
+    with the engine it was trained with."""
     engine = cfg.train.engine
     return engine == "loader" or (engine == "auto" and (cfg.train.task == "mae" or launched_by_torchrun()))
+
+
+# settings only the loader engine reads: a tensor run given them would silently ignore them
+_LOADER_ONLY = {"train.accum_steps": 1, "train.precision": ("auto", "fp32"), "train.compile": False,
+                "data.augment": "none", "train.probe_every": 0}
+
+
+def resolved(cfg: ExperimentConfig) -> ExperimentConfig:
+    """``cfg`` with its engine decided (``auto`` → ``loader`` or ``tensor``), checked against it.
+
+    Raises:
+        ConfigError: a loader-only setting (gradient accumulation, bf16, compile, augmentation, probes) for the
+            tensor engine, or the tensor engine under ``torchrun`` with several processes (each would train a
+            copy of its own).
+    """
+    engine = "loader" if uses_loader(cfg) else "tensor"
+    if engine == "tensor":
+        for key, plain in _LOADER_ONLY.items():
+            section, name = key.split(".")
+            value = getattr(getattr(cfg, section), name)
+            if value not in (plain if isinstance(plain, tuple) else (plain,)):
+                raise ConfigError(f"{key}={value} is a setting of the loader engine; set train.engine=loader")
+        if launched_by_torchrun() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ConfigError("train.engine=tensor trains in one process; under torchrun use train.engine=loader")
+    return cfg if cfg.train.engine == engine else apply_overrides(cfg, {"train.engine": engine})
 
 
 def make_trainer(cfg: ExperimentConfig, callbacks: Iterable[Callback] = ()) -> Trainer:
@@ -61,6 +89,7 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
     Returns:
         The final status dict (on ranks other than 0: the status rank 0 writes, not read back).
     """
+    cfg = resolved(cfg)
     loader = uses_loader(cfg)
     world = world or World(device=resolve_device(cfg.train.device))
     writes = world.main
@@ -89,8 +118,13 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
         trainer.fit(steps)
     except Diverged as err:
         return status("diverged", str(err), step=err.step, metrics=trainer.last_eval)
+    except ResumeMismatch:
+        raise  # nothing was trained: the run keeps its state, resumable with the right processes
     except BaseException as err:
         status("failed", f"{type(err).__name__}: {err}", traceback=traceback.format_exc(limit=20))
+        if not writes:  # rank 0 may be killed before it can tell: leave this rank's reason in the folder
+            with contextlib.suppress(OSError):
+                (run.path / f"failed-rank{world.rank}.txt").write_text(traceback.format_exc(limit=20))
         raise
     finally:
         if recorder is not None:

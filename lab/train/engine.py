@@ -44,7 +44,7 @@ from lab.nn.droppath import DropPath, set_droppath_mode
 from lab.probe import eval_mode
 from lab.train import pretrain_eval
 from lab.train.distributed import World, any_rank, sum_all
-from lab.train.schedule import learning_rate
+from lab.train.schedule import learning_rate, peak_lr, warmup_steps
 from lab.train.trainer import Callback, Diverged, divergence_hint
 
 
@@ -149,8 +149,11 @@ class LoaderTrainer:
         steps = self.steps_per_epoch * cfg.epochs
         self.total_steps = min(steps, cfg.max_steps) if cfg.max_steps else steps
         self.global_batch = cfg.batch_size * cfg.accum_steps * world.size
-        self.peak_lr = cfg.lr * self.global_batch / 256 if cfg.lr_scaling == "batch256" else cfg.lr
-        self.warmup = cfg.warmup_steps + cfg.warmup_epochs * self.steps_per_epoch
+        self.peak_lr = peak_lr(cfg, self.global_batch)
+        self.warmup = warmup_steps(cfg, self.steps_per_epoch)
+        if cfg.min_lr > self.peak_lr:
+            raise ValueError(f"train.min_lr ({cfg.min_lr:g}) exceeds the peak learning rate {self.peak_lr:g} (train.lr "
+                             f"{cfg.lr:g} × global batch {self.global_batch} / 256): the cosine would rise")
         self.step = 0
         self.should_stop = False
         self.last_eval: dict[str, float] = {}
@@ -193,7 +196,8 @@ class LoaderTrainer:
             self.mask_generator.manual_seed(seed)
             set_droppath_mode(self.model, self._droppath_mode(), self.mask_generator)
         self.model.train()
-        lr = learning_rate(self.cfg, self.step, self.total_steps, peak=self.peak_lr, warmup_steps=self.warmup)
+        lr = learning_rate(self.cfg, self.step, self.total_steps, steps_per_epoch=self.steps_per_epoch,
+                           batch=self.global_batch)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         total = 0.0
@@ -377,12 +381,13 @@ class LoaderTrainer:
         """
         saved = (state.get("global_batch", self.global_batch), state.get("steps_per_epoch", self.steps_per_epoch))
         if saved != (self.global_batch, self.steps_per_epoch):
-            processes = saved[0] // (self.cfg.batch_size * self.cfg.accum_steps)
+            processes, rest = divmod(saved[0], self.cfg.batch_size * self.cfg.accum_steps)
+            hint = (f" Resume it with {processes} process(es) (torchrun --nproc_per_node={processes} -m lab resume …)."
+                    if processes and not rest else "")
             raise ResumeMismatch(
                 f"this run was trained with a global batch of {saved[0]} ({saved[1]} steps per epoch); resuming with "
                 f"{self.world.size} process(es) gives {self.global_batch} ({self.steps_per_epoch} steps per epoch), "
-                f"which would change its schedule. Resume it with {processes} process(es) "
-                f"(torchrun --nproc_per_node={processes} -m lab resume …)")
+                f"which would change its schedule.{hint}")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])

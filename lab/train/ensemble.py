@@ -59,6 +59,7 @@ from lab.train.trainer import Callback, Diverged, divergence_hint, make_optimize
 MEMBER_KEYS = (
     "name", "model.shortcut", "model.alpha_min", "model.zero_init", "model.seed",
     "train.lr", "train.betas", "train.weight_decay", "train.momentum", "train.lr_schedule", "train.warmup_steps",
+    "train.warmup_epochs", "train.lr_scaling",
     "train.min_lr", "train.seed", "train.droppath", "train.drop_path_rate", "train.log_every",
 )
 """Config keys that may differ between the members of one ensemble."""
@@ -562,9 +563,10 @@ class EnsembleTrainer:
         """One torch.optim step per member on the stacked tensors (Adam / AdamW / SGD, as in ``_single_tensor_*``)."""
         t = self.step + 1
         hyper = [self._hyper[k] for k in self._live]
-        lrs = [learning_rate(self.members[k].cfg, self.step, self.total_steps) for k in self._live]
+        lrs = [learning_rate(self.members[k].cfg, self.step, self.total_steps, steps_per_epoch=self.steps_per_epoch,
+                             batch=self.batch_size) for k in self._live]
         for k, lr in zip(self._live, lrs, strict=True):
-            if self.members[k].cfg.lr_schedule != "constant":
+            if self.members[k].cfg.lr_schedule != "constant" or self.members[k].cfg.lr_scaling != "none":
                 self.members[k].optimizer.param_groups[0]["lr"] = lr
         wds = [h["weight_decay"] for h in hyper]
         for stack in self._stacks.values():

@@ -147,8 +147,9 @@ class Trainer:
         value = loss.item()
         if not math.isfinite(value):
             raise Diverged(self.step, value, divergence_hint(self.cfg, self.alpha_min))
-        if self.cfg.lr_schedule != "constant":
-            lr = learning_rate(self.cfg, self.step, self.total_steps)
+        if self.cfg.lr_schedule != "constant" or self.cfg.lr_scaling != "none":
+            lr = learning_rate(self.cfg, self.step, self.total_steps, steps_per_epoch=self.steps_per_epoch,
+                               batch=self.batch_size)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
         self.optimizer.zero_grad(set_to_none=True)

@@ -14,7 +14,7 @@ from lab.data.formats import make_synthetic_image_folder
 from lab.nn.droppath import DropPath
 from lab.train.build import build_model, loader_data
 from lab.train.distributed import World
-from lab.train.engine import LoaderTrainer, param_groups
+from lab.train.engine import LoaderTrainer, ResumeMismatch, param_groups
 
 
 def _trainer(overrides: dict, callbacks=()) -> LoaderTrainer:
@@ -121,3 +121,29 @@ def test_droppath_modules_are_found_once():
     t = _trainer({"train.droppath": "droppath", "train.drop_path_rate": 0.1})
     drops = t._drop_paths()
     assert drops and len(drops) == len({id(d) for d in drops}) and all(isinstance(d, DropPath) for d in drops)
+
+
+def test_a_checkpoint_of_another_global_batch_is_refused_with_the_processes_to_use():
+    a = _trainer({"train.batch_size": 16})
+    a.fit(steps=1)
+    b = _trainer({"train.batch_size": 32})
+    with pytest.raises(ResumeMismatch, match="trained with a global batch of 16"):
+        b.load_state_dict(a.state_dict())
+    c = _trainer({"train.batch_size": 16})
+    c.load_state_dict(a.state_dict())
+    assert c.step == 1
+
+
+def test_a_stop_file_left_by_an_earlier_stop_does_not_stop_the_resumed_run(tmp_path):
+    args = ["configs/ra_fc_digits.yaml", "train.engine=loader", "train.max_steps=6", "data.workers=0", "--no-progress"]
+    assert main(["train", *args, "--runs-dir", str(tmp_path), "--steps", "2"]) == 0
+    (run,) = tmp_path.iterdir()
+    (run / "STOP").touch()  # how a user stops a run by hand; the stop happened, the file stays
+    assert main(["resume", str(run), "--no-progress"]) == 0
+    assert json.loads((run / "status.json").read_text())["state"] == "completed" and not (run / "STOP").exists()
+
+
+def test_loader_settings_on_the_tensor_engine_are_refused(tmp_path, capsys):
+    code = main(["train", "configs/spiral.yaml", "train.accum_steps=2", "--runs-dir", str(tmp_path)])
+    assert code == 2 and "setting of the loader engine" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # refused before any folder was made

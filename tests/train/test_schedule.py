@@ -17,3 +17,12 @@ def test_constant_cosine_and_warmup_cosine():
     assert learning_rate(warm, 10, 110) == pytest.approx(0.2)
     assert learning_rate(warm, 60, 110) == pytest.approx(0.1 * (1 + math.cos(math.pi * 0.5)))
     assert learning_rate(warm, 110, 110) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_warmup_in_epochs_and_a_peak_scaled_by_the_global_batch():
+    cfg = TrainConfig(lr=1e-3, lr_scaling="batch256", lr_schedule="warmup_cosine", warmup_epochs=2, warmup_steps=1)
+    # W = 1 + 2 epochs of 5 steps = 11; peak = 1e-3 × 1024 / 256
+    assert learning_rate(cfg, 0, 100, steps_per_epoch=5, batch=1024) == pytest.approx(4e-3 / 11)
+    assert learning_rate(cfg, 10, 100, steps_per_epoch=5, batch=1024) == pytest.approx(4e-3)
+    assert learning_rate(TrainConfig(lr=0.1, lr_scaling="batch256"), 3, 10, batch=128) == pytest.approx(0.05)
+    assert learning_rate(TrainConfig(lr=0.1), 3, 10, batch=128) == 0.1  # no scaling unless asked
