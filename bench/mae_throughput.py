@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import sys
 import time
 from pathlib import Path
@@ -99,12 +100,17 @@ def main() -> None:
         rate = _images_per_s(lambda t=trainer: t.train_step([(x, y)]), args.batch, args.steps, args.repeats, device)
         rows.append([label, rate, rate / reference])
     if args.data:
-        c = load_config("configs/mae_tiny.yaml", {"data.root": args.data, "data.image_size": size,
-                                                  "data.workers": args.workers, "train.batch_size": args.batch})
+        c = apply_overrides(cfg, {"data.root": args.data, "data.workers": args.workers})
         folder = loader_data(c)
         trainer = LoaderTrainer(build_model(c, folder), folder, c.train, c.data, World(device=device))
-        batches = trainer._batches()
-        rate = _images_per_s(lambda: [t.to(device, non_blocking=True) for t in next(batches)[0]], args.batch,
+
+        def stream():  # the training loader, epoch after epoch, as the engine reads it
+            for epoch in itertools.count():
+                trainer.sampler.set_epoch(epoch)
+                yield from trainer.loader
+
+        batches = stream()
+        rate = _images_per_s(lambda: [t.to(device, non_blocking=True) for t in next(batches)], args.batch,
                              args.steps, args.repeats, device)
         rows.append([f"data loading, {args.workers} workers", rate, rate / reference])
 

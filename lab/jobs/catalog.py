@@ -376,6 +376,11 @@ class RunReader:
                             "(skipped)")
         if self.torn and status["state"] not in ALIVE:
             problems.append("metrics.jsonl ends in a half-written line (skipped)")
+        for note in sorted(self.path.glob("failed-rank*.txt")):  # a torchrun process other than rank 0 failed
+            if _signature(note) is not None:
+                with contextlib.suppress(OSError, UnicodeDecodeError):
+                    last = (note.read_text().strip().splitlines() or ["no traceback"])[-1]
+                    problems.append(f"process {note.stem.removeprefix('failed-')} failed: {last[:200]}")
         model = config.get("model") if isinstance(config.get("model"), dict) else {}
         state = status["state"]
         heartbeat = status.get("heartbeat")

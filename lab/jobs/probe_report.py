@@ -134,7 +134,8 @@ def probe_report(run: Run, *, layer: str = "bottleneck", checkpoint: str = "last
         epochs: probe epochs.
         lr: probe peak learning rate.
         batch_size: probe batch size.
-        limit: at most this many samples of each split (the first ones); None for all.
+        limit: at most this many samples of each split (a fixed shuffle's first ones, so every class is
+            kept in proportion: :func:`~lab.train.pretrain_eval.features`); None for all.
         device: ``auto`` (CUDA when present), ``cpu`` or ``cuda[:i]``: where features are extracted and the
             probe is trained.
         seed: seed of the probe's shuffles.

@@ -9,8 +9,9 @@ Connections* — stream images from disk through worker processes into DDP repli
   synchronised on the last one only); global batch = batch_size × accum_steps × processes;
 - the learning rate per step from :func:`lab.train.schedule.learning_rate`, its peak ``train.lr`` × global batch
   / 256 with ``train.lr_scaling=batch256`` (MAE's rule), warmup ``warmup_steps + warmup_epochs`` × steps/epoch;
-- weight decay on weight matrices only: norms, biases, position embeddings and tokens are exempt (timm's
-  ``param_groups_weight_decay``, with the model's ``no_weight_decay()`` names);
+- weight decay spares norms and biases, and what a model's ``no_weight_decay()`` names (timm's
+  ``param_groups_weight_decay``); the MAE's cls and mask tokens are decayed, as in the reference MAE code, and its
+  position embeddings are fixed;
 - bf16 autocast on CUDA (``train.precision``), ``torch.compile`` as an option;
 - every random draw of a step (crops, masks, drop paths) is a function of (seed, step, rank), so a run stopped and
   resumed continues exactly as it would have gone on;
@@ -81,8 +82,8 @@ class ResumeMismatch(ValueError):
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Two groups: weight matrices with ``weight_decay``; norms, biases and the model's ``no_weight_decay()``
-    parameters (position embeddings, cls and mask tokens) without."""
+    """Two groups: every other parameter with ``weight_decay``; 1-D parameters (norms), biases and the names the
+    model's ``no_weight_decay()`` returns, if it has one, without."""
     skip = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
     decay, no_decay = [], []
     for name, p in model.named_parameters():

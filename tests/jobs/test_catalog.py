@@ -195,3 +195,10 @@ def test_files_that_are_links_are_not_read(tmp_path):
     config, text, _ = reader.config()
     assert "secret" not in text and config == {} and reader.status()[0]["state"] == "unknown"
     assert reader.checkpoints() == []
+
+
+def test_a_failed_process_of_a_torchrun_run_is_named_among_the_problems(tmp_path):
+    run = _run(RunStore(tmp_path / "runs"))
+    (run.path / "failed-rank1.txt").write_text("Traceback (most recent call last):\nOSError: image file is truncated\n")
+    problems = run_summary(run.path)["problems"]
+    assert problems == ["process rank1 failed: OSError: image file is truncated"]
