@@ -85,10 +85,13 @@ def test_data_parallel_gradients_are_those_of_one_process_on_the_global_batch(tm
 
 
 def test_sigterm_to_torchrun_stops_every_process_at_one_step_with_a_checkpoint(images, tmp_path):
-    """What a cluster scheduler does at a job's time limit: torchrun passes SIGTERM on to its workers; they finish
-    the step, agree to stop, and rank 0 leaves a resumable checkpoint and the state ``stopped``."""
+    """What a cluster scheduler does at a job's time limit: torchrun passes SIGTERM on to its workers' process
+    groups; they finish the step, agree to stop, and rank 0 leaves a resumable checkpoint and the state
+    ``stopped``."""
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    args = ["configs/mae_tiny.yaml", f"data.root={images}", *TINY_MAE, "train.epochs=200", "train.eval_every=1000"]
+    # loader workers too: they get the signal as well, and must not fail the run by dying
+    args = ["configs/mae_tiny.yaml", f"data.root={images}", *TINY_MAE, "train.epochs=200", "train.eval_every=1000",
+            "data.workers=1"]
     proc = subprocess.Popen([*launcher, "-m", "lab", "train", *args, "--runs-dir", str(tmp_path), "--no-progress"],
                             cwd=Path(__file__).resolve().parents[2], env={**os.environ, "OMP_NUM_THREADS": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
