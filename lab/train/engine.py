@@ -19,7 +19,7 @@ Connections* — stream images from disk through worker processes into DDP repli
   checkpoint is written then, every ``train.checkpoint_every`` epochs and at the end (by rank 0, atomically).
 
 Callbacks are :class:`lab.train.trainer.Callback` s, so the run recorder, the progress bar and the stop checks of
-the tensor trainer serve here unchanged; they run on rank 0 only.
+the tensor trainer serve here unchanged; the ones that write run on rank 0 only.
 """
 
 from __future__ import annotations
@@ -113,7 +113,8 @@ class LoaderTrainer:
         cfg: the train section.
         data_cfg: the data section (loader workers).
         world: this process among the data-parallel processes.
-        callbacks: subscribers; give them on rank 0 only.
+        callbacks: subscribers: those that write (the run recorder, a progress bar) on rank 0 only; stop checks on
+            every rank (a stop any rank sees stops all).
         alpha_min: the model's alpha_min, only to word the divergence message.
         figures: folder for reconstruction pictures (MAE; rank 0), or None for none.
     """
