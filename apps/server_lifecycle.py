@@ -1,6 +1,8 @@
 """Start the process-wide job manager with the server and stop every job with it.
 
-Settings: ``LAB_RUNS_DIR`` (runs folder, default ./runs) and ``LAB_MAX_JOBS`` (concurrent jobs, default 2).
+Settings: ``LAB_RUNS_DIR`` (runs folder, default ./runs) and ``LAB_MAX_JOBS`` (concurrent jobs, default 2). The
+pages also read ``LAB_DATA_DIRS`` (image folders a page may open) and ``LAB_RUN_DIRS`` (run folders written
+elsewhere that the Runs page may list); a path typed into a page resolves only inside these folders.
 """
 
 import os
