@@ -3,7 +3,9 @@
 The contrast at the heart of *Residual Alignment: Uncovering the Mechanisms of Residual Networks* is one network
 trained with and without skip connections. Two jobs that each train at their own pace are never at the same step
 when a page compares them; members of one :class:`Lockstep` are. A member that ends (completed, stopped, diverged
-or failed) leaves the group, so the others go on alone; pausing one member holds the others at the next step.
+or failed) leaves the group, so the others go on alone. A paused member is not waited for (its job says when it is
+paused, :meth:`_Member.hold_when`): when a page pauses every member, one that had already passed its pause check
+finishes one more step and pauses there too, instead of waiting for a paused peer and never pausing.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ class Lockstep:
     def __init__(self, size: int) -> None:
         self._steps = [0] * size
         self._done = [False] * size
+        self._held: list[Callable[[], bool]] = [lambda: False] * size  # each member's "my job is paused"
         self._cond = threading.Condition()
 
     def member(self, index: int, stop: Callable[[], bool] = lambda: False) -> Callback:
@@ -30,8 +33,8 @@ class Lockstep:
         with self._cond:
             self._steps[index] = step
             self._cond.notify_all()
-            while not stop() and any(not done and other < step for other, done in zip(self._steps, self._done,
-                                                                                      strict=True)):
+            while not stop() and any(not done and other < step and not held()
+                                     for other, done, held in zip(self._steps, self._done, self._held, strict=True)):
                 self._cond.wait(0.05)
 
     def leave(self, index: int) -> None:
@@ -44,6 +47,11 @@ class Lockstep:
 class _Member(Callback):
     def __init__(self, group: Lockstep, index: int, stop: Callable[[], bool]) -> None:
         self.group, self.index, self.stop = group, index, stop
+
+    def hold_when(self, paused: Callable[[], bool]) -> None:
+        """The job training this member tells the group when it is paused; the others then do not wait for it."""
+        with self.group._cond:
+            self.group._held[self.index] = paused
 
     def on_train_start(self, trainer: Trainer) -> None:
         with self.group._cond:

@@ -70,6 +70,9 @@ class ThreadJob(InProcessJob):
         self.callbacks = tuple(callbacks)
         self.resume_from_checkpoint = resume
         self._init_control(paused)
+        for cb in self.callbacks:  # a lockstep member: its group must not wait for this job while it is paused
+            if hasattr(cb, "hold_when"):
+                cb.hold_when(lambda: not self._resume.is_set())
         self._slots: dict[str, tuple[int, dict[str, np.ndarray]]] = {}
         self._disk = DiskSink(run, disk_every_s) if disk_every_s else None
         self.publisher = Publisher(self._put, cadence, builders, on_demand=on_demand)

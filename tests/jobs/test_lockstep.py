@@ -1,4 +1,5 @@
 import threading
+from types import SimpleNamespace
 
 from lab.config import apply_overrides, load_config
 from lab.jobs.lockstep import Lockstep
@@ -69,3 +70,21 @@ def test_a_stop_request_ends_the_wait():
     stop.set()
     thread.join(60)
     assert not thread.is_alive()
+
+
+def test_a_member_does_not_wait_for_a_paused_one():
+    """Pausing both members of a page: one that had already passed its pause check must not wait forever for the
+    paused other (it would never reach its own pause); it goes on to the next step and pauses there."""
+    group = Lockstep(2)
+    a, b = group.member(0), group.member(1)
+    paused = threading.Event()
+    a.hold_when(paused.is_set)
+    for member in (a, b):
+        member.on_train_start(SimpleNamespace(step=0, should_stop=False))
+    waiting = threading.Thread(target=b.on_step_end, args=(SimpleNamespace(step=1, should_stop=False), 0.0))
+    waiting.start()
+    waiting.join(0.3)
+    assert waiting.is_alive()  # b has finished step 1, a has not: b waits
+    paused.set()
+    waiting.join(2.0)
+    assert not waiting.is_alive()  # a is paused: b goes on
