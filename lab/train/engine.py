@@ -306,6 +306,9 @@ class LoaderTrainer:
                             sampler=ShardSampler(len(self.data.test), self.world.rank, self.world.size),
                             pin_memory=self.device.type == "cuda", worker_init_fn=ignore_stop_signals)
         sums = [0.0, 0.0, 0.0, 0.0]  # loss sum, top-1 hits, top-5 hits, count
+        if self.world.distributed:  # BatchNorm statistics drift apart on each process: evaluate rank 0's everywhere
+            for buffer in self.model.buffers():
+                torch.distributed.broadcast(buffer, src=0)
         generator = torch.Generator(device=self.device).manual_seed(self.cfg.seed)  # the same MAE masks each time
         self.model.eval()  # not eval_mode: that also turns fused attention off, which analyses need, not this loop
         with self._autocast():
