@@ -67,9 +67,22 @@ class Job:
 
 
 class InProcessJob(Job):
-    """A job whose training loop runs in a thread of this process: pause, resume, single steps and stop are shared
-    state under one lock, which the training thread reads after every step (:meth:`_count_step`, ``_resume``,
-    ``_stop``) and subclasses also use for their snapshot slots."""
+    """A job whose training loop runs in a thread of this process (``self._thread``, made by the subclass): pause,
+    resume, single steps and stop are shared state under one lock, which the training thread reads after every
+    step (:meth:`_count_step`, ``_resume``, ``_stop``) and subclasses also use for their snapshot slots."""
+
+    _thread: threading.Thread
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Ask the loop to stop after the current step (an ensemble's members then evaluate and save their
+        checkpoints); waits up to ``timeout`` s for the thread to end."""
+        self._stop.set()
+        self._resume.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
 
     def _init_control(self, paused: bool) -> None:
         self._lock = threading.Lock()

@@ -192,17 +192,6 @@ class SweepJob(InProcessJob):
         self._thread.start()
         return self
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Ask the ensemble to stop after the current step (every member then evaluates and saves its checkpoint);
-        waits up to ``timeout`` s for the thread to end."""
-        self._stop.set()
-        self._resume.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-
-    def is_alive(self) -> bool:
-        return self._thread.is_alive()
-
     def request(self, kind: str) -> None:
         if kind == RANK:
             with self._lock:

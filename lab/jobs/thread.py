@@ -94,16 +94,6 @@ class ThreadJob(InProcessJob):
     def request(self, kind: str) -> None:
         self.publisher.request(kind)
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Ask the loop to stop after the current step; waits up to ``timeout`` s for the thread to end."""
-        self._stop.set()
-        self._resume.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-
-    def is_alive(self) -> bool:
-        return self._thread.is_alive()
-
     def _put(self, kind: str, payload: dict[str, np.ndarray]) -> None:
         with self._lock:
             version = self._slots.get(kind, (0, None))[0] + 1
