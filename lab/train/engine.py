@@ -162,7 +162,9 @@ class LoaderTrainer:
         self.last_eval_step = -1
         self._losses: list[float] = []  # training losses since the last evaluation
         self._images = 0  # images seen since the last throughput record
-        self._fixed = self._fixed_batch()
+        self.throughput: float | None = None  # images/s over the last log_every steps
+        # MAE's rank and reconstructions are measured by rank 0 alone: the others need not decode the batch
+        self._fixed = self._fixed_batch() if cfg.task == "mae" and world.main else torch.empty(0)
 
     # -- the step ---------------------------------------------------------------------------------------------
     @property
@@ -330,7 +332,7 @@ class LoaderTrainer:
                 out["test_acc"], out["test_top5"] = top1 / n, top5 / n
         if self.cfg.task == "mae" and self.world.main:
             out.update(self._pretraining_measures())
-        if hasattr(self, "throughput"):
+        if self.throughput is not None:
             out["train_images_per_s"] = self.throughput
         self.last_eval, self.last_eval_step = out, self.step
         return out
@@ -362,13 +364,7 @@ class LoaderTrainer:
 
     # -- state ------------------------------------------------------------------------------------------------
     def _drop_paths(self) -> list[DropPath]:
-        blocks = [b for _, b in self.model.iter_blocks()] if hasattr(self.model, "iter_blocks") else [self.model]
-        seen: dict[int, DropPath] = {}
-        for module in [self.model, *blocks]:
-            for m in module.modules():
-                if isinstance(m, DropPath):
-                    seen.setdefault(id(m), m)
-        return list(seen.values())
+        return [m for m in self.model.modules() if isinstance(m, DropPath)]
 
     def state_dict(self) -> dict[str, Any]:
         """Model, optimizer, step, and the last ResidualDroppath masks (a run resumed before an odd step needs
