@@ -138,10 +138,12 @@ class JobFollower(pn.viewable.Viewer):
     # -- polling ----------------------------------------------------------------------------------------------
     def _ensure_polling(self) -> None:
         if self._callback is None and can_schedule():
-            tick = _weak_tick(self)
-            # in the background: a poll every 250 ms would otherwise keep the page's busy indicator spinning
-            self._callback = tick.callback = PeriodicCallback(callback=tick, period=self.period, background=True)
-            self._callback.start()
+            self._callback = weak_periodic(self, JobFollower.poll, self.period, JobFollower._poll_failed)
+
+    def _poll_failed(self, err: Exception) -> None:
+        log.exception("polling the job failed")
+        self.status.error(f"Following the job failed: {type(err).__name__}: {err}. The run goes on; its folder is "
+                          "on disk.")
 
     def _stop_polling(self) -> None:
         if self._callback is not None:
@@ -201,25 +203,27 @@ def can_schedule() -> bool:
     return True
 
 
-def _weak_tick(follower: JobFollower) -> Callable[[], None]:
-    """A poll callback that does not keep the follower (and its page) alive; it ends once they are gone."""
-    ref = weakref.ref(follower)
+def weak_periodic(owner: Any, call: Callable[[Any], Any], period_ms: int,
+                  on_error: Callable[[Any, Exception], None]) -> PeriodicCallback:
+    """Start a background periodic callback that calls ``call(owner)`` and holds ``owner`` only weakly: it ends once
+    the owner (a page, a follower) is gone. An exception goes to ``on_error(owner, err)`` and the ticks go on — in a
+    kernel one exception would otherwise end the task for good, silently. Background: a tick every few hundred ms
+    would otherwise keep the page's busy indicator spinning."""
+    ref = weakref.ref(owner)
 
     def tick() -> None:
-        f = ref()
-        if f is None:
-            if tick.callback is not None:
-                tick.callback.stop()
+        o = ref()
+        if o is None:
+            callback.stop()
             return
         try:
-            f.poll()
-        except Exception as err:  # in a kernel one exception would end the polling task for good, silently
-            log.exception("polling the job failed")
-            f.status.error(f"Following the job failed: {type(err).__name__}: {err}. The run goes on; its folder "
-                           "is on disk.")
+            call(o)
+        except Exception as err:
+            on_error(o, err)
 
-    tick.callback = None
-    return tick
+    callback = PeriodicCallback(callback=tick, period=period_ms, background=True)
+    callback.start()
+    return callback
 
 
 def _stop_quietly(job: Job) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,7 @@ from lab.jobs.catalog import (
 from lab.jobs.job import Job
 from lab.jobs.manager import JobManager
 from lab.jobs.store import FINISHED
-from lab.ui.follower import can_schedule
+from lab.ui.follower import can_schedule, weak_periodic
 from lab.ui.knobs import Knob, knob_class
 from lab.ui.page import Page
 from lab.ui.run_views import COLUMNS, RunCurves, checkpoints_markdown, format_age, table_frame
@@ -359,27 +358,18 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         return self.refresh() or changed
 
     def _start_refreshing(self) -> None:
-        if self._refresher is not None or not can_schedule():
-            return
-        ref = weakref.ref(self)
+        if self._refresher is None and can_schedule():
+            self._refresher = weak_periodic(self, RunsPage._refresh_and_report, int(self.refresh_s * 1000),
+                                            RunsPage._refresh_failed)
 
-        def tick() -> None:
-            page = ref()
-            if page is None:
-                callback.stop()
-                return
-            try:
-                page.refresh()
-            except Exception as err:  # keep refreshing; say what failed
-                log.exception("refreshing the run table failed")
-                page._tell("refresh", "danger", f"Refreshing the table failed: {type(err).__name__}: {err}")
-            else:
-                if "refresh" in page._messages:
-                    page._tell("refresh", None)
+    def _refresh_and_report(self) -> None:
+        self.refresh()
+        if "refresh" in self._messages:
+            self._tell("refresh", None)
 
-        callback = self._refresher = PeriodicCallback(callback=tick, period=int(self.refresh_s * 1000),
-                                                      background=True)
-        callback.start()
+    def _refresh_failed(self, err: Exception) -> None:  # keep refreshing; say what failed
+        log.exception("refreshing the run table failed")
+        self._tell("refresh", "danger", f"Refreshing the table failed: {type(err).__name__}: {err}")
 
     # -- layout -----------------------------------------------------------------------------------------------
     def _help(self) -> str:
