@@ -30,7 +30,7 @@ import yaml
 from lab.data.roots import resolve_data_path
 from lab.jobs.job import Job
 from lab.jobs.process import AttachedJob
-from lab.jobs.store import FINISHED, Run
+from lab.jobs.store import FINISHED, Run, read_jsonl
 from lab.jobs.sweep import SWEEP_FILE
 
 RUN_MARKERS = ("status.json", "config.json", "config.yaml", "metrics.jsonl", "checkpoints")
@@ -310,25 +310,11 @@ class RunReader:
             self.torn = False
             return False
         try:
-            with open(file, "rb") as f:
-                f.seek(self._cursor)
-                data = f.read()
+            records, self._cursor, bad, self.torn = read_jsonl(file, self._cursor)
         except OSError:
             return False
-        end = data.rfind(b"\n") + 1
-        self.torn = end < len(data)
-        self._cursor += end
-        for line in data[:end].splitlines():
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                self.bad_lines += 1
-                continue
-            if not isinstance(record, dict):
-                self.bad_lines += 1
-                continue
+        self.bad_lines += bad
+        for record in records:
             self.records += 1
             self.last_step = _int(record.get("step")) if "step" in record else self.last_step
             for k, v in record.items():

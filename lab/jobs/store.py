@@ -104,6 +104,37 @@ def environment_info() -> dict[str, Any]:
     return {"versions": versions, "git_commit": commit}
 
 
+def read_jsonl(path: Path, cursor: int = 0) -> tuple[list[dict[str, Any]], int, int, bool]:
+    """The JSON-object lines of ``path`` from byte offset ``cursor`` on, read while a writer may be appending.
+
+    A last line without its newline is not returned (the writer may be mid-line): the cursor stays before it, so
+    the next call picks it up complete. A complete line that is not a JSON object is skipped and counted.
+
+    Returns:
+        ``(records, new cursor, unreadable lines, whether the file ends in a line without its newline)``.
+
+    Raises:
+        OSError: the file cannot be opened (FileNotFoundError when it is missing).
+    """
+    with open(path, "rb") as f:
+        f.seek(cursor)
+        data = f.read()
+    end = data.rfind(b"\n") + 1
+    records, bad = [], 0
+    for line in data[:end].splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:  # JSONDecodeError and UnicodeDecodeError
+            record = None
+        if isinstance(record, dict):
+            records.append(record)
+        else:
+            bad += 1
+    return records, cursor + end, bad, end < len(data)
+
+
 @dataclass(frozen=True)
 class Run:
     """One run folder. Cheap to create; every method reads or writes the disk."""
@@ -151,25 +182,13 @@ class Run:
             f.flush()
 
     def read_metrics(self, cursor: int = 0) -> tuple[list[dict[str, Any]], int]:
-        """Records written since byte offset ``cursor``, and the new cursor.
-
-        A last line without its newline is not returned (a writer may be mid-line); the cursor stays before it so
-        the next call picks it up complete. A complete but unparseable line is skipped.
-        """
+        """Records written since byte offset ``cursor``, and the new cursor (:func:`read_jsonl`; a missing file has
+        none)."""
         try:
-            with open(self.path / "metrics.jsonl", "rb") as f:
-                f.seek(cursor)
-                data = f.read()
+            records, cursor, _, _ = read_jsonl(self.path / "metrics.jsonl", cursor)
         except FileNotFoundError:
             return [], cursor
-        end = data.rfind(b"\n") + 1
-        records = []
-        for line in data[:end].splitlines():
-            with contextlib.suppress(json.JSONDecodeError, UnicodeDecodeError):
-                rec = json.loads(line)
-                if isinstance(rec, dict):
-                    records.append(rec)
-        return records, cursor + end
+        return records, cursor
 
     def truncate_metrics_after(self, step: int) -> None:
         """Drop records with ``step`` > ``step`` (and a torn last line): a resumed run rewrites them."""
