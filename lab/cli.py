@@ -8,24 +8,26 @@ probing on frozen features) and ``sweep CONFIG key=v1,v2,... [section.key=value 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import warnings
 from pathlib import Path
 
 from lab.config import ConfigError, ExperimentConfig, load_config
-from lab.data.images import DatasetNotFoundError
-from lab.data.toy2d import TOY_DATASETS
+from lab.data.toy2d import TOY_DATASETS, ToyData
 from lab.jobs.probe_report import format_probe, probe_report
 from lab.jobs.process import StopFile
 from lab.jobs.reports import alignment_report, format_alignment
+from lab.jobs.resume import RESUME_KEYS, ResumePlan, ResumeRefused, find_run, plan_resume, resume_overrides
+from lab.jobs.run_lock import RunLocked
 from lab.jobs.runner import config_of_run, resolved, train_and_evaluate, uses_loader
 from lab.jobs.snapshots import DiskSink, Publisher, alignment_builder
-from lab.jobs.store import CheckpointError, Run, RunStore, default_runs_dir
+from lab.jobs.store import CheckpointError, Run, RunFolderError, RunStore, default_runs_dir
 from lab.jobs.sweep import create_sweep, plan_sweep, train_sweep
-from lab.train.build import build_data, loader_data
+from lab.train.build import build_data, check_data, loader_data
 from lab.train.distributed import broadcast, close_world, init_world
-from lab.train.engine import ResumeMismatch
+from lab.train.engine import LoaderData, ResumeMismatch
 from lab.train.trainer import Callback, Trainer
 
 
@@ -57,9 +59,17 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--runs-dir", default=None, help="runs folder (default: $LAB_RUNS_DIR or ./runs)")
     where.add_argument("--run-dir", default=None, help="write into this existing run folder instead")
     train.add_argument("--name", default=None, help="run name (default: the config's name)")
-    resume = sub.add_parser("resume", help="continue a run from its last checkpoint")
-    resume.add_argument("run", help="run id (in the runs folder) or a run folder's path")
+    resume = sub.add_parser("resume", help="continue a run from its last checkpoint (or --checkpoint best, or "
+                                           "--restart); what it sets aside is kept under <run>/history/")
+    resume.add_argument("run", help="run id (in the runs folder) or the path of a run folder")
+    resume.add_argument("overrides", nargs="*", help="settings to change from here on (recorded in config.json), "
+                                                    f"e.g. train.lr=0.001; allowed: {', '.join(RESUME_KEYS)}")
     resume.add_argument("--runs-dir", default=None)
+    source = resume.add_mutually_exclusive_group()
+    source.add_argument("--checkpoint", default="last", choices=["last", "best"],
+                        help="continue from last.pt (default) or best.pt")
+    source.add_argument("--restart", action="store_true",
+                        help="train again from step 0 with the run's config; the earlier attempt moves to history/")
     for p in (train, resume):
         p.add_argument("--no-progress", action="store_true", help="no progress bar")
         p.add_argument("--steps", type=int, default=None, metavar="N",
@@ -97,17 +107,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _open_run(arg: str, store: RunStore) -> Run:
-    path = Path(arg)
-    return Run(path) if path.is_dir() else store.open(arg)
-
-
 def _analyze(args: argparse.Namespace, store: RunStore) -> int:
     if args.inputs < 2 or (args.k is not None and args.k < 1) or args.nc_inputs < 2:
         print("error: --inputs and --nc-inputs must be >= 2 and --k >= 1", file=sys.stderr)
         return 2
     try:
-        run = _open_run(args.run, store)
+        run = find_run(args.run, store)
         summary = alignment_report(run, inputs=args.inputs, k=args.k, nc_inputs=args.nc_inputs,
                                    checkpoint=args.checkpoint)
     except (ConfigError, FileNotFoundError, CheckpointError, ValueError) as err:
@@ -123,7 +128,7 @@ def _probe(args: argparse.Namespace, store: RunStore) -> int:
         print("error: --epochs must be >= 1, --batch-size and --limit >= 2 and --lr > 0", file=sys.stderr)
         return 2
     try:
-        run = _open_run(args.run, store)
+        run = find_run(args.run, store)
         summary = probe_report(run, layer=args.layer, checkpoint=args.checkpoint, epochs=args.epochs, lr=args.lr,
                                batch_size=args.batch_size, limit=args.limit, device=args.device,
                                progress=not args.no_progress)
@@ -163,33 +168,56 @@ def _sweep(args: argparse.Namespace, store: RunStore) -> int:
     return 0 if ok else 1
 
 
-def _snapshot_publisher(cfg: ExperimentConfig, run: Run, every: int) -> Publisher:
+def _snapshot_publisher(cfg: ExperimentConfig, run: Run, every: int, data: ToyData) -> Publisher:
     """Node maps for toy sets (2-D inputs), Residual Alignment frames for image sets."""
     if cfg.data.name in TOY_DATASETS:
         return Publisher(DiskSink(run, every_s=0.0), {"nodes": (every, 0.0)})
-    data = build_data(cfg)
     builder = alignment_builder(data, k=2 * data.num_classes)
     return Publisher(DiskSink(run, every_s=0.0), {"alignment": (every, 0.0)}, {"alignment": builder})
 
 
-def _config(args: argparse.Namespace, store: RunStore) -> tuple[ExperimentConfig, Run | None]:
-    """The config to train, and the run folder when it exists already (``resume``, ``--run-dir``)."""
+def _config(args: argparse.Namespace, store: RunStore) -> tuple[ExperimentConfig, Run | None, ResumePlan | None]:
+    """The config to train, the run folder when it exists already (``resume``, ``--run-dir``) and, for a resume,
+    how it continues. Everything that can be refused is refused here, before anything is written."""
     if args.command == "train":
         cfg = load_config(args.config, args.overrides)
-        if args.run_dir:
-            run = Run(Path(args.run_dir))
-            if not run.path.is_dir():
-                raise FileNotFoundError(f"run folder {run.path} does not exist")
-            return cfg, run
-        return cfg, None
-    run = _open_run(args.run, store)
-    return config_of_run(run), run
+        if not args.run_dir:
+            return cfg, None, None
+        run = Run(Path(args.run_dir))
+        if not run.path.is_dir():
+            raise FileNotFoundError(f"run folder {run.path} does not exist")
+        if (run.path / "config.json").exists():
+            raise RunFolderError(f"{run.path} holds a run already (config.json): --run-dir takes a folder made for "
+                                 "this run; continue that run with `python -m lab resume`")
+        return cfg, run, None
+    run = find_run(args.run, store)
+    cfg, changes = resume_overrides(config_of_run(run), args.overrides)
+    return cfg, run, plan_resume(run, "restart" if args.restart else args.checkpoint, changes)
+
+
+def _checked_data(cfg: ExperimentConfig, processes: int = 1) -> ToyData | LoaderData:
+    """The data of ``cfg``, built and checked (:func:`~lab.train.build.check_data`) before any folder is made."""
+    data = loader_data(cfg) if uses_loader(cfg) else build_data(cfg)
+    check_data(cfg, data, processes)
+    return data
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    """The arguments; ``key=value`` overrides may also follow options (``resume RUN --checkpoint best train.lr=1e-3``),
+    which argparse alone would refuse once the positionals are taken."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    late = [a for a in extra if "=" in a and not a.startswith("-")] if hasattr(args, "overrides") else []
+    if len(late) < len(extra):
+        parser.error(f"unrecognized arguments: {' '.join(a for a in extra if a not in late)}")
+    args.overrides = [*getattr(args, "overrides", []), *late]
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 completed or stopped, 1 diverged or failed, 2 bad input; a sweep
-    counts as :func:`_sweep` says)."""
-    args = _parser().parse_args(argv)
+    """Entry point; returns the exit status (0 completed or stopped, 1 diverged or failed, 2 bad input or a refused
+    resume, with nothing written; a sweep counts as :func:`_sweep` says)."""
+    args = _parse(argv)
     store = RunStore(args.runs_dir or default_runs_dir())
     if args.command == "analyze":
         return _analyze(args, store)
@@ -203,36 +231,34 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with warnings.catch_warnings(record=True) as caught:  # e.g. a renamed key: say so, then carry on
             warnings.simplefilter("always", DeprecationWarning)
-            cfg, run = _config(args, store)
-    except (ConfigError, FileNotFoundError, ValueError) as err:
+            cfg, run, plan = _config(args, store)
+        cfg = resolved(cfg)  # the engine is decided once and saved with the run
+        if uses_loader(cfg):
+            return _train_loader(args, cfg, run, plan, store)
+        data = _checked_data(cfg)
+    except (ConfigError, FileNotFoundError, ValueError) as err:  # RunFolderError, ResumeRefused, data errors
         print(f"error: {err}", file=sys.stderr)
         return 2
     finally:
         for w in caught:
             print(f"warning: {w.message}", file=sys.stderr)
-    try:
-        cfg = resolved(cfg)  # the engine is decided once and saved with the run
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    if uses_loader(cfg):
-        return _train_loader(args, cfg, run, store)
     run = run or store.create(args.name or cfg.name)
     print(f"run folder: {run.path}", file=sys.stderr)
     callbacks: list[Callback] = [StopFile(run), _Terminate()]
     if args.snapshot_every > 0:
-        callbacks.append(_snapshot_publisher(cfg, run, args.snapshot_every))
+        callbacks.append(_snapshot_publisher(cfg, run, args.snapshot_every, data))
     try:
-        status = train_and_evaluate(cfg, run, callbacks=callbacks, resume=args.command == "resume",
+        status = train_and_evaluate(cfg, run, callbacks=callbacks, resume=plan or False, data=data,
                                     progress=not args.no_progress, steps=args.steps)
-    except DatasetNotFoundError as err:  # recorded as failed in the run folder; say it without a traceback
+    except (RunLocked, ResumeRefused) as err:  # nothing was written
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"{status['state']}: {status['message']}", file=sys.stderr)
     return 0 if status["state"] in ("completed", "stopped") else 1
 
 
-def _train_loader(args: argparse.Namespace, cfg: ExperimentConfig, run: Run | None, store: RunStore) -> int:
+def _train_loader(args: argparse.Namespace, cfg: ExperimentConfig, run: Run | None, plan: ResumePlan | None,
+                  store: RunStore) -> int:
     """``train``/``resume`` with the loader engine, as one of the processes ``torchrun`` started (or alone).
 
     Every process checks the data before any folder is made or any step taken; rank 0 makes the run folder and
@@ -243,8 +269,8 @@ def _train_loader(args: argparse.Namespace, cfg: ExperimentConfig, run: Run | No
               "at each evaluation", file=sys.stderr)
         return 2
     try:
-        data = loader_data(cfg)
-    except (FileNotFoundError, ValueError) as err:  # DatasetNotFoundError included: nothing written yet
+        data = _checked_data(cfg, int(os.environ.get("WORLD_SIZE", "1")))
+    except (FileNotFoundError, ValueError) as err:  # DatasetNotFoundError and FormatError included: nothing written
         print(f"error: {err}", file=sys.stderr)
         return 2
     world = init_world(cfg.train.device)
@@ -255,8 +281,8 @@ def _train_loader(args: argparse.Namespace, cfg: ExperimentConfig, run: Run | No
             print(f"run folder: {run.path} ({world.size} process{'es' if world.size > 1 else ''}, "
                   f"{world.device.type})", file=sys.stderr)
         status = train_and_evaluate(cfg, run, callbacks=[StopFile(run), _Terminate()], world=world, data=data,
-                                    resume=args.command == "resume", progress=not args.no_progress, steps=args.steps)
-    except ResumeMismatch as err:
+                                    resume=plan or False, progress=not args.no_progress, steps=args.steps)
+    except (ResumeMismatch, ResumeRefused, RunLocked) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     finally:

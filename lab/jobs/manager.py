@@ -10,6 +10,7 @@ from typing import Any
 from lab.config import ExperimentConfig
 from lab.jobs.job import Job
 from lab.jobs.process import ProcessJob, attach
+from lab.jobs.resume import check_run, plan_resume
 from lab.jobs.store import RunStore
 from lab.jobs.sweep import SweepPlan, create_sweep
 from lab.jobs.sweep_job import SweepJob, group_plan, plan_from_config
@@ -85,13 +86,18 @@ class JobManager:
         return self._admit(ProcessJob(run, command, cfg=cfg, owner=owner))
 
     def resume(self, run_id: str, *, in_process: bool = True, owner: str | None = None, **job_kwargs) -> Job:
-        """Continue a stopped, diverged or killed run from its last checkpoint."""
-        from lab.jobs.runner import config_of_run
+        """Continue a stopped, diverged or killed run from its last checkpoint.
 
+        Raises:
+            RunFolderError, ResumeRefused: the run or its checkpoint cannot be used (:mod:`lab.jobs.resume`);
+                checked before any job starts, so the run is left as it was.
+        """
         self._check_room()
         run = self.store.open(run_id)
+        cfg = check_run(run)
+        plan = plan_resume(run)
         if in_process:
-            return self._admit(ThreadJob(config_of_run(run), run, resume=True, owner=owner, **job_kwargs))
+            return self._admit(ThreadJob(cfg, run, resume=plan, owner=owner, **job_kwargs))
         return self._admit(ProcessJob(run, resume=True, owner=owner))
 
     def attach(self, run_id_or_path: str | Path) -> Job:

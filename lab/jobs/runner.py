@@ -9,7 +9,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from lab.config import ConfigError, ExperimentConfig, apply_overrides, from_dict, to_dict
+from lab.data.toy2d import ToyData
 from lab.jobs.recorder import RunRecorder
+from lab.jobs.resume import ResumePlan, ResumeRefused, load_resume_state, plan_resume
+from lab.jobs.run_lock import RunLock
 from lab.jobs.store import Run
 from lab.train.build import build_data, build_model, loader_data
 from lab.train.distributed import World, launched_by_torchrun
@@ -19,8 +22,13 @@ from lab.train.trainer import Callback, Diverged, Trainer, resolve_device
 
 
 def config_of_run(run: Run) -> ExperimentConfig:
-    """The resolved config saved in a run's config.json."""
-    return from_dict(ExperimentConfig, run.read_config())
+    """The resolved config saved in a run's config.json.
+
+    Raises:
+        RunFolderError: config.json is missing or unreadable (never the defaults in its place).
+        ConfigError: it does not hold a valid config.
+    """
+    return from_dict(ExperimentConfig, run.config_record()["config"])
 
 
 def uses_loader(cfg: ExperimentConfig) -> bool:
@@ -56,80 +64,116 @@ def resolved(cfg: ExperimentConfig) -> ExperimentConfig:
     return cfg if cfg.train.engine == engine else apply_overrides(cfg, {"train.engine": engine})
 
 
-def make_trainer(cfg: ExperimentConfig, callbacks: Iterable[Callback] = ()) -> Trainer:
-    """Model, data and trainer for ``cfg``."""
-    data = build_data(cfg)
+def make_trainer(cfg: ExperimentConfig, callbacks: Iterable[Callback] = (), data: ToyData | None = None) -> Trainer:
+    """Model, data (built from ``cfg`` unless given) and trainer for ``cfg``."""
+    data = data if data is not None else build_data(cfg)
     return Trainer(build_model(cfg, data), data, cfg.train, callbacks, alpha_min=cfg.model.alpha_min)
 
 
 def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[Callback] = (),
-                       resume: bool = False, progress: bool = True, steps: int | None = None,
-                       world: World | None = None, data: LoaderData | None = None) -> dict[str, Any]:
+                       resume: bool | ResumePlan = False, progress: bool = True, steps: int | None = None,
+                       world: World | None = None, data: LoaderData | ToyData | None = None) -> dict[str, Any]:
     """Train ``cfg`` into ``run`` and leave the folder in a final state.
 
     The tensor trainer runs unless :func:`uses_loader` says the loader engine; that one runs as one process of
-    ``world`` (default: a world of one on ``train.device``), and only rank 0 writes the folder.
+    ``world`` (default: a world of one on ``train.device``), and only rank 0 writes the folder, holding its lock
+    (:mod:`lab.jobs.run_lock`) while it trains.
 
-    A non-finite loss ends the run as ``diverged`` (its message names the step and the likely cause; the last
-    finite checkpoint stays); a callback setting ``trainer.should_stop`` ends it as ``stopped``; an exception
-    ends it as ``failed`` with the error as message, and is re-raised.
+    A new run's config.json is written first, so a run that fails at any point leaves a complete folder: state
+    ``failed`` and the reason. A non-finite loss ends the run as ``diverged`` (its message names the step and the
+    likely cause; the last finite checkpoint stays); a callback setting ``trainer.should_stop`` ends it as
+    ``stopped``; an exception ends it as ``failed`` with the error as message, and is re-raised.
 
     Args:
-        cfg: the experiment.
-        run: its folder (config.json is written unless resuming).
+        cfg: the experiment (for a resume: the run's config with any resume overrides).
+        run: its folder.
         callbacks: extra subscribers (snapshot publishers, stop checks).
-        resume: continue from ``checkpoints/last.pt``: model, optimizer, step and mask generator are restored
-            and metrics recorded after that step are dropped, so none is duplicated.
+        resume: continue the run (:mod:`lab.jobs.resume`): True continues from ``checkpoints/last.pt``; a
+            :class:`~lab.jobs.resume.ResumePlan` names the checkpoint (or a restart) and the settings changed.
+            Model, optimizer, step and mask generator are restored; metric records after that step are set aside
+            under ``history/``, so none is duplicated and none is lost.
         progress: show a tqdm progress bar.
         steps: train at most this many steps in this call, then stop (state ``stopped``, resumable): a cluster
             job with a time limit trains in slices.
         world: the data-parallel processes (loader engine); every process calls this function.
-        data: the loader engine's data sets, when already built (the CLI checks them before making the folder).
+        data: the data, when already built and checked (the CLI does so before making the folder).
 
     Returns:
         The final status dict (on ranks other than 0: the status rank 0 writes, not read back).
+
+    Raises:
+        ResumeRefused, RunLocked: before anything is written (the run keeps its state).
     """
     cfg = resolved(cfg)
     loader = uses_loader(cfg)
     world = world or World(device=resolve_device(cfg.train.device))
     writes = world.main
-    recorder = RunRecorder(run, checkpoint_on_eval=not loader) if writes else None
-    extra = [ProgressBar(desc=run.id)] if progress and writes else []
-    subscribers = [*([recorder] if recorder else []), *extra, *callbacks]
-    trainer: Trainer | LoaderTrainer
-    if loader:
-        data = data if data is not None else loader_data(cfg)
-        trainer = LoaderTrainer(build_model(cfg, data), data, cfg.train, cfg.data, world, subscribers,
-                                alpha_min=cfg.model.get("alpha_min"), figures=run.path / "figures" if writes else None)
-    else:
-        trainer = make_trainer(cfg, subscribers)
+    plan = plan_resume(run) if resume is True else (resume or None)
+    with RunLock(run.path) if writes else contextlib.nullcontext():
+        state = load_resume_state(run, plan, world.device) if plan is not None else None
+        if writes:
+            _begin(cfg, run, plan, world.size)
+        recorder = RunRecorder(run, checkpoint_on_eval=not loader) if writes else None
+        extra = [ProgressBar(desc=run.id)] if progress and writes else []
+        subscribers = [*([recorder] if recorder else []), *extra, *callbacks]
+        trainer: Trainer | LoaderTrainer | None = None
 
-    def status(state: str, message: str, **fields: Any) -> dict[str, Any]:
-        fields = {"step": trainer.step, "epoch": trainer.epoch, "total_steps": trainer.total_steps, **fields}
-        return run.write_status(state, message, **fields) if writes else {"state": state, "message": message}
+        def status(state: str, message: str, **fields: Any) -> dict[str, Any]:
+            if trainer is not None:
+                fields = {"step": trainer.step, "epoch": trainer.epoch, "total_steps": trainer.total_steps, **fields}
+            return run.write_status(state, message, **fields) if writes else {"state": state, "message": message}
 
+        try:
+            if loader:
+                data = data if data is not None else loader_data(cfg)
+                trainer = LoaderTrainer(build_model(cfg, data), data, cfg.train, cfg.data, world, subscribers,
+                                        alpha_min=cfg.model.get("alpha_min"),
+                                        figures=run.path / "figures" if writes else None)
+            else:
+                trainer = make_trainer(cfg, subscribers, data)
+            if state is not None:
+                _restore(trainer, state, run)
+                if writes:
+                    run.rewind_metrics(trainer.step)
+            trainer.fit(steps)
+        except Diverged as err:
+            return status("diverged", str(err), step=err.step, metrics=trainer.last_eval)
+        except (ResumeMismatch, ResumeRefused):
+            raise  # nothing was trained: the run keeps its state, resumable with the right processes or checkpoint
+        except BaseException as err:
+            status("failed", f"{type(err).__name__}: {err}", traceback=traceback.format_exc(limit=20))
+            if not writes:  # rank 0 may be killed before it can tell: leave this rank's reason in the folder
+                with contextlib.suppress(OSError):
+                    (run.path / f"failed-rank{world.rank}.txt").write_text(traceback.format_exc(limit=20))
+            raise
+        finally:
+            if recorder is not None:
+                recorder.close()
+        done = trainer.step >= trainer.total_steps
+        message = (f"completed {trainer.step} steps" if done else f"stopped at step {trainer.step}")
+        return status("completed" if done else "stopped", message, metrics=trainer.last_eval)
+
+
+def _begin(cfg: ExperimentConfig, run: Run, plan: ResumePlan | None, world_size: int) -> None:
+    """What rank 0 writes before training: a new run's config; for a restart, the earlier attempt set aside; for a
+    resume from ``best.pt``, ``last.pt`` set aside (the run goes on from an earlier step); any change of settings
+    named in config.json."""
+    if plan is None:
+        run.write_config(to_dict(cfg), world_size=world_size)
+        return
+    if plan.source == "restart":
+        run.set_aside()
+    elif plan.source == "best" and run.checkpoint_path("last").exists():
+        os.replace(run.checkpoint_path("last"), run.history_path(f"last-before-step-{plan.step}.pt"))
+    if plan.changes or plan.source != "last":
+        run.add_resume_change(to_dict(cfg), plan.record())
+
+
+def _restore(trainer: Trainer | LoaderTrainer, state: dict[str, Any], run: Run) -> None:
+    """Load a checkpoint into ``trainer``; one that does not fit the run's model is refused, not a failed run."""
     try:
-        if resume and run.has_checkpoint("last"):
-            trainer.load_state_dict(run.load_checkpoint("last", map_location=world.device))
-            if writes:
-                run.truncate_metrics_after(trainer.step)
-        elif writes:
-            run.truncate_metrics_after(0) if resume else run.write_config(to_dict(cfg), world_size=world.size)
-        trainer.fit(steps)
-    except Diverged as err:
-        return status("diverged", str(err), step=err.step, metrics=trainer.last_eval)
-    except ResumeMismatch:
-        raise  # nothing was trained: the run keeps its state, resumable with the right processes
-    except BaseException as err:
-        status("failed", f"{type(err).__name__}: {err}", traceback=traceback.format_exc(limit=20))
-        if not writes:  # rank 0 may be killed before it can tell: leave this rank's reason in the folder
-            with contextlib.suppress(OSError):
-                (run.path / f"failed-rank{world.rank}.txt").write_text(traceback.format_exc(limit=20))
-        raise
-    finally:
-        if recorder is not None:
-            recorder.close()
-    done = trainer.step >= trainer.total_steps
-    state = "completed" if done else "stopped"
-    message = (f"completed {trainer.step} steps" if done else f"stopped at step {trainer.step}")
-    return status(state, message, metrics=trainer.last_eval)
+        trainer.load_state_dict(state)
+    except (KeyError, RuntimeError, ValueError, TypeError) as err:
+        raise ResumeRefused(f"the checkpoint of {run.id} does not fit the model of its config.json "
+                            f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); nothing was "
+                            "written") from None

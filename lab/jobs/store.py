@@ -8,10 +8,15 @@ A run folder holds::
     snapshots/      versioned ``<kind>-<version>.npz`` of what the views draw
     checkpoints/    ``last.pt`` / ``best.pt`` (temp file + os.replace; loaded with weights_only=True)
     events.out.tfevents.*   TensorBoard scalars
+    history/        what a resume set aside: metric records after the checkpoint it continued from, or a whole
+                    earlier attempt (``restart-<time>/``); nothing a run recorded is ever deleted
+    lock            while a process trains the run: its host and pid (:mod:`lab.jobs.run_lock`)
 
 Readers are forgiving: a half-written last line of ``metrics.jsonl`` is skipped until it is complete, and a
-missing or unreadable ``status.json`` reads as state ``unknown``. Nothing is ever written outside the runs folder:
-run ids are sanitised and every path is checked to resolve inside it.
+missing or unreadable ``status.json`` reads as state ``unknown``. Readers never follow a symbolic link inside a
+run folder (it could lead anywhere on the machine). Everything the lab writes as JSON is strict JSON: a
+non-finite number is written as ``null`` and named, with its value, under ``nonfinite``. Nothing is ever written
+outside the runs folder: run ids are sanitised and every path is checked to resolve inside it.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 import re
 import subprocess
@@ -43,6 +49,14 @@ _PACKAGES = ("torch", "numpy", "timm", "panel", "holoviews", "bokeh", "residual-
 
 class CheckpointError(RuntimeError):
     """A checkpoint file is missing, truncated or not a checkpoint; the message names the file."""
+
+
+class RunFolderError(ValueError):
+    """A folder is not a readable run folder (no or corrupt config.json); the message says what is wrong."""
+
+
+def _stamp() -> str:
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
 
 
 def default_runs_dir() -> Path:
@@ -78,16 +92,66 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = False) -> Non
         raise
 
 
+def strict_json(obj: Any) -> Any:
+    """``obj`` with every non-finite float replaced by None; a dict gains ``nonfinite``, the dotted path and value
+    (``"nan"``, ``"inf"``, ``"-inf"``) of each replaced number, so a reader sees which and why. Strict JSON has no
+    NaN or Infinity: browsers, ``jq`` and most languages refuse the bare tokens Python writes by default."""
+    found: dict[str, str] = {}
+
+    def clean(value: Any, path: str) -> Any:
+        if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+            found[path] = str(float(value))
+            return None
+        if isinstance(value, dict):
+            return {k: clean(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    out = clean(obj, "")
+    if found and isinstance(out, dict):
+        out["nonfinite"] = found
+    return out
+
+
+def json_text(obj: Any, indent: int | None = None) -> str:
+    """Strict JSON text of ``obj`` (:func:`strict_json`; numpy scalars and paths as plain values)."""
+    return json.dumps(strict_json(obj), indent=indent, default=_json_default, allow_nan=False)
+
+
 def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, json.dumps(obj, indent=2, default=_json_default).encode())
+    atomic_write_bytes(path, json_text(obj, indent=2).encode())
+
+
+def read_entry(path: Path) -> bytes:
+    """The bytes of one entry of a run folder, refusing a symbolic link (``O_NOFOLLOW``): a link in a folder that
+    came from elsewhere could lead to any file on this machine.
+
+    Raises:
+        OSError: missing (FileNotFoundError), a link (OSError with errno ELOOP) or unreadable.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
 
 
 def _json_default(o: Any) -> Any:
-    if isinstance(o, (np.floating, np.integer)):
+    if isinstance(o, np.integer):
+        return o.item()
+    if isinstance(o, np.floating):  # non-finite ones were replaced by strict_json
         return o.item()
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _load_problem(err: Exception) -> str:
+    """What was wrong with a file ``torch.load(weights_only=True)`` refused, in one line and without torch's advice
+    to load it with ``weights_only=False``: that would run whatever code the file carries."""
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    if "weights_only" in str(err) or "Weights only load failed" in text:
+        return "it holds objects other than tensors and plain containers, which are never loaded"
+    return text
 
 
 def environment_info() -> dict[str, Any]:
@@ -114,9 +178,11 @@ def read_jsonl(path: Path, cursor: int = 0) -> tuple[list[dict[str, Any]], int, 
         ``(records, new cursor, unreadable lines, whether the file ends in a line without its newline)``.
 
     Raises:
-        OSError: the file cannot be opened (FileNotFoundError when it is missing).
+        OSError: the file cannot be opened (FileNotFoundError when it is missing, errno ELOOP when it is a
+            symbolic link, which is never followed).
     """
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # a link could lead anywhere on this machine
+    with os.fdopen(fd, "rb") as f:
         f.seek(cursor)
         data = f.read()
     end = data.rfind(b"\n") + 1
@@ -151,10 +217,36 @@ class Run:
         atomic_write_json(self.path / "config.json", {"config": config, **environment_info(), **extra})
 
     def read_config(self) -> dict[str, Any]:
-        """The ``config`` section of config.json (``{}`` if missing)."""
-        with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
-            return json.loads((self.path / "config.json").read_text()).get("config", {})
+        """The ``config`` section of config.json (``{}`` if missing or unreadable: for views)."""
+        with contextlib.suppress(RunFolderError):
+            return self.config_record()["config"]
         return {}
+
+    def config_record(self) -> dict[str, Any]:
+        """The whole of config.json (``config``, versions, commit, ``resume_changes``, …), for what must not guess.
+
+        Raises:
+            RunFolderError: config.json is missing, a link, unreadable, not JSON, or holds no ``config`` mapping.
+        """
+        path = self.path / "config.json"
+        try:
+            record = json.loads(read_entry(path))
+        except FileNotFoundError:
+            raise RunFolderError(f"{self.path} has no config.json: not a run folder, or one whose config was "
+                                 "never written") from None
+        except (OSError, ValueError) as err:  # a link (ELOOP), unreadable, JSONDecodeError, UnicodeDecodeError
+            raise RunFolderError(f"{path} cannot be read as JSON: {err}") from None
+        if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
+            raise RunFolderError(f"{path} holds no config section")
+        return record
+
+    def add_resume_change(self, config: dict[str, Any], change: dict[str, Any]) -> None:
+        """Save ``config`` as the run's config, recording ``change`` (step, overrides, time, …) under
+        ``resume_changes``: the settings a resume changed stay named beside the config they produced."""
+        record = self.config_record()
+        record["config"] = config
+        record["resume_changes"] = [*record.get("resume_changes", []), change]
+        atomic_write_json(self.path / "config.json", record)
 
     # -- status -----------------------------------------------------------------------------------------------
     def write_status(self, state: str, message: str = "", **fields: Any) -> dict[str, Any]:
@@ -168,15 +260,15 @@ class Run:
     def read_status(self) -> dict[str, Any]:
         """status.json, or ``{"state": "unknown", ...}`` when missing or unreadable (an older or foreign run)."""
         try:
-            status = json.loads((self.path / "status.json").read_text())
+            status = json.loads(read_entry(self.path / "status.json"))
             return status if isinstance(status, dict) and "state" in status else {"state": "unknown", "message": ""}
-        except (FileNotFoundError, json.JSONDecodeError, UnicodeDecodeError):
+        except (OSError, ValueError):  # missing, a link, unreadable, JSONDecodeError, UnicodeDecodeError
             return {"state": "unknown", "message": "no readable status.json"}
 
     # -- metrics ----------------------------------------------------------------------------------------------
     def append_metrics(self, *records: dict[str, Any]) -> None:
         """Append records to metrics.jsonl, one line each, flushed."""
-        text = "".join(json.dumps(r, default=_json_default) + "\n" for r in records)
+        text = "".join(json_text(r) + "\n" for r in records)
         with open(self.path / "metrics.jsonl", "a") as f:
             f.write(text)
             f.flush()
@@ -190,12 +282,51 @@ class Run:
             return [], cursor
         return records, cursor
 
-    def truncate_metrics_after(self, step: int) -> None:
-        """Drop records with ``step`` > ``step`` (and a torn last line): a resumed run rewrites them."""
-        records, _ = self.read_metrics()
+    def rewind_metrics(self, step: int) -> Path | None:
+        """Continue the metrics from ``step``: records after it (and a torn last line) leave metrics.jsonl, which a
+        resumed run then extends without duplicates. Nothing is lost: when anything would go, the whole file as it
+        was is first copied to ``history/metrics-<time>.jsonl``.
+
+        Returns:
+            The copy set aside, or None when nothing was after ``step``.
+        """
+        path = self.path / "metrics.jsonl"
+        try:
+            data = read_entry(path)
+        except FileNotFoundError:
+            return None
+        records, end, bad, torn = read_jsonl(path)
         keep = [r for r in records if r.get("step", 0) <= step]
-        atomic_write_bytes(self.path / "metrics.jsonl",
-                           "".join(json.dumps(r, default=_json_default) + "\n" for r in keep).encode())
+        if len(keep) == len(records) and not torn and not bad:
+            return None
+        aside = self.history_path(f"metrics-{_stamp()}.jsonl")
+        atomic_write_bytes(aside, data, durable=True)
+        atomic_write_bytes(path, "".join(json_text(r) + "\n" for r in keep).encode(), durable=True)
+        return aside
+
+    def history_path(self, name: str) -> Path:
+        """A new path under ``history/`` (suffixed ``-2``, ``-3`` … if taken): where a resume sets things aside."""
+        folder = self.path / "history"
+        folder.mkdir(exist_ok=True)
+        stem, dot, ext = name.partition(".")
+        for k in range(1, 10_000):
+            path = folder / (name if k == 1 else f"{stem}-{k}{dot}{ext}")
+            if not os.path.lexists(path):
+                return path
+        raise RuntimeError(f"history/ of {self.path} is full")
+
+    def set_aside(self) -> Path:
+        """Move everything a run recorded (metrics, status, checkpoints, snapshots, figures, analyses, TensorBoard
+        events) to ``history/restart-<time>/``, keeping config.json and the history: a restart begins anew with
+        nothing lost."""
+        aside = self.history_path(f"restart-{_stamp()}")
+        aside.mkdir()
+        for entry in sorted(self.path.iterdir()):
+            if entry.name not in ("config.json", "history", "lock") and not entry.name.startswith(".lock"):
+                os.replace(entry, aside / entry.name)
+        for sub in ("snapshots", "checkpoints"):
+            (self.path / sub).mkdir()
+        return aside
 
     # -- checkpoints ------------------------------------------------------------------------------------------
     def checkpoint_path(self, name: str = "last") -> Path:
@@ -220,10 +351,13 @@ class Run:
         path = self.checkpoint_path(name)
         if not path.is_file():
             raise CheckpointError(f"no checkpoint at {path}")
+        if path.is_symlink():
+            raise CheckpointError(f"checkpoint {path} is a symbolic link: not followed")
         try:
             state = torch.load(path, map_location=map_location, weights_only=True)
         except Exception as err:  # torch raises several types for corrupt files
-            raise CheckpointError(f"checkpoint {path} is corrupt or not a lab checkpoint: {err}") from None
+            raise CheckpointError(f"checkpoint {path} is corrupt or not a lab checkpoint ({_load_problem(err)})") \
+                from None
         if not isinstance(state, dict):
             raise CheckpointError(f"checkpoint {path} does not hold a state dict")
         return state
@@ -289,8 +423,7 @@ class RunStore:
 
     def create(self, name: str = "run") -> Run:
         """A new run folder ``<root>/<YYYYmmdd-HHMMSS>-<sanitised name>`` (suffixed ``-2``, ``-3`` if taken)."""
-        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-        base = f"{stamp}-{sanitize_name(name)}"
+        base = f"{_stamp()}-{sanitize_name(name)}"
         self.root.mkdir(parents=True, exist_ok=True)
         for k in range(1, 10_000):
             path = self._inside(self.root / (base if k == 1 else f"{base}-{k}"))

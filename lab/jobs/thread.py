@@ -13,6 +13,7 @@ import numpy as np
 
 from lab.config import ExperimentConfig
 from lab.jobs.job import InProcessJob
+from lab.jobs.resume import ResumePlan
 from lab.jobs.runner import train_and_evaluate
 from lab.jobs.snapshots import DiskSink, Publisher
 from lab.jobs.store import Run
@@ -53,7 +54,7 @@ class ThreadJob(InProcessJob):
         on_demand: kinds built only when due *and* asked for with :meth:`request` (a page asks for the next
             frame once it has drawn the last, so no frame is computed that nobody will see).
         builders: snapshot builders by kind (default :data:`lab.jobs.snapshots.BUILDERS`).
-        resume: continue from the run's last checkpoint.
+        resume: continue the run (True: from its last checkpoint; a :class:`~lab.jobs.resume.ResumePlan`).
         disk_every_s: also write each kind's snapshot to ``run/snapshots`` at most this often (0 = never).
         paused: start paused (train only when :meth:`resume` or :meth:`step` is called).
         owner: who started it (a browser session id), for :class:`~lab.jobs.manager.JobManager`.
@@ -63,7 +64,7 @@ class ThreadJob(InProcessJob):
     """
 
     def __init__(self, cfg: ExperimentConfig, run: Run, *, cadence: dict[str, tuple[int, float]] | None = None,
-                 builders: dict[str, Any] | None = None, resume: bool = False, disk_every_s: float = 2.0,
+                 builders: dict[str, Any] | None = None, resume: bool | ResumePlan = False, disk_every_s: float = 2.0,
                  paused: bool = False, owner: str | None = None, progress: bool = False,
                  on_demand: tuple[str, ...] = (), callbacks: tuple[Callback, ...] = ()) -> None:
         self.cfg, self.run, self.owner, self.progress = cfg, run, owner, progress
@@ -80,7 +81,8 @@ class ThreadJob(InProcessJob):
         self.error: BaseException | None = None
 
     def start(self) -> ThreadJob:
-        self.run.write_status("queued", "starting", step=0)
+        if not self.resume_from_checkpoint:  # a resumed run keeps its status until its own checks have passed
+            self.run.write_status("queued", "starting", step=0)
         self._thread.start()
         return self
 

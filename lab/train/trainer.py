@@ -229,6 +229,8 @@ class Trainer:
         """Restore what :meth:`state_dict` saved."""
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        for group in self.optimizer.param_groups:  # the config's rate, not the saved one: a resume may lower it
+            group["lr"] = self.cfg.lr
         self.step = int(state["step"])
         self.mask_generator.set_state(state["mask_generator"])
         for dp, mask in zip(self._drop_paths(), state.get("droppath_masks", []), strict=False):
