@@ -232,6 +232,14 @@ class DataConfig:
         _validate(self)
         if self.image_size and self.name not in ("digits", "image_folder"):
             raise ConfigError(f"data.image_size applies to digits and image_folder; {self.name} keeps its own size")
+        if self.classes == 1:
+            raise ConfigError("data.classes=1 keeps one class: a classifier needs at least 2 (0 keeps all)")
+        if (self.classes or self.max_per_class) and self.name in TOY_DATASETS:
+            raise ConfigError(f"data.classes and data.max_per_class apply to image sets; {self.name} has two "
+                              "classes and data.n samples")
+        if self.max_per_class and self.name == "digits":
+            raise ConfigError("data.max_per_class applies to image sets read from files; digits has ~180 images "
+                              "per class: use data.train_fraction")
 
 
 @dataclass(frozen=True)
@@ -492,8 +500,17 @@ def load_config(path: str | Path | None = None, overrides: Iterable[str] | Mappi
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
-        text = path.read_text()
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        try:
+            text = path.read_text()
+            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        except (OSError, UnicodeDecodeError, ValueError, yaml.YAMLError) as err:
+            where = getattr(err, "problem_mark", None)
+            at = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
+            problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+            raise ConfigError(f"config file {path} is not readable YAML{at}: {problem}") from None
+        if data is not None and not isinstance(data, Mapping):
+            raise ConfigError(f"config file {path} must hold a mapping of sections (model:, data:, train:); it "
+                              f"holds a {type(data).__name__}")
         cfg = from_dict(ExperimentConfig, data or {})
     return apply_overrides(cfg, overrides)
 

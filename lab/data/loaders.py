@@ -16,7 +16,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from lab.data.formats import FormatError, list_image_folder, read_cifar_batch, read_cifar_meta, read_idx, read_images
+from lab.data.formats import (
+    FormatError,
+    list_image_folder,
+    read_cifar_batch,
+    read_cifar_meta,
+    read_idx,
+    read_images,
+    scan_images,
+)
 from lab.data.image_split import ImageSplit
 from lab.data.subsets import Classes, resolve_classes, select, stratified_split
 
@@ -276,6 +284,7 @@ def image_folder_files(
 
     Raises:
         DatasetNotFoundError: `root` is missing or holds no class folders with images.
+        FormatError: files that do not open as images (every one named; a header scan, :func:`scan_images`).
         ValueError: the test tree has classes the training tree lacks.
     """
     root = Path(root)
@@ -299,7 +308,10 @@ def image_folder_files(
     train = files(trees[0])
     kept = tuple(names[s] for s in source)
     if trees[1] is not None:
-        return train, files(trees[1]), kept
+        test = files(trees[1])
+        scan_images([path for path, _ in train + test])
+        return train, test, kept
+    scan_images([path for path, _ in train])
     tr, te = stratified_split(np.array([label for _, label in train], np.int64), test_fraction, seed)
     return [train[i] for i in tr], [train[i] for i in te], kept
 

@@ -72,6 +72,31 @@ def loader_data(cfg: ExperimentConfig) -> LoaderData:
                       data.num_classes, shape)
 
 
+def check_data(cfg: ExperimentConfig, data: ToyData | LoaderData, processes: int = 1) -> None:
+    """What the data must give for ``cfg`` to train, checked before a run folder is made.
+
+    Raises:
+        ValueError: no training or no test samples (``data.train_fraction``), fewer than two classes for a
+            classifier, or (loader engine) fewer samples than one update's batch; the message names the setting.
+    """
+    train = data.train if isinstance(data, LoaderData) else data.x_train
+    test = data.test if isinstance(data, LoaderData) else data.x_test
+    d, t = cfg.data, cfg.train
+    if len(train) == 0 or len(test) == 0:
+        split = "training" if len(train) == 0 else "test"
+        raise ValueError(f"{d.name} with data.train_fraction={d.train_fraction:g} leaves no {split} samples "
+                         f"({len(train)} training, {len(test)} test): evaluation and best.pt need both; choose a "
+                         "fraction strictly between 0 and 1")
+    if t.task == "classify" and data.num_classes < 2:
+        raise ValueError(f"{d.name} gives {data.num_classes} class: a classifier needs at least 2")
+    if isinstance(data, LoaderData):
+        update = t.batch_size * t.accum_steps * processes
+        if len(train) < update:
+            raise ValueError(f"{len(train)} training samples are fewer than one update's batch of {update} "
+                             f"(train.batch_size={t.batch_size} × train.accum_steps={t.accum_steps} × {processes} "
+                             "process(es)): lower the batch or use more data")
+
+
 def build_model(cfg: ExperimentConfig, data: ToyData | LoaderData | None = None) -> nn.Module:
     """The model of ``cfg.model``, initialised from ``cfg.model.seed``, with ``cfg.train``'s drop-path rate.
 
