@@ -84,7 +84,8 @@ def stratified_split(labels: np.ndarray, test_fraction: float, seed: int) -> tup
         `(train_indices, test_indices)`, each sorted.
     """
     if not 0.0 < test_fraction < 1.0:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}: a split with no test (or no training) "
+                         "samples leaves nothing to evaluate (as a config: data.train_fraction = 1 − test_fraction)")
     rng = np.random.default_rng(seed)
     train, test = [], []
     for c in np.unique(labels):

@@ -133,7 +133,7 @@ def test_unchanged_files_are_not_read_again(tmp_path, monkeypatch):
     assert s["step"] == 2 and s["metrics"]["loss"] == 0.5 and s["records"] == 2
     cursor = reader._cursor
     assert not reader.update_metrics() and reader._cursor == cursor
-    run.truncate_metrics_after(1)  # a resumed run rewrites the file: it is read again from the start
+    run.rewind_metrics(1)  # a resumed run rewrites the file: it is read again from the start
     assert reader.update_metrics() and reader.records == 1 and reader.last["loss"] == 1.0
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from lab.jobs.store import CheckpointError, Run, RunStore, default_runs_dir, sanitize_name
+from lab.jobs.store import CheckpointError, Run, RunFolderError, RunStore, default_runs_dir, sanitize_name
 
 
 def test_run_ids_are_sanitised_and_stay_inside_the_runs_folder(tmp_path):
@@ -46,11 +46,79 @@ def test_metrics_reader_skips_half_written_last_line(tmp_path):
     assert more == [{"step": 3, "loss": 0.5}] and cursor2 > cursor  # the garbage line is skipped
 
 
-def test_truncate_metrics_after_step(tmp_path):
+def test_rewinding_metrics_sets_later_records_aside_and_loses_none(tmp_path):
     run = Run(tmp_path)
     run.append_metrics(*({"step": s} for s in range(10)))
-    run.truncate_metrics_after(4)
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 10, "lo')  # torn by a kill
+    original = (tmp_path / "metrics.jsonl").read_bytes()
+    aside = run.rewind_metrics(4)
     assert [r["step"] for r in run.read_metrics()[0]] == [0, 1, 2, 3, 4]
+    assert aside.parent == tmp_path / "history" and aside.read_bytes() == original
+    assert run.rewind_metrics(4) is None and len(list((tmp_path / "history").iterdir())) == 1  # nothing to set aside
+
+
+def test_status_and_metrics_are_strict_json_with_non_finite_numbers_named(tmp_path):
+    run = Run(tmp_path)
+    run.write_status("diverged", "loss is nan", step=3, metrics={"train_loss": float("nan"), "test_acc": 0.5,
+                                                                 "grad": [1.0, float("inf")]})
+    run.append_metrics({"kind": "eval", "step": 3, "test_loss": float("-inf"), "rank": np.float32("nan")})
+    text = (tmp_path / "status.json").read_text() + (tmp_path / "metrics.jsonl").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    strict = json.JSONDecoder(parse_constant=lambda name: pytest.fail(f"bare {name} in JSON"))
+    status = strict.decode((tmp_path / "status.json").read_text())
+    assert status["metrics"] == {"train_loss": None, "test_acc": 0.5, "grad": [1.0, None]}
+    assert status["nonfinite"] == {"metrics.train_loss": "nan", "metrics.grad[1]": "inf"}
+    (record,) = run.read_metrics()[0]
+    assert record["test_loss"] is None and record["nonfinite"] == {"test_loss": "-inf", "rank": "nan"}
+
+
+def test_run_folder_entries_that_are_links_are_not_followed(tmp_path):
+    outside = tmp_path / "secret"
+    outside.mkdir()
+    (outside / "m.jsonl").write_text('{"step": 1, "loss": 42}\n')
+    (outside / "s.json").write_text('{"state": "completed", "message": "from outside"}')
+    (outside / "c.json").write_text('{"config": {"name": "outside"}}')
+    run = Run(tmp_path / "run")
+    run.path.mkdir()
+    for entry, target in (("metrics.jsonl", "m.jsonl"), ("status.json", "s.json"), ("config.json", "c.json")):
+        (run.path / entry).symlink_to(outside / target)
+    assert run.read_metrics() == ([], 0)  # as if absent: nothing from outside is read
+    assert run.read_status()["state"] == "unknown"
+    assert run.read_config() == {}
+    with pytest.raises(RunFolderError, match="config.json cannot be read"):
+        run.config_record()
+    (run.path / "checkpoints").mkdir()
+    torch.save({"step": 1}, outside / "last.pt")
+    run.checkpoint_path("last").symlink_to(outside / "last.pt")
+    with pytest.raises(CheckpointError, match="symbolic link"):
+        run.load_checkpoint("last")
+
+
+def test_missing_or_corrupt_config_is_an_error_not_the_defaults(tmp_path):
+    run = Run(tmp_path)
+    with pytest.raises(RunFolderError, match="no config.json"):
+        run.config_record()
+    (tmp_path / "config.json").write_text("{torn")
+    with pytest.raises(RunFolderError, match="cannot be read as JSON"):
+        run.config_record()
+    (tmp_path / "config.json").write_text('{"versions": {}}')
+    with pytest.raises(RunFolderError, match="no config section"):
+        run.config_record()
+
+
+def test_restart_sets_everything_recorded_aside(tmp_path):
+    run = RunStore(tmp_path).create("r")
+    run.write_config({"name": "r"})
+    run.write_status("completed", "done", step=5)
+    run.append_metrics({"step": 5})
+    run.save_checkpoint({"step": 5}, "last", "best")
+    run.save_snapshot("nodes", 1, {"a": np.zeros(2)})
+    aside = run.set_aside()
+    assert sorted(p.name for p in run.path.iterdir()) == ["checkpoints", "config.json", "history", "snapshots"]
+    assert not any(any(run.path.joinpath(d).iterdir()) for d in ("checkpoints", "snapshots"))
+    assert sorted(p.name for p in aside.iterdir()) == ["checkpoints", "metrics.jsonl", "snapshots", "status.json"]
+    assert torch.load(aside / "checkpoints" / "best.pt", weights_only=True) == {"step": 5}
 
 
 def test_status_round_trip_and_missing_status(tmp_path):
