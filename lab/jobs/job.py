@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -17,12 +18,22 @@ import numpy as np
 from lab.jobs.store import FINISHED, Run
 
 
+def _always(job: Job) -> None:
+    """The admission of a job no manager bounds: always granted."""
+
+
 class Job:
-    """Control, status, snapshots and metrics of one run. Subclasses fill in the mechanics."""
+    """Control, status, snapshots and metrics of one run. Subclasses fill in the mechanics.
+
+    Attributes:
+        admission: called with the job before a paused job trains again; raises when no slot is free (set by
+            :class:`~lab.jobs.manager.JobManager`).
+    """
 
     run: Run
     owner: str | None = None
     keep: bool = False  # a kept job survives its owner's browser session
+    admission: Callable[[Job], None] = staticmethod(_always)
 
     def start(self) -> Job:
         raise NotImplementedError
@@ -49,6 +60,10 @@ class Job:
 
     def is_alive(self) -> bool:
         return self.status().get("state") not in (*FINISHED, "unknown")
+
+    def is_paused(self) -> bool:
+        """Whether the job is alive but paused (it then holds no training slot of its manager)."""
+        return self.status().get("state") == "paused"
 
     def status(self) -> dict[str, Any]:
         """The run's status.json (state, message, step, epoch, total_steps, metrics, heartbeat)."""
@@ -84,6 +99,10 @@ class InProcessJob(Job):
     def is_alive(self) -> bool:
         return self._thread.is_alive()
 
+    def is_paused(self) -> bool:
+        """Paused (or asked to pause) and not stopping: the job trains no more steps until :meth:`resume`."""
+        return self._thread.is_alive() and not self._resume.is_set() and not self._stop.is_set()
+
     def _init_control(self, paused: bool) -> None:
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -97,12 +116,18 @@ class InProcessJob(Job):
             self._resume.clear()
 
     def resume(self) -> None:
+        """Go on training. Raises :class:`~lab.jobs.manager.ManagerBusy` when the job's manager has no free slot (a
+        paused job holds none)."""
+        if self.is_paused():
+            self.admission(self)
         with self._lock:
             self._step_budget = None
             self._resume.set()
 
     def step(self, n: int = 1) -> None:
-        """Train ``n`` more steps, then pause again."""
+        """Train ``n`` more steps, then pause again (needs a free slot, as :meth:`resume`)."""
+        if self.is_paused():
+            self.admission(self)
         with self._lock:
             self._step_budget = n
             self._resume.set()

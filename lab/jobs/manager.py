@@ -22,7 +22,8 @@ class ManagerBusy(RuntimeError):
 
 
 class JobManager:
-    """Start and track jobs; at most ``max_jobs`` run at once (extra requests get :class:`ManagerBusy`).
+    """Start and track jobs; at most ``max_jobs`` train at once (extra requests get :class:`ManagerBusy`). A paused job
+    holds no slot: resuming it asks for one again (:meth:`Job.resume` raises :class:`ManagerBusy` when none is free).
 
     Args:
         runs_dir: the runs folder (default ``$LAB_RUNS_DIR`` or ``./runs``); every job writes only there.
@@ -43,18 +44,30 @@ class JobManager:
             self._jobs = [j for j in self._jobs if j.is_alive()]
             return list(self._jobs)
 
+    def training(self) -> list[Job]:
+        """Jobs that hold a slot: alive and not paused."""
+        return [j for j in self.active() if not j.is_paused()]
+
     def _admit(self, job: Job) -> Job:
         with self._lock:
             self._jobs = [j for j in self._jobs if j.is_alive()]
-            if len(self._jobs) >= self.max_jobs:
+            training = [j for j in self._jobs if not j.is_paused()]
+            if len(training) >= self.max_jobs:
                 raise ManagerBusy(self._busy_message(self._jobs))
             self._jobs.append(job)
+            job.admission = self._readmit
         try:
             return job.start()
         except BaseException:
             with self._lock:
                 self._jobs.remove(job)
             raise
+
+    def _readmit(self, job: Job) -> None:
+        """A paused job asks to train again: granted while fewer than ``max_jobs`` others train."""
+        others = [j for j in self.training() if j is not job]
+        if len(others) >= self.max_jobs:
+            raise ManagerBusy(self._busy_message(self.active()))
 
     def start_thread(self, cfg: ExperimentConfig, *, owner: str | None = None, name: str | None = None,
                      **job_kwargs) -> ThreadJob:
@@ -106,14 +119,17 @@ class JobManager:
         return attach(path if path.is_dir() else self.store.open(str(run_id_or_path)).path)
 
     def _check_room(self) -> None:
-        active = self.active()
-        if len(active) >= self.max_jobs:
-            raise ManagerBusy(self._busy_message(active))
+        if len(self.training()) >= self.max_jobs:
+            raise ManagerBusy(self._busy_message(self.active()))
 
-    def _busy_message(self, active: list[Job]) -> str:
-        """Which runs hold the slots, so a user can find and stop them (a page in another tab or notebook cell)."""
-        return (f"busy: {len(active)} of {self.max_jobs} training jobs are running "
-                f"({', '.join(j.run.id for j in active)}); stop one or wait for it to finish")
+    def _busy_message(self, jobs: list[Job]) -> str:
+        """Which runs hold the slots, and which are paused, so a user can find and stop them (a page in another tab
+        or notebook cell)."""
+        training = [j.run.id for j in jobs if not j.is_paused()]
+        paused = [j.run.id for j in jobs if j.is_paused()]
+        return (f"busy: {len(training)} of {self.max_jobs} training jobs are running ({', '.join(training)})"
+                + (f"; paused, holding no slot: {', '.join(paused)}" if paused else "")
+                + "; stop one or wait for it to finish")
 
     def release_owner(self, owner: str) -> None:
         """Stop the jobs a closed browser session started, unless the user kept them."""

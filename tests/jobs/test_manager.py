@@ -5,13 +5,14 @@ import psutil
 import pytest
 
 from lab.jobs.manager import JobManager, ManagerBusy
-from tests.jobs.helpers import tiny
+from lab.jobs.resume import ResumeRefused
+from tests.jobs.helpers import tiny, wait_for
 
 
 def test_bound_on_concurrent_jobs_and_owner_release(tmp_path):
     manager = JobManager(tmp_path, max_jobs=2)
-    a = manager.start_thread(tiny(), owner="s1", paused=True)
-    b = manager.start_thread(tiny(), owner="s2", paused=True)
+    a = manager.start_thread(tiny(), owner="s1")
+    b = manager.start_thread(tiny(), owner="s2")
     with pytest.raises(ManagerBusy, match="busy: 2 of 2 training jobs are running") as busy:
         manager.start_thread(tiny())
     assert a.run.id in str(busy.value) and b.run.id in str(busy.value)  # the user can find them
@@ -23,6 +24,37 @@ def test_bound_on_concurrent_jobs_and_owner_release(tmp_path):
     manager.shutdown()
     assert not b.is_alive() and not c.is_alive()
     assert manager.active() == []
+
+
+def test_a_paused_job_holds_no_slot_and_is_reported_as_paused(tmp_path):
+    manager = JobManager(tmp_path, max_jobs=1)
+    paused = manager.start_thread(tiny())
+    paused.pause()
+    assert wait_for(lambda: paused.status()["state"] == "paused")
+    running = manager.start_thread(tiny())  # the paused job left its slot
+    assert manager.training() == [running] and set(manager.active()) == {paused, running}
+    with pytest.raises(ManagerBusy) as busy:
+        paused.resume()  # its slot is taken now: it says so instead of oversubscribing the machine
+    message = str(busy.value)
+    assert f"running ({running.run.id})" in message and f"paused, holding no slot: {paused.run.id}" in message
+    with pytest.raises(ManagerBusy):
+        paused.step(1)
+    assert paused.is_paused() and paused.status()["state"] == "paused"
+    running.stop()
+    paused.resume()  # a free slot again
+    assert wait_for(lambda: paused.status()["state"] == "running")
+    manager.shutdown()
+
+
+def test_resume_through_the_manager_is_refused_before_any_job_without_a_checkpoint(tmp_path):
+    manager = JobManager(tmp_path, max_jobs=1)
+    job = manager.start_thread(tiny(**{"train.max_steps": 40}))
+    assert job.wait(60)["state"] == "completed"
+    job.run.checkpoint_path("last").unlink()
+    status = (job.run.path / "status.json").read_bytes()
+    with pytest.raises(ResumeRefused, match="--checkpoint best"):
+        manager.resume(job.run.id)
+    assert manager.active() == [] and (job.run.path / "status.json").read_bytes() == status
 
 
 @pytest.mark.slow

@@ -215,11 +215,11 @@ def test_group_plan_takes_one_ensemble_and_a_job_takes_one_group(tmp_path):
 def test_the_manager_counts_a_sweep_as_one_job(tmp_path):
     manager = JobManager(tmp_path, max_jobs=2)
     cfg = load_config(CONFIG, [*SMALL, "model.shortcut=linear"])
-    sweep = manager.start_sweep((cfg, {"model.alpha_min": [1.0, 0.8, 0.6]}), owner="tab", paused=True)
+    sweep = manager.start_sweep((cfg, {"model.alpha_min": [1.0, 0.8, 0.6]}), owner="tab")
     assert isinstance(sweep, SweepJob) and sweep.owner == "tab" and len(sweep.runs) == 3
     assert manager.active() == [sweep]
-    solo = manager.start_thread(cfg, paused=True)
-    with pytest.raises(ManagerBusy, match="2 of 2"):
+    solo = manager.start_thread(cfg)
+    with pytest.raises(ManagerBusy, match="2 of 2"):  # training jobs hold the slots (a paused one would not)
         manager.start_sweep(plan_sweep(CONFIG, [*SMALL, ALPHAS]))
     solo.stop()
     split = manager.start_sweep(plan_sweep(CONFIG, [*SMALL, ALPHAS, "model.depth=2,3"]), group=1, paused=True)
