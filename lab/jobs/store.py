@@ -274,11 +274,11 @@ class Run:
             f.flush()
 
     def read_metrics(self, cursor: int = 0) -> tuple[list[dict[str, Any]], int]:
-        """Records written since byte offset ``cursor``, and the new cursor (:func:`read_jsonl`; a missing file has
-        none)."""
+        """Records written since byte offset ``cursor``, and the new cursor (:func:`read_jsonl`; a missing file, a
+        link or an unreadable one has none)."""
         try:
             records, cursor, _, _ = read_jsonl(self.path / "metrics.jsonl", cursor)
-        except FileNotFoundError:
+        except OSError:
             return [], cursor
         return records, cursor
 
