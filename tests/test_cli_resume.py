@@ -13,6 +13,10 @@ import torch
 from PIL import Image
 
 from lab.cli import main
+from lab.config import load_config
+from lab.jobs.runner import config_of_run, train_and_evaluate
+from lab.jobs.store import RunStore
+from lab.train.trainer import Callback
 
 SMALL = ["configs/spiral.yaml", "model.depth=3", "model.width=8", "data.n=256", "train.batch_size=32",
          "train.optimizer=sgd", "train.lr=0.05", "train.eval_every=8", "train.epochs=100", "--no-progress"]
@@ -209,3 +213,25 @@ def test_unreadable_images_are_all_named_before_training(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "2 of 14 image files cannot be read" in err and all(str(p) in err for p in bad)
     assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_a_failure_after_the_folder_exists_leaves_a_complete_failed_folder(tmp_path):
+    class Crash(Callback):
+        def on_step_end(self, trainer, loss):
+            if trainer.step == 3:
+                raise OSError("disk full")
+
+    cfg = load_config("configs/spiral.yaml", ["model.depth=2", "model.width=4", "data.n=128"])
+    run = RunStore(tmp_path).create("crash")
+    with pytest.raises(OSError, match="disk full"):
+        train_and_evaluate(cfg, run, callbacks=[Crash()], progress=False)
+    status = json.loads((run.path / "status.json").read_text())
+    assert status["state"] == "failed" and status["message"] == "OSError: disk full" and status["step"] == 3
+    assert config_of_run(run).model.depth == 2 and not (run.path / "lock").exists()
+
+
+def test_train_into_a_folder_that_holds_another_run_is_refused(tmp_path, capsys):
+    run = _train(tmp_path, "train.max_steps=8")
+    before = _files(run)
+    assert main(["train", *SMALL, "--run-dir", str(run)]) == 2
+    assert "holds a run already" in capsys.readouterr().err and _files(run) == before

@@ -85,3 +85,9 @@ def test_sweep_runs_as_a_module(tmp_path):
                           "--runs-dir", str(tmp_path), "--no-progress"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "(2 members in 2 ensembles)" in out.stderr
+
+
+def test_a_sweep_whose_data_cannot_train_is_refused_before_its_folder(tmp_path, capsys):
+    assert main(["sweep", "configs/spiral.yaml", "data.train_fraction=1.0", "model.alpha_min=1.0,0.5",
+                 "--runs-dir", str(tmp_path / "runs"), "--no-progress"]) == 2
+    assert "leaves no test samples" in capsys.readouterr().err and not (tmp_path / "runs").exists()

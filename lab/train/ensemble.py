@@ -52,7 +52,7 @@ from lab.config import ExperimentConfig, TrainConfig, to_dict
 from lab.data.toy2d import ToyData
 from lab.nn.mlp import ResidualMLP, make_activation
 from lab.nn.registry import model_parameters
-from lab.train.build import build_data, build_model
+from lab.train.build import build_data, build_model, check_data
 from lab.train.schedule import learning_rate
 from lab.train.trainer import Callback, Diverged, divergence_hint, make_optimizer, resolve_device
 
@@ -117,7 +117,10 @@ def ensemble_groups(cfgs: Sequence[ExperimentConfig]) -> list[list[int]]:
 
     Members of a group share :func:`shared_settings` and the batch schedule (ResidualDroppath members run apart
     from the others when the training set does not divide into whole batches). Builds each distinct data set
-    once to count its training points.
+    once to count its training points, and checks it (:func:`~lab.train.build.check_data`).
+
+    Raises:
+        ValueError: a data set that cannot train (no test samples, one class).
 
     Returns:
         Lists of indices into ``cfgs``.
@@ -127,7 +130,9 @@ def ensemble_groups(cfgs: Sequence[ExperimentConfig]) -> list[list[int]]:
     for i, cfg in enumerate(cfgs):
         data_key = repr(to_dict(cfg.data))
         if data_key not in n_train:
-            n_train[data_key] = len(build_data(cfg).x_train)
+            data = build_data(cfg)
+            check_data(cfg, data)  # a split without test samples is refused before any sweep folder exists
+            n_train[data_key] = len(data.x_train)
         key = repr((shared_settings(cfg), batch_schedule(cfg.train, n_train[data_key])))
         groups.setdefault(key, []).append(i)
     return list(groups.values())
