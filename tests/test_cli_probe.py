@@ -45,7 +45,7 @@ def test_probe_of_a_good_run_prints_a_table_and_writes_probe_json(run_path, tmp_
 
 def test_probe_of_a_missing_run_is_exit_2(tmp_path, capsys):
     assert main(["probe", "no-such-run", "--runs-dir", str(tmp_path)]) == 2
-    assert capsys.readouterr().err.startswith(f"error: no run 'no-such-run' in {tmp_path}")
+    assert capsys.readouterr().err.startswith(f"error: no run 'no-such-run': not a run id in {tmp_path}")
 
 
 def test_probe_of_a_corrupt_checkpoint_is_exit_2(run_path, tmp_path, capsys):
