@@ -22,8 +22,11 @@ Where the text leaves the U-Net open, this follows the authors' released code:
 - The decoder stream does not start from the encoder output: it starts from its own position embeddings (fixed
   sin-cos, a learned cls token in the cls slot) through ``decoder_embed`` (Linear D_dec → D_dec). So the encoder
   reaches the decoder through the skips alone, and an untrained model predicts the same patches for every image.
-- The lab's choice (the released code has no final encoder norm): the deepest source is the encoder output after the
-  final LayerNorm, norm(h_L) — what plain MAE hands its decoder and what the linear probe reads.
+- No final encoder norm (``final_norm=None`` → off with U-Net skips): the released code has none, so the deepest
+  source is h_L as the last block leaves it, and :meth:`forward_features` reads h_L too. ``final_norm=True`` puts
+  MAE's LayerNorm there (the lab's earlier choice, kept as an ablation under its name).
+- ``decoder_pred`` (the last Linear, decoder width → pixels) starts at zero, as in the released code (with
+  ``zero_init``), so an untrained model predicts the zero patch.
 
 With ``unet_skips=False`` (Table 3a's "no U-Net" row) the decoder is MAE's: ``decoder_embed`` (Linear D → D_dec) of
 norm(h_L), one shared mask token unshuffled into place, plus the decoder's position embeddings.
@@ -149,11 +152,15 @@ class MaskedAutoencoderViT(nn.Module):
         alpha_min: the last α of the decayed schedules (1 = standard MAE; 0.6 is the paper's best for ViT-B).
         decay_on: encoder sub-layers the schedule applies to: ``both``, ``attn`` or ``mlp`` (Table 3b).
         unet_skips: fuse encoder states into the decoder; False is plain MAE's decoder (Table 3a).
-        zero_init: zero the output layer of every block's attention and MLP branch (§3.2). With shortcut
-            ``none`` that makes the encoder output zeros with zero gradients: turn it off there.
+        zero_init: zero the output layer of every block's attention and MLP branch (§3.2), and ``decoder_pred``
+            (the released code). With shortcut ``none`` that makes the encoder output zeros with zero gradients:
+            turn it off there.
         global_pool: what :meth:`forward_features` reads off norm(h_L): ``token`` (the cls token: MAE's linear
             probe, which the paper follows on ImageNet-1K (A.2), and the class tokens whose rank §6 measures) or
-            ``avg`` (the mean over all tokens, as the authors' released ImageNet-100 probe averages).
+            ``avg`` (the mean over all tokens, class token included, as the authors' released probe averages).
+        final_norm: a LayerNorm on the encoder output, read by the decoder and by :meth:`forward_features`. None
+            follows each decoder's reference: off with U-Net skips (the authors' released code has no final
+            encoder norm), on for plain MAE's decoder.
     """
 
     def __init__(self, img_size: int | tuple[int, int] = 224, patch_size: int = 16, in_chans: int = 3,
@@ -161,7 +168,7 @@ class MaskedAutoencoderViT(nn.Module):
                  decoder_depth: int = 8, decoder_num_heads: int = 16, mlp_ratio: float = 4.0,
                  mask_ratio: float = 0.75, norm_pix_loss: bool = True, shortcut: str = "sublayer",
                  alpha_min: float = 1.0, decay_on: str = "both", unet_skips: bool = True, zero_init: bool = True,
-                 global_pool: str = "token") -> None:
+                 global_pool: str = "token", final_norm: bool | None = None) -> None:
         super().__init__()
         from timm.layers import PatchEmbed  # imported here: timm takes seconds to import
 
@@ -181,7 +188,8 @@ class MaskedAutoencoderViT(nn.Module):
         self.blocks = nn.ModuleList(
             DecayedBlock(embed_dim, num_heads, mlp_ratio, a, m, b, zero_init=zero_init)
             for a, m, b in sublayer_scales(shortcut, depth, alpha_min, decay_on))
-        self.norm = nn.LayerNorm(embed_dim, eps=1e-6)
+        self.final_norm = (not unet_skips) if final_norm is None else final_norm  # as each decoder's reference
+        self.norm = nn.LayerNorm(embed_dim, eps=1e-6) if self.final_norm else nn.Identity()
 
         # decoder: [B, 1+N, D_dec], standard blocks
         self.skip_sources: tuple[int, ...] = tuple(range(depth, 0, -2)) if unet_skips else (depth,)
@@ -221,6 +229,7 @@ class MaskedAutoencoderViT(nn.Module):
         if zero_init:
             for block in [*self.blocks, *self.decoder_blocks]:
                 block.zero_init_()
+            nn.init.zeros_(self.decoder_pred.weight)  # the released code's decoder_pred starts at zero
         for fusion in self.fusions:
             fusion.zero_init_()
 
@@ -284,7 +293,8 @@ class MaskedAutoencoderViT(nn.Module):
 
         Returns:
             ``features``: the states the decoder reads, one per :attr:`skip_sources` (deepest first), each
-            ``[B, 1+K, D]``: norm(h_L), then h_{L−2}, h_{L−4}, … with U-Net skips; ``mask [B, N]``;
+            ``[B, 1+K, D]``: norm(h_L) (h_L itself without a final norm), then h_{L−2}, h_{L−4}, … with U-Net
+            skips; ``mask [B, N]``;
             ``ids_restore [B, N]``.
         """
         x, mask, ids_restore = self.random_masking(self._patch_tokens(imgs), mask_ratio, generator)
@@ -294,7 +304,7 @@ class MaskedAutoencoderViT(nn.Module):
             h = block(h)  # h_i
             if i in self.skip_sources:
                 taps[i] = h
-        taps[len(self.blocks)] = self.norm(h)  # the deepest source is the normalised encoder output
+        taps[len(self.blocks)] = self.norm(h)  # the deepest source: h_L, or norm(h_L) with a final norm
         return [taps[i] for i in self.skip_sources], mask, ids_restore
 
     def forward_decoder(self, features: list[Tensor], ids_restore: Tensor) -> Tensor:

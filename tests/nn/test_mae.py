@@ -179,8 +179,20 @@ def test_unet_skips_fuse_every_other_encoder_state_deepest_first():
     with capture(model, points=("output",)) as record:
         features, _, _ = model.forward_encoder(images(), 0.75, seeded())
     assert [f.shape for f in features] == [(2, 2, 16)] * 2  # cls + 1 visible patch (round(4 · 0.25))
-    torch.testing.assert_close(features[0], model.norm(record["blocks.3.output"]))  # norm(h_4) first
+    torch.testing.assert_close(features[0], record["blocks.3.output"])  # h_4 first, raw as the released code
     torch.testing.assert_close(features[1], record["blocks.1.output"])  # then h_2
+    normed = tiny(depth=4, decoder_depth=2, zero_init=False, final_norm=True)  # the ablation: MAE's final norm
+    assert isinstance(normed.norm, torch.nn.LayerNorm) and isinstance(plain.norm, torch.nn.LayerNorm)
+    with capture(normed, points=("output",)) as record:
+        features, _, _ = normed.forward_encoder(images(), 0.75, seeded())
+    torch.testing.assert_close(features[0], normed.norm(record["blocks.3.output"]))
+
+
+def test_decoder_pred_starts_at_zero_as_in_the_released_code():
+    model = tiny(depth=2, decoder_depth=1)
+    assert not model.decoder_pred.weight.any() and not model.decoder_pred.bias.any()
+    assert not model.forward_decoder(*model.forward_encoder(images(), 0.75, seeded())[::2]).any()
+    assert tiny(depth=2, decoder_depth=1, zero_init=False).decoder_pred.weight.abs().sum() > 0  # Xavier then
 
 
 @pytest.mark.parametrize("unet", [True, False])
@@ -198,8 +210,8 @@ def test_without_skips_the_decoder_reads_only_the_encoder_output():
         model = tiny(depth=3, decoder_depth=2, unet_skips=unet)
         for block in model.blocks[1:]:
             block.forward = torch.zeros_like
-        for fusion in model.fusions:
-            torch.nn.init.normal_(fusion.fc2.weight)  # a trained fusion reads its skip
+        for layer in [fusion.fc2 for fusion in model.fusions] + [model.decoder_pred]:
+            torch.nn.init.normal_(layer.weight)  # trained: a fusion reads its skip, the head predicts pixels
         _, pred_a, _ = model(a, generator=seeded())
         _, pred_b, _ = model(b, generator=seeded())
         assert torch.allclose(pred_a, pred_b) is not unet
@@ -208,6 +220,7 @@ def test_without_skips_the_decoder_reads_only_the_encoder_output():
 def test_with_skips_an_untrained_model_predicts_from_position_embeddings_alone():
     """The zero-initialised fusions add nothing, and the decoder stream starts from position embeddings."""
     model = tiny(depth=4, decoder_depth=2)
+    torch.nn.init.normal_(model.decoder_pred.weight)  # else every prediction is the zero patch, trivially equal
     _, pred_a, _ = model(images(seed=1), generator=seeded(0))
     _, pred_b, _ = model(images(seed=2), generator=seeded(1))
     torch.testing.assert_close(pred_a, pred_b, rtol=0, atol=0)
@@ -216,6 +229,7 @@ def test_with_skips_an_untrained_model_predicts_from_position_embeddings_alone()
         x = block(x)
     torch.testing.assert_close(pred_a[:1], model.decoder_pred(model.decoder_norm(x))[:, 1:])
     plain = tiny(depth=4, unet_skips=False)  # MAE's decoder reads the encoder output from the start
+    torch.nn.init.normal_(plain.decoder_pred.weight)  # a head that is not zero shows what the decoder read
     _, plain_a, _ = plain(images(seed=1), generator=seeded())
     assert not torch.allclose(plain_a, plain(images(seed=2), generator=seeded())[1])
 
@@ -371,7 +385,7 @@ def test_create_model_through_the_registry():
 def test_vit_base_encoder_has_timms_vit_b_parameter_count():
     """Built on the meta device: the shapes without the memory or the init time."""
     with torch.device("meta"):
-        model = create_model("mae_vit_base_patch16")
+        model = create_model("mae_vit_base_patch16", final_norm=True)  # timm's ViT ends in a LayerNorm
         vit = timm.create_model("vit_base_patch16_224", num_classes=0)
     encoder = sum(p.numel() for n, p in model.named_parameters()
                   if n.split(".")[0] in ("patch_embed", "cls_token", "blocks", "norm"))
