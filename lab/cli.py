@@ -91,6 +91,10 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument("--layer", default="bottleneck",
                        help="bottleneck (the model's features, default) or blocks.N (block N's output, pooled)")
     probe.add_argument("--checkpoint", default="last", choices=["last", "best"])
+    probe.add_argument("--protocol", default=None, choices=["authors", "mae"],
+                       help="authors: the released code's probe (mean of the last block's tokens, linear layer, "
+                            "AdamW; default for MAE runs); mae: MAE's BatchNorm head with SGD on forward_features "
+                            "(default for classifiers)")
     probe.add_argument("--epochs", type=int, default=200, help="probe epochs (default 200)")
     probe.add_argument("--lr", type=float, default=1e-2, help="peak learning rate, cosine-decayed to 0 (1e-2)")
     probe.add_argument("--batch-size", type=int, default=1024, help="probe batch size (default 1024)")
@@ -129,7 +133,8 @@ def _probe(args: argparse.Namespace, store: RunStore) -> int:
         return 2
     try:
         run = find_run(args.run, store)
-        summary = probe_report(run, layer=args.layer, checkpoint=args.checkpoint, epochs=args.epochs, lr=args.lr,
+        summary = probe_report(run, layer=args.layer, checkpoint=args.checkpoint, protocol=args.protocol,
+                               epochs=args.epochs, lr=args.lr,
                                batch_size=args.batch_size, limit=args.limit, device=args.device,
                                progress=not args.no_progress)
     except (ConfigError, FileNotFoundError, CheckpointError, ValueError) as err:

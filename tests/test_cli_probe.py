@@ -27,7 +27,7 @@ def test_probe_of_a_good_run_prints_a_table_and_writes_probe_json(run_path, tmp_
     out, err = capsys.readouterr()
     summary = json.loads((runs / run_path.name / "analysis" / "probe.json").read_text())
     assert summary["top1"] >= 0.8 and summary["layer"] == "bottleneck" and summary["epochs"] == 30
-    assert f"Linear probe of bottleneck at step {summary['step']}" in out
+    assert f"Linear probe of bottleneck (forward_features) at step {summary['step']}" in out and "protocol mae" in out
     assert f"top-1           {summary['top1']:.4f}" in out and "1438 train, 359 test" in out
     assert "features extracted" in out and "features bottleneck" in err  # the progress bar of the extraction
     assert f"wrote {runs / run_path.name / 'analysis' / 'probe.json'}" in err

@@ -2,7 +2,8 @@
 
 The number *Residual Connections Harm Generative Representation Learning* reports for a pretrained encoder: a
 linear classifier trained on the features of the (unaugmented) training images and tested on the held-out ones,
-with the paper's ImageNet-100 protocol (:func:`lab.analysis.probing.bn_linear_probe`). Like the other reports
+with the paper's ImageNet-100 protocol as its authors' released code runs it, or with MAE's BatchNorm head
+(:func:`lab.analysis.probing.protocol_probe`, :data:`~lab.analysis.probing.PROTOCOLS`). Like the other reports
 (:mod:`lab.jobs.reports`) it reads the run's config and a checkpoint (``weights_only=True``) and rebuilds the data
 and the model as training did; the data come from :func:`lab.train.build.loader_data`, so an image folder is
 read file by file and never has to fit in memory.
@@ -24,9 +25,9 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from lab.analysis.probing import bn_linear_probe
+from lab.analysis.probing import PROTOCOLS, protocol_probe
 from lab.jobs.reports import load_trained
-from lab.jobs.store import Run, atomic_write_bytes, atomic_write_json, sanitize_name
+from lab.jobs.store import Run, atomic_write_bytes, atomic_write_json
 from lab.train.engine import LoaderData
 from lab.train.pretrain_eval import features
 from lab.train.trainer import resolve_device
@@ -115,22 +116,26 @@ def _read_cache(path: Path, fingerprint: torch.Tensor, n_train: int, n_test: int
         return None
 
 
-def probe_report(run: Run, *, layer: str = "bottleneck", checkpoint: str = "last", epochs: int = 200,
-                 lr: float = 1e-2, batch_size: int = 1024, limit: int | None = None, device: str = "auto",
-                 seed: int = 0, progress: bool = True) -> dict[str, Any]:
+def probe_report(run: Run, *, layer: str = "bottleneck", checkpoint: str = "last", protocol: str | None = None,
+                 epochs: int = 200, lr: float = 1e-2, batch_size: int = 1024, limit: int | None = None,
+                 device: str = "auto", seed: int = 0, progress: bool = True) -> dict[str, Any]:
     """Linear probe of a run's checkpoint, written to ``analysis/probe.json``.
 
     Extracts the features of ``layer`` for the training samples without augmentation (``train_eval``) and the
     test samples in eval mode, once per layer and checkpoint step (cached in ``analysis/features-<layer>-<step>.pt``;
     a later call reads them, and a cache of more samples serves a smaller ``limit``), then fits
-    :func:`~lab.analysis.probing.bn_linear_probe` (the paper's ImageNet-100 protocol with MAE's BatchNorm head).
+    :func:`~lab.analysis.probing.protocol_probe`.
 
     Args:
         run: the run folder.
-        layer: ``bottleneck`` (the model's ``forward_features``) or ``blocks.N``: the output of block N,
+        layer: ``bottleneck`` or ``blocks.N``: the output of block N,
             ``forward_intermediates(x, intermediates_only=True)[N + 1]``, pooled to one vector per sample by
-            :func:`pool_tokens` (token sequences: mean over tokens; conv maps: global average pool).
+            :func:`pool_tokens` (token sequences: mean over tokens; conv maps: global average pool). The
+            bottleneck is what the protocol reads: the last block's output pooled (``authors``) or the model's
+            ``forward_features`` (``mae``).
         checkpoint: which checkpoint (``last`` or ``best``).
+        protocol: ``authors`` or ``mae`` (:data:`~lab.analysis.probing.PROTOCOLS`); None: ``authors`` for an MAE
+            pretraining run, ``mae`` for a classifier.
         epochs: probe epochs.
         lr: probe peak learning rate.
         batch_size: probe batch size.
@@ -143,8 +148,9 @@ def probe_report(run: Run, *, layer: str = "bottleneck", checkpoint: str = "last
 
     Returns:
         What ``probe.json`` holds: ``top1``, ``top5``, ``k`` (the k of top-k, min(5, C)), ``train_top1``, ``loss``
-        per epoch, ``layer``, ``step``, ``checkpoint``, ``n_train``, ``n_test``, ``feature_dim``, ``num_classes``,
-        ``epochs``, ``lr``, ``batch_size``, ``seed``, ``limit``, ``features`` (the cache file), ``cached``
+        per epoch, ``protocol`` and ``protocol_source``, ``layer``, ``features_of`` (what was read), ``step``,
+        ``checkpoint``, ``n_train``, ``n_test``, ``feature_dim``, ``num_classes``, ``epochs``, ``lr``,
+        ``batch_size``, ``seed``, ``limit``, ``features`` (the cache file), ``cached``
         (whether it was read rather than extracted), ``extract_s`` and ``probe_s``.
 
     Raises:
@@ -154,6 +160,8 @@ def probe_report(run: Run, *, layer: str = "bottleneck", checkpoint: str = "last
         FileNotFoundError: the run's data are missing (:class:`~lab.data.images.DatasetNotFoundError`).
     """
     block = block_index(layer)
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise ValueError(f"unknown probe protocol {protocol!r}; valid: {', '.join(PROTOCOLS)}")
     if epochs < 1 or batch_size < 2 or lr <= 0 or (limit is not None and limit < 2):
         raise ValueError(f"need epochs >= 1, batch_size >= 2, lr > 0 and limit >= 2; got epochs={epochs}, "
                          f"batch_size={batch_size}, lr={lr}, limit={limit}")
@@ -162,14 +170,18 @@ def probe_report(run: Run, *, layer: str = "bottleneck", checkpoint: str = "last
     except RuntimeError as err:  # an unknown name, or CUDA asked for where there is none
         raise ValueError(f"device {device!r}: {err}") from None
     cfg, model, data, step = load_trained(run, checkpoint, loader=True)
-    if block is not None:
+    spec = PROTOCOLS[protocol or ("authors" if cfg.train.task == "mae" else "mae")]
+    if block is not None or spec.features == "last_block_mean":
         blocks = _num_blocks(model, data)
+        if block is None:  # the authors' bottleneck: the last block's raw output, averaged over every token
+            block = blocks - 1
         if block >= blocks:
             raise ValueError(f"layer {layer} is out of range: this {cfg.model.name} has {blocks} blocks, "
                              f"blocks.0 to blocks.{blocks - 1}")
+    features_of = "forward_features" if block is None else f"blocks.{block} output, mean over tokens"
     n_train, n_test = (len(s) if limit is None else min(limit, len(s)) for s in (data.train_eval, data.test))
     folder = run.path / "analysis"
-    path = folder / f"features-{sanitize_name(layer)}-{step}.pt"
+    path = folder / f"features-{'bottleneck' if block is None else f'blocks.{block}'}-{step}.pt"
     fingerprint = _fingerprint(model)
     start = time.perf_counter()
     feats = _read_cache(path, fingerprint, n_train, n_test)
@@ -189,12 +201,13 @@ def probe_report(run: Run, *, layer: str = "bottleneck", checkpoint: str = "last
     extract_s = time.perf_counter() - start
 
     start = time.perf_counter()
-    out = bn_linear_probe(feats["train"], feats["train_labels"], feats["test"], feats["test_labels"],
-                          epochs=epochs, lr=lr, batch_size=batch_size, num_classes=data.num_classes, seed=seed,
-                          device=dev)
+    out = protocol_probe(feats["train"], feats["train_labels"], feats["test"], feats["test_labels"],
+                         protocol=spec, epochs=epochs, lr=lr, batch_size=batch_size, num_classes=data.num_classes,
+                         seed=seed, device=dev)
     summary: dict[str, Any] = {
         "top1": out["top1"], "top5": out["top5"], "k": out["k"], "train_top1": out["train_top1"],
-        "layer": layer, "step": step, "checkpoint": checkpoint, "n_train": n_train, "n_test": n_test,
+        "protocol": spec.name, "protocol_source": spec.source, "layer": layer, "features_of": features_of,
+        "step": step, "checkpoint": checkpoint, "n_train": n_train, "n_test": n_test,
         "feature_dim": int(feats["train"].shape[1]), "num_classes": data.num_classes, "epochs": epochs, "lr": lr,
         "batch_size": batch_size, "seed": seed, "limit": limit, "features": path.name, "cached": cached,
         "extract_s": round(extract_s, 3), "probe_s": round(time.perf_counter() - start, 3),
@@ -208,7 +221,8 @@ def format_probe(summary: dict[str, Any]) -> str:
     """The report as a short table for the terminal."""
     source = "read from cache" if summary["cached"] else "extracted"
     return "\n".join([
-        f"Linear probe of {summary['layer']} at step {summary['step']} ({summary['checkpoint']} checkpoint)",
+        f"Linear probe of {summary['layer']} ({summary['features_of']}) at step {summary['step']} "
+        f"({summary['checkpoint']} checkpoint), protocol {summary['protocol']}",
         f"  {'top-1':<14}{summary['top1']:>8.4f}",
         f"  {'top-' + str(summary['k']):<14}{summary['top5']:>8.4f}",
         f"  {'train top-1':<14}{summary['train_top1']:>8.4f}",

@@ -1,10 +1,14 @@
 """Linear probes: separable data is learned, random labels are not, runs are repeatable."""
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
 
-from lab.analysis.probing import bn_linear_head, bn_linear_probe, linear_probe
+from lab.analysis.probing import PROTOCOLS, bn_linear_head, linear_probe, protocol_probe
+
+bn_linear_probe = partial(protocol_probe, protocol="mae")  # MAE's BatchNorm head, SGD
 
 
 def gaussian_blobs(n_per: int, C: int = 3, d: int = 10, seed: int = 0, sep: float = 4.0):
@@ -70,7 +74,7 @@ def test_runs_on_the_features_device():
     assert out["train_acc"] >= 0.95 and out["weight"].device.type == "cpu"
 
 
-# -- bn_linear_probe: the paper's ImageNet-100 protocol with MAE's BatchNorm head ------------------------------------
+# -- protocol_probe, mae: the paper's ImageNet-100 settings with MAE's BatchNorm head --------------------------------
 
 def scaled_blobs(n_per: int, seed: int):
     """4 separable classes whose 10 features span six orders of magnitude in scale, with large offsets."""
@@ -161,3 +165,38 @@ def test_bn_probe_runs_on_the_features_device():
     assert out["top1"] >= 0.95 and out["weight"].device.type == "cpu" and out["running_var"].device.type == "cpu"
     cpu = bn_linear_probe(Xtr, ytr, Xtr, ytr, epochs=10, batch_size=64)
     torch.testing.assert_close(out["weight"], cpu["weight"], rtol=1e-2, atol=1e-3)
+
+
+# -- protocol_probe, authors: the released code's probe ---------------------------------------------------------------
+
+def test_the_authors_protocol_is_a_plain_linear_layer_trained_with_adamw(monkeypatch):
+    spec = PROTOCOLS["authors"]
+    assert (spec.features, spec.batchnorm, spec.optimizer, spec.weight_decay, spec.cosine_per) == (
+        "last_block_mean", False, "adamw", 0.01, "epoch")  # torch's AdamW default weight decay
+    seen = []
+    step = torch.optim.AdamW.step
+
+    def spy(self, *args, **kwargs):
+        seen.append((self.param_groups[0]["lr"], self.param_groups[0]["weight_decay"]))
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", spy)
+    Xtr, ytr = gaussian_blobs(50, seed=0)  # 150 samples, batches of 64: 3 steps per epoch, the last of 22
+    out = protocol_probe(Xtr, ytr, Xtr, ytr, epochs=4, batch_size=64, lr=0.2)
+    E = 4  # the rate is set once per epoch: cos over epochs, constant within one
+    np.testing.assert_allclose([lr for lr, _ in seen], [0.1 * (1 + np.cos(np.pi * e / E)) for e in range(E)
+                                                        for _ in range(3)])
+    assert {wd for _, wd in seen} == {0.01}
+    assert out["protocol"] == "authors" and "running_mean" not in out
+    # no BatchNorm: the reported accuracy is that of the linear layer on the raw features
+    with torch.no_grad():
+        logits = Xtr @ out["weight"].T + out["bias"]
+    assert (logits.argmax(1) == ytr).sum().item() == round(out["top1"] * len(ytr))
+
+
+def test_the_authors_protocol_learns_separable_features():
+    Xtr, ytr = gaussian_blobs(150, seed=0)
+    Xte, yte = gaussian_blobs(150, seed=1)
+    out = protocol_probe(Xtr, ytr, Xte, yte, epochs=30, batch_size=128)
+    assert out["top1"] >= 0.95 and out["loss"][-1] < 0.5 * out["loss"][0]
+    assert not isinstance(bn_linear_head(10, 3, batchnorm=False)[0], torch.nn.BatchNorm1d)

@@ -115,3 +115,32 @@ def test_probe_of_an_image_folder_run_reads_the_files(tmp_path):
     assert probe_report(run, epochs=5, batch_size=16, device="cpu", progress=False)["feature_dim"] == 6
     with pytest.raises(ValueError, match=r"blocks\.0 to blocks\.1"):
         probe_report(run, layer="blocks.2", progress=False)
+
+
+def test_an_mae_run_is_probed_with_the_authors_protocol_by_default(tmp_path):
+    """The released code's probe reads the mean of every token (class token included) of the last block's raw
+    output; ``--protocol mae`` reads the model's forward_features into MAE's BatchNorm head."""
+    root = make_synthetic_image_folder(tmp_path / "imgs", classes=2, per_class=8, size=16)
+    assert main(["train", "configs/mae_tiny.yaml", f"data.root={root}", "data.image_size=16", "data.workers=0",
+                 "data.augment=none", "model.depth=2", "model.embed_dim=16", "model.num_heads=2",
+                 "model.decoder_embed_dim=8", "model.decoder_depth=1", "model.decoder_num_heads=1",
+                 "train.batch_size=4", "train.epochs=1", "train.warmup_epochs=0",
+                 "train.lr_schedule=cosine", "train.probe_every=0", "--runs-dir", str(tmp_path / "runs"),
+                 "--no-progress"]) == 0
+    (path,) = (tmp_path / "runs").iterdir()
+    run = Run(path)
+    out = probe_report(run, epochs=3, batch_size=8, device="cpu", progress=False)
+    assert out["protocol"] == "authors" and out["features_of"] == "blocks.1 output, mean over tokens"
+    assert "released evaluation code" in out["protocol_source"] and out["feature_dim"] == 16
+    data = loader_data(config_of_run(run))
+    order = torch.randperm(len(data.test), generator=torch.Generator().manual_seed(0))[:4]
+    x = torch.stack([data.test[i][0] for i in order.tolist()])
+    model = fresh_model(run, data)
+    with torch.no_grad():
+        last = model.forward_intermediates(x, intermediates_only=True)[-1]  # h_L, [B, 1 + N, D], no final norm
+    cached = torch.load(run.path / "analysis" / f"features-blocks.1-{out['step']}.pt", weights_only=True)
+    torch.testing.assert_close(cached["test"][:4], last.mean(dim=1))
+    mae = probe_report(run, protocol="mae", epochs=3, batch_size=8, device="cpu", progress=False)
+    assert mae["protocol"] == "mae" and mae["features_of"] == "forward_features"
+    with pytest.raises(ValueError, match="unknown probe protocol"):
+        probe_report(run, protocol="lars", progress=False)
