@@ -11,29 +11,43 @@ A listed folder is a run folder (it holds any of ``status.json``, ``config.json`
 listed), or a folder of those. Readers are cheap to call again: :class:`RunReader` re-reads a file only when its
 size, modification time or inode changed, and reads ``metrics.jsonl`` from where it stopped. Nothing here raises
 for a damaged folder: what cannot be read is named in the summary's ``problems``.
+
+No symbolic link inside a run folder is followed, whatever entry it stands for (``status.json``, ``config.json``,
+``metrics.jsonl``, ``checkpoints/``, a checkpoint, ``figures/``, ``snapshots/``, ``sweep.json``): a folder from
+a cluster or another user could link to any file this server can read. Such an entry reads as missing and is named
+among the problems (``metrics.jsonl is a symbolic link: not read``); files are opened with ``O_NOFOLLOW``
+(:func:`~lab.jobs.store.read_entry`, :func:`~lab.jobs.store.read_jsonl`), so a file swapped for a link after the
+check is not read either.
+A run folder that is itself a link is listed only when it resolves inside the server's folders.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import math
 import os
 import time
+import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import yaml
 
 from lab.data.roots import resolve_data_path
 from lab.jobs.job import Job
 from lab.jobs.process import AttachedJob
-from lab.jobs.store import FINISHED, Run, read_jsonl
+from lab.jobs.snapshots import Snapshot
+from lab.jobs.store import FINISHED, Run, read_entry, read_jsonl, sanitize_name
 from lab.jobs.sweep import SWEEP_FILE
 
 RUN_MARKERS = ("status.json", "config.json", "config.yaml", "metrics.jsonl", "checkpoints")
+RUN_ENTRIES = (*RUN_MARKERS, "figures", "snapshots", SWEEP_FILE)
+"""The entries of a run folder a reader looks at; one that is a symbolic link is named among the problems."""
 STALE_AFTER_S = 120.0
 """A running run whose heartbeat is older than this is marked stale (its writer may have died)."""
 ALIVE = ("queued", "running", "paused")
@@ -92,12 +106,15 @@ def run_key(path: Path, roots: list[Path]) -> str:
 
 
 def is_sweep_folder(path: Path) -> bool:
-    return (path / SWEEP_FILE).is_file()
+    """Whether ``path`` holds a ``sweep.json`` (a file, not a symbolic link)."""
+    file = path / SWEEP_FILE
+    return file.is_file() and not file.is_symlink()
 
 
 def is_run_folder(path: Path) -> bool:
-    """Whether ``path`` holds any file of the run-folder contract (and is not a sweep folder)."""
-    return path.is_dir() and not is_sweep_folder(path) and any((path / m).exists() for m in RUN_MARKERS)
+    """Whether ``path`` holds any entry of the run-folder contract (and is not a sweep folder); an entry that is a
+    symbolic link counts (the folder is listed, the link named among its problems and not followed)."""
+    return path.is_dir() and not is_sweep_folder(path) and any(os.path.lexists(path / m) for m in RUN_MARKERS)
 
 
 def _subfolders(path: Path) -> list[Path]:
@@ -158,6 +175,23 @@ def _signature(path: Path) -> Signature | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+def linked_entries(path: Path) -> list[str]:
+    """The entries of the run folder ``path`` that a reader would look at and that are symbolic links
+    (:data:`RUN_ENTRIES`, ``failed-rank*.txt``, and the checkpoints in ``checkpoints/``), as ``checkpoints/a.pt``."""
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(path):
+            if entry.is_symlink() and (entry.name in RUN_ENTRIES or (entry.name.startswith("failed-rank")
+                                                                    and entry.name.endswith(".txt"))):
+                found.append(entry.name)
+    checkpoints = path / "checkpoints"
+    if "checkpoints" not in found:
+        with contextlib.suppress(OSError):
+            found += [f"checkpoints/{e.name}" for e in os.scandir(checkpoints)
+                      if e.name.endswith(".pt") and e.is_symlink()]
+    return sorted(found)
+
+
 def _number(value: Any) -> float | None:
     """``value`` as a finite float, or None (booleans, strings and NaN are not numbers here)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -194,7 +228,7 @@ def clean_status(raw: Any) -> tuple[dict[str, Any], list[str]]:
 def _read_json(path: Path) -> tuple[Any, str | None]:
     """The parsed file and None, or None and why it could not be read."""
     try:
-        return json.loads(path.read_bytes()), None
+        return json.loads(read_entry(path)), None
     except FileNotFoundError:
         return None, "missing"
     except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
@@ -283,10 +317,10 @@ class RunReader:
             return {}, "", ["no config.json"]
         if sig[1] is not None:
             try:
-                text = yaml_file.read_text()
+                text = read_entry(yaml_file).decode()
                 data = yaml.safe_load(text)
                 return (data if isinstance(data, dict) else {}), text, problems
-            except (OSError, ValueError, yaml.YAMLError) as err:
+            except (OSError, ValueError, yaml.YAMLError) as err:  # UnicodeDecodeError is a ValueError
                 problems.append(f"config.yaml is unreadable ({type(err).__name__})")
         return {}, "", problems
 
@@ -362,10 +396,11 @@ class RunReader:
                             "(skipped)")
         if self.torn and status["state"] not in ALIVE:
             problems.append("metrics.jsonl ends in a half-written line (skipped)")
+        problems += [f"{name} is a symbolic link: not read" for name in linked_entries(self.path)]
         for note in sorted(self.path.glob("failed-rank*.txt")):  # a torchrun process other than rank 0 failed
             if _signature(note) is not None:
                 with contextlib.suppress(OSError, UnicodeDecodeError):
-                    last = (note.read_text().strip().splitlines() or ["no traceback"])[-1]
+                    last = (read_entry(note).decode().strip().splitlines() or ["no traceback"])[-1]
                     problems.append(f"process {note.stem.removeprefix('failed-')} failed: {last[:200]}")
         model = config.get("model") if isinstance(config.get("model"), dict) else {}
         state = status["state"]
@@ -417,7 +452,8 @@ class WatchedRun(AttachedJob):
     :meth:`stop` does nothing (a page's follower stops its job when the page is thrown away, and a run being
     watched is not the page's to stop); :meth:`status` is cleaned (:func:`clean_status`), so a damaged status.json
     cannot break a view; an ``unknown`` state counts as alive, so a folder that a writer has not yet given a
-    status.json is watched until it has one.
+    status.json is watched until it has one. No symbolic link is followed: a linked ``metrics.jsonl`` has no
+    records (:meth:`~lab.jobs.store.Run.read_metrics`), a linked snapshot (or ``snapshots/``) is not there.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -432,3 +468,20 @@ class WatchedRun(AttachedJob):
 
     def is_alive(self) -> bool:
         return self.status()["state"] not in FINISHED
+
+    def latest(self, kind: str) -> tuple[int, dict[str, np.ndarray]] | None:
+        """The newest readable snapshot of ``kind`` that is a file in ``snapshots/`` (no link), widened to float32."""
+        folder, prefix = self.run.path / "snapshots", f"{sanitize_name(kind)}-"
+        if folder.is_symlink():
+            return None
+        versions = []
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(folder):
+                stem = entry.name.removesuffix(".npz")
+                if entry.name.endswith(".npz") and stem.startswith(prefix) and stem[len(prefix):].isdigit():
+                    versions.append((int(stem[len(prefix):]), Path(entry.path)))
+        for version, path in sorted(versions, reverse=True):
+            with contextlib.suppress(OSError, ValueError, EOFError, zipfile.BadZipFile), \
+                    np.load(io.BytesIO(read_entry(path))) as z:
+                return version, Snapshot(kind, {k: z[k] for k in z.files}).float32()
+        return None

@@ -202,3 +202,74 @@ def test_a_failed_process_of_a_torchrun_run_is_named_among_the_problems(tmp_path
     (run.path / "failed-rank1.txt").write_text("Traceback (most recent call last):\nOSError: image file is truncated\n")
     problems = run_summary(run.path)["problems"]
     assert problems == ["process rank1 failed: OSError: image file is truncated"]
+
+
+def _outside_records(tmp_path):
+    """A metrics file outside every run folder, which a link inside one points at."""
+    outside = tmp_path / "outside" / "records.jsonl"
+    outside.parent.mkdir(exist_ok=True)
+    outside.write_text("".join(json.dumps({"kind": "step", "step": s, "loss": 42.0}) + "\n" for s in (1, 2, 3)))
+    return outside
+
+
+def test_a_linked_metrics_file_is_named_and_not_read(tmp_path):
+    """metrics.jsonl linked to a file outside: neither the listing nor a watching page reads a record of it."""
+    run = _run(RunStore(tmp_path / "runs"), "linked")
+    (run.path / "metrics.jsonl").symlink_to(_outside_records(tmp_path))
+    summary = RunCatalog().summaries([run.path.parent], [run.path.parent.resolve()])[0]
+    assert summary["records"] == 0 and summary["metrics"] == {} and summary["step"] is None
+    assert summary["problems"] == ["metrics.jsonl is a symbolic link: not read"]
+    job = WatchedRun(run.path)
+    assert job.metrics_since(0) == ([], 0) and job.metrics_since(7) == ([], 7)
+    (run.path / "metrics.jsonl").unlink()  # the same records as a file of the run are read
+    (run.path / "metrics.jsonl").write_text((tmp_path / "outside" / "records.jsonl").read_text())
+    assert [r["step"] for r in job.metrics_since(0)[0]] == [1, 2, 3] and run_summary(run.path)["problems"] == []
+
+
+def test_a_folder_whose_only_entry_is_a_link_is_listed_with_the_link_named(tmp_path):
+    runs = tmp_path / "runs"
+    (runs / "only-a-link").mkdir(parents=True)
+    (runs / "only-a-link" / "metrics.jsonl").symlink_to(_outside_records(tmp_path))
+    (summary,) = RunCatalog().summaries([runs], [runs.resolve()])
+    assert summary["name"] == "only-a-link" and summary["records"] == 0
+    assert "metrics.jsonl is a symbolic link: not read" in summary["problems"]
+
+
+def test_linked_checkpoints_snapshots_and_sweep_files_are_not_followed(tmp_path):
+    import numpy as np
+
+    run = _run(RunStore(tmp_path / "runs"))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    np.savez(outside / "nodes-000000009.npz", step=np.array(9))
+    (outside / "best.pt").write_bytes(b"x")
+    (run.path / "checkpoints").mkdir(exist_ok=True)
+    (run.path / "checkpoints" / "best.pt").symlink_to(outside / "best.pt")
+    (run.path / "snapshots").mkdir(exist_ok=True)
+    np.savez(run.path / "snapshots" / "nodes-000000002.npz", step=np.array(2))
+    (run.path / "snapshots" / "nodes-000000009.npz").symlink_to(outside / "nodes-000000009.npz")
+    job = WatchedRun(run.path)
+    version, snapshot = job.latest("nodes")
+    assert version == 2 and snapshot.step == 2, "the newer snapshot is a link: the newest file is shown"
+    assert RunReader(run.path).checkpoints() == []
+    assert run_summary(run.path)["problems"] == ["checkpoints/best.pt is a symbolic link: not read"]
+    (run.path / "snapshots" / "nodes-000000002.npz").unlink()
+    assert job.latest("nodes") is None
+    shutil.rmtree(run.path / "snapshots")
+    (run.path / "snapshots").symlink_to(outside, target_is_directory=True)
+    assert job.latest("nodes") is None
+    assert "snapshots is a symbolic link: not read" in run_summary(run.path)["problems"]
+    (run.path / "sweep.json").symlink_to(outside / "best.pt")  # not a sweep: the run is still listed, link named
+    assert find_runs(run.path) == [run.path]
+    assert "sweep.json is a symbolic link: not read" in run_summary(run.path)["problems"]
+
+
+def test_a_run_folder_that_links_outside_the_roots_is_neither_listed_nor_opened(tmp_path):
+    runs = tmp_path / "runs"
+    outside = _run(RunStore(tmp_path / "outside"), "theirs")
+    _run(RunStore(runs), "mine")
+    (runs / "theirs").symlink_to(outside.path, target_is_directory=True)
+    roots = run_roots(runs, env="")
+    assert [s["name"] for s in RunCatalog().summaries([runs], roots)] == [next(runs.glob("*mine")).name]
+    with pytest.raises(PermissionError):
+        resolve_run_path("theirs", roots)
