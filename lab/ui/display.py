@@ -7,7 +7,6 @@ know nothing of this: :func:`register` (called by :func:`lab.ui.extension`) adds
 
 from __future__ import annotations
 
-import html
 from collections.abc import Callable
 from typing import Any
 
@@ -17,14 +16,17 @@ import panel as pn
 from lab.analysis.node_maps import NodeMaps
 from lab.jobs.snapshots import Snapshot
 from lab.jobs.store import Run
+from lab.ui.text import html_text
 from lab.viz.node_grid import node_grid, similarity_heatmaps
 from lab.viz.toy2d import training_curves
 
 
 def _table(rows: list[tuple[str, Any]], title: str) -> pn.pane.HTML:
-    cells = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{html.escape(str(k))}</th>"
-                    f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>" for k, v in rows)
-    return pn.pane.HTML(f"<b>{html.escape(title)}</b><table>{cells}</table>")
+    """A small table; every name and value is text (a run's folder name, message and metric keys come from
+    anywhere: :func:`~lab.ui.text.html_text`)."""
+    cells = "".join(f"<tr><th style='text-align:left;padding-right:1em'>{html_text(k)}</th>"
+                    f"<td style='text-align:left'>{html_text(v)}</td></tr>" for k, v in rows)
+    return pn.pane.HTML(f"<b>{html_text(title)}</b><table>{cells}</table>")
 
 
 def _arrays(arrays: dict[str, Any]) -> list[tuple[str, str]]:

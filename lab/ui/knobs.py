@@ -15,6 +15,7 @@ from typing import Any
 import param
 
 from lab.data.toy2d import TOY_DATASETS
+from lab.ui.text import code
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,8 @@ def _allowed(p: param.Parameter) -> str:
 
 def apply_url_values(page: param.Parameterized, values: Mapping[str, Any]) -> dict[str, str]:
     """Set ``values`` (from the URL query) on ``page`` one by one; a refused value is replaced by the nearest
-    allowed one. Returns, per replaced value, a notice naming the field, the allowed range and the value used."""
+    allowed one. Returns, per replaced value, a notice naming the field, the allowed range and the value used (as
+    Markdown: the URL's value is quoted as text)."""
     notices = {}
     for name, value in values.items():
         try:
@@ -129,5 +131,5 @@ def apply_url_values(page: param.Parameterized, values: Mapping[str, Any]) -> di
             p = page.param[name]
             used = nearest_allowed(p, value)
             setattr(page, name, used)
-            notices[name] = f"`{name}={value}`: {name} must be {_allowed(p)}; using {used}."
+            notices[name] = f"{code(f'{name}={value}')}: {name} must be {_allowed(p)}; using {used}."
     return notices

@@ -13,6 +13,7 @@ from lab.jobs.job import Job
 from lab.jobs.manager import JobManager
 from lab.ui.follower import JobFollower
 from lab.ui.knobs import Knob, apply_url_values
+from lab.ui.text import alert_pane
 
 
 class Page(pn.viewable.Viewer):
@@ -29,7 +30,7 @@ class Page(pn.viewable.Viewer):
 
     def __init__(self, manager: JobManager | None = None, **params: Any) -> None:
         super().__init__(**params)
-        self.notice = pn.pane.Alert("", alert_type="info", visible=False, margin=(5, 10))
+        self.notice = alert_pane("", alert_type="info", visible=False, margin=(5, 10))
         self.follower = JobFollower(manager, views=[self.notice])
         self._pending: set[str] = set()  # names of functions waiting for the next tick (:meth:`later`)
 
@@ -44,7 +45,11 @@ class Page(pn.viewable.Viewer):
         return self.follower.job
 
     def say(self, kind: str, text: str) -> None:
-        """Show ``text`` in the notice (``kind``: info, warning or danger)."""
+        """Show ``text`` in the notice (``kind``: info, warning or danger).
+
+        ``text`` is Markdown: whatever it quotes from a run folder, the URL or a typed field goes in through
+        :func:`~lab.ui.text.md` or :func:`~lab.ui.text.code`.
+        """
         self.notice.object, self.notice.alert_type, self.notice.visible = text, kind, True
 
     def apply_url(self, values: dict[str, Any]) -> None:

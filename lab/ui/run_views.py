@@ -20,6 +20,7 @@ from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem, Range1
 from bokeh.plotting import figure
 
 from lab.ui.live_curves import LiveCurves
+from lab.ui.text import md
 from lab.viz.palette import BLUE, ORANGE
 
 COLUMNS = ("run", "model", "state", "progress", "metrics", "heartbeat", "problems")
@@ -82,7 +83,7 @@ def format_size(n: int) -> str:
 
 
 def checkpoints_markdown(checkpoints: Sequence[dict[str, Any]], now: float | None = None) -> str:
-    """A Markdown table of :meth:`lab.jobs.catalog.RunReader.checkpoints`."""
+    """A Markdown table of :meth:`lab.jobs.catalog.RunReader.checkpoints` (their file names as text)."""
     if not checkpoints:
         return "No checkpoint yet (`checkpoints/` holds no `.pt` file)."
     now = time.time() if now is None else now
@@ -90,7 +91,7 @@ def checkpoints_markdown(checkpoints: Sequence[dict[str, Any]], now: float | Non
     for c in checkpoints:
         when = datetime.fromtimestamp(c["modified"]).strftime("%Y-%m-%d %H:%M:%S")
         step = "unreadable" if c["step"] is None else c["step"]
-        lines.append(f"| `{c['name']}` | {format_size(c['size'])} | {step} | {when} "
+        lines.append(f"| {md(c['name'], one_line=True)} | {format_size(c['size'])} | {step} | {when} "
                      f"({format_age(max(0.0, now - c['modified']))}) |")
     return "\n".join(lines)
 

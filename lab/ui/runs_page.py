@@ -15,11 +15,17 @@ or ``?run=`` in the URL) follows it read-only (:class:`~lab.jobs.catalog.Watched
 and its curves growing as ``metrics.jsonl`` grows; beside them its config and checkpoints. A run that this server's
 job manager trains can be stopped; any other run is watch-only.
 
+Everything read from a run folder (its name, status message, config, metric keys, checkpoint names, problems) and
+everything typed (the added folder, ``?run=``) is shown as text (:mod:`lab.ui.text`): run folders come from
+clusters and other people. The table's cells are plain text and wrap, rather than offering Tabulator's hover
+tooltip, which would render a cell's value as HTML.
+
 In a notebook: ``lab.ui.extension()``, then ``RunsPage()`` as a cell's value.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -44,11 +50,12 @@ from lab.jobs.catalog import (
 )
 from lab.jobs.job import Job
 from lab.jobs.manager import JobManager
-from lab.jobs.store import FINISHED
+from lab.jobs.store import FINISHED, read_entry
 from lab.ui.follower import can_schedule, weak_periodic
 from lab.ui.knobs import Knob, knob_class
 from lab.ui.page import Page
 from lab.ui.run_views import COLUMNS, RunCurves, checkpoints_markdown, format_age, table_frame
+from lab.ui.text import code, code_block, markdown_pane, md
 
 log = logging.getLogger(__name__)
 
@@ -94,29 +101,30 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         self._messages: dict[str, tuple[str, str]] = {}  # topic (folder, run, stop) → (alert kind, text)
         self._syncing = False
         self._refresher: PeriodicCallback | None = None
-        # columns share the width (a long sweep member's name or a problem list is cut; hovering shows it whole)
+        # columns share the width; a long sweep member's name or problem list wraps. Every cell is plain text
+        # (Tabulator's "textarea" formatter escapes it); no hover tooltip: Tabulator renders a tooltip as HTML
         self.table = pn.widgets.Tabulator(pd.DataFrame(columns=list(COLUMNS)), disabled=True, show_index=False,
                                           selectable=1, layout="fit_columns", widths=WIDTHS,
-                                          configuration={"columnDefaults": {"tooltip": True}},
+                                          formatters=dict.fromkeys(COLUMNS, {"type": "textarea"}),
                                           sizing_mode="stretch_width", max_height=360)
         self.table.param.watch(self._selected, "selection")
         self.curves = RunCurves()
         self.follower.on_metrics(self._new_records)
-        self._header = pn.pane.Markdown(EMPTY, sizing_mode="stretch_width", margin=(5, 10))
+        self._header = markdown_pane(EMPTY, sizing_mode="stretch_width", margin=(5, 10))
         self._plots = pn.Column(sizing_mode="stretch_width")
-        self._config = pn.pane.Markdown("", sizing_mode="stretch_width", max_height=420,
+        self._config = markdown_pane("", sizing_mode="stretch_width", max_height=420,
                                         styles={"overflow-y": "auto"})
-        self._checkpoints = pn.pane.Markdown("", sizing_mode="stretch_width")
+        self._checkpoints = markdown_pane("", sizing_mode="stretch_width")
         self._details = pn.Row(pn.Card(self._config, title="Config", sizing_mode="stretch_width"),
                                pn.Card(self._checkpoints, title="Checkpoints", sizing_mode="stretch_width"),
                                sizing_mode="stretch_width", visible=False)
         # MAE runs: the newest reconstruction picture (originals, masked inputs, reconstructions), embedded
         self._picture = pn.pane.PNG(None, sizing_mode="stretch_width", max_width=900)
-        self._caption = pn.pane.Markdown("", margin=(0, 10))
+        self._caption = markdown_pane("", margin=(0, 10))
         self._figure = pn.Column(self._caption, self._picture, sizing_mode="stretch_width", visible=False)
         self._figure_path: Path | None = None
         self._stop_button = pn.widgets.Button.from_param(self.param.stop, color="danger", width=110, disabled=True)
-        self._stop_note = pn.pane.Markdown("", margin=(0, 10), sizing_mode="stretch_width")
+        self._stop_note = markdown_pane("", margin=(0, 10), sizing_mode="stretch_width")
         self._main = pn.Column(self.table, self._header, self._plots, self._figure, self._details,
                                sizing_mode="stretch_width")
         self.follower.add_views(self._main)
@@ -135,16 +143,17 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
             try:
                 self._added = resolve_run_path(text, self.roots)
             except (PermissionError, FileNotFoundError) as err:
-                self._tell("folder", "danger", f"Folder not added: {err}")
+                self._tell("folder", "danger", f"Folder not added: {md(err)}")
         self.refresh()
         if self._added is not None and not any(s["path"].resolve() == self._added or self._added in
                                                s["path"].resolve().parents for s in self.summaries.values()):
-            self._tell("folder", "info", f"No run folders in `{self._added}` yet; the table shows them as they "
-                                         "appear.")
+            self._tell("folder", "info", f"No run folders in {code(self._added)} yet; the table shows them as "
+                                         "they appear.")
 
     def _tell(self, topic: str, kind: str | None, text: str = "") -> None:
         """Show the page's message about ``topic`` (folder, run, stop) beside the others, or withdraw it (``kind``
-        None); the notice takes the gravest kind of those shown."""
+        None); the notice takes the gravest kind of those shown. ``text`` is Markdown that quotes outside values
+        through :func:`~lab.ui.text.md` or :func:`~lab.ui.text.code`."""
         if kind is None:
             self._messages.pop(topic, None)
         else:
@@ -228,7 +237,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
                     raise FileNotFoundError(f"{key!r} is not a run folder: it holds none of status.json, "
                                             "config.json, config.yaml, metrics.jsonl, checkpoints/")
             except (PermissionError, FileNotFoundError) as err:
-                self._tell("run", "danger", f"Run not opened: {err}")
+                self._tell("run", "danger", f"Run not opened: {md(err)}")
             else:
                 self._path = path
                 self.follower.follow(WatchedRun(path))
@@ -276,23 +285,24 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         self._show_details(summary, reader)
 
     def _show_details(self, summary: dict[str, Any], reader: RunReader) -> None:
-        lines = [f"### {self._key(self._path)}",
-                 f"`{self._path}` · model **{summary['model'] or 'unknown'}** · state **{summary['state']}** · "
+        model = md(summary["model"], one_line=True) if summary["model"] else "unknown"
+        lines = [f"### {md(self._key(self._path), one_line=True)}",
+                 f"{code(self._path)} · model **{model}** · state **{md(summary['state'], one_line=True)}** · "
                  f"heartbeat {format_age(summary['age_s'])}"]
         if summary["message"]:
-            lines.append(f"> {summary['message']}")
+            lines.append(f"> {md(summary['message'])}")
         if summary["stale"]:
             lines.append(f"**Stale:** no heartbeat for {format_age(summary['age_s']).removesuffix(' ago')}; the "
                          "process writing this run may have died.")
         if summary["problems"]:
-            lines.append("**Problems:** " + "; ".join(summary["problems"]) + ".")
+            lines.append("**Problems:** " + "; ".join(md(p) for p in summary["problems"]) + ".")
         if not summary["records"]:
             lines.append("No metrics yet: `metrics.jsonl` holds no complete record.")
         header = "\n\n".join(lines)
         if self._header.object != header:
             self._header.object = header
         _, text, _ = reader.config()
-        config = f"```yaml\n{text}\n```" if text else "No readable config (see the problems above)."
+        config = code_block(text, "yaml") if text else "No readable config (see the problems above)."
         if self._config.object != config:
             self._config.object = config
         checkpoints = checkpoints_markdown(reader.checkpoints())
@@ -305,11 +315,15 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         newest = pictures[-1] if pictures else None
         if newest != self._figure_path:  # read once per new picture (the pane embeds the bytes: nothing fetched)
             self._figure_path = newest
-            self._picture.object = newest.read_bytes() if newest else None
+            picture = None
+            if newest is not None:
+                with contextlib.suppress(OSError):  # gone, or swapped for a link since it was listed
+                    picture = read_entry(newest)
+            self._picture.object = picture
             step = int(newest.stem[15:]) if newest else 0
             self._caption.object = (f"**Reconstructions at step {step}**: held-out images, their masked inputs, "
                                     "the reconstructions (visible patches pasted back)")
-            self._figure.visible = newest is not None
+            self._figure.visible = picture is not None
 
     # -- stopping ---------------------------------------------------------------------------------------------
     def lab_job(self) -> Job | None:
@@ -323,7 +337,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         if self.lab_job() is not None:
             return None
         if not summary["alive"]:
-            return f"This run has ended ({summary['state']}); nothing to stop."
+            return f"This run has ended ({md(summary['state'], one_line=True)}); nothing to stop."
         return ("Watch-only: another process writes this run (a command-line or cluster run), so it is stopped "
                 "where it runs. A `python -m lab` run also stops when a file named `STOP` appears in its folder.")
 
@@ -348,7 +362,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
             return
         # off the session's thread: a process job waits for its child (STOP file, then signals) for seconds
         threading.Thread(target=job.stop, name="lab-stop-run", daemon=True).start()
-        self._tell("stop", "info", f"Stopping `{job.run.id}` after its current step.")
+        self._tell("stop", "info", f"Stopping {code(job.run.id)} after its current step.")
 
     # -- polling ----------------------------------------------------------------------------------------------
     def poll(self) -> bool:
@@ -369,14 +383,14 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
 
     def _refresh_failed(self, err: Exception) -> None:  # keep refreshing; say what failed
         log.exception("refreshing the run table failed")
-        self._tell("refresh", "danger", f"Refreshing the table failed: {type(err).__name__}: {err}")
+        self._tell("refresh", "danger", f"Refreshing the table failed: {md(f'{type(err).__name__}: {err}')}")
 
     # -- layout -----------------------------------------------------------------------------------------------
     def _help(self) -> str:
-        extra = ", ".join(f"`{r}`" for r in self.roots[1:]) or "none"
-        return (f"Lists the run folders in the runs folder `{self.roots[0]}` and in a folder you add (a path inside "
-                f"it or inside a folder of `LAB_RUN_DIRS`: {extra}; start the server with `LAB_RUN_DIRS` set, "
-                f"paths separated by `{os.pathsep}`, to read a "
+        extra = ", ".join(code(r) for r in self.roots[1:]) or "none"
+        return (f"Lists the run folders in the runs folder {code(self.roots[0])} and in a folder you add (a path "
+                f"inside it or inside a folder of `LAB_RUN_DIRS`: {extra}; start the server with `LAB_RUN_DIRS` set, "
+                f"paths separated by {code(os.pathsep)}, to read a "
                 "cluster's mounted output folder). Sweep folders list their members. Click a row to open its run. "
                 f"A running run without a heartbeat for {self.stale_after_s:.0f} s is marked stale.")
 
@@ -384,7 +398,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         folder = pn.widgets.TextInput.from_param(self.param.folder, name="Add a folder of runs",
                                                  placeholder="e.g. cluster/outputs or /mnt/cluster/outputs")
         return pn.Column(folder, pn.Row(self._stop_button), self._stop_note, self.follower, self.notice,
-                         pn.pane.Markdown(self._help(), margin=(5, 10), styles={"font-size": "smaller"}),
+                         markdown_pane(self._help(), margin=(5, 10), styles={"font-size": "smaller"}),
                          sizing_mode="stretch_width")
 
     def views(self) -> pn.viewable.Viewable:

@@ -1,4 +1,8 @@
-"""A job's status as a page shows it: a status line, a progress bar, and an alert for errors and divergence."""
+"""A job's status as a page shows it: a status line, a progress bar, and an alert for errors and divergence.
+
+A status comes from a run folder (its status.json, written by whoever ran it) and an error from an exception that
+may quote what a user typed: both are shown as text (:mod:`lab.ui.text`), never as markup.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,8 @@ from typing import Any
 
 import panel as pn
 import param
+
+from lab.ui.text import alert_pane, code, markdown_pane, md
 
 _ALERTS = {"diverged": "danger", "failed": "danger", "stopped": "warning"}
 
@@ -21,10 +27,10 @@ class JobStatus(pn.viewable.Viewer):
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        self._line = pn.pane.Markdown(self.message, margin=(0, 10), css_classes=["lab-status"])
+        self._line = markdown_pane(self.message, margin=(0, 10), css_classes=["lab-status"])
         self._bar = pn.indicators.Progress(value=0, max=100, bar_color="primary", sizing_mode="stretch_width",
                                            height=12, margin=(0, 10))
-        self.alert = pn.pane.Alert("", alert_type="danger", visible=False, margin=(5, 10))
+        self.alert = alert_pane("", alert_type="danger", visible=False, margin=(5, 10))
         self._layout = pn.Column(self._line, self._bar, self.alert, sizing_mode="stretch_width")
 
     def show(self, status: dict[str, Any], run: str | None = None) -> None:
@@ -33,20 +39,25 @@ class JobStatus(pn.viewable.Viewer):
         step, total = status.get("step") or 0, status.get("total_steps") or 0
         metrics = status.get("metrics") or {}
         acc = f" · test acc {metrics['test_acc']:.3f}" if "test_acc" in metrics else ""
-        self.message = (f"**{state}** · step {step}" + (f" / {total}" if total else "") + acc
-                        + (f" · run `{run}`" if run else ""))
+        self.message = (f"**{md(state, one_line=True)}** · step {md(step)}" + (f" / {md(total)}" if total else "")
+                        + acc + (f" · run {code(run)}" if run else ""))
         self._line.object = self.message
         self._bar.value = int(100 * step / total) if total else 0
         self._bar.bar_color = {"diverged": "danger", "failed": "danger", "completed": "success"}.get(state, "primary")
         if state in _ALERTS:
-            self.error(status.get("message", state), _ALERTS[state])
+            self.error(str(status.get("message") or state), _ALERTS[state])
         else:
             self.alert.visible = False
 
     def error(self, text: str, kind: str = "danger") -> None:
-        """Show ``text`` in the alert (the server keeps running; nothing is lost)."""
+        """Show ``text`` in the alert, as text (the server keeps running; nothing is lost).
+
+        Args:
+            text: plain text, not Markdown: a run's message or an exception's, which may hold anything.
+            kind: the alert's kind (danger, warning, info).
+        """
         self.alert.alert_type = kind
-        self.alert.object = text
+        self.alert.object = md(text)
         self.alert.visible = True
 
     def clear(self) -> None:

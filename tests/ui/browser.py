@@ -112,3 +112,18 @@ def plots_off_their_data(plots: list[dict], rel_tol: float = 0.005) -> list[str]
                 problems.append(f"{name}: {axis} data [{p[axis]['lo']:.4g}, {p[axis]['hi']:.4g}] outside its range "
                                 f"[{lo:.4g}, {hi:.4g}]")
     return problems
+
+
+# What the page's DOM holds, looking inside every (open) shadow root, where Panel renders: the elements matching
+# ``selector``, as outer HTML, and the text a reader sees (text nodes outside script and style elements).
+JS_DEEP_DOM = """(selector) => {
+  const roots = [document], found = [], text = [];
+  for (let i = 0; i < roots.length; i++) {
+    const root = roots[i];
+    for (const el of root.querySelectorAll("*")) if (el.shadowRoot) roots.push(el.shadowRoot);
+    for (const el of root.querySelectorAll(selector)) found.push(el.outerHTML);
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(); n; n = walker.nextNode())
+      if (!(n.parentElement && n.parentElement.closest("script, style"))) text.push(n.data);
+  }
+  return {found, text: text.join("")}; }"""

@@ -8,7 +8,7 @@ import yaml
 from lab.config import ExperimentConfig, from_dict
 from lab.jobs.manager import JobManager
 from lab.ui.alignment_page import AlignmentPage
-from tests.ui.pages import poll_until
+from tests.ui.pages import poll_until, shown
 
 SMALL = {"depth": 3, "width": 32, "inputs": 16, "k": 12, "every": 5, "epochs": 1000}
 
@@ -81,9 +81,9 @@ def test_conv_types_and_bad_data_folders(manager2, tmp_path, monkeypatch):
     monkeypatch.setenv("LAB_DATA_DIRS", str(tmp_path / "data"))
     (tmp_path / "data").mkdir()
     page.param.update(dataset="mnist", data_folder="/etc")
-    assert "outside the data folders" in page.follower.status.alert.object
+    assert "outside the data folders" in shown(page.follower.status.alert)
     page.data_folder = "."
-    assert "not found" in page.follower.status.alert.object and "train-images" in page.follower.status.alert.object
+    assert "not found" in shown(page.follower.status.alert) and "train-images" in shown(page.follower.status.alert)
     page.param.trigger("play")
     assert page.job is None, "nothing starts on settings that cannot load"
     page.param.update(dataset="digits", data_folder="")

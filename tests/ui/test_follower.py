@@ -5,6 +5,7 @@ import time
 
 from lab.ui.follower import JobFollower
 from tests.jobs.helpers import tiny, wait_for
+from tests.ui.pages import shown
 
 
 def test_follower_hands_every_record_and_each_new_frame_once(manager):
@@ -27,10 +28,10 @@ def test_follower_hands_every_record_and_each_new_frame_once(manager):
 
 
 def test_busy_manager_is_shown_and_nothing_starts(manager):
-    other = manager.start_thread(tiny(), paused=True)
+    other = manager.start_thread(tiny())  # training: it holds the one slot (a paused job holds none)
     follower = JobFollower(manager)
     assert follower.start(tiny()) is None and follower.job is None
-    assert follower.status.alert.visible and "busy: 1 of 1" in follower.status.alert.object
+    assert follower.status.alert.visible and "busy: 1 of 1" in shown(follower.status.alert)
     other.stop()
 
 

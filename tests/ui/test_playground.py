@@ -6,7 +6,8 @@ from PIL import Image
 from lab.config import ExperimentConfig, from_dict
 from lab.shortcuts import alphas
 from lab.ui.playground import PlaygroundPage
-from tests.ui.pages import poll_until
+from tests.jobs.helpers import tiny
+from tests.ui.pages import poll_until, shown
 
 
 def small_page(manager, **params):
@@ -53,17 +54,17 @@ def test_training_streams_frames_pause_step_reset(manager):
     assert page.history == 0 and len(page.history_steps) > 1  # live: 0 frames back
     assert page.param.history.bounds == (-(len(page.history_steps) - 1), 0)
     page.depth = 5  # a training setting while a run is in progress asks first
-    assert page.hint.visible and "Reset" in page.hint.object and page.job.is_alive()
+    assert page.hint.visible and "Reset" in shown(page.hint) and page.job.is_alive()
     job = page.job
     page.param.trigger("reset")
     assert not job.is_alive() and page.job is None and page.frame["maps"].shape[0] == 6
 
 
 def test_busy_manager_is_reported(manager):
-    other = manager.start_thread(small_page(manager).config(), paused=True)
+    other = manager.start_thread(tiny())  # training: it holds the one slot (a paused job holds none)
     page = small_page(manager)
     page.param.trigger("play")
-    assert page.job is None and "busy: 1 of 1" in page.follower.status.alert.object
+    assert page.job is None and "busy: 1 of 1" in shown(page.follower.status.alert)
     other.stop()
 
 
@@ -85,7 +86,7 @@ def test_diverged_banner_keeps_message():
     status = JobStatus()
     status.show({"state": "diverged", "message": "training diverged at step 7: loss is nan.", "step": 7,
                  "total_steps": 100})
-    assert status.alert.visible and "step 7" in status.alert.object and status.alert.alert_type == "danger"
+    assert status.alert.visible and "step 7" in shown(status.alert) and status.alert.alert_type == "danger"
 
 
 def test_out_of_range_url_values_are_clamped_and_named(manager):
@@ -93,8 +94,8 @@ def test_out_of_range_url_values_are_clamped_and_named(manager):
     page.apply_url({"depth": 99999, "alpha_min": 5, "shortcut": "linear"})
     assert (page.depth, page.alpha_min, page.shortcut) == (64, 1.0, "linear")
     assert page.notice.visible and page.notice.alert_type == "warning"
-    assert "depth must be in [1, 64]; using 64" in page.notice.object
-    assert "alpha_min must be in [0.0, 1.0]; using 1.0" in page.notice.object
+    assert "depth must be in [1, 64]; using 64" in shown(page.notice)
+    assert "alpha_min must be in [0.0, 1.0]; using 1.0" in shown(page.notice)
     assert page.frame["maps"].shape[0] == 65  # the model was rebuilt at the value in use
 
 
@@ -127,7 +128,7 @@ def test_history_replays_a_recorded_frame_and_returns_to_live(manager):
 
 def test_alpha_min_without_a_decayed_schedule_is_pointed_out(manager):
     page = small_page(manager, shortcut="identity", alpha_min=0.5)
-    assert page.hint.visible and "alpha_min has no effect with the identity schedule" in page.hint.object
+    assert page.hint.visible and "alpha_min has no effect with the identity schedule" in shown(page.hint)
     page.shortcut = "linear"
     assert not page.hint.visible and page.alpha_chart.alphas.tolist() == pytest.approx(alphas("linear", 4, 0.5))
 

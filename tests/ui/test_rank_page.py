@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from lab.ui.rank_page import RankPage, parse_alpha_mins
-from tests.ui.pages import poll_until
+from tests.ui.pages import poll_until, shown
 
 SMALL = {"n": 1024, "depth": 6, "width": 8, "epochs": 200, "every_s": 0.2}
 
@@ -30,7 +30,7 @@ def test_untrained_members_are_drawn_and_settings_rebuild(manager):
     page.alpha_mins = "1.0, 0.6, 0.2"
     assert page.rank.counts()["by_layer"] == 3
     page.alpha_mins = "nonsense"
-    assert "alpha_mins must be numbers" in page.follower.status.alert.object
+    assert "alpha_mins must be numbers" in shown(page.follower.status.alert)
     page.param.trigger("play")
     assert page.job is None, "nothing starts on invalid settings"
     page.alpha_mins = "1.0, 0.5"
@@ -59,5 +59,5 @@ def test_members_that_do_not_learn_are_named(manager):
     page = RankPage(manager=manager, **{**SMALL, "optimizer": "sgd", "lr": 1.0, "alpha_mins": "1.0, 0.1",
                                         "epochs": 3})
     page.param.trigger("play")
-    assert poll_until(page, lambda: page.notice.visible and "Not every member learned" in page.notice.object)
-    assert "α_min" in page.notice.object
+    assert poll_until(page, lambda: page.notice.visible and "Not every member learned" in shown(page.notice))
+    assert "α_min" in shown(page.notice)

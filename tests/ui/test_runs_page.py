@@ -2,6 +2,7 @@
 listed, opened, followed while they grow, and stopped only when this lab trains them."""
 
 import gc
+import json
 import os
 import subprocess
 import sys
@@ -13,10 +14,10 @@ import pytest
 
 from lab.jobs.process import STOP_FILE
 from lab.jobs.store import Run, RunStore, atomic_write_json
-from lab.ui.run_views import format_age, format_metrics, format_progress
+from lab.ui.run_views import COLUMNS, format_age, format_metrics, format_progress
 from lab.ui.runs_page import EMPTY, RunsPage
 from tests.jobs.helpers import tiny
-from tests.ui.pages import poll_until
+from tests.ui.pages import poll_until, shown
 
 REPO = Path(__file__).resolve().parents[2]
 STEP = {"kind": "step", "epoch": 0}
@@ -89,25 +90,25 @@ def test_added_folders_stay_inside_the_servers_folders(manager, tmp_path, monkey
     assert f"exp1/{remote.id}" in _rows(page) and len(_rows(page)) == 2 and not page.notice.visible
     page.folder = str(tmp_path / "elsewhere")
     assert page.notice.visible and page.notice.alert_type == "danger"
-    assert "is outside the folders this server reads runs from" in page.notice.object
-    assert "LAB_RUN_DIRS" in page.notice.object and len(_rows(page)) == 1, "the page lives on without the folder"
+    assert "is outside the folders this server reads runs from" in shown(page.notice)
+    assert "LAB_RUN_DIRS" in shown(page.notice) and len(_rows(page)) == 1, "the page lives on without the folder"
     page.folder = "../../etc"
-    assert "outside" in page.notice.object
+    assert "outside" in shown(page.notice)
     page.folder = "exp2"
-    assert "no folder 'exp2'" in page.notice.object
+    assert "no folder 'exp2'" in shown(page.notice)
     page.folder = str(cluster / "exp1")
     assert len(_rows(page)) == 2 and not page.notice.visible
     # as from a URL: a run inside the server's folders opens, and the refused folder is still named
     page = RunsPage(manager=manager, folder="/etc", run=f"exp1/{remote.id}")
-    assert page.follower.job is not None and "Folder not added" in page.notice.object
+    assert page.follower.job is not None and "Folder not added" in shown(page.notice)
     page.run = "nope"
-    assert "Folder not added" in page.notice.object and "Run not opened" in page.notice.object
+    assert "Folder not added" in shown(page.notice) and "Run not opened" in shown(page.notice)
     page.folder = "exp1"
-    assert "Folder not added" not in page.notice.object and "Run not opened" in page.notice.object
+    assert "Folder not added" not in shown(page.notice) and "Run not opened" in shown(page.notice)
     page.run = ""
     assert not page.notice.visible
     monkeypatch.delenv("LAB_RUN_DIRS")
-    assert "outside" in RunsPage(manager=manager, folder=str(cluster)).notice.object, "roots are fixed at start"
+    assert "outside" in shown(RunsPage(manager=manager, folder=str(cluster)).notice), "roots are fixed at start"
 
 
 def test_a_corrupt_folder_is_listed_with_its_problems_and_opened(manager):
@@ -124,7 +125,7 @@ def test_a_corrupt_folder_is_listed_with_its_problems_and_opened(manager):
     assert "half-written line" in row["problems"]
     page.run = run.id
     assert page.curves.live.sources[("step", "loss")].data == {"step": [5, 10], "value": [1.5, 1.0]}
-    assert "status.json is unreadable" in page._header.object and "No readable config" in page._config.object
+    assert "status.json is unreadable" in shown(page._header) and "No readable config" in page._config.object
     assert page.follower.job is not None and "unknown" in page.follower.status.message
 
 
@@ -158,7 +159,7 @@ def test_opening_a_run_draws_its_metrics_file(manager):
                 xs, ys = r.data_source.data["step"], r.data_source.data["value"]
                 assert fig.x_range.start < min(xs) and max(xs) < fig.x_range.end
                 assert fig.y_range.start < min(ys) and max(ys) < fig.y_range.end
-    assert "`last.pt`" in page._checkpoints.object and "| 60 |" in page._checkpoints.object
+    assert "last.pt" in shown(page._checkpoints) and "| 60 |" in page._checkpoints.object
     assert "name: residual_mlp" in page._config.object and "lr: 0.01" in page._config.object
     assert page.table.selection == [list(page.table.value["run"]).index(run.id)]
     # the curve grows with the file
@@ -166,14 +167,14 @@ def test_opening_a_run_draws_its_metrics_file(manager):
     page.poll()
     assert live[("step", "loss")].data["step"][-1] == 70
     # a resumed run rewrites its metrics file: the curves are drawn again from it
-    run.truncate_metrics_after(20)
+    run.rewind_metrics(20)
     page.poll()
     assert live[("step", "loss")].data["step"] == [10, 20]
     # a row clicked opens its run; one without evaluations shows no empty accuracy figure
     page.table.selection = [list(page.table.value["run"]).index(other.id)]
     assert page.run == other.id
     assert [p.object.title.text for row in page._plots for p in row] == ["Loss"]
-    assert page.follower.status.alert.visible and "failed: steps-only" in page.follower.status.alert.object
+    assert page.follower.status.alert.visible and "failed: steps-only" in shown(page.follower.status.alert)
 
 
 def test_a_run_written_by_another_process_is_followed_while_it_trains(manager, tmp_path):
@@ -192,9 +193,9 @@ def test_a_run_written_by_another_process_is_followed_while_it_trains(manager, t
         seen = len(loss.data["step"])
         assert poll_until(page, lambda: len(loss.data["step"]) >= seen + 5, timeout=60), "the curve grows"
         assert page.follower.job.status()["state"] == "running"
-        assert page._stop_button.disabled and "Watch-only" in page._stop_note.object
+        assert page._stop_button.disabled and "Watch-only" in shown(page._stop_note)
         page.param.trigger("stop")
-        assert "Not stopped. Watch-only" in page.notice.object
+        assert "Not stopped. Watch-only" in shown(page.notice)
         assert not (page._path / STOP_FILE).exists() and proc.poll() is None
         (page._path / STOP_FILE).touch()  # its owner stops it
         assert proc.wait(60) == 0
@@ -214,7 +215,7 @@ def test_a_lab_job_can_be_stopped_and_a_foreign_run_cannot(manager):
     foreign = _run(manager.store, "foreign", "running", step=3)
     page = RunsPage(manager=manager, run=foreign.id)
     page.param.trigger("stop")
-    assert page.notice.visible and "Not stopped. Watch-only" in page.notice.object
+    assert page.notice.visible and "Not stopped. Watch-only" in shown(page.notice)
     assert not (foreign.path / STOP_FILE).exists() and job.is_alive()
     del page  # a page thrown away (a notebook cell run again) stops its follower's job: a watched run is not its
     gc.collect()
@@ -222,11 +223,11 @@ def test_a_lab_job_can_be_stopped_and_a_foreign_run_cannot(manager):
     page = RunsPage(manager=manager)
     page.run = job.run.id
     assert poll_until(page, lambda: page.curves.live.points()["step:loss"] > 0)
-    assert not page._stop_button.disabled and "Started by this lab" in page._stop_note.object
+    assert not page._stop_button.disabled and "Started by this lab" in shown(page._stop_note)
     page.param.trigger("stop")
     assert poll_until(page, lambda: not job.is_alive() and "**stopped**" in page.follower.status.message)
     page.poll()
-    assert page._stop_button.disabled and "has ended (stopped)" in page._stop_note.object
+    assert page._stop_button.disabled and "has ended (stopped)" in shown(page._stop_note)
 
 
 def test_url_state_bad_names_and_the_notebook_cell(manager):
@@ -234,14 +235,14 @@ def test_url_state_bad_names_and_the_notebook_cell(manager):
     run.append_metrics(*_records(2))
     page = RunsPage(manager=manager, run=run.id)
     assert page.url_parameters == ("folder", "run")
-    assert page.curves.live.points()["step:loss"] == 2 and run.id in page._header.object
+    assert page.curves.live.points()["step:loss"] == 2 and run.id in shown(page._header)
     for bad, why in (("../../etc", "outside"), ("nothing", "no folder"), ("", None)):
         page.run = bad
         assert page.follower.job is None and page._header.object == EMPTY and not page._plots.objects
-        assert (why in page.notice.object) if why else True
+        assert (why in shown(page.notice)) if why else True
     (manager.store.root / "plain").mkdir()
     page.run = "plain"
-    assert "is not a run folder" in page.notice.object
+    assert "is not a run folder" in shown(page.notice)
     cell = page.__panel__()
     assert isinstance(cell, pn.Row) and page.views() is page._main
 
@@ -251,8 +252,8 @@ def test_a_failed_run_says_why(manager, state):
     run = _run(manager.store, state, state, step=12, total_steps=100)
     run.write_status(state, f"loss is nan at step 12 ({state})", step=12, total_steps=100)
     page = RunsPage(manager=manager, run=run.id)
-    assert page.follower.status.alert.visible and "loss is nan at step 12" in page.follower.status.alert.object
-    assert "loss is nan at step 12" in page._header.object
+    assert page.follower.status.alert.visible and "loss is nan at step 12" in shown(page.follower.status.alert)
+    assert "loss is nan at step 12" in shown(page._header)
 
 
 def test_the_newest_reconstruction_picture_of_an_mae_run_is_shown(manager):
@@ -270,3 +271,22 @@ def test_the_newest_reconstruction_picture_of_an_mae_run_is_shown(manager):
     page.refresh()
     assert page._figure.visible and "step 20" in page._caption.object
     assert page._picture.object == (run.path / "figures" / "reconstruction-000000020.png").read_bytes()
+
+
+def test_a_linked_metrics_file_draws_nothing_and_is_named(manager, tmp_path):
+    run = _run(manager.store, "linked", "running", step=3)
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text("".join(json.dumps(r) + "\n" for r in _records()))
+    (run.path / "metrics.jsonl").symlink_to(outside)
+    page = RunsPage(manager=manager, run=run.id)
+    page.poll()
+    assert page.follower.job is not None and sum(page.curves.points().values()) == 0 and not page._plots.objects
+    assert "metrics.jsonl is a symbolic link: not read" in shown(page._header)
+    assert _rows(page)[run.id]["problems"] == "metrics.jsonl is a symbolic link: not read"
+
+
+def test_the_tables_cells_are_text_without_html_tooltips(manager):
+    """Tabulator's cell tooltip (``tooltip: true``) sets the value as HTML: the table wraps long cells instead."""
+    page = RunsPage(manager=manager)
+    assert page.table.formatters == dict.fromkeys(COLUMNS, {"type": "textarea"})
+    assert "tooltip" not in json.dumps(page.table.get_root().configuration), "the browser gets no cell tooltip"

@@ -2,6 +2,8 @@
 import panel as pn
 
 from lab.ui import DataPage, LabShell
+from tests.jobs.helpers import tiny
+from tests.ui.pages import shown
 
 
 def test_shell_builds_and_navigates(manager):
@@ -38,9 +40,9 @@ def test_train_button_runs_in_background_and_shows_result(manager):
 
 
 def test_busy_manager_and_second_click_are_reported(manager):
-    other = manager.start_thread(DataPage(manager=manager).config(), paused=True)
+    other = manager.start_thread(tiny())  # training: it holds the one slot (a paused job holds none)
     page = DataPage(manager=manager, n=400, steps=30)
     page.param.trigger("train")
     assert page.job is None and page.follower.status.alert.visible
-    assert "busy: 1 of 1" in page.follower.status.alert.object
+    assert "busy: 1 of 1" in shown(page.follower.status.alert)
     other.stop()

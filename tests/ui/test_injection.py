@@ -1,0 +1,78 @@
+"""Nothing from a run folder or a URL becomes markup: a served page shows it as text, in a real browser.
+
+A run folder comes from a cluster or another person; its name, status message, config values, metric keys,
+checkpoint names and problems carry HTML and script here. The Runs page lists it and opens it (a clicked row, then
+``?run=``); no element or script of theirs may appear in the DOM (Panel renders into shadow roots: all are
+searched), no dialog may open, and the text must be there to read, literally.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+import pytest
+
+from lab.jobs.store import Run
+from tests.ui.browser import JS_DEEP_DOM, browser_page, needs_chromium
+
+pytestmark = pytest.mark.ui
+
+NAME = "run<img src=x onerror=alert(101)><b>bold"  # a folder name may hold anything but "/"
+MESSAGE = "<script>alert(102)</script> <img src=x onerror=alert(103)> <b>bold</b> $x$ done"
+MODEL = "<img src=x onerror=alert(104)>"
+NOTE = "<script>alert(105)</script>"
+METRIC = "<img src=x onerror=alert(106)>"
+CHECKPOINT = "<img src=x onerror=alert(107)>.pt"
+FAILURE = "OSError: <img src=x onerror=alert(108)>"
+# the elements a payload above would make: <img src=x>, a <b> holding "bold" (Panel's spinner has an empty <b>),
+# a script that calls alert
+INJECTED = 'img[src="x"], b, script:not([type="application/json"])'
+
+
+def _hostile_run(root):
+    run = Run(root / NAME)  # written as another program would: the store itself makes safe names
+    (run.path / "checkpoints").mkdir(parents=True)
+    run.write_config({"model": {"name": MODEL, "depth": 2}, "note": NOTE})
+    run.write_status("failed", MESSAGE, step=20, total_steps=40)
+    run.append_metrics(*[{"kind": "step", "step": s, "loss": 1.0 / s, METRIC: 0.5} for s in (10, 20)])
+    (run.path / "checkpoints" / CHECKPOINT).write_bytes(b"not a checkpoint")
+    (run.path / "failed-rank1.txt").write_text(f"Traceback (most recent call last):\n{FAILURE}\n")
+    return run
+
+
+def _injected(page) -> list[str]:
+    found = page.evaluate(JS_DEEP_DOM, INJECTED)["found"]
+    return [el for el in found if el.startswith("<img") or "alert(" in el or "bold" in el]
+
+
+def _wait_for_text(page, needle: str) -> None:
+    """Wait until the page shows ``needle`` as text, or until an injected image is there (then fail at once)."""
+    page.wait_for_function(f"""(needle) => {{ const dom = ({JS_DEEP_DOM})('img[src="x"]');
+        return dom.text.includes(needle) || dom.found.length > 0; }}""", arg=needle, timeout=60_000)
+    assert _injected(page) == [] and needle in page.evaluate(JS_DEEP_DOM, "none")["text"]
+
+
+@needs_chromium
+def test_nothing_from_a_run_folder_is_markup_on_the_runs_page(server, tmp_path):
+    _hostile_run(tmp_path / "runs")
+    dialogs: list[str] = []
+    with browser_page() as (page, seen):
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(f"{server}/apps?page=Runs", timeout=60_000)
+        cell = page.locator(".tabulator-cell", has_text=NAME)
+        cell.wait_for(timeout=60_000)  # the listed name, as text
+        for text in (MODEL, f"{METRIC} 0.5", FAILURE):  # model, metrics and problems columns
+            assert page.locator(".tabulator-cell", has_text=text).count() == 1, text
+        cell.click()
+        for text in (MESSAGE, NOTE, CHECKPOINT, f"run {NAME}"):  # header, config, checkpoints, status line
+            _wait_for_text(page, text)
+        page.wait_for_function("(name) => new URLSearchParams(location.search).get('run') === name", arg=NAME,
+                               timeout=10_000)
+        assert _injected(page) == [] and dialogs == []
+        # the same run opened from the URL, in a fresh page
+        page.goto(f"{server}/apps?page=Runs&run={quote(NAME, safe='')}", timeout=60_000)
+        _wait_for_text(page, MESSAGE)
+        _wait_for_text(page, CHECKPOINT)
+        assert _injected(page) == [] and dialogs == []
+    assert not seen.errors and not seen.external, seen
+
