@@ -1,4 +1,8 @@
-"""The lab shell: a template titled Residual Lab whose sidebar navigation swaps pages in and out."""
+"""The lab shell: a template titled Residual Lab whose sidebar navigation swaps pages in and out.
+
+The page shown lives in the URL (``?page=Runs``); a name that is no page shows the first page and a notice that
+quotes the name as text.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from lab.ui.page import Page
 from lab.ui.playground import PlaygroundPage
 from lab.ui.rank_page import RankPage
 from lab.ui.runs_page import RunsPage
+from lab.ui.text import alert_pane, code, md
 
 PageFactory = Callable[[JobManager], Page]
 
@@ -41,6 +46,9 @@ class LabShell(pn.viewable.Viewer):
     """Navigation + the selected page. Pages are built on first visit and kept, so runs survive navigation.
 
     Each page is a :class:`~lab.ui.page.Page`: ``controls()`` go to the sidebar and ``views()`` to the main area.
+
+    Attributes:
+        notice: below the navigation: a ``?page=`` that names no page.
     """
 
     page = param.Selector(default=None, objects=[])
@@ -49,8 +57,10 @@ class LabShell(pn.viewable.Viewer):
                  **params: Any) -> None:
         self._factories = pages or default_pages()
         self.param.page.objects = list(self._factories)
+        self.param.page.check_on_set = True  # a name that is no page is refused (from the URL: see _unknown_page)
         params.setdefault("page", next(iter(self._factories)))
         super().__init__(**params)
+        self.notice = alert_pane("", alert_type="warning", visible=False, margin=(5, 10))
         self.manager = manager or get_manager()
         self._pages: dict[str, Page] = {}
         self._location: pn.io.location.Location | None = None  # the served page's URL, once templated
@@ -70,6 +80,7 @@ class LabShell(pn.viewable.Viewer):
 
     @param.depends("page", watch=True)
     def _show(self) -> None:
+        self.notice.visible = False
         page = self.get_page(self.page)
         self._controls[:] = [page.controls()]
         self.main[:] = [page.views()]
@@ -91,14 +102,24 @@ class LabShell(pn.viewable.Viewer):
         self._synced = page
         location.sync(page, {n: n for n in page.url_parameters}, on_error=page.apply_url)
 
+    def _unknown_page(self, values: dict[str, Any]) -> None:
+        """The URL named no page (``?page=nope``): keep the page shown and say so, quoting the name as text."""
+        name = values.get("page", "")
+        pages = ", ".join(md(p) for p in self._factories)
+        self.notice.object = f"There is no page {code(name)}; showing {md(self.page)}. The pages: {pages}."
+        self.notice.visible = True
+        if self._location is not None:  # the address bar names the page shown
+            self._location.update_query(page=self.page)
+
     def sidebar(self) -> list[pn.viewable.Viewable]:
-        return [pn.pane.Markdown("### Pages", margin=(0, 10)), self._nav, pn.layout.Divider(), self._controls]
+        return [pn.pane.Markdown("### Pages", margin=(0, 10)), self._nav, self.notice, pn.layout.Divider(),
+                self._controls]
 
     def template(self) -> pn.template.BaseTemplate:
         """The served page: Residual Lab's template; the page selection lives in the URL (``?page=…``)."""
         if pn.state.location is not None:
             self._location = pn.state.location
-            self._location.sync(self, {"page": "page"})
+            self._location.sync(self, {"page": "page"}, on_error=self._unknown_page)
             self._sync_url(self.get_page(self.page))  # the shown page's settings live in the URL too
         if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:
             session_id = pn.state.curdoc.session_context.id

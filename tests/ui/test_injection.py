@@ -76,3 +76,19 @@ def test_nothing_from_a_run_folder_is_markup_on_the_runs_page(server, tmp_path):
         assert _injected(page) == [] and dialogs == []
     assert not seen.errors and not seen.external, seen
 
+
+@needs_chromium
+def test_an_unknown_page_in_the_url_shows_the_pages_and_names_it_as_text(server):
+    bad = "<img src=x onerror=alert(109)>"
+    dialogs: list[str] = []
+    with browser_page() as (page, seen):
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(f"{server}/apps?page={quote(bad, safe='')}", timeout=60_000)
+        _wait_for_text(page, f"There is no page {bad}; showing Playground.")
+        page.wait_for_function("() => new URLSearchParams(location.search).get('page') === 'Playground'",
+                               timeout=10_000)
+        page.get_by_role("button", name="Runs").click()  # the navigation works on
+        page.locator(".tabulator").wait_for(timeout=60_000)
+        page.get_by_text("There is no page").wait_for(state="hidden", timeout=10_000)  # it went with the page
+        assert _injected(page) == [] and dialogs == []
+    assert not seen.errors and not seen.external, seen
