@@ -14,6 +14,7 @@ import sys
 import warnings
 from pathlib import Path
 
+from lab.analysis.residual_alignment import RA4_FIT_START
 from lab.config import ConfigError, ExperimentConfig, load_config
 from lab.data.toy2d import TOY_DATASETS, ToyData
 from lab.jobs.probe_report import format_probe, probe_report
@@ -82,7 +83,10 @@ def _parser() -> argparse.ArgumentParser:
     analyze.add_argument("run", help="run id (in the runs folder) or a run folder's path")
     analyze.add_argument("--runs-dir", default=None)
     analyze.add_argument("--inputs", type=int, default=64, help="test inputs analysed (default 64)")
-    analyze.add_argument("--k", type=int, default=None, help="singular triplets per block (default 2C)")
+    analyze.add_argument("--k", type=int, default=None, help="singular triplets per block (default 30, the paper's "
+                                                            "Fig. 2; its K ranges from 10 to 30)")
+    analyze.add_argument("--ra4-from", type=int, default=RA4_FIT_START + 1, metavar="BLOCK",
+                         help="first block (1-based) of RA4's 1/sigma_1 fit (default 5, as the paper's Fig. 4b)")
     analyze.add_argument("--nc-inputs", type=int, default=500, help="training inputs for neural collapse")
     analyze.add_argument("--checkpoint", default="last", choices=["last", "best"])
     probe = sub.add_parser("probe", help="linear probe on a run's frozen features into <run>/analysis/probe.json")
@@ -112,13 +116,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _analyze(args: argparse.Namespace, store: RunStore) -> int:
-    if args.inputs < 2 or (args.k is not None and args.k < 1) or args.nc_inputs < 2:
-        print("error: --inputs and --nc-inputs must be >= 2 and --k >= 1", file=sys.stderr)
+    if args.inputs < 2 or (args.k is not None and args.k < 1) or args.nc_inputs < 2 or args.ra4_from < 1:
+        print("error: --inputs and --nc-inputs must be >= 2, --k and --ra4-from >= 1", file=sys.stderr)
         return 2
     try:
         run = find_run(args.run, store)
         summary = alignment_report(run, inputs=args.inputs, k=args.k, nc_inputs=args.nc_inputs,
-                                   checkpoint=args.checkpoint)
+                                   checkpoint=args.checkpoint, fit_start=args.ra4_from - 1)
     except (ConfigError, FileNotFoundError, CheckpointError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -102,6 +102,8 @@ def test_cli_analyze_alignment_writes_the_report(trained_digits_run, capsys):
                 "straightness", "spacing_cv", "nc1", "nc2_equinorm", "nc3", "nc4", "sigma1", "inv_sigma"):
         assert key in report, key
     assert report["k"] == 12 and report["inputs"] == 16 and report["num_classes"] == 10
+    assert report["ra4_fit_from"] == 2 and "RA4 1/sigma_1 slope from block 2" in out  # 3 blocks: the last two
+    assert report["nc2_maxangle"][-1] is not None and report["nc2_w_equiangular"][-1] is not None
     assert len(report["nc1"]) == 4 and len(report["inv_sigma"]) == 3
     assert 0 <= report["align_offdiag"] <= 1 and 0 <= report["baseline_mean"] <= 1
     import numpy as np

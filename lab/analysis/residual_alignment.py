@@ -12,8 +12,9 @@ measured here at N inputs:
   over i ≠ j) beside ``baseline`` (Haar-random bases), and the matrices themselves for the first input (``grid``);
 - RA3: the Jacobians have rank about C (classes) — ``sigma [L, K]`` and ``topk_ratio``, the mean of the top C
   singular values over the mean of the next ones;
-- RA4: σ₁ of block i falls like 1/i — the least-squares line through 1/σ₁ against the block index
-  (``inv_sigma``, ``inv_sigma_fit``, ``inv_sigma1_slope``, ``inv_sigma1_r2``).
+- RA4: σ₁ of block i falls like 1/i after RA begins — the least-squares line through 1/σ₁ against the block index
+  from block ``fit_start`` + 1 on (1-based; default 5, as the paper's Fig. 4b fits "post block 5", slope 0.992)
+  (``inv_sigma``, ``inv_sigma_fit``, ``inv_sigma1_slope``, ``inv_sigma1_r2``, ``fit_start``).
 
 Neural collapse NC1–NC4 (Papyan et al. 2020, :mod:`lab.analysis.collapse`) is computed per layer on training
 inputs, which the paper shows co-occurs with RA (its Fig. 7). Conv features are averaged over space first (the
@@ -34,9 +35,12 @@ from lab.analysis.collapse import collapse_by_layer
 from lab.analysis.trajectories import project_trajectories, trajectory_stats
 from lab.probe import eval_mode
 
-__all__ = ["SCALARS", "residual_alignment"]
+__all__ = ["NC_KEYS", "PAPER_K", "RA4_FIT_START", "SCALARS", "residual_alignment"]
 
-NC_KEYS = ("nc1", "nc2_equinorm", "nc2_equiangular", "nc3", "nc4", "ncc_accuracy")
+NC_KEYS = ("nc1", "nc2_equinorm", "nc2_equiangular", "nc2_maxangle", "nc3", "nc4", "ncc_accuracy", "nc2_w_equinorm",
+           "nc2_w_equiangular", "nc2_w_maxangle")  # the nc2_w_* (the classifier's rows) are NaN but at the last layer
+RA4_FIT_START = 4  # 0-based: the fit starts at block 5 (1-based), where the paper's Fig. 4b fits it
+PAPER_K = 30  # singular triplets per block: the paper's K ranges from 10 to 30, and its Fig. 2 shows K = 30
 SCALARS = ("align_offdiag", "baseline_mean", "topk_ratio", "inv_sigma1_slope", "inv_sigma1_r2", "straightness",
            "spacing_cv")
 """The one-number summaries (the CLI's table and ``alignment.json``'s top level)."""
@@ -73,20 +77,22 @@ def _collapse(model: nn.Module, x: Tensor, y: Tensor) -> dict[str, np.ndarray]:
 
 def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: Tensor | None = None,
                        nc_y: Tensor | None = None, num_classes: int | None = None, grid_inputs: int = 1,
-                       baseline_trials: int = 8, fit_start: int = 0, seed: int = 0) -> dict[str, np.ndarray]:
+                       baseline_trials: int = 8, fit_start: int = RA4_FIT_START,
+                       seed: int = 0) -> dict[str, np.ndarray]:
     """RA1–RA4 at the inputs ``x`` and NC1–NC4 at ``nc_x``, in eval mode (the training flags are restored).
 
     Args:
         model: a lab model (``forward_intermediates``, ``iter_blocks``).
         x: analysed inputs ``[N, ...]`` (test inputs in the paper).
         y: their labels ``[N]`` (colour the trajectories).
-        k: singular triplets per block (the paper: K = C to 2C).
+        k: singular triplets per block (the paper: K from 10 to 30, :data:`PAPER_K` in its Fig. 2).
         nc_x: inputs for neural collapse (training inputs; several per class); default ``x``.
         nc_y: their labels.
         num_classes: C, for ``topk_ratio`` (default: the model's ``num_classes``).
         grid_inputs: inputs whose K × K alignment matrices are kept.
         baseline_trials: random basis pairs per block for the baseline.
-        fit_start: first block (0-based) in the 1/σ₁ fit (the paper fits after RA begins).
+        fit_start: first block (0-based) in the 1/σ₁ fit (default 4: from block 5, as the paper's Fig. 4b); a
+            model with fewer blocks fits its last two.
         seed: seed of the randomized parts (baseline, Gaussian directions).
 
     Returns:
@@ -107,8 +113,9 @@ def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: 
     align_offdiag = float(offdiag.nanmean()) if L > 1 and offdiag.isfinite().any() else math.nan
     topk_ratio = float(sigma[:, :C].mean() / sigma[:, C:].mean()) if k > C else math.nan
     out: dict[str, np.ndarray] = {}
+    fit_start = max(0, min(fit_start, L - 2))
     if L >= 2 and bool((sigma[fit_start:, 0] > 0).all()):
-        fit = inverse_sigma_fit(sigma[:, 0], start=min(fit_start, L - 2))
+        fit = inverse_sigma_fit(sigma[:, 0], start=fit_start)
         slope, r2, inv, line = fit["slope"], fit["r2"], fit["inv_sigma"], fit["fit"]
     else:  # one block, or a block whose Jacobian vanished: no line to fit
         slope = r2 = math.nan
@@ -132,7 +139,7 @@ def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: 
         **_collapse(model, x if nc_x is None else nc_x, y if nc_y is None else nc_y),
     )
     scalars = {"align_offdiag": align_offdiag, "baseline_mean": float(stats["baseline"].double().mean()),
-               "topk_ratio": topk_ratio, "inv_sigma1_slope": slope, "inv_sigma1_r2": r2,
+               "topk_ratio": topk_ratio, "inv_sigma1_slope": slope, "inv_sigma1_r2": r2, "fit_start": fit_start,
                "straightness": traj["straightness"], "spacing_cv": traj["spacing_cv"], "num_classes": C}
     out.update({key: np.asarray(value, np.float64) for key, value in scalars.items()})
     return out

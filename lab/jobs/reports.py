@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from lab.analysis.residual_alignment import NC_KEYS, SCALARS, residual_alignment
+from lab.analysis.residual_alignment import NC_KEYS, PAPER_K, RA4_FIT_START, SCALARS, residual_alignment
 from lab.config import ExperimentConfig
 from lab.data.toy2d import ToyData
 from lab.jobs.runner import config_of_run
@@ -57,34 +57,37 @@ def _plain(value: np.ndarray) -> Any:
 
 
 def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inputs: int = 500,
-                     checkpoint: str = "last", seed: int = 0) -> dict[str, Any]:
+                     checkpoint: str = "last", fit_start: int = RA4_FIT_START, seed: int = 0) -> dict[str, Any]:
     """RA1–RA4 and NC1–NC4 of a run's checkpoint, written to ``analysis/alignment.json`` and ``alignment.npz``.
 
     Args:
         run: the run folder.
         inputs: test inputs analysed (the first ones of the test split).
-        k: singular triplets per block (default 2C, capped at the Jacobians' size).
+        k: singular triplets per block (default 30, as the paper's Fig. 2; capped at the Jacobians' size).
         nc_inputs: training inputs for neural collapse.
         checkpoint: which checkpoint (``last`` or ``best``).
+        fit_start: first block (0-based) of RA4's 1/σ₁ fit (default 4: from block 5, as the paper's Fig. 4b).
         seed: seed of the random baseline and directions.
 
     Returns:
         What ``alignment.json`` holds: the scalars of :data:`~lab.analysis.residual_alignment.SCALARS`, then per
-        layer ``sigma1``, ``inv_sigma``, ``inv_sigma_fit``, ``baseline``, the NC keys, and ``step``, ``inputs``,
-        ``k``, ``num_classes``, ``checkpoint``.
+        layer ``sigma1``, ``inv_sigma``, ``inv_sigma_fit``, ``baseline``, the NC keys (:data:`~lab.analysis.
+        residual_alignment.NC_KEYS`), and ``step``, ``inputs``, ``k``, ``num_classes``, ``checkpoint``,
+        ``ra4_fit_from`` (the first fitted block, 1-based).
     """
     _, model, data, step = load_trained(run, checkpoint)
     C = data.num_classes
     x, y = data.x_test[:inputs], data.y_test[:inputs]
     width = min(v.numel() for v in model.forward_intermediates(x[:1], intermediates_only=True))
-    k = min(k or 2 * C, width)
+    k = min(k or PAPER_K, width)
     out = residual_alignment(model, x, y, k, nc_x=data.x_train[:nc_inputs], nc_y=data.y_train[:nc_inputs],
-                             num_classes=C, seed=seed)
+                             num_classes=C, fit_start=fit_start, seed=seed)
     summary: dict[str, Any] = {key: _plain(out[key]) for key in SCALARS}
     summary.update(sigma1=_plain(out["sigma"][:, 0]), inv_sigma=_plain(out["inv_sigma"]),
                    inv_sigma_fit=_plain(out["inv_sigma_fit"]), baseline=_plain(out["baseline"]),
                    **{key: _plain(out[key]) for key in NC_KEYS},
-                   step=step, inputs=len(x), k=k, num_classes=C, checkpoint=checkpoint)
+                   step=step, inputs=len(x), k=k, num_classes=C, checkpoint=checkpoint,
+                   ra4_fit_from=int(out["fit_start"]) + 1)
     folder = run.path / "analysis"
     folder.mkdir(exist_ok=True)
     atomic_write_json(folder / "alignment.json", summary)
@@ -97,7 +100,8 @@ def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inp
 def format_alignment(summary: dict[str, Any]) -> str:
     """The report as a table for the terminal: one line per scalar, then 1/σ₁ and NC1 by block."""
     names = {"align_offdiag": "RA2 alignment score, i != j (mean)", "baseline_mean": "  random-basis baseline",
-             "topk_ratio": "RA3 mean top-C sigma / mean next sigma", "inv_sigma1_slope": "RA4 1/sigma_1 slope",
+             "topk_ratio": "RA3 mean top-C sigma / mean next sigma",
+             "inv_sigma1_slope": f"RA4 1/sigma_1 slope from block {summary['ra4_fit_from']}",
              "inv_sigma1_r2": "RA4 1/sigma_1 fit R^2", "straightness": "RA1 trajectory straightness (1 = line)",
              "spacing_cv": "RA1 step-length CV (0 = equal)"}
 
@@ -109,4 +113,6 @@ def format_alignment(summary: dict[str, Any]) -> str:
     lines += [f"  {names[key]:<42}{num(summary[key]):>10}" for key in SCALARS]
     lines.append("  1/sigma_1 by block: " + " ".join(num(v) for v in summary["inv_sigma"]))
     lines.append("  NC1 by layer:       " + " ".join(num(v) for v in summary["nc1"]))
+    last = {key: summary[key][-1] for key in NC_KEYS}
+    lines.append("  last layer: " + ", ".join(f"{key} {num(v)}" for key, v in last.items()))
     return "\n".join(lines)

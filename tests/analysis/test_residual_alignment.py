@@ -66,3 +66,34 @@ def test_conv_stages_of_different_shape_are_undefined_pairs():
     assert np.isnan(out["scores"][0, 1]) and np.isnan(out["scores"][1, 0])
     assert np.isfinite(out["scores"][0, 0]) and np.isfinite(out["sigma"]).all()
     assert out["traj_pca"].shape[0] == 2, "trajectories live in the last stage's space"
+
+
+def test_ra4_is_fitted_from_block_5_as_the_papers_figure_4b_and_every_nc_metric_is_reported():
+    from lab.analysis.alignment import inverse_sigma_fit
+    from lab.analysis.collapse import collapse_metrics
+    from lab.analysis.residual_alignment import NC_KEYS, PAPER_K, RA4_FIT_START
+
+    assert (RA4_FIT_START, PAPER_K) == (4, 30)  # "post block 5" (Fig. 4b); K = 30 (Fig. 2)
+    torch.manual_seed(2)
+    model = FCResNet(depth=9, width=16, in_dim=8, num_classes=4)
+    x, y = torch.randn(12, 8), torch.arange(12) % 4
+    out = residual_alignment(model, x, y, k=6)
+    sigma1 = out["sigma"][:, 0]
+    assert int(out["fit_start"]) == 4
+    assert float(out["inv_sigma1_slope"]) == pytest.approx(inverse_sigma_fit(sigma1, start=4)["slope"])
+    np.testing.assert_allclose(out["inv_sigma_fit"], inverse_sigma_fit(sigma1, start=4)["fit"])
+    whole = residual_alignment(model, x, y, k=6, fit_start=0)
+    assert float(whole["inv_sigma1_slope"]) == pytest.approx(inverse_sigma_fit(sigma1, start=0)["slope"])
+    assert int(residual_alignment(FCResNet(depth=3, width=16, in_dim=8, num_classes=4), x, y, k=6)["fit_start"]) \
+        == 1  # fewer blocks: the last two
+    # the maximal-equiangularity NC2 and the classifier's NC2 are reported, the latter at the last layer
+    assert {"nc2_maxangle", "nc2_w_equinorm", "nc2_w_equiangular", "nc2_w_maxangle"} <= set(NC_KEYS)
+    model.eval()  # as the analysis runs it (BatchNorm on its running statistics)
+    with torch.no_grad():  # the last layer: the final state as the classifier sees it
+        state = model.forward_intermediates(x, intermediates_only=True)[-1]
+        pool = getattr(model, "pool_features", None)
+        features = (pool(state) if pool is not None else state.flatten(1)).double()
+    last = collapse_metrics(features, y, classifier_weight=model.head.weight, classifier_bias=model.head.bias)
+    for key in NC_KEYS:
+        assert out[key].shape == (10,) and float(out[key][-1]) == pytest.approx(last[key]), key
+    assert np.isnan(out["nc2_w_maxangle"][:-1]).all()
