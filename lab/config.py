@@ -43,7 +43,7 @@ LR_SCHEDULES = ("constant", "cosine", "warmup_cosine")
 TASKS = ("classify", "mae")
 ENGINES = ("auto", "tensor", "loader")
 PRECISIONS = ("auto", "fp32", "bf16")
-AUGMENTS = ("none", "mae", "resized_crop", "crop_flip")
+AUGMENTS = ("none", "mae", "resized_crop", "crop_flip", "timm")
 DATASETS = (*TOY_DATASETS, *IMAGE_DATASETS)
 
 
@@ -225,7 +225,9 @@ class DataConfig:
     augment: str = _field("none", choices=AUGMENTS, doc="loader engine, training images: mae = RandomResizedCrop "
                                                          "(scale 0.2-1) + flip as MAE pretraining; resized_crop = "
                                                          "scale 0.08-1 + flip (ImageNet classification); crop_flip "
-                                                         "= padded random crop + flip (CIFAR); none")
+                                                         "= padded random crop + flip (CIFAR); timm = timm's "
+                                                         "training transform with its defaults (image folders); "
+                                                         "none")
     workers: int = _field(4, lo=0, hi=256, doc="loader engine: data-loading worker processes per training process")
 
     def __post_init__(self) -> None:
@@ -283,6 +285,8 @@ class TrainConfig:
     checkpoint_every: int = _field(1, lo=1, doc="loader engine: write checkpoints/last.pt every N epochs (and on "
                                                 "stop)")
     probe_every: int = _field(0, lo=0, doc="loader engine, mae: a quick linear probe every N epochs (0 = never)")
+    label_smoothing: float = _field(0.0, lo=0.0, hi=1.0, doc="loader engine, classify: timm's label-smoothing "
+                                                              "cross-entropy (0.1 is timm's training default)")
     rank_inputs: int = _field(256, lo=2, doc="loader engine, mae: held-out images whose bottleneck features give "
                                              "the effective rank at each evaluation")
 

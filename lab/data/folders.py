@@ -14,6 +14,7 @@ standardised already (:func:`lab.train.build.build_data`).
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -44,7 +45,10 @@ def _augmentations(size: int, augment: str) -> list[Callable]:
                 v2.RandomHorizontalFlip()]
     if augment == "none":
         return [v2.Resize(size, antialias=True), v2.CenterCrop(size)]
-    raise ValueError(f"unknown augmentation {augment!r}; valid: mae, resized_crop, crop_flip, none")
+    if augment == "timm":
+        raise ValueError("data.augment=timm is timm's transform of image files (PIL images): it applies to "
+                         "data.name=image_folder, not to sets held in memory")
+    raise ValueError(f"unknown augmentation {augment!r}; valid: mae, resized_crop, crop_flip, timm, none")
 
 
 def _normalise() -> list[Callable]:
@@ -52,8 +56,19 @@ def _normalise() -> list[Callable]:
 
 
 def train_transform(size: int, augment: str) -> Callable[[Image.Image], torch.Tensor]:
-    """PIL image → ``[3, size, size]`` float tensor, augmented (``mae``, ``resized_crop``, ``crop_flip`` or
-    ``none``), normalised."""
+    """PIL image → ``[3, size, size]`` float tensor, augmented (``mae``, ``resized_crop``, ``crop_flip``, ``timm``
+    or ``none``), normalised.
+
+    ``timm`` is timm's own training transform with the defaults of its training script
+    (``timm.data.create_transform``: random resized crop 0.08–1 with a random choice of bilinear or bicubic
+    interpolation, flip, colour jitter 0.4), what *ResidualDroppath: Enhancing Feature Reuse over Residual
+    Connections* trains with where it leaves a setting unsaid.
+    """
+    if augment == "timm":
+        from timm.data import create_transform  # imported here: timm takes seconds to import
+
+        return create_transform(size, is_training=True, color_jitter=0.4, interpolation="random",
+                                mean=IMAGENET_MEAN, std=IMAGENET_STD)
     return v2.Compose([v2.ToImage(), *_augmentations(size, augment), *_normalise()[1:]])
 
 
@@ -90,9 +105,12 @@ class _Keyed(Dataset):
         key = (0, key) if isinstance(key, int) else key
         image, label = self._load(key[1])
         if self.transform is not None:
-            with torch.random.fork_rng(devices=[]):  # the caller's generator (the main process, workers=0) is kept
+            state = random.getstate()  # timm's transforms draw from Python's random module, torchvision's from torch
+            with torch.random.fork_rng(devices=[]):  # the caller's generators (the main process, workers=0) are kept
                 torch.manual_seed(_seed(self.seed, key))
+                random.seed(_seed(self.seed, key))
                 image = self.transform(image)
+            random.setstate(state)
         return image, label
 
 

@@ -41,7 +41,7 @@ def uses_loader(cfg: ExperimentConfig) -> bool:
 
 # settings only the loader engine reads: a tensor run given them would silently ignore them
 _LOADER_ONLY = {"train.accum_steps": 1, "train.precision": ("auto", "fp32"), "train.compile": False,
-                "data.augment": "none", "train.probe_every": 0}
+                "data.augment": "none", "train.probe_every": 0, "train.label_smoothing": 0.0}
 
 
 def resolved(cfg: ExperimentConfig) -> ExperimentConfig:

@@ -12,6 +12,8 @@ Connections* — stream images from disk through worker processes into DDP repli
 - weight decay spares norms and biases, and what a model's ``no_weight_decay()`` names (timm's
   ``param_groups_weight_decay``); the MAE's cls and mask tokens are decayed, as in the reference MAE code, and its
   position embeddings are fixed;
+- classifiers train on cross-entropy, or timm's ``LabelSmoothingCrossEntropy`` with ``train.label_smoothing``
+  (evaluation reports the plain cross-entropy);
 - bf16 autocast on CUDA (``train.precision``), ``torch.compile`` as an option;
 - every random draw of a step (crops, masks, drop paths) is a function of (seed, step, rank), so a run stopped and
   resumed continues exactly as it would have gone on;
@@ -136,6 +138,11 @@ class LoaderTrainer:
         runner = self.ddp if self.ddp is not None else self.model
         self.forward = torch.compile(runner) if cfg.compile else runner
         self.optimizer = make_optimizer(self.model, cfg)
+        self.criterion = F.cross_entropy
+        if cfg.label_smoothing > 0:  # timm's own loss, as its training script builds it
+            from timm.loss import LabelSmoothingCrossEntropy
+
+            self.criterion = LabelSmoothingCrossEntropy(smoothing=cfg.label_smoothing)
         self.bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and self.device.type == "cuda")
         self.mask_generator = torch.Generator(device=self.device)
         self.sampler = KeyedSampler(len(data.train), cfg.batch_size, world.rank, world.size, cfg.seed)
@@ -186,7 +193,7 @@ class LoaderTrainer:
         with self._autocast():
             if self.cfg.task == "mae":
                 return self.forward(x)[0]
-            return F.cross_entropy(self.forward(x), y)
+            return self.criterion(self.forward(x), y)
 
     def train_step(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
         """One optimisation step on this process's micro-batches; returns the loss averaged over all processes.

@@ -83,3 +83,29 @@ def test_keyed_sampler_refuses_a_batch_larger_than_a_share():
 def test_shard_sampler_covers_every_sample_once():
     shards = [list(ShardSampler(11, r, 3)) for r in range(3)]
     assert sorted(i for s in shards for i in s) == list(range(11))
+
+
+def test_timm_augmentation_is_timms_training_transform_keyed_like_the_others(folder):
+    import random
+
+    from timm.data.transforms import RandomResizedCropAndInterpolation
+    from torchvision.transforms import ColorJitter
+
+    transform = train_transform(16, "timm")
+    crop, jitter = transform.transforms[0], transform.transforms[2]
+    assert isinstance(crop, RandomResizedCropAndInterpolation) and crop.scale == (0.08, 1.0)
+    assert len(crop.interpolation) == 2  # "random": bilinear or bicubic, drawn per image
+    assert isinstance(jitter, ColorJitter) and jitter.brightness == (0.6, 1.4) and jitter.saturation == (0.6, 1.4)
+    train, _, _ = image_folder_files(folder, test_fraction=0.5)
+    data = FileDataset(train, transform, seed=3)
+    random.seed(123)
+    before = random.random()
+    random.seed(123)
+    first = data[(2, 1)][0]
+    assert random.random() == before  # the caller's Python generator is left as it was
+    torch.testing.assert_close(data[(2, 1)][0], first, rtol=0, atol=0)  # timm draws from Python's random: seeded
+    assert not torch.equal(data[(3, 1)][0], first) and first.shape == (3, 16, 16)
+    with pytest.raises(ValueError, match="data.augment=timm"):
+        from lab.data.folders import tensor_transform
+
+        tensor_transform(16, "timm")

@@ -147,3 +147,29 @@ def test_loader_settings_on_the_tensor_engine_are_refused(tmp_path, capsys):
     code = main(["train", "configs/spiral.yaml", "train.accum_steps=2", "--runs-dir", str(tmp_path)])
     assert code == 2 and "setting of the loader engine" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())  # refused before any folder was made
+
+
+def test_label_smoothing_is_timms_loss_and_a_loader_setting(tmp_path, capsys):
+    trainer = _trainer({"train.label_smoothing": 0.1})
+    logits, y = torch.randn(6, 2), torch.tensor([0, 1, 1, 0, 1, 0])
+    logp = logits.log_softmax(dim=1)
+    expected = (0.9 * -logp.gather(1, y[:, None]).squeeze(1) + 0.1 * -logp.mean(dim=1)).mean()
+    torch.testing.assert_close(trainer.criterion(logits, y), expected)
+    assert _trainer({}).criterion is torch.nn.functional.cross_entropy
+    code = main(["train", "configs/spiral.yaml", "train.label_smoothing=0.1", "--runs-dir", str(tmp_path)])
+    assert code == 2 and "setting of the loader engine" in capsys.readouterr().err
+
+
+def test_table_1_configs_carry_the_timm_defaults_they_claim():
+    for name in ("resnet50d_rdp_in1k", "resnet50d_rdp_cifar10", "resnet50_rdp_mnist"):
+        cfg = load_config(f"configs/{name}.yaml")
+        assert cfg.train.label_smoothing == 0.1 and cfg.model.get("zero_init") is True, name
+        assert (cfg.train.optimizer, cfg.train.lr, cfg.train.weight_decay, cfg.train.warmup_epochs) == \
+            ("sgd", 0.1, 2e-5, 5), name
+    assert load_config("configs/resnet50d_rdp_in1k.yaml").data.augment == "timm"
+    from lab.nn.registry import create_model
+
+    model = load_config("configs/resnet50_rdp_mnist.yaml").model
+    net = create_model(model.name, num_classes=10, in_chans=1, **model.builder_kwargs())
+    last_norms = [m.bn3 for m in net.modules() if hasattr(m, "bn3")]  # timm's zero_init_last: each block's last norm
+    assert len(last_norms) == 16 and not any(bn.weight.any() for bn in last_norms)
