@@ -28,6 +28,7 @@ products are batched ``jvp`` / ``vjp`` calls, for :func:`~lab.analysis.svd.rando
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 
 import torch
@@ -41,6 +42,12 @@ from lab.probe import eval_mode, iter_blocks
 __all__ = ["block_jacobians", "block_svds", "jacobian_operator", "jacobian_shapes", "residual_jacobians"]
 
 _CHUNK_ELEMENTS = 2**24  # auto chunk: about 64 MB of float32 Jacobian entries per vmapped batch
+
+# torch's forward-mode AD loads its decompositions with torch.jit.script on the first jvp, which warns that
+# torch.jit.script is deprecated: torch's own business, printed into every notebook cell and page log that first
+# analyses a model. That one warning, from that one place, is silenced.
+warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated", category=FutureWarning,
+                        module=r"torch\.jit\._script")
 
 
 def _as_batch(x: Tensor) -> tuple[Tensor, bool]:

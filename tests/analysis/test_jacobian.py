@@ -239,3 +239,17 @@ def test_jacobian_shapes_and_writing_into_a_buffer(fc_post):
     torch.testing.assert_close(buffer, residual_jacobians(fc_post, x, blocks=[0, 2]), atol=0, rtol=0)
     with pytest.raises(ValueError, match="out must be"):
         residual_jacobians(fc_post, x, out=torch.empty(3, 2, 6, 6, dtype=f64))
+
+
+def test_the_first_jacobian_of_a_process_prints_no_warning_from_torch():
+    """torch loads forward-mode AD's decompositions with torch.jit.script on the first jvp, which warns; a notebook
+    cell or page log that analyses a model should not show it (a fresh process: the load happens once)."""
+    import subprocess
+    import sys
+
+    code = ("import torch; from lab.nn.registry import create_model; from lab.analysis.jacobian import "
+            "residual_jacobians; m = create_model('fc_resnet', depth=2, width=8, in_dim=4, num_classes=3); "
+            "residual_jacobians(m, torch.randn(3, 4))")
+    out = subprocess.run([sys.executable, "-W", "default", "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "Warning" not in out.stderr, out.stderr
