@@ -27,6 +27,7 @@ from lab.train.build import build_data, build_model
 from lab.ui.knobs import Knob, config_overrides, groups, knob_class, toy_data_knobs, training_names
 from lab.ui.live_rank import MEASURES, RankViews
 from lab.ui.page import Page
+from lab.ui.text import md
 
 SCHEDULES = ("linear", "paper_eq5", "scaled_both", "scaled_branch")
 MAX_MEMBERS = 16
@@ -210,7 +211,7 @@ class RankPage(knob_class("_RankKnobs", KNOBS, Page)):
             return False
         future.drawn = True
         if future.exception() is not None:
-            self.say("danger", f"UMAP failed: {future.exception()}")
+            self.say("danger", f"UMAP failed: {md(future.exception())}")
             return False
         if future.step == int(frame["step"]) and self.embedding == "umap":
             self.rank.set_embedding("umap", future.result())
