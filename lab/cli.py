@@ -11,6 +11,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from lab.jobs.runner import config_of_run, resolved, train_and_evaluate, uses_lo
 from lab.jobs.snapshots import DiskSink, Publisher, alignment_builder
 from lab.jobs.store import CheckpointError, Run, RunFolderError, RunStore, default_runs_dir
 from lab.jobs.sweep import create_sweep, plan_sweep, train_sweep
+from lab.reproduce import BUDGETS, PAPERS, reproduce
 from lab.train.build import build_data, check_data, loader_data
 from lab.train.distributed import broadcast, close_world, init_world
 from lab.train.engine import LoaderData, ResumeMismatch
@@ -112,7 +114,37 @@ def _parser() -> argparse.ArgumentParser:
                                                    "model.alpha_min=1.0,0.8,0.6,0.5 train.seed=0,1")
     sweep.add_argument("--runs-dir", default=None, help="runs folder (default: $LAB_RUNS_DIR or ./runs)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
+    reproduce = sub.add_parser("reproduce", help="measure the papers' claims and write OUT/report.html, report.md "
+                                                 "and claims.json")
+    reproduce.add_argument("--paper", action="append", choices=list(PAPERS), default=None,
+                           help="a paper to reproduce (repeatable; default all): " +
+                                "; ".join(f"{k} = {v}" for k, v in PAPERS.items()))
+    reproduce.add_argument("--budget", default="cpu", choices=list(BUDGETS),
+                           help="smoke (seconds), cpu (within 30 minutes on 2 cores; default) or gpu (the "
+                                "full-scale commands, listed)")
+    reproduce.add_argument("--seeds", type=int, default=None, help="seeds per measurement (default: 3 for cpu)")
+    reproduce.add_argument("--out", default=None, help="report folder (default: RUNS_DIR/reproduce-<time>)")
+    reproduce.add_argument("--runs-dir", default=None)
+    reproduce.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
+
+
+def _reproduce(args: argparse.Namespace, store: RunStore) -> int:
+    """``reproduce``: 0 when the report was written (whatever the verdicts), 2 for bad input."""
+    if args.seeds is not None and args.seeds < 1:
+        print("error: --seeds must be >= 1", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else store.root / time.strftime("reproduce-%Y%m%d-%H%M%S")
+    if (out / "claims.json").exists():
+        print(f"error: {out} holds a reproduction already; choose another --out", file=sys.stderr)
+        return 2
+    results, paths = reproduce(out, papers=args.paper or list(PAPERS), budget=args.budget, seeds=args.seeds,
+                               progress=not args.no_progress)
+    width = max(len(r.claim.id) for r in results)
+    for r in results:
+        print(f"{r.claim.id:<{width}}  {r.verdict:<15} {r.lab_value}")
+    print(f"wrote {paths['html']}, {paths['md'].name} and {paths['json'].name}", file=sys.stderr)
+    return 0
 
 
 def _analyze(args: argparse.Namespace, store: RunStore) -> int:
@@ -234,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         return _probe(args, store)
     if args.command == "sweep":
         return _sweep(args, store)
+    if args.command == "reproduce":
+        return _reproduce(args, store)
     if args.steps is not None and args.steps < 1:
         print("error: --steps must be >= 1", file=sys.stderr)
         return 2

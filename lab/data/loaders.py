@@ -142,6 +142,30 @@ def load_digits(
     return ImageSplit(x[tr], y[tr], x[te], y[te], tuple(names[i] for i in source), "digits", tuple(source))
 
 
+def write_digits_folder(root: str | Path, *, image_size: int = 32, every: int = 1, seed: int = 0) -> Path:
+    """scikit-learn's digits written as an ImageFolder tree, ``root/train/<digit>/*.png`` and
+    ``root/val/<digit>/*.png`` (:func:`load_digits`'s split), every ``every``-th image: the loader engine's file
+    path, exercised on data that ships with the lab. A folder that exists already is returned as it is.
+
+    Returns:
+        ``root`` as a Path.
+    """
+    from PIL import Image
+
+    root = Path(root)
+    if root.is_dir():
+        return root
+    digits = load_digits(image_size=image_size, seed=seed)
+    partial = root.with_name(f".{root.name}.partial")  # renamed into place once whole: no half-written tree
+    for split, x, y in (("train", digits.x_train, digits.y_train), ("val", digits.x_test, digits.y_test)):
+        for i, (image, label) in enumerate(zip(x[::every], y[::every], strict=True)):
+            folder = partial / split / str(int(label))
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray((image[0].numpy() * 255).round().astype(np.uint8)).save(folder / f"{i:04d}.png")
+    partial.rename(root)
+    return root
+
+
 def _find_mnist_files(root: Path, kind: str) -> dict[str, Path]:
     """Each IDX file's path (raw preferred over .gz) in the first candidate folder that holds any of them."""
     layout = "FashionMNIST" if kind == "fashion" else "MNIST"

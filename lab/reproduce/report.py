@@ -1,0 +1,122 @@
+"""The reproduction's report: ``claims.json``, ``report.md`` and a self-contained ``report.html``.
+
+``report.html`` carries BokehJS inline and every figure embedded, so it opens offline (an air-gapped cluster node,
+an e-mail attachment). Every text in it is escaped: the report shows data, never markup.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+
+from lab.jobs.store import atomic_write_bytes, json_text
+from lab.reproduce.claims import PAPERS, Curves, Result
+
+_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf")
+
+
+def table_rows(results: list[Result]) -> list[dict[str, str]]:
+    """One row per claim, as the Markdown and HTML tables show it."""
+    return [{"paper": PAPERS[r.claim.paper], "where": r.claim.where, "claim": r.claim.statement,
+             "paper's number": r.claim.paper_value, "lab": r.lab_value, "verdict": r.verdict,
+             "time": f"{r.seconds:.0f} s" if r.seconds else "—"} for r in results]
+
+
+def _md_cell(text: str) -> str:
+    return html.escape(text, quote=False).replace("|", "\\|").replace("\n", " ")
+
+
+def _caveat(meta: dict[str, Any]) -> str:
+    if meta["budget"] == "smoke":
+        return (" Smoke budget: models of a few units trained for a few steps; the verdicts test the pipeline, not "
+                "the papers.")
+    return ""
+
+
+def markdown(results: list[Result], meta: dict[str, Any]) -> str:
+    """``report.md``: the table, then each claim's measure, reason and commands."""
+    rows = table_rows(results)
+    head = list(rows[0]) if rows else []
+    lines = [f"# Reproduction ({meta['budget']} budget, {meta['seeds']} seed(s), {meta['seconds']:.0f} s)", "",
+             "Values are mean ± sd over seeds. Verdicts: holds / differs / not measurable (with the reason)."
+             + _caveat(meta), "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(_md_cell(row[k]) for k in head) + " |" for row in rows]
+    for r in results:
+        lines += ["", f"## {_md_cell(r.claim.where)}: {_md_cell(r.claim.statement)}", "",
+                  f"- Paper: {_md_cell(PAPERS[r.claim.paper])}; {_md_cell(r.claim.paper_value)}",
+                  f"- Measured: {_md_cell(r.claim.measure)}", f"- Lab: {_md_cell(r.lab_value)}",
+                  f"- Verdict: **{r.verdict}**: {_md_cell(r.reason)}"]
+        if r.commands:
+            lines += ["", "```bash", *r.commands, "```"]
+    return "\n".join(lines) + "\n"
+
+
+def _figure(curves: Curves) -> Any:
+    from bokeh.models import Legend
+    from bokeh.plotting import figure
+
+    fig = figure(title=curves.title, x_axis_label=curves.x_label, y_axis_label=curves.y_label,
+                 frame_width=520, frame_height=300, y_axis_type="log" if curves.log_y else "linear",
+                 tools="pan,wheel_zoom,box_zoom,reset,save,hover")
+    items = []
+    for i, (label, (x, y)) in enumerate(curves.series.items()):
+        line = fig.line(x, y, line_width=2, color=_COLORS[i % len(_COLORS)])
+        items.append((label, [line]))
+    fig.add_layout(Legend(items=items, click_policy="hide"), "right")
+    return fig
+
+
+def html_page(results: list[Result], meta: dict[str, Any]) -> str:
+    """``report.html``: the table and the figures, with BokehJS inline (opens offline)."""
+    from bokeh.embed import components
+    from bokeh.resources import INLINE
+
+    rows = table_rows(results)
+    head = list(rows[0]) if rows else []
+    figures = [(r, _figure(r.figure)) for r in results if r.figure is not None]
+    script, divs = components([f for _, f in figures]) if figures else ("", [])
+    esc = html.escape
+    def cell(row: dict[str, str], key: str) -> str:
+        css = row["verdict"].replace(" ", "-") if key == "verdict" else ""
+        return f"<td class='{esc(css)}'>{esc(row[key])}</td>"
+
+    table = ("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"
+             + "".join("<tr>" + "".join(cell(row, k) for k in head) + "</tr>" for row in rows) + "</table>")
+    details = "".join(
+        f"<h3>{esc(r.claim.where)}: {esc(r.claim.statement)}</h3><p>{esc(PAPERS[r.claim.paper])}. Paper: "
+        f"{esc(r.claim.paper_value)}. Measured: {esc(r.claim.measure)}.</p><p><b>{esc(r.verdict)}</b>: "
+        f"{esc(r.reason)}</p>" + (f"<pre>{esc(chr(10).join(r.commands))}</pre>" if r.commands else "")
+        for r in results)
+    plots = "".join(f"<h3>{esc(r.claim.where)} ({esc(r.claim.id)})</h3>{div}"
+                    for (r, _), div in zip(figures, divs, strict=True))
+    style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left}"
+             ".holds{background:#e3f4e3}.differs{background:#fbe3e3}.not-measurable{background:#eee}"
+             "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}")
+    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Residual Lab reproduction</title>"
+            f"<style>{style}</style>{INLINE.render()}{script}</head><body>"
+            f"<h1>Reproduction: {esc(meta['budget'])} budget, {meta['seeds']} seed(s), {meta['seconds']:.0f} s</h1>"
+            f"<p>Values are mean ± sd over seeds.{esc(_caveat(meta))}</p>{table}<h2>Figures</h2>{plots}"
+            f"<h2>Claims</h2>{details}</body></html>")
+
+
+def write_report(results: list[Result], out: Path, meta: dict[str, Any]) -> dict[str, Path]:
+    """Write ``claims.json``, ``report.md`` and ``report.html`` into ``out``; returns their paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "claims.json", "md": out / "report.md", "html": out / "report.html"}
+    record = {**meta, "claims": [r.record() for r in results],
+              "figures": {r.claim.id: {"title": r.figure.title, "series": r.figure.series}
+                          for r in results if r.figure is not None}}
+    atomic_write_bytes(paths["json"], json_text(record, indent=2).encode())
+    atomic_write_bytes(paths["md"], markdown(results, meta).encode())
+    atomic_write_bytes(paths["html"], html_page(results, meta).encode())
+    return paths
+
+
+def read_claims(out: Path) -> dict[str, Any]:
+    """``claims.json`` of a reproduction folder."""
+    return json.loads((out / "claims.json").read_text())

@@ -1,0 +1,48 @@
+"""Training for a reproduction: the lab's own commands, run in this process into ordinary run folders.
+
+Every experiment trains through :func:`lab.jobs.runner.train_and_evaluate` into a run folder under the
+reproduction's ``runs/`` (so the Runs page can open each one), and records the command line that does the same
+from a shell, which the report prints beside each claim.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from lab.config import ExperimentConfig, load_config
+from lab.jobs.runner import resolved, train_and_evaluate
+from lab.jobs.store import Run, RunStore
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+class ReproductionError(RuntimeError):
+    """A training run of a reproduction did not complete (diverged, failed); the message names the run."""
+
+
+def command(*args: str) -> str:
+    """``python -m lab ARGS`` as a shell line."""
+    return "python -m lab " + " ".join(shlex.quote(a) for a in args)
+
+
+def config(name: str, overrides: list[str]) -> ExperimentConfig:
+    """``configs/<name>.yaml`` with ``overrides``, its engine decided."""
+    return resolved(load_config(CONFIGS / f"{name}.yaml", overrides))
+
+
+def train(name: str, overrides: list[str], store: RunStore, run_name: str) -> tuple[Run, str]:
+    """Train ``configs/<name>.yaml`` with ``overrides`` into a new run folder of ``store``.
+
+    Returns:
+        The run folder and the command that trains the same from a shell.
+
+    Raises:
+        ReproductionError: the run did not complete.
+    """
+    cfg = config(name, overrides)
+    run = store.create(run_name)
+    status = train_and_evaluate(cfg, run, progress=False)
+    if status["state"] != "completed":
+        raise ReproductionError(f"{run.path}: {status['state']}: {status['message']}")
+    return run, command("train", f"configs/{name}.yaml", *overrides, "--name", run_name)

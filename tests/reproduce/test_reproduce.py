@@ -1,0 +1,108 @@
+"""``python -m lab reproduce``: every claim reported with a verdict, commands and time; a self-contained report that
+shows data as text; an experiment that fails loses only its own claims."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from lab.cli import main
+from lab.reproduce import reproduce
+from lab.reproduce.alignment import claims_of
+from lab.reproduce.claims import PAPERS, Claim, Curves, Result, mean_sd
+from lab.reproduce.decayed import CLAIMS as DECAYED
+from lab.reproduce.droppath import CLAIMS as DROPPATH
+from lab.reproduce.droppath import _falls
+from lab.reproduce.report import html_page, markdown
+
+EVERY_CLAIM = [c.id for c in (*claims_of("fc"), *claims_of("conv"), *DECAYED.values(), *DROPPATH.values())]
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("reproduce") / "out"
+    assert main(["reproduce", "--budget", "smoke", "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+def test_smoke_reports_every_claim_with_a_verdict_commands_and_time(smoke):
+    record = json.loads((smoke / "claims.json").read_text())
+    assert record["budget"] == "smoke" and record["seeds"] == 1
+    claims = {c["id"]: c for c in record["claims"]}
+    assert list(claims) == EVERY_CLAIM and len(EVERY_CLAIM) == 16
+    for claim in claims.values():
+        assert claim["verdict"] in ("holds", "differs"), claim  # smoke measures everything it lists
+        assert claim["commands"] and claim["commands"][0].startswith("python -m lab ")
+        assert claim["seconds"] > 0 and claim["paper"] in PAPERS.values() and claim["lab_value"] != "—"
+    assert all(len(v) == 1 for c in claims.values() for v in c["values"].values())  # one seed
+    # every training is an ordinary run folder the Runs page can open
+    folders = list((smoke / "runs").iterdir())
+    runs = [p for p in folders if (p / "status.json").exists()]
+    sweeps = [p for p in folders if (p / "sweep.json").exists()]  # the rank sweep and its controls
+    assert (len(runs), len(sweeps)) == (11, 2)
+    assert all(json.loads((p / "status.json").read_text())["state"] == "completed" for p in runs)
+    md = (smoke / "report.md").read_text()
+    assert "Smoke budget" in md and md.count("\n| ") == 1 + 16  # header and one row per claim
+    page = (smoke / "report.html").read_text()
+    assert not re.search(r"<(script|link)[^>]+(src|href)=['\"]?https?:", page)  # nothing fetched: opens offline
+    assert page.count("class='holds'") + page.count("class='differs'") == 16
+
+
+def test_the_gpu_budget_lists_the_full_scale_commands_and_measures_nothing(tmp_path):
+    results, paths = reproduce(tmp_path / "gpu", budget="gpu", progress=False)
+    assert [r.claim.id for r in results] == EVERY_CLAIM
+    assert all(r.verdict == "not measurable" and r.commands and r.reason for r in results)
+    assert any("torchrun" in line for r in results for line in r.commands)
+    assert not (tmp_path / "gpu" / "runs").exists() or not any((tmp_path / "gpu" / "runs").iterdir())
+    assert paths["json"].is_file()
+
+
+def test_a_failed_experiment_reports_its_own_claims_and_the_others_go_on(tmp_path, monkeypatch):
+    from lab.reproduce import droppath
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(droppath, "measure_figure3", broken)
+    results, _ = reproduce(tmp_path / "r", papers=["droppath"], budget="smoke", progress=False)
+    by_id = {r.claim.id: r for r in results}
+    assert by_id["droppath.figure3"].verdict == "not measurable"
+    assert "RuntimeError: disk full" in by_id["droppath.figure3"].reason
+    assert by_id["droppath.table1"].verdict in ("holds", "differs")
+
+
+def test_bad_input_is_refused_before_anything_is_written(smoke, tmp_path, capsys):
+    assert main(["reproduce", "--budget", "smoke", "--out", str(smoke)]) == 2  # a finished report is never replaced
+    assert "holds a reproduction already" in capsys.readouterr().err
+    assert main(["reproduce", "--seeds", "0", "--out", str(tmp_path / "x")]) == 2
+    assert not (tmp_path / "x").exists()
+    with pytest.raises(SystemExit):
+        main(["reproduce", "--paper", "nope"])
+    with pytest.raises(ValueError, match="budget"):
+        reproduce(tmp_path / "y", budget="tpu")
+
+
+def test_the_report_shows_every_text_as_text():
+    claim = Claim("x.y", "alignment", "<b>Figure 1</b>", "a <script>alert(1)</script> claim", "1 | 2", "m <i>")
+    result = Result(claim, {"a": [1.0, 2.0]}, "<img src=x onerror=alert(2)>", "holds", "because <b>", ["echo <x>"],
+                    1.0, Curves("<t>", "x", "y", {"<s>": ([0, 1], [1, 2])}))
+    meta = {"budget": "cpu", "seeds": 2, "seconds": 3.0}
+    page = html_page([result], meta)
+    for raw in ("<script>alert(1)", "<img src=x", "<b>Figure", "<b>because", "<x>", "<i>"):
+        assert raw not in page
+    assert "&lt;img src=x onerror=alert(2)&gt;" in page
+    md = markdown([result], meta)
+    assert "<script>" not in md and "1 \\| 2" in md
+
+
+def test_measures_and_summaries():
+    assert mean_sd([1.0, 2.0, 3.0]) == "2 ± 1" and mean_sd([0.5]) == "0.5" and mean_sd([]) == "n/a"
+    assert mean_sd([1.0, float("nan"), 3.0]) == "2 ± 1.41"
+    with pytest.raises(ValueError, match="verdict"):
+        Result(Claim("a", "alignment", "", "", "", ""), {}, "", "maybe", "")
+    rising = np.abs(np.subtract.outer(np.arange(5.0), np.arange(5.0)))  # distance grows with the gap: monotonic
+    assert _falls(rising) == 0
+    detour = rising.copy()
+    detour[0, 3] = detour[3, 0] = 1.5  # layer 3 comes back towards layer 0
+    assert _falls(detour) == 1
