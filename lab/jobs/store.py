@@ -377,8 +377,13 @@ class Run:
     def snapshot_versions(self, kind: str) -> list[int]:
         """Versions of ``kind`` on disk, ascending."""
         prefix = f"{sanitize_name(kind)}-"
+        folder = self.path / "snapshots"
+        if folder.is_symlink():  # never followed: it could lead anywhere
+            return []
         out = []
-        for p in (self.path / "snapshots").glob(f"{prefix}*.npz"):
+        for p in folder.glob(f"{prefix}*.npz"):
+            if p.is_symlink():
+                continue
             with contextlib.suppress(ValueError):
                 out.append(int(p.stem[len(prefix):]))
         return sorted(out)
@@ -391,7 +396,9 @@ class Run:
         versions = self.snapshot_versions(kind) if version is None else [version]
         for v in reversed(versions):
             path = self.path / "snapshots" / f"{sanitize_name(kind)}-{v:09d}.npz"
-            with contextlib.suppress(OSError, ValueError, EOFError), np.load(path) as z:
+            if path.parent.is_symlink():
+                return None
+            with contextlib.suppress(OSError, ValueError, EOFError), np.load(io.BytesIO(read_entry(path))) as z:
                 return v, Snapshot(kind, {k: z[k] for k in z.files})
         return None
 

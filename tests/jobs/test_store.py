@@ -187,3 +187,18 @@ def test_config_json_records_versions(tmp_path):
     data = json.loads((tmp_path / "config.json").read_text())
     assert data["config"] == {"name": "x"} and "torch" in data["versions"] and "git_commit" in data
     assert run.read_config() == {"name": "x"}
+
+
+def test_snapshots_that_are_links_are_not_read(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    np.savez(outside / "nodes-000000007.npz", secret=np.arange(3))
+    run = RunStore(tmp_path / "runs").create("r")
+    run.save_snapshot("nodes", 1, {"a": np.zeros(2)})
+    (run.path / "snapshots" / "nodes-000000007.npz").symlink_to(outside / "nodes-000000007.npz")
+    assert run.snapshot_versions("nodes") == [1]
+    assert run.load_snapshot("nodes", 7) is None and run.load_snapshot("nodes")[0] == 1
+    linked = RunStore(tmp_path / "runs").create("l")
+    (linked.path / "snapshots").rmdir()
+    (linked.path / "snapshots").symlink_to(outside)
+    assert linked.snapshot_versions("nodes") == [] and linked.load_snapshot("nodes", 7) is None
