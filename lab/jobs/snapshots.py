@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from lab.analysis.node_maps import node_maps
-from lab.analysis.residual_alignment import residual_alignment
+from lab.analysis.residual_alignment import PAPER_K, RA4_FIT_START, residual_alignment
 from lab.analysis.similarity import layer_distances, linear_cka
 from lab.data.toy2d import ToyData
 from lab.train.trainer import Callback, Trainer
@@ -71,14 +71,17 @@ BUILDERS: dict[str, Builder] = {"nodes": nodes_snapshot, "similarity": similarit
 _FUNCTORCH = threading.Lock()
 
 
-def alignment_builder(data: ToyData, *, k: int, inputs: int = 64, nc_inputs: int = 500, grid_inputs: int = 1,
-                      baseline_trials: int = 8, seed: int = 0) -> Builder:
+def alignment_builder(data: ToyData, *, k: int = PAPER_K, inputs: int = 64, nc_inputs: int = 500,
+                      grid_inputs: int = 1, baseline_trials: int = 8, fit_start: int = RA4_FIT_START,
+                      seed: int = 0) -> Builder:
     """A builder of ``alignment`` snapshots: :func:`~lab.analysis.residual_alignment.residual_alignment` of the
     model at the first ``inputs`` test inputs (NC on the first ``nc_inputs`` training inputs).
 
     The inputs are fixed when the builder is made, so successive frames of a run are comparable. It returns None
     (no frame) while the model's singular values are not finite: a diverging model publishes nothing. NaN is
     otherwise meaningful in these frames (pairs of blocks in different conv stages, a 1/σ₁ fit of one block).
+    ``k`` (the paper's K = 30 unless told) must not exceed the smallest block's size; ``fit_start`` is the first
+    block (0-based) of the 1/σ₁ fit (the paper's: from block 5).
     """
     x, y = data.x_test[:inputs], data.y_test[:inputs]
     nc_x, nc_y = data.x_train[:nc_inputs], data.y_train[:nc_inputs]
@@ -88,7 +91,7 @@ def alignment_builder(data: ToyData, *, k: int, inputs: int = 64, nc_inputs: int
         with _FUNCTORCH:
             frame = residual_alignment(model, x.to(device), y.to(device), k, nc_x=nc_x.to(device), nc_y=nc_y.to(device),
                                        num_classes=data.num_classes, grid_inputs=grid_inputs,
-                                       baseline_trials=baseline_trials, seed=seed)
+                                       baseline_trials=baseline_trials, fit_start=fit_start, seed=seed)
         if not np.isfinite(frame["sigma"]).all():
             return None
         return {key: (v.astype(np.float32) if v.dtype == np.float64 else v) for key, v in frame.items()}
