@@ -25,7 +25,7 @@ from PIL import Image
 
 from lab.config import ConfigError, ExperimentConfig, apply_overrides, to_dict
 from lab.data.toy2d import make_toy_data
-from lab.jobs.manager import JobManager
+from lab.jobs.manager import JobManager, ManagerBusy
 from lab.jobs.snapshots import nodes_snapshot, similarity_snapshot
 from lab.nn.mlp import ACTIVATIONS
 from lab.shortcuts import DECAYED, SCHEDULES, block_scales
@@ -186,7 +186,10 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
         if not self.follower.running:
             self._start(paused=False)
         elif self.job.status().get("state") == "paused":
-            self.job.resume()
+            try:
+                self.job.resume()
+            except ManagerBusy as err:  # a paused job holds no slot: other runs took them meanwhile
+                self.follower.status.error(str(err), "warning")
         else:
             self.job.pause()
 
@@ -194,7 +197,10 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
     def _one_step(self) -> None:
         if not self.follower.running and not self._start(paused=True):
             return
-        self.job.step(1)
+        try:
+            self.job.step(1)
+        except ManagerBusy as err:
+            self.follower.status.error(str(err), "warning")
 
     @param.depends("reset", watch=True)
     def _reset(self) -> None:

@@ -31,11 +31,14 @@ class JobStatus(pn.viewable.Viewer):
         self._bar = pn.indicators.Progress(value=0, max=100, bar_color="primary", sizing_mode="stretch_width",
                                            height=12, margin=(0, 10))
         self.alert = alert_pane("", alert_type="danger", visible=False, margin=(5, 10))
+        self._state: str | None = None  # the state last shown
+        self._alert_state: str | None = None  # the state shown when a page's message went up (None: the status's)
         self._layout = pn.Column(self._line, self._bar, self.alert, sizing_mode="stretch_width")
 
     def show(self, status: dict[str, Any], run: str | None = None) -> None:
         """Reflect ``status`` (a run's status.json) of the run folder called ``run``."""
         state = status.get("state", "unknown")
+        self._state = state
         step, total = status.get("step") or 0, status.get("total_steps") or 0
         metrics = status.get("metrics") or {}
         acc = f" · test acc {metrics['test_acc']:.3f}" if "test_acc" in metrics else ""
@@ -46,11 +49,13 @@ class JobStatus(pn.viewable.Viewer):
         self._bar.bar_color = {"diverged": "danger", "failed": "danger", "completed": "success"}.get(state, "primary")
         if state in _ALERTS:
             self.error(str(status.get("message") or state), _ALERTS[state])
-        else:
-            self.alert.visible = False
+            self._alert_state = None
+        elif self._alert_state is None or self._alert_state != state:
+            self.alert.visible = False  # a page's message stays while the state it was about lasts
 
     def error(self, text: str, kind: str = "danger") -> None:
-        """Show ``text`` in the alert, as text (the server keeps running; nothing is lost).
+        """Show ``text`` in the alert, as text (the server keeps running; nothing is lost). It stays up while the
+        job's state is the one shown now (a refused resume of a paused job: until the job runs again).
 
         Args:
             text: plain text, not Markdown: a run's message or an exception's, which may hold anything.
@@ -59,6 +64,7 @@ class JobStatus(pn.viewable.Viewer):
         self.alert.alert_type = kind
         self.alert.object = md(text)
         self.alert.visible = True
+        self._alert_state = self._state
 
     def clear(self) -> None:
         self.alert.visible = False

@@ -68,6 +68,23 @@ def test_busy_manager_is_reported(manager):
     other.stop()
 
 
+def test_resuming_with_every_slot_taken_says_so_and_stays_paused(manager):
+    page = small_page(manager)
+    page.param.trigger("step")  # a paused run, one step trained
+    assert poll_until(page, lambda: page.job.status()["step"] == 1 and page.job.status()["state"] == "paused")
+    other = manager.start_thread(tiny())  # a paused job holds no slot: another run takes the only one
+    for action in ("play", "step"):
+        page.param.trigger(action)  # refused: the message is shown, no exception escapes the handler
+        page.poll()
+        assert page.follower.status.alert.visible and page.follower.status.alert.alert_type == "warning"
+        assert "busy: 1 of 1" in shown(page.follower.status.alert), action
+        assert page.job.status()["state"] == "paused" and page.job.status()["step"] == 1
+    other.stop()
+    page.param.trigger("play")  # the slot is free again: the run goes on and the message goes
+    assert poll_until(page, lambda: page.job.status()["state"] == "running" and not page.follower.status.alert.visible)
+    page.param.trigger("reset")
+
+
 def test_exports(manager):
     page = small_page(manager)
     png = Image.open(page.grid_png())
