@@ -7,6 +7,10 @@ initialisation seed, same batches, same step), drawn in a second column.
 
 Frames are on demand: the job builds the next one (:func:`lab.jobs.snapshots.alignment_builder`, on the training
 thread between steps) only after the page has drawn the last and at least ``every`` steps later.
+
+The analysis starts from the paper's choices: K = 30 singular triplets per block (its Fig. 2; fewer when a block
+is narrower), the 1/σ₁ line fitted from block 5 on (its Fig. 4b), and trajectories projected on two random
+Gaussian directions. Each view is one row: the network with skips beside the one without, at fixed sizes.
 """
 
 from __future__ import annotations
@@ -23,16 +27,17 @@ from bokeh.embed import file_html
 from bokeh.layouts import gridplot
 from bokeh.resources import INLINE
 
+from lab.analysis.residual_alignment import PAPER_K, RA4_FIT_START
 from lab.config import ConfigError, ExperimentConfig, ModelConfig, apply_overrides, to_dict
 from lab.data.images import IMAGE_DATASETS
 from lab.data.roots import resolve_data_path
 from lab.jobs.lockstep import Lockstep
-from lab.jobs.manager import JobManager
+from lab.jobs.manager import JobManager, ManagerBusy
 from lab.jobs.snapshots import alignment_builder
 from lab.train.build import build_data, build_model
 from lab.ui.follower import JobFollower
 from lab.ui.knobs import Knob, config_overrides, groups, knob_class, training_names, view_names
-from lab.ui.live_alignment import AlignmentViews
+from lab.ui.live_alignment import VIEWS, AlignmentViews
 from lab.ui.live_curves import LiveCurves
 from lab.ui.page import Page
 
@@ -74,13 +79,17 @@ KNOBS: dict[str, Knob] = {
     "stochastic_depth": Knob(param.Number(default=0.0, bounds=(0.0, 0.9), step=0.05, doc="probability of "
                                           "skipping a block's branch while training (the paper's Fig. 5: 0.3)"),
                              "Training", "train.drop_path_rate"),
-    "k": Knob(param.Integer(default=20, bounds=(1, 64), doc="singular vectors per block (the paper: C to 2C)"),
+    "k": Knob(param.Integer(default=PAPER_K, bounds=(1, 64), doc="singular vectors per block K (the paper: 10 to "
+                                                                  "30, its Fig. 2: 30; at most the block's size)"),
               "Analysis"),
+    "fit_from": Knob(param.Integer(default=RA4_FIT_START + 1, bounds=(1, 32), doc="RA4: the 1/σ₁ line is fitted "
+                                   "from this block on (the paper's Fig. 4b: 5; a shallower network fits its last "
+                                   "two)"), "Analysis"),
     "inputs": Knob(param.Integer(default=64, bounds=(4, 512), doc="test inputs analysed"), "Analysis"),
     "every": Knob(param.Integer(default=20, bounds=(1, 5000), doc="at least this many steps between frames"),
                   "Analysis"),
-    "projection": Knob(param.Selector(default="pca", objects=["pca", "gauss"], doc="RA1 plane: top-2 principal "
-                                      "directions or two random Gaussian ones (the paper's)"), "View",
+    "projection": Knob(param.Selector(default="gauss", objects=["gauss", "pca"], doc="RA1 plane: two random "
+                                      "Gaussian directions (the paper's) or the top-2 principal ones"), "View",
                        training=False),
     "pair_i": Knob(param.Integer(default=1, bounds=(0, 31), doc="enlarged pair: Jacobian of block i"), "View",
                    training=False),
@@ -90,6 +99,8 @@ KNOBS: dict[str, Knob] = {
 TRAINING = training_names(KNOBS)
 VIEW = view_names(KNOBS)
 FIXED = {"train.momentum": 0.9, "train.log_every": 5}
+COLUMN_PX = 500
+"""Width of each run's column: its widest figure (frame, axes, legend or colour bar) fits; nothing is squeezed."""
 
 
 class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, Page)):
@@ -123,9 +134,8 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, Page)):
         self.follower.on_metrics(self.curves.extend)
         self.twin_follower.on_snapshot("alignment", self.twin.show)
         self.twin_follower.on_metrics(self.twin_curves.extend)
-        self._twin_column = pn.Column(self.twin, self.twin_curves.pane, sizing_mode="stretch_width")
-        self._views = pn.Row(pn.Column(self.main, self.curves.pane, self._downloads(), sizing_mode="stretch_width"),
-                             self._twin_column, sizing_mode="stretch_width")
+        self._twin_parts: list[pn.viewable.Viewable] = []  # what the contrast switch shows or hides
+        self._views = pn.Column(*self._rows(), self._downloads())
         self.follower.add_views(self._views)
         self.twin_follower.add_views(self._views)
         self._rebuild()
@@ -171,7 +181,7 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, Page)):
     def _builder(self, data) -> tuple[Any, int]:
         """The frame builder for ``data`` and the K it uses (at most the smallest block's size)."""
         k = min(self.k, self._max_k(data))
-        return alignment_builder(data, k=k, inputs=self.inputs), k
+        return alignment_builder(data, k=k, inputs=self.inputs, fit_start=self.fit_from - 1), k
 
     def _max_k(self, data) -> int:
         """The largest K the Jacobians allow: the smallest residual-stream size."""
@@ -199,7 +209,8 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, Page)):
         self.follower.status.clear()
         self.curves.clear()
         self.twin_curves.clear()
-        self._twin_column.visible = self.contrast
+        for part in self._twin_parts:
+            part.visible = self.contrast
         if self.k > k:
             self.say("info", f"K = {self.k} is more than the smallest block's size; using K = {k}.")
 
@@ -239,8 +250,11 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, Page)):
             self._start(paused=False)
             return
         paused = self.job.status().get("state") == "paused"
-        for job in self._jobs():
-            job.resume() if paused else job.pause()
+        try:
+            for job in self._jobs():
+                job.resume() if paused else job.pause()
+        except ManagerBusy as err:  # a paused job holds no slot: other runs took them meanwhile
+            self._busy(err)
 
     @param.depends("step", watch=True)
     def _one_step(self) -> None:
@@ -249,8 +263,19 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, Page)):
             self.twin_curves.clear()
             if not self._start(paused=True):
                 return
+        try:
+            for job in self._jobs():
+                job.step(1)
+        except ManagerBusy as err:
+            self._busy(err)
+
+    def _busy(self, err: ManagerBusy) -> None:
+        """The runs stay paused: no slot is free to train them (each job that did resume is paused again, so
+        the two networks stay in lockstep)."""
         for job in self._jobs():
-            job.step(1)
+            if job.status().get("state") != "paused":
+                job.pause()
+        self.follower.status.error(str(err), "warning")
 
     @param.depends("reset", watch=True)
     def _reset(self) -> None:
@@ -313,6 +338,21 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, Page)):
         return pn.Column(buttons, self.follower, self.twin_follower, self.notice,
                          pn.Accordion(*sections, active=[1, 3], sizing_mode="stretch_width"),
                          sizing_mode="stretch_width")
+
+    def _rows(self) -> list[pn.viewable.Viewable]:
+        """One row per view, the run with skips on the left and its twin on the right, each in a column of
+        :data:`COLUMN_PX` (the same view of both runs at the same place, at full size: never squeezed)."""
+
+        def pair(left: pn.viewable.Viewable, right: pn.viewable.Viewable) -> pn.Row:
+            box = pn.Column(right, width=COLUMN_PX)
+            self._twin_parts.append(box)
+            return pn.Row(pn.Column(left, width=COLUMN_PX), box)
+
+        heads = pair(pn.Column(self.main.heading, self.main.summary), pn.Column(self.twin.heading,
+                                                                                self.twin.summary))
+        views = [pair(self.main.panes[name], self.twin.panes[name]) for name in VIEWS]
+        curves = [pair(a, b) for a, b in zip(self.curves.pane, self.twin_curves.pane, strict=True)]
+        return [heads, *views, *curves]
 
     def views(self) -> pn.viewable.Viewable:
         """RA1–RA4, neural collapse and the curves of each run (the served page's main area)."""

@@ -4,6 +4,13 @@ One :class:`AlignmentViews` draws one run: RA1 trajectories, the RA2 mosaic of a
 enlarged, RA3 spectra, RA4 1/σ₁ with its fitted line, and neural collapse by layer. Every figure is a raw Bokeh
 figure whose sources are replaced and whose ranges are set from the data drawn, so a view can never show an empty
 frame while its data sits outside it; changes happen inside ``pn.io.unlocked()`` (see :mod:`lab.ui.live_grid`).
+
+Every figure has a fixed frame, a title that fits over it, and its legend or colour bar beside or below the frame:
+a layout places the figures (:data:`VIEWS`, two per row stand-alone, or paired with a second run's on the
+Alignment page) and never squeezes them. The two images (mosaic and pair) are drawn in matrix orientation: the y
+range runs from the image's height at the bottom to 0 at the top, and the image sits at (0, 0) with Bokeh's
+default anchor and origin (bottom left in data coordinates, which is the top of the screen here), so array row 0
+is the top row of the plot.
 """
 
 from __future__ import annotations
@@ -13,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import panel as pn
+from bokeh.core.properties import value
 from bokeh.models import ColorBar, ColumnDataSource, HoverTool, LinearColorMapper, Range1d, Span
 from bokeh.palettes import Category10_10, RdBu11, Viridis256
 from bokeh.plotting import figure
@@ -21,6 +29,8 @@ from lab.viz.palette import BLUE, ORANGE
 
 NC_LINES = (("nc1", "NC1 within/between", BLUE), ("nc2_equinorm", "NC2 equinorm", ORANGE),
             ("nc2_equiangular", "NC2 equiangular", "#2ca02c"), ("nc4", "NC4 vs NCC", "#9467bd"))
+VIEWS = ("trajectories", "grid", "pair", "spectrum", "ra4", "collapse")
+"""The figures of one run, in the order a page shows them."""
 
 
 def _fit(lo: float, hi: float, pad: float = 0.05) -> tuple[float, float]:
@@ -54,6 +64,24 @@ def mosaic(grid: np.ndarray, gap: int = 1) -> np.ndarray:
     return out
 
 
+def _legend_beside(fig: figure, title: str = "") -> None:
+    """Move ``fig``'s legend to the right of its frame (where it hides no data), compact."""
+    legend = fig.legend[0]
+    fig.center.remove(legend)
+    legend.update(title=title, label_text_font_size="10px", title_text_font_size="10px", glyph_height=12,
+                  glyph_width=12, spacing=0, padding=4, margin=4, location="top_left")
+    fig.add_layout(legend, "right")
+
+
+def _legend_below(fig: figure, ncols: int = 1) -> None:
+    """Move ``fig``'s legend under its frame."""
+    legend = fig.legend[0]
+    fig.center.remove(legend)
+    legend.update(label_text_font_size="11px", glyph_height=14, spacing=2, padding=4, margin=4, ncols=ncols,
+                  location="top_left")
+    fig.add_layout(legend, "below")
+
+
 class AlignmentViews:
     """All views of one run's alignment frames.
 
@@ -65,30 +93,32 @@ class AlignmentViews:
     def __init__(self, label: str = "", size: int = 300) -> None:
         self.label = label
         self.frame: dict[str, np.ndarray] | None = None
-        self.projection = "pca"
+        self.projection = "gauss"  # the paper's RA1 plane: two random Gaussian directions
         self.pair = (1, 0)
         tools = "pan,wheel_zoom,box_zoom,reset,save"
 
         # RA1: trajectories
         self.paths = ColumnDataSource(data={"xs": [], "ys": [], "color": [], "label": []})
         self.means = ColumnDataSource(data={"x": [], "y": [], "color": [], "label": [], "layer": []})
-        self.trajectories = figure(title="RA1 trajectories h₀…h_L (PCA plane)", frame_width=size,
-                                   frame_height=size, x_range=Range1d(0, 1), y_range=Range1d(0, 1), tools=tools)
+        self.trajectories = figure(title="RA1 trajectories", frame_width=size, frame_height=size,
+                                   x_range=Range1d(0, 1), y_range=Range1d(0, 1), tools=tools)
         self.trajectories.multi_line("xs", "ys", color="color", source=self.paths, line_alpha=0.45, line_width=1)
         means = self.trajectories.scatter("x", "y", color="color", source=self.means, size=7, line_color="black",
-                                          marker="square")
+                                          marker="square", legend_field="label")
         self.trajectories.add_tools(HoverTool(renderers=[means], tooltips=[("class", "@label"),
                                                                             ("layer", "@layer")]))
+        _legend_beside(self.trajectories, title="class mean")
 
         # RA2: the mosaic and one pair
         self.mosaic_mapper = LinearColorMapper(palette=Viridis256, low=0.0, high=1.0, nan_color="white")
         self.tiles_image = ColumnDataSource(data={"image": [np.zeros((1, 1), np.float32)], "dw": [1], "dh": [1]})
         self.tiles = ColumnDataSource(data={"x": [], "y": [], "i": [], "j": [], "score": [], "baseline": []})
-        self.grid = figure(title="RA2 |U_jᵀ J_i V_j| (row i: Jacobian, column j: basis)",
-                           frame_width=size, frame_height=size, x_range=Range1d(0, 1), y_range=Range1d(1, 0),
-                           tools="save", x_axis_label="basis block j", y_axis_label="Jacobian block i")
+        self.grid = figure(title="RA2 |U_jᵀ J_i V_j| by block pair", frame_width=size, frame_height=size,
+                           x_range=Range1d(0, 1), y_range=Range1d(1, 0), tools="save",
+                           x_axis_label="basis of block j", y_axis_label="Jacobian of block i")
         self.grid.image(image="image", x=0, y=0, dw="dw", dh="dh", source=self.tiles_image,
-                        color_mapper=self.mosaic_mapper, origin="top_left", anchor="top_left")
+                        color_mapper=self.mosaic_mapper)  # the default anchor: see the module's docstring
+        self.grid.add_layout(ColorBar(color_mapper=self.mosaic_mapper, width=8, title="÷ tile max"), "right")
         rects = self.grid.rect("x", "y", width=1, height=1, source=self.tiles, fill_alpha=0.0, line_alpha=0.0)
         self.grid.add_tools(HoverTool(renderers=[rects], tooltips=[
             ("i (Jacobian)", "@i"), ("j (basis)", "@j"), ("alignment score", "@score{0.000}"),
@@ -96,19 +126,23 @@ class AlignmentViews:
         self.pair_mapper = LinearColorMapper(palette=RdBu11, low=-1.0, high=1.0)
         self.pair_image = ColumnDataSource(data={"image": [np.zeros((1, 1), np.float32)], "dw": [1], "dh": [1]})
         self.pair_figure = figure(title="pair", frame_width=size, frame_height=size, x_range=Range1d(0, 1),
-                                  y_range=Range1d(1, 0), tools="hover,save", x_axis_label="singular vector of J_j",
-                                  y_axis_label="singular vector of J_j", tooltips=[("value", "@image{0.000}")])
+                                  y_range=Range1d(1, 0), tools="hover,save",
+                                  x_axis_label="right singular vector of J_j (V_j)",
+                                  y_axis_label="left singular vector of J_j (U_j)",
+                                  tooltips=[("value", "@image{0.000}")])
         self.pair_figure.image(image="image", x=0, y=0, dw="dw", dh="dh", source=self.pair_image,
-                               color_mapper=self.pair_mapper, origin="top_left", anchor="top_left")
+                               color_mapper=self.pair_mapper)
         self.pair_figure.add_layout(ColorBar(color_mapper=self.pair_mapper, width=8), "right")
 
         # RA3: spectra
         self.spectra = ColumnDataSource(data={"xs": [], "ys": [], "color": [], "block": []})
-        self.spectrum = figure(title="RA3 top singular values per block", frame_width=size,
-                               frame_height=size, x_range=Range1d(0, 1), y_range=Range1d(0, 1), tools=tools,
-                               x_axis_label="index k", y_axis_label="σ_k")
+        self.spectrum = figure(title="RA3 top singular values", frame_width=size, frame_height=size,
+                               x_range=Range1d(0, 1), y_range=Range1d(0, 1), tools=tools,
+                               x_axis_label="index k (dashed: C)", y_axis_label="σ_k")
         lines = self.spectrum.multi_line("xs", "ys", color="color", source=self.spectra, line_width=1.5)
         self.spectrum.add_tools(HoverTool(renderers=[lines], tooltips=[("block", "@block")]))
+        self.block_mapper = LinearColorMapper(palette=Viridis256, low=0, high=1)  # the colour of each block's line
+        self.spectrum.add_layout(ColorBar(color_mapper=self.block_mapper, width=8, title="block"), "right")
         self.classes_mark = Span(location=0, dimension="height", line_dash="dashed", line_color="black")
         self.spectrum.add_layout(self.classes_mark)
 
@@ -119,28 +153,26 @@ class AlignmentViews:
                           y_axis_label="1/σ₁")
         self.ra4.scatter("block", "inv", source=self.inverse, size=7, color=BLUE, legend_label="1/σ₁")
         self.ra4.line("block", "fit", source=self.inverse, color=ORANGE, line_width=2, legend_label="least squares")
-        self.ra4.legend.location = "top_left"
+        _legend_below(self.ra4)
 
         # neural collapse
         self.collapse_source = ColumnDataSource(data={"layer": [], **{key: [] for key, _, _ in NC_LINES}})
-        self.collapse = figure(title="Neural collapse by layer (0 = collapsed)", frame_width=size,
-                               frame_height=size, x_range=Range1d(0, 1), y_range=Range1d(1e-3, 1),
-                               y_axis_type="log", tools=tools, x_axis_label="layer (0 = stem)")
+        self.collapse = figure(title="Neural collapse by layer", frame_width=size, frame_height=size,
+                               x_range=Range1d(0, 1), y_range=Range1d(1e-3, 1), y_axis_type="log", tools=tools,
+                               x_axis_label="layer (0 = stem)", y_axis_label="NC metric (0 = collapsed)")
         for key, name, color in NC_LINES:
             self.collapse.line("layer", key, source=self.collapse_source, color=color, line_width=2,
                                legend_label=name)
             self.collapse.scatter("layer", key, source=self.collapse_source, color=color, size=4)
-        self.collapse.legend.location = "bottom_left"
-        self.collapse.legend.background_fill_alpha = 0.5
+        _legend_below(self.collapse, ncols=2)
 
         self.summary = pn.pane.Markdown("No frame yet: start a run.", margin=(0, 10))
-        self.panes = {name: pn.pane.Bokeh(fig) for name, fig in (
-            ("trajectories", self.trajectories), ("grid", self.grid), ("pair", self.pair_figure),
-            ("spectrum", self.spectrum), ("ra4", self.ra4), ("collapse", self.collapse))}
+        self.figures = dict(zip(VIEWS, (self.trajectories, self.grid, self.pair_figure, self.spectrum, self.ra4,
+                                        self.collapse), strict=True))
+        self.panes = {name: pn.pane.Bokeh(fig) for name, fig in self.figures.items()}
         self.heading = pn.pane.Markdown(f"### {label}", margin=(0, 10), visible=bool(label))
-        panes = list(self.panes.values())  # rows, not a FlexBox: figures inside one never report "rendered"
-        self.layout = pn.Column(self.heading, self.summary, pn.Row(*panes[:3]), pn.Row(*panes[3:]),
-                                sizing_mode="stretch_width")
+        panes = list(self.panes.values())  # rows of two, not a FlexBox: figures inside one never report "rendered"
+        self.layout = pn.Column(self.heading, self.summary, *(pn.Row(*panes[k:k + 2]) for k in range(0, 6, 2)))
 
     def set_label(self, label: str) -> None:
         """Name the run these views draw (the column's heading)."""
@@ -187,9 +219,8 @@ class AlignmentViews:
                            "color": [Category10_10[int(c) % 10] for _ in range(T) for c in classes],
                            "label": [str(int(c)) for _ in range(T) for c in classes],
                            "layer": [t for t in range(T) for _ in range(C)]}
-        plane = "PCA plane" if self.projection == "pca" else "two random Gaussian directions"
-        self.trajectories.title.text = (f"RA1 trajectories h₀…h_L ({plane}; squares: class means)"
-                                        f"")
+        plane = "PCA plane" if self.projection == "pca" else "Gaussian plane"
+        self.trajectories.title.text = f"RA1 trajectories, {plane}"
         self.trajectories.x_range.update(**dict(zip(("start", "end"), _fit(*_finite_range(xy[..., 0])),
                                                     strict=True)))
         self.trajectories.y_range.update(**dict(zip(("start", "end"), _fit(*_finite_range(xy[..., 1])),
@@ -207,6 +238,10 @@ class AlignmentViews:
                            "score": scores.ravel(), "baseline": np.repeat(baseline, L)}
         self.grid.x_range.update(start=0, end=side / (K + 1))
         self.grid.y_range.update(start=side / (K + 1), end=0)
+        centres = [(b * (K + 1) + K / 2) / (K + 1) for b in range(L)]  # one tick per tile, named by its block
+        for axis in (self.grid.xaxis, self.grid.yaxis):
+            axis.ticker = centres
+            axis.major_label_overrides = {c: str(b) for b, c in enumerate(centres)}
 
     def _pair(self) -> None:
         f = self.frame
@@ -220,14 +255,14 @@ class AlignmentViews:
         self.pair_figure.x_range.update(start=0, end=K)
         self.pair_figure.y_range.update(start=K, end=0)
         score, base = float(f["scores"][i, j]), float(f["baseline"][i])
-        self.pair_figure.title.text = (f"U_{j}ᵀ J_{i} V_{j}: score {score:.3f} (random {base:.3f})"
-                                       f"")
+        self.pair_figure.title.text = f"U_{j}ᵀ J_{i} V_{j}: score {score:.3f} (random {base:.3f})"
 
     def _spectrum(self) -> None:
         f = self.frame
         sigma = f["sigma"]  # [L, K]
         L, K = sigma.shape
         colors = [Viridis256[int(round(255 * b / max(L - 1, 1)))] for b in range(L)]
+        self.block_mapper.update(low=0, high=max(L - 1, 1))
         self.spectra.data = {"xs": [np.arange(1, K + 1)] * L, "ys": list(sigma), "color": colors,
                              "block": list(range(L))}
         self.classes_mark.location = float(f["num_classes"]) + 0.5
@@ -241,8 +276,11 @@ class AlignmentViews:
         self.inverse.data = {"block": blocks, "inv": inv, "fit": fit}
         self.ra4.x_range.update(start=0.5, end=len(inv) + 0.5)
         self.ra4.y_range.update(**dict(zip(("start", "end"), _fit(*_finite_range(inv, fit)), strict=True)))
-        self.ra4.title.text = (f"RA4 1/σ₁ by block: slope {float(f['inv_sigma1_slope']):.3g}, "
-                               f"R² {float(f['inv_sigma1_r2']):.3f}")
+        start = int(f["fit_start"]) + 1 if "fit_start" in f else None  # 1-based, as the x axis
+        self.ra4.title.text = "RA4 1/σ₁ by block" + (f", fit from block {start}" if start is not None else "")
+        slope, r2 = float(f["inv_sigma1_slope"]), float(f["inv_sigma1_r2"])
+        self.ra4.legend.items[1].label = value(f"least squares: slope {slope:.3g}, R² {r2:.3f}"
+                                               if math.isfinite(slope) else "least squares: no fit")
 
     def _collapse(self) -> None:
         f = self.frame
@@ -275,6 +313,10 @@ class AlignmentViews:
                 f"random {num('baseline_mean')} · RA3 top-C / next σ {num('topk_ratio')} · RA4 slope "
                 f"{num('inv_sigma1_slope')}, R² {num('inv_sigma1_r2')} · RA1 straightness {num('straightness')}, "
                 f"spacing CV {num('spacing_cv')}")
+
+    def rows(self, other: AlignmentViews | None = None) -> list[pn.Row]:
+        """One row per view: this run's figure, then ``other``'s (a second run drawn beside it)."""
+        return [pn.Row(self.panes[name], *([other.panes[name]] if other is not None else [])) for name in VIEWS]
 
     def points(self) -> dict[str, int]:
         """How many items each view draws (tests: every view shows data)."""

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import yaml
 
+from lab.analysis.residual_alignment import PAPER_K, RA4_FIT_START
 from lab.config import ExperimentConfig, from_dict
 from lab.jobs.manager import JobManager
 from lab.ui.alignment_page import AlignmentPage
@@ -37,7 +38,51 @@ def test_untrained_networks_are_drawn_with_and_without_skips(manager2):
     page.skips = False
     assert page.main.heading.object == "### without skips" and page.twin.heading.object == "### with skips"
     page.contrast = False
-    assert not page._twin_column.visible
+    assert not any(part.visible for part in page._twin_parts)
+
+
+def test_the_papers_analysis_settings_are_the_defaults(manager2):
+    page = AlignmentPage(manager=manager2, **{**SMALL, "depth": 6, "k": PAPER_K})
+    assert (page.param.k.default, page.param.fit_from.default) == (PAPER_K, RA4_FIT_START + 1) == (30, 5)
+    assert page.param.projection.default == "gauss" and page.main.projection == "gauss"
+    assert page.main.frame["sigma"].shape == (6, 30), "K = 30 fits a width-32 network"
+    assert int(page.main.frame["fit_start"]) == RA4_FIT_START
+    assert page.main.ra4.title.text == "RA4 1/σ₁ by block, fit from block 5"
+    assert page.main.trajectories.title.text == "RA1 trajectories, Gaussian plane"
+    page.fit_from = 2
+    assert int(page.main.frame["fit_start"]) == 1 and page.main.ra4.title.text.endswith("fit from block 2")
+    page.k = 64  # wider than the blocks: capped, and said
+    assert page.main.frame["sigma"].shape == (6, 32) and "using K = 32" in shown(page.notice)
+
+
+def test_mosaic_rows_are_jacobian_blocks_from_the_top():
+    from lab.ui.live_alignment import mosaic
+
+    grid = np.zeros((2, 2, 3, 3))
+    grid[0, 1, 0, 0] = 1.0  # block 0's Jacobian, in block 1's basis: the tile top right
+    grid[1, 0, 2, 2] = -2.0  # block 1's Jacobian, in block 0's basis: the tile bottom left
+    image = mosaic(grid)
+    assert image.shape == (7, 7) and np.isnan(image[3]).all() and np.isnan(image[:, 3]).all()  # white gaps
+    assert image[0, 4] == 1.0 and image[6, 2] == 1.0  # row 0 is the top of the plot (the y range is flipped)
+
+
+def test_resuming_with_every_slot_taken_says_so(manager2):
+    from tests.jobs.helpers import tiny
+
+    page = AlignmentPage(manager=manager2, **SMALL)
+    page.param.trigger("step")  # both networks paused after one step
+    assert poll_until(page, lambda: [j.status()["step"] for j in page._jobs()] == [1, 1]
+                      and all(j.status()["state"] == "paused" for j in page._jobs()))
+    others = [manager2.start_thread(tiny()) for _ in range(2)]  # paused jobs hold no slot: both are taken
+    page.param.trigger("play")
+    page.poll()
+    assert page.follower.status.alert.visible and "busy" in shown(page.follower.status.alert)
+    assert all(j.status()["state"] == "paused" for j in page._jobs())
+    page.param.trigger("step")
+    assert "busy" in shown(page.follower.status.alert)
+    for other in others:
+        other.stop()
+    page.param.trigger("reset")
 
 
 def test_training_in_lockstep_updates_every_view(manager2):
@@ -63,10 +108,10 @@ def test_training_in_lockstep_updates_every_view(manager2):
 
 def test_views_and_exports(manager2):
     page = AlignmentPage(manager=manager2, **SMALL)
-    page.param.update(pair_i=2, pair_j=0, projection="gauss")
+    page.param.update(pair_i=2, pair_j=0, projection="pca")
     assert page.main.pair_figure.title.text.startswith("U_0ᵀ J_2 V_0")
-    assert "Gaussian" in page.main.trajectories.title.text
-    assert np.allclose(page.main.paths.data["xs"][0], page.main.frame["traj_gauss"][:, 0, 0])
+    assert "PCA" in page.main.trajectories.title.text
+    assert np.allclose(page.main.paths.data["xs"][0], page.main.frame["traj_pca"][:, 0, 0])
     with np.load(page.frame_npz()) as arrays:
         assert {"sigma", "grid", "twin_sigma"} <= set(arrays.files)
     assert b"<html" in page.plots_html().getvalue()[:200].lower() and b"cdn.bokeh" not in page.plots_html().getvalue()
