@@ -1,12 +1,16 @@
 """The views of an α_min sweep's rank frames (:class:`lab.jobs.sweep_job.SweepJob`), redrawn in place.
 
-*Residual Connections Harm Generative Representation Learning* (§6, Figure 6) relates α_min, the effective rank of
-the features and linear-probe accuracy. One :class:`RankViews` draws: rank by layer per member beside each member's
-α schedule; final-layer rank and probe accuracy over training (Figure 6a, 6b); probe accuracy against α_min and
-rank against probe accuracy with Pearson's r (Figure 6c); per-member embeddings of the final features; train/test
-accuracy per member. The rank measure is chosen: Roy & Vetterli's effective rank exp(H), or the paper's Eq. 6
-entropy H of the sample-by-sample covariance (the number its figures plot). Raw Bokeh figures, sources replaced
-inside ``pn.io.unlocked()``, ranges set from the data drawn.
+*Residual Connections Harm Generative Representation Learning* (§6) relates α_min, the effective rank of the
+features and linear-probe accuracy: its Figure 6 for MAE on ImageNet-100, its Figure 9 for the supervised
+analogue, which is what a toy sweep trained on labels shows. One :class:`RankViews` draws: rank by layer per member
+beside each member's α schedule; final-layer rank and probe accuracy over training; probe accuracy against α_min
+and rank against probe accuracy with Pearson's r; per-member embeddings of the final features; train/test accuracy
+per member. The rank measure is chosen: Roy & Vetterli's effective rank exp(H), or the paper's Eq. 6 entropy H of
+the sample-by-sample covariance (the number its figures plot). Raw Bokeh figures, sources replaced inside
+``pn.io.unlocked()``, ranges set from the data drawn.
+
+Colour encodes α_min (dark: small, bright: 1) and every figure that uses it has a legend titled α_min; figures
+have fixed frames, two to a row, with titles that fit over them (what a title cannot say is in the caption).
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import math
 
 import numpy as np
 import panel as pn
-from bokeh.models import ColumnDataSource, HoverTool, Range1d
+from bokeh.core.properties import field
+from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem, Range1d
 from bokeh.palettes import Category10_10, Viridis256
 from bokeh.plotting import figure
 
@@ -23,6 +28,14 @@ from lab.viz.palette import BLUE, ORANGE
 
 MEASURES = {"effective_rank": "effective rank exp(H) (Roy & Vetterli)",
             "eq6_entropy": "Eq. 6 entropy H of the sample covariance"}
+AXIS = {"effective_rank": "effective rank exp(H)", "eq6_entropy": "Eq. 6 entropy H"}
+"""The measures' short names (axis labels and titles)."""
+CAPTION = ("The supervised analogue of the paper's **Figure 9** (its Figure 6 is the same study for MAE on "
+           "ImageNet-100): per α_min, the rank of each layer's features and linear-probe accuracy over training, and "
+           "across members, probe accuracy against α_min and against the final layer's rank (Pearson r).")
+PER_ROW = 2
+"""Figures per row: each keeps its full frame, and two fit beside the sidebar, served or in a notebook."""
+EMBEDS_PER_ROW = 5
 FAILED_ACC = 0.6
 """A member whose test accuracy ends below this (the toy sets are two balanced classes) did not learn."""
 
@@ -50,6 +63,22 @@ def _set(rng: Range1d, bounds: tuple[float, float]) -> None:
     rng.update(start=bounds[0], end=bounds[1])
 
 
+def _legend(fig: figure, renderer, column: str, title: str) -> Legend:
+    """A legend right of ``fig``'s frame with one entry per value of ``column`` (grouped in the browser, so it
+    follows the source's data)."""
+    legend = Legend(items=[LegendItem(label=field(column), renderers=[renderer])], title=title, location="top_left",
+                    label_text_font_size="10px", title_text_font_size="10px", glyph_height=12, glyph_width=14,
+                    spacing=0, padding=4, margin=4)
+    fig.add_layout(legend, "right")
+    return legend
+
+
+def _labels(alpha_min: np.ndarray, names: list[str]) -> list[str]:
+    """Each member's legend entry: its α_min, or its name where two members share an α_min."""
+    values = list(alpha_min)
+    return [f"{a:g}" if values.count(a) == 1 else n for a, n in zip(values, names, strict=True)]
+
+
 class RankViews:
     """All views of one sweep's rank frames.
 
@@ -66,56 +95,67 @@ class RankViews:
                                          "r_effective_rank": [], "r_eq6_entropy": []}
         tools = "pan,wheel_zoom,box_zoom,reset,save"
         line_tips = [("α_min", "@alpha_min"), ("member", "@name")]
+        self.legends: list[Legend] = []  # α_min legends (two columns of entries for many members)
 
         def lines_figure(title: str, x_label: str, y_label: str, name: str) -> tuple[figure, ColumnDataSource]:
-            source = ColumnDataSource(data={"xs": [], "ys": [], "color": [], "alpha_min": [], "name": []},
-                                      name=name)
+            source = ColumnDataSource(data={"xs": [], "ys": [], "color": [], "alpha_min": [], "label": [],
+                                            "name": []}, name=name)
             fig = figure(title=title, frame_width=size, frame_height=size - 60, x_range=Range1d(0, 1),
                          y_range=Range1d(0, 1), tools=tools, x_axis_label=x_label, y_axis_label=y_label)
             r = fig.multi_line("xs", "ys", color="color", source=source, line_width=2)
             fig.add_tools(HoverTool(renderers=[r], tooltips=line_tips))
+            self.legends.append(_legend(fig, r, "label", "α_min"))
             return fig, source
 
         self.by_layer, self.by_layer_src = lines_figure("Rank by layer", "layer (0 = stem)", "rank", "rank_by_layer")
         self.schedules, self.schedules_src = lines_figure("α per block (the schedules)", "block", "α", "alphas")
-        self.rank_time, self.rank_time_src = lines_figure("Final-layer rank over training (Figure 6a)", "step",
-                                                          "rank", "rank_over_training")
-        self.probe_time, self.probe_time_src = lines_figure("Probe accuracy over training (Figure 6b)", "step",
+        self.rank_time, self.rank_time_src = lines_figure("Final-layer rank over training", "step", "rank",
+                                                          "rank_over_training")
+        self.probe_time, self.probe_time_src = lines_figure("Probe accuracy over training", "step",
                                                             "linear-probe accuracy", "probe_over_training")
 
-        self.points = ColumnDataSource(data={"alpha_min": [], "probe": [], "rank": [], "color": [], "name": []})
+        self.points = ColumnDataSource(data={"alpha_min": [], "probe": [], "rank": [], "color": [], "label": [],
+                                             "name": []})
         tips = [("α_min", "@alpha_min"), ("probe acc", "@probe{0.000}"), ("rank", "@rank{0.00}")]
-        self.probe_alpha = figure(title="Final-layer probe accuracy against α_min", frame_width=size,
+        self.probe_alpha = figure(title="Probe accuracy against α_min", frame_width=size,
                                   frame_height=size - 60, x_range=Range1d(0, 1), y_range=Range1d(0, 1), tools=tools,
-                                  x_axis_label="α_min", y_axis_label="linear-probe accuracy")
+                                  x_axis_label="α_min", y_axis_label="final-layer probe accuracy")
         r = self.probe_alpha.scatter("alpha_min", "probe", color="color", size=10, source=self.points)
         self.probe_alpha.add_tools(HoverTool(renderers=[r], tooltips=tips))
-        self.rank_probe = figure(title="Rank against probe accuracy (Figure 6c)", frame_width=size,
+        self.legends.append(_legend(self.probe_alpha, r, "label", "α_min"))
+        self.rank_probe = figure(title="Rank vs probe accuracy", frame_width=size,
                                  frame_height=size - 60, x_range=Range1d(0, 1), y_range=Range1d(0, 1), tools=tools,
-                                 x_axis_label="final-layer rank", y_axis_label="linear-probe accuracy")
+                                 x_axis_label="final-layer rank", y_axis_label="final-layer probe accuracy")
         r = self.rank_probe.scatter("rank", "probe", color="color", size=10, source=self.points)
         self.rank_probe.add_tools(HoverTool(renderers=[r], tooltips=tips))
+        self.legends.append(_legend(self.rank_probe, r, "label", "α_min"))
 
-        self.accuracy_src = ColumnDataSource(data={"x": [], "acc": [], "color": [], "split": [], "member": []})
-        self.accuracy = figure(title="Accuracy per member (blue: train, orange: test)", frame_width=size,
+        self.accuracy_src = ColumnDataSource(data={"x": [], "acc": [], "color": [], "split": [], "member": []},
+                                             name="accuracy_per_member")
+        self.accuracy = figure(title="Accuracy per member", frame_width=size,
                                frame_height=size - 60, x_range=Range1d(0, 1), y_range=Range1d(0, 1.02),
                                tools="hover,save", y_axis_label="accuracy",
                                tooltips=[("member", "@member"), ("split", "@split"), ("accuracy", "@acc{0.000}")])
-        self.accuracy.vbar(x="x", top="acc", width=0.4, color="color", source=self.accuracy_src)
+        r = self.accuracy.vbar(x="x", top="acc", width=0.4, color="color", source=self.accuracy_src)
+        _legend(self.accuracy, r, "split", "")
         self.accuracy.xaxis.major_label_orientation = 0.9
 
         self.embed_src: list[ColumnDataSource] = []
         self.embeds: list[figure] = []
-        self.embed_box = pn.Row()  # not a FlexBox: figures inside one never report "rendered"
+        self.embed_panes: list[pn.pane.Bokeh] = []
+        self.embed_box = pn.Column()  # rows of panes, not a FlexBox: figures inside one never report "rendered"
         self.summary = pn.pane.Markdown("No frame yet: start a sweep.", margin=(0, 10))
+        self.caption = pn.pane.Markdown(CAPTION, margin=(0, 10), width=860)
         self.panes = {name: pn.pane.Bokeh(fig) for name, fig in (
             ("by_layer", self.by_layer), ("schedules", self.schedules), ("rank_time", self.rank_time),
             ("probe_time", self.probe_time), ("probe_alpha", self.probe_alpha), ("rank_probe", self.rank_probe),
             ("accuracy", self.accuracy))}
         panes = list(self.panes.values())
-        self.layout = pn.Column(self.summary, pn.Row(*panes[:4]), pn.Row(*panes[4:]),
-                                pn.pane.Markdown("#### Final features per member, coloured by class", margin=(0, 10)),
-                                self.embed_box, sizing_mode="stretch_width")
+        self.layout = pn.Column(self.summary, self.caption,
+                                *(pn.Row(*panes[k:k + PER_ROW]) for k in range(0, len(panes), PER_ROW)),
+                                pn.pane.Markdown("#### Final features per member, coloured by class (blue: class 0, "
+                                                 "orange: class 1)", margin=(0, 10)),
+                                self.embed_box)
 
     # -- input --------------------------------------------------------------------------------------------------
     def clear(self) -> None:
@@ -174,19 +214,26 @@ class RankViews:
         return alpha_min, member_colors(alpha_min), names, live
 
     def _lines(self) -> None:
-        f, label = self.frame, MEASURES[self.measure]
+        f = self.frame
         alpha_min, colors, names, live = self._members()
         keep = [k for k in range(len(names)) if live[k]]
         rank = np.asarray(f[self.measure], np.float64)
 
+        labels = _labels(alpha_min, names)
+
         def lines(xs: list, ys: list) -> dict:
             return {"xs": xs, "ys": ys, "color": [colors[k] for k in keep], "alpha_min": [alpha_min[k] for k in keep],
-                    "name": [names[k] for k in keep]}
+                    "label": [labels[k] for k in keep], "name": [names[k] for k in keep]}
+
+        for legend in self.legends:  # many members: entries in two columns, so the legend fits the figure
+            legend.ncols = 1 if len(keep) <= 10 else 2
 
         layers = np.arange(rank.shape[1])
         self.by_layer_src.data = lines([layers] * len(keep), [rank[k] for k in keep])
-        self.by_layer.title.text = f"Rank by layer: {label}"
-        self.by_layer.yaxis.axis_label = label
+        self.by_layer.title.text = f"Rank by layer: {AXIS[self.measure]}"
+        for fig in (self.by_layer, self.rank_time):
+            fig.yaxis.axis_label = AXIS[self.measure]
+        self.rank_probe.xaxis.axis_label = f"final-layer {AXIS[self.measure]}"
         _set(self.by_layer.x_range, (-0.5, rank.shape[1] - 0.5))
         _set(self.by_layer.y_range, _range(rank[keep]) if keep else (0, 1))
         alphas = np.asarray(f["alphas"], np.float64)
@@ -199,7 +246,6 @@ class RankViews:
         ranks = np.stack(h[self.measure]) if h["step"] else np.zeros((0, len(names)))
         probes = np.stack(h["probe"]) if h["step"] else np.zeros((0, len(names)))
         self.rank_time_src.data = lines([steps] * len(keep), [ranks[:, k] for k in keep])
-        self.rank_time.title.text = f"Final-layer rank over training (Figure 6a): {self.measure.replace('_', ' ')}"
         self.probe_time_src.data = lines([steps] * len(keep), [probes[:, k] for k in keep])
         for fig, values in ((self.rank_time, ranks[:, keep]), (self.probe_time, probes[:, keep])):
             _set(fig.x_range, _range(steps) if len(steps) > 1 else (0, max(1.0, float(steps[-1]) if len(steps)
@@ -212,16 +258,17 @@ class RankViews:
         rank = np.asarray(f[self.measure], np.float64)[:, -1]
         probe = np.asarray(f["probe_acc"], np.float64)[:, -1]
         keep = [k for k in range(len(names)) if live[k]]
+        labels = _labels(alpha_min, names)
         self.points.data = {"alpha_min": alpha_min[keep], "probe": probe[keep], "rank": rank[keep],
-                            "color": [colors[k] for k in keep], "name": [names[k] for k in keep]}
+                            "color": [colors[k] for k in keep], "label": [labels[k] for k in keep],
+                            "name": [names[k] for k in keep]}
         _set(self.probe_alpha.x_range, _range(alpha_min))
         _set(self.probe_alpha.y_range, _range(probe[keep]))
         _set(self.rank_probe.x_range, _range(rank[keep]))
         _set(self.rank_probe.y_range, _range(probe[keep]))
         r = float(f[f"pearson_r_{self.measure}"])
-        self.rank_probe.title.text = ("Rank against probe accuracy (Figure 6c): Pearson r = "
-                                      f"{r:.3f}" if math.isfinite(r) else "Rank against probe accuracy (Figure 6c): "
-                                      "Pearson r needs 3 members with different values")
+        self.rank_probe.title.text = (f"Rank vs probe accuracy: Pearson r {r:.3f}" if math.isfinite(r)
+                                      else "Rank vs probe: Pearson r needs 3 members")
 
     def _accuracy(self) -> None:
         f = self.frame
@@ -246,16 +293,19 @@ class RankViews:
         labels = np.asarray(f["labels"])
         while len(self.embeds) < len(names):
             source = ColumnDataSource(data={"x": [], "y": [], "color": []})
-            fig = figure(frame_width=150, frame_height=150, tools="save", x_range=Range1d(0, 1),
+            fig = figure(frame_width=200, frame_height=200, tools="save", x_range=Range1d(0, 1),
                          y_range=Range1d(0, 1), title="")
             fig.scatter("x", "y", color="color", source=source, size=3, alpha=0.7)
             fig.axis.visible = False
             self.embed_src.append(source)
             self.embeds.append(fig)
-            self.embed_box.append(pn.pane.Bokeh(fig))
+            self.embed_panes.append(pn.pane.Bokeh(fig))
+        if sum(len(row) for row in self.embed_box) != len(self.embed_panes):
+            self.embed_box[:] = [pn.Row(*self.embed_panes[k:k + EMBEDS_PER_ROW])
+                                 for k in range(0, len(self.embed_panes), EMBEDS_PER_ROW)]
         for k, (fig, source) in enumerate(zip(self.embeds, self.embed_src, strict=True)):
             visible = k < len(names)
-            self.embed_box[k].visible = visible
+            self.embed_panes[k].visible = visible
             if not visible:
                 continue
             xy = self.umap.get(k) if self.embedding == "umap" else None

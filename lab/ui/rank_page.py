@@ -2,8 +2,9 @@
 
 Several residual MLPs that differ only in α_min train on a toy set as one batched computation (a
 :class:`~lab.jobs.sweep_job.SweepJob`), and the page redraws, per member and per layer, the effective rank of the
-features and linear-probe accuracy, and across members their correlation (the paper's Figure 6). Before a sweep
-starts, the untrained members are drawn. A member that diverges or does not learn is named, never plotted as if it
+features and linear-probe accuracy, and across members their correlation: the supervised analogue of the paper's
+Figure 9 (its Figure 6 is the same study for MAE on ImageNet-100). Before a sweep starts, the untrained members are
+drawn. A member that diverges or does not learn is named, never plotted as if it
 had.
 """
 
@@ -20,7 +21,7 @@ import yaml
 
 from lab.analysis.embed import umap_embed
 from lab.config import ConfigError, ExperimentConfig, apply_overrides, to_dict
-from lab.jobs.manager import JobManager
+from lab.jobs.manager import JobManager, ManagerBusy
 from lab.jobs.sweep_job import RANK, rank_frame
 from lab.nn.mlp import ACTIVATIONS
 from lab.train.build import build_data, build_model
@@ -108,7 +109,7 @@ class RankPage(knob_class("_RankKnobs", KNOBS, Page)):
         self.rank = RankViews()
         self._umap: Future | None = None
         self.follower.on_snapshot(RANK, self._new_frame)
-        self._main = pn.Column(self.rank.layout, self._downloads(), sizing_mode="stretch_width")
+        self._main = pn.Column(self.rank.layout, self._downloads())
         self.follower.add_views(self._main)
         self._rebuild()
 
@@ -155,7 +156,10 @@ class RankPage(knob_class("_RankKnobs", KNOBS, Page)):
             if self.follower.start_sweep(cfg, {"model.alpha_min": values}, cadence=(0, self.every_s)) is not None:
                 self.rank.clear()
         elif self.job.status().get("state") == "paused":
-            self.job.resume()
+            try:
+                self.job.resume()
+            except ManagerBusy as err:  # a paused sweep holds no slot: other runs took them meanwhile
+                self.follower.status.error(str(err), "warning")
         else:
             self.job.pause()
 

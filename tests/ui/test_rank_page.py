@@ -35,9 +35,36 @@ def test_untrained_members_are_drawn_and_settings_rebuild(manager):
     assert page.job is None, "nothing starts on invalid settings"
     page.alpha_mins = "1.0, 0.5"
     page.measure = "eq6_entropy"
-    assert page.rank.by_layer.title.text.endswith("Eq. 6 entropy H of the sample covariance")
+    assert page.rank.by_layer.title.text.endswith("Eq. 6 entropy H")
+    assert page.rank.by_layer.yaxis.axis_label == "Eq. 6 entropy H"
     cfg = yaml.safe_load(page.config_yaml().getvalue())
     assert cfg["sweep"] == {"model.alpha_min": [1.0, 0.5]} and cfg["model"]["shortcut"] == "linear"
+
+
+def test_titles_name_the_supervised_figure_and_colour_has_a_legend(manager):
+    page = RankPage(manager=manager, **SMALL)
+    views = page.rank
+    assert "Figure 9" in views.caption.object and "Figure 6" not in "".join(
+        f.title.text for f in (views.rank_time, views.probe_time, views.rank_probe))
+    assert views.by_layer_src.data["label"] == ["1", "0.9", "0.8", "0.7", "0.6", "0.5"]
+    assert all(legend.title == "α_min" for legend in views.legends) and len(views.legends) == 6
+
+
+def test_resuming_with_every_slot_taken_says_so(manager):
+    from tests.jobs.helpers import tiny
+
+    page = RankPage(manager=manager, **SMALL)
+    page.param.trigger("play")
+    assert poll_until(page, lambda: page.job.status()["state"] == "running")
+    page.param.trigger("play")  # pause: the sweep gives its slot up
+    assert poll_until(page, lambda: page.job.status()["state"] == "paused")
+    other = manager.start_thread(tiny())
+    page.param.trigger("play")
+    page.poll()
+    assert page.follower.status.alert.visible and "busy: 1 of 1" in shown(page.follower.status.alert)
+    assert page.job.status()["state"] == "paused"
+    other.stop()
+    page.param.trigger("reset")
 
 
 def test_sweep_trains_and_every_view_follows(manager):
