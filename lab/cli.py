@@ -23,14 +23,13 @@ from lab.jobs.process import StopFile
 from lab.jobs.reports import alignment_report, format_alignment
 from lab.jobs.resume import RESUME_KEYS, ResumePlan, ResumeRefused, find_run, plan_resume, resume_overrides
 from lab.jobs.run_lock import RunLocked
-from lab.jobs.runner import config_of_run, resolved, train_and_evaluate, uses_loader
+from lab.jobs.runner import checked_data, config_of_run, resolved, train_and_evaluate, uses_loader
 from lab.jobs.snapshots import DiskSink, Publisher, alignment_builder
 from lab.jobs.store import CheckpointError, Run, RunFolderError, RunStore, default_runs_dir
 from lab.jobs.sweep import create_sweep, plan_sweep, train_sweep
 from lab.reproduce import BUDGETS, PAPERS, reproduce
-from lab.train.build import build_data, check_data, loader_data
 from lab.train.distributed import broadcast, close_world, init_world
-from lab.train.engine import LoaderData, ResumeMismatch
+from lab.train.engine import ResumeMismatch
 from lab.train.trainer import Callback, Trainer
 
 
@@ -236,13 +235,6 @@ def _config(args: argparse.Namespace, store: RunStore) -> tuple[ExperimentConfig
     return cfg, run, plan_resume(run, "restart" if args.restart else args.checkpoint, changes)
 
 
-def _checked_data(cfg: ExperimentConfig, processes: int = 1) -> ToyData | LoaderData:
-    """The data of ``cfg``, built and checked (:func:`~lab.train.build.check_data`) before any folder is made."""
-    data = loader_data(cfg) if uses_loader(cfg) else build_data(cfg)
-    check_data(cfg, data, processes)
-    return data
-
-
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     """The arguments; ``key=value`` overrides may also follow options (``resume RUN --checkpoint best train.lr=1e-3``),
     which argparse alone would refuse once the positionals are taken."""
@@ -278,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = resolved(cfg)  # the engine is decided once and saved with the run
         if uses_loader(cfg):
             return _train_loader(args, cfg, run, plan, store)
-        data = _checked_data(cfg)
+        data = checked_data(cfg)
     except (ConfigError, FileNotFoundError, ValueError) as err:  # RunFolderError, ResumeRefused, data errors
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -312,7 +304,7 @@ def _train_loader(args: argparse.Namespace, cfg: ExperimentConfig, run: Run | No
               "at each evaluation", file=sys.stderr)
         return 2
     try:
-        data = _checked_data(cfg, int(os.environ.get("WORLD_SIZE", "1")))
+        data = checked_data(cfg, int(os.environ.get("WORLD_SIZE", "1")))
     except (FileNotFoundError, ValueError) as err:  # DatasetNotFoundError and FormatError included: nothing written
         print(f"error: {err}", file=sys.stderr)
         return 2

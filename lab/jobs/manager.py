@@ -11,6 +11,7 @@ from lab.config import ExperimentConfig
 from lab.jobs.job import Job
 from lab.jobs.process import ProcessJob, attach
 from lab.jobs.resume import check_run, plan_resume
+from lab.jobs.runner import checked_data, resolved
 from lab.jobs.store import RunStore
 from lab.jobs.sweep import SweepPlan, create_sweep
 from lab.jobs.sweep_job import SweepJob, group_plan, plan_from_config
@@ -71,9 +72,15 @@ class JobManager:
 
     def start_thread(self, cfg: ExperimentConfig, *, owner: str | None = None, name: str | None = None,
                      **job_kwargs) -> ThreadJob:
-        """Train ``cfg`` in a thread of this process (toy models); see :class:`ThreadJob` for ``job_kwargs``."""
+        """Train ``cfg`` in a thread of this process (toy models); see :class:`ThreadJob` for ``job_kwargs``.
+
+        Raises:
+            ManagerBusy: no free slot. ConfigError, ValueError, FileNotFoundError: the data cannot train
+                (:func:`~lab.jobs.runner.checked_data`), found before a run folder is made.
+        """
         self._check_room()
-        return self._admit(ThreadJob(cfg, self.store.create(name or cfg.name), owner=owner, **job_kwargs))
+        data = checked_data(resolved(cfg))
+        return self._admit(ThreadJob(cfg, self.store.create(name or cfg.name), owner=owner, data=data, **job_kwargs))
 
     def start_sweep(self, sweep: SweepPlan | tuple[ExperimentConfig, Mapping[str, Sequence[Any]]], *,
                     group: int = 0, owner: str | None = None, **job_kwargs) -> SweepJob:

@@ -14,7 +14,7 @@ from lab.jobs.recorder import RunRecorder
 from lab.jobs.resume import ResumePlan, ResumeRefused, load_resume_state, plan_resume
 from lab.jobs.run_lock import RunLock
 from lab.jobs.store import Run
-from lab.train.build import build_data, build_model, loader_data
+from lab.train.build import build_data, build_model, check_data, loader_data
 from lab.train.distributed import World, launched_by_torchrun
 from lab.train.engine import LoaderData, LoaderTrainer, ResumeMismatch
 from lab.train.progress import ProgressBar
@@ -62,6 +62,18 @@ def resolved(cfg: ExperimentConfig) -> ExperimentConfig:
         if launched_by_torchrun() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise ConfigError("train.engine=tensor trains in one process; under torchrun use train.engine=loader")
     return cfg if cfg.train.engine == engine else apply_overrides(cfg, {"train.engine": engine})
+
+
+def checked_data(cfg: ExperimentConfig, processes: int = 1) -> ToyData | LoaderData:
+    """The data ``cfg`` trains on, built and checked (:func:`~lab.train.build.check_data`): what the command line
+    and the job manager do before a run folder exists, so bad data leaves no folder behind.
+
+    Raises:
+        DatasetNotFoundError (a FileNotFoundError), FormatError, ValueError: the message names the problem.
+    """
+    data = loader_data(cfg) if uses_loader(cfg) else build_data(cfg)
+    check_data(cfg, data, processes)
+    return data
 
 
 def make_trainer(cfg: ExperimentConfig, callbacks: Iterable[Callback] = (), data: ToyData | None = None) -> Trainer:

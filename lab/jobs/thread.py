@@ -12,11 +12,13 @@ from typing import Any
 import numpy as np
 
 from lab.config import ExperimentConfig
+from lab.data.toy2d import ToyData
 from lab.jobs.job import InProcessJob
 from lab.jobs.resume import ResumePlan
 from lab.jobs.runner import train_and_evaluate
 from lab.jobs.snapshots import DiskSink, Publisher
 from lab.jobs.store import Run
+from lab.train.engine import LoaderData
 from lab.train.trainer import Callback, Trainer
 
 
@@ -61,13 +63,15 @@ class ThreadJob(InProcessJob):
         progress: show a progress bar (tqdm.auto: a widget in a notebook, text in a terminal).
         callbacks: more subscribers to the training loop, after the job's own (e.g. a :class:`~lab.jobs.lockstep.
             Lockstep` member).
+        data: the data, when already built and checked (:func:`~lab.jobs.runner.checked_data`).
     """
 
     def __init__(self, cfg: ExperimentConfig, run: Run, *, cadence: dict[str, tuple[int, float]] | None = None,
                  builders: dict[str, Any] | None = None, resume: bool | ResumePlan = False, disk_every_s: float = 2.0,
                  paused: bool = False, owner: str | None = None, progress: bool = False,
-                 on_demand: tuple[str, ...] = (), callbacks: tuple[Callback, ...] = ()) -> None:
-        self.cfg, self.run, self.owner, self.progress = cfg, run, owner, progress
+                 on_demand: tuple[str, ...] = (), callbacks: tuple[Callback, ...] = (),
+                 data: ToyData | LoaderData | None = None) -> None:
+        self.cfg, self.run, self.owner, self.progress, self.data = cfg, run, owner, progress, data
         self.callbacks = tuple(callbacks)
         self.resume_from_checkpoint = resume
         self._init_control(paused)
@@ -89,7 +93,7 @@ class ThreadJob(InProcessJob):
     def _main(self) -> None:
         try:
             train_and_evaluate(self.cfg, self.run, callbacks=[self.publisher, _Control(self), *self.callbacks],
-                               resume=self.resume_from_checkpoint, progress=self.progress)
+                               resume=self.resume_from_checkpoint, progress=self.progress, data=self.data)
         except BaseException as err:  # already recorded as "failed" in status.json
             self.error = err
 

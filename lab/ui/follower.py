@@ -105,7 +105,7 @@ class JobFollower(pn.viewable.Viewer):
     def _launch(self, start: Callable[[str | None], Job]) -> Job | None:
         try:
             job = start(session_id())
-        except (ManagerBusy, ConfigError, ValueError) as err:
+        except (ManagerBusy, ConfigError, ValueError, FileNotFoundError) as err:  # nothing written: say why
             self.status.error(str(err), "warning" if isinstance(err, ManagerBusy) else "danger")
             return None
         self.follow(job)

@@ -85,3 +85,11 @@ def test_resume_through_manager(tmp_path):
     assert again.wait(60)["state"] == "completed" and again.status()["step"] == 40
     with pytest.raises(ValueError, match="max_jobs"):
         JobManager(tmp_path, max_jobs=0)
+
+
+def test_a_page_job_whose_data_cannot_train_leaves_no_run_folder(tmp_path):
+    manager = JobManager(tmp_path, max_jobs=1)
+    with pytest.raises(ValueError, match="leaves no test samples"):
+        manager.start_thread(tiny(**{"data.train_fraction": 1.0}))
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+    assert manager.active() == []
