@@ -53,7 +53,10 @@ class LiveCurves:
         for fig, kind, field, label, color in _LINES:
             source = ColumnDataSource(data=_empty(), name=f"{fig}:{field}")
             line = self.figures[fig].line("step", "value", source=source, color=color, line_width=2)
-            items[fig].append((label, [line]))
+            renderers = [line]
+            if kind == "eval":  # evaluations are sparse: a dot shows each, the first one before any line can
+                renderers.append(self.figures[fig].scatter("step", "value", source=source, color=color, size=6))
+            items[fig].append((label, renderers))
             self.sources[(kind, field)] = source
         for name, fig in self.figures.items():  # beside the plot, where it hides no new point
             fig.add_layout(Legend(items=items[name], location="top_left", background_fill_alpha=0.0), "right")

@@ -142,9 +142,13 @@ class SeriesFigure:
                 return None
             label = field if not any(f == field for _, f in self.sources) else f"{field} ({kind})"
             source = ColumnDataSource(data={"step": [], "value": []}, name=f"{self.figure.title.text}:{field}")
+            color = COLORS[len(self.sources) % len(COLORS)]
             line = self.figure.line("step", "value", source=source, line_width=2, name=label,
-                                    color=COLORS[len(self.sources) % len(COLORS)])
-            self.legend.items = [*self.legend.items, LegendItem(label=label, renderers=[line])]
+                                    color=color)
+            renderers = [line]
+            if kind != "step":  # evaluations are sparse: a dot shows each, the first one before any line can
+                renderers.append(self.figure.scatter("step", "value", source=source, color=color, size=6, name=label))
+            self.legend.items = [*self.legend.items, LegendItem(label=label, renderers=renderers)]
             self.sources[key] = source
         return self.sources[key]
 
