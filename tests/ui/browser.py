@@ -127,3 +127,72 @@ JS_DEEP_DOM = """(selector) => {
       if (!(n.parentElement && n.parentElement.closest("script, style"))) text.push(n.data);
   }
   return {found, text: text.join("")}; }"""
+
+
+# What each plot on screen draws, measured on its pixels: every Bokeh plot view whose element is laid out, exported
+# as it paints (so a plot below the fold is measured as well), with its frame's size, the share of frame pixels that
+# are neither background (white) nor grid-line grey, its title's width in its own font, and its legends' boxes
+# against the canvas (a legend sticking out of its figure is cut).
+JS_PIXELS = """() => {
+  const out = [], measure = document.createElement("canvas").getContext("2d");
+  for (const v of Bokeh.index.query(v => v.frame !== undefined && v.canvas_view !== undefined)) {
+    const r = v.el.getBoundingClientRect();
+    if (r.width === 0 || r.height === 0 || !v.el.isConnected) continue;  // hidden (the twin's column switched off)
+    const f = v.frame.bbox, layer = v.export("png", false), ctx = layer.canvas.getContext("2d");
+    const w = Math.floor(f.width), h = Math.floor(f.height);  // inside the axes' lines, which edge the frame:
+    const px = w > 8 && h > 8 ? ctx.getImageData(Math.ceil(f.x) + 2, Math.ceil(f.y) + 2, w - 4, h - 4).data : [];
+    let coloured = 0;
+    for (let i = 0; i < px.length; i += 4) {
+      const lo = Math.min(px[i], px[i + 1], px[i + 2]), hi = Math.max(px[i], px[i + 1], px[i + 2]);
+      if (px[i + 3] > 0 && (lo < 215 || hi - lo > 24)) coloured++;
+    }
+    const t = v.model.title;
+    let title = "", title_px = 0;
+    if (t && t.text) {
+      title = t.text;
+      measure.font = `${t.text_font_style} ${t.text_font_size} ${t.text_font}`;
+      title_px = Math.max(...title.split("\\n").map(line => measure.measureText(line).width));
+    }
+    const legends = [];
+    for (const rv of v.renderer_views.values()) if (rv.model.type === "Legend" && rv.model.visible
+        && rv.model.items.length) {
+      const b = rv.bbox;
+      legends.push({x0: b.x0, y0: b.y0, x1: b.x1, y1: b.y1});
+    }
+    const glyphs = v.model.renderers.filter(g => g.glyph).map(g => g.glyph.type);
+    const corner = px.length ? Array.from(px.slice(0, 3)) : null;  // the frame's top-left pixel (inside the axes)
+    out.push({title, title_px, frame: [w, h], canvas: [v.bbox.width, v.bbox.height], legends, glyphs, corner,
+              pixels: coloured, coloured: px.length ? coloured / ((w - 4) * (h - 4)) : 0});
+  }
+  return out; }"""
+
+
+def pixel_problems(plots: list[dict], min_width: int = 200, image_share: float = 0.2,
+                   min_pixels: int = 15) -> list[str]:
+    """Why each measured plot (:data:`JS_PIXELS`) fails to read: a frame narrower than ``min_width``, an image
+    that colours less than ``image_share`` of its frame, lines and markers that colour fewer than ``min_pixels``
+    (one marker of a single evaluation is about 25), a title wider than its frame, a legend outside its figure."""
+    problems = []
+    for p in plots:
+        name = p["title"] or "untitled plot"
+        w, h = p["frame"]
+        if w < min_width:
+            problems.append(f"{name}: frame {w} x {h} px")
+        if "Image" in p["glyphs"] and p["coloured"] < image_share:
+            problems.append(f"{name}: {100 * p['coloured']:.1f} % of the frame coloured (wanted "
+                            f"{100 * image_share:g} %)")
+        elif p["pixels"] < min_pixels:
+            problems.append(f"{name}: {p['pixels']} pixels coloured (wanted {min_pixels})")
+        if p["title_px"] > w + 1:
+            problems.append(f"{name}: title {p['title_px']:.0f} px wide over a {w} px frame")
+        cw, ch = p["canvas"]
+        for b in p["legends"]:
+            if b["x0"] < -1 or b["y0"] < -1 or b["x1"] > cw + 1 or b["y1"] > ch + 1:
+                problems.append(f"{name}: legend {b} outside the {cw} x {ch} px figure")
+    return problems
+
+
+def pixel_report(plots: list[dict]) -> str:
+    """One line per measured plot: its frame and the share of it coloured (printed by the tests: run with -s)."""
+    return "\n".join(f"  {p['title'][:48]:48} frame {p['frame'][0]:>3} x {p['frame'][1]:>3} px, "
+                     f"{100 * p['coloured']:5.1f} % coloured ({p['pixels']} px)" for p in plots)

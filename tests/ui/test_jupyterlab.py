@@ -18,7 +18,7 @@ import pytest
 from panel.io.resources import CDN_DIST
 
 from lab.ui.notebook import jupyter_base_url, local_url
-from tests.ui.browser import browser_page, needs_chromium
+from tests.ui.browser import JS_PIXELS, browser_page, needs_chromium, pixel_problems, pixel_report
 from tests.ui.jupyter import jupyterlab, write_notebook
 
 CELLS = ["import lab.ui as ui\nui.extension()",
@@ -173,7 +173,7 @@ def test_alignment_page_trains_both_networks_in_jupyterlab_offline(jupyter):
     write_notebook(root / "alignment.ipynb", [
         "import lab.ui as ui\nui.extension()",
         "page = ui.AlignmentPage(depth=3, width=32, inputs=16, k=12, every=5)\npage"])
-    with browser_page(width=1700) as (page, seen):
+    with browser_page(1600, 1200) as (page, seen):
         page.goto(f"{url}/lab/tree/alignment.ipynb", timeout=60_000)
         page.wait_for_function(JS_KERNEL_READY, timeout=60_000)
         page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
@@ -185,6 +185,10 @@ def test_alignment_page_trains_both_networks_in_jupyterlab_offline(jupyter):
                                "s.every(v => v >= 10); }", timeout=120_000)
         page.get_by_role("button", name="Start / pause").click()
         page.wait_for_timeout(500)
+        # in the cell as when served: the mosaics and pairs coloured, every frame at full size, nothing cut
+        plots = page.evaluate(JS_PIXELS)
+        print(f"\nAlignment page in a JupyterLab cell:\n{pixel_report(plots)}")
+        assert len(plots) == 2 * (6 + 2) and not pixel_problems(plots), pixel_problems(plots)
     assert len([p for p in runs.iterdir() if p.is_dir()]) == 2, "a run with skips and one without"
     assert not seen.external and not seen.errors, seen
 

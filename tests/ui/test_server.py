@@ -9,7 +9,16 @@ import pytest
 from lab.jobs.manager import JobManager, get_manager
 from lab.ui.serve import serving
 from lab.ui.shell import LabShell
-from tests.ui.browser import JS_HAS_TEXT, JS_PLOTS, browser_page, needs_chromium, plots_off_their_data
+from tests.ui.browser import (
+    JS_HAS_TEXT,
+    JS_PIXELS,
+    JS_PLOTS,
+    browser_page,
+    needs_chromium,
+    pixel_problems,
+    pixel_report,
+    plots_off_their_data,
+)
 
 pytestmark = pytest.mark.ui
 
@@ -114,11 +123,20 @@ def _plots(page) -> list[dict]:
     return page.evaluate(JS_PLOTS)
 
 
+def _pixels(page, name: str) -> list[dict]:
+    """Every plot on screen measured on its pixels (:data:`~tests.ui.browser.JS_PIXELS`), asserted readable: frames
+    at least 200 px wide, images colouring a fifth of their frame, lines drawn, titles and legends not cut."""
+    plots = page.evaluate(JS_PIXELS)
+    print(f"\n{name}:\n{pixel_report(plots)}")
+    assert plots and not pixel_problems(plots), pixel_problems(plots)
+    return plots
+
+
 @needs_chromium
 def test_every_plot_of_every_page_shows_its_data(server):
     """Ranges that miss their data draw an empty plot without any error: read each plot's ranges and data."""
     url = server
-    with browser_page() as (page, seen):
+    with browser_page(1600, 1200) as (page, seen):  # a common laptop screen: every view fits beside the sidebar
         page.goto(f"{url}/apps?page=Playground&depth=8&width=8&snapshot_every=5", timeout=60_000)
         page.wait_for_function(JS_HAS_TEXT, arg="step 0", timeout=120_000)
         page.get_by_text("Layer similarity").click()  # open the similarity view: its heatmaps are computed
@@ -132,6 +150,7 @@ def test_every_plot_of_every_page_shows_its_data(server):
         assert loss["x"]["hi"] >= 95  # the curve reaches the steps trained so far
         assert not plots_off_their_data(plots), plots_off_their_data(plots)
         page.get_by_role("button", name="Start / pause").click()
+        _pixels(page, "Playground")
 
         page.goto(f"{url}/apps?page=Data&n=1000&steps=100", timeout=60_000)
         page.wait_for_function(JS_HAS_TEXT, arg="spiral: 800 train", timeout=120_000)
@@ -146,6 +165,7 @@ def test_every_plot_of_every_page_shows_its_data(server):
         plots = _plots(page)
         assert {"Loss", "Accuracy"} <= {p["title"] for p in plots}
         assert not plots_off_their_data(plots), plots_off_their_data(plots)
+        _pixels(page, "Data")
     assert not seen.errors and not seen.external, seen
 
 
@@ -154,7 +174,7 @@ def test_browser_alignment_page_trains_both_networks_and_every_view_shows_data(s
     url = server
     titles = ("RA1 trajectories", "RA2 |U_jᵀ J_i V_j|", "U_1ᵀ J_2 V_1", "RA3 top singular values", "RA4 1/σ₁",
               "Neural collapse by layer")
-    with browser_page(width=1700) as (page, seen):
+    with browser_page(1600, 1200) as (page, seen):
         page.goto(f"{url}/apps?page=Alignment&depth=3&width=32&inputs=16&k=12&every=5&pair_i=2&pair_j=1",
                   timeout=60_000)
         page.wait_for_function(JS_HAS_TEXT, arg="Step 0.", timeout=120_000)
@@ -171,6 +191,12 @@ def test_browser_alignment_page_trains_both_networks_and_every_view_shows_data(s
         plots = _plots(page)
         assert not plots_off_their_data(plots), plots_off_their_data(plots)
         page.get_by_role("button", name="Start / pause").click()
+        pixels = _pixels(page, "Alignment")
+        assert len(pixels) == 2 * (6 + 2), "six views and two curves per network, none hidden or squeezed"
+        mosaics = [p for p in pixels if p["title"].startswith("RA2")]
+        # matrix orientation: tile (0, 0) is block 0 in its own basis, diag(σ)/σ₁, whose row 0, column 0 is 1:
+        # the mosaic's top-left pixel is the top of Viridis (yellow); flipped rows would put a dark corner there
+        assert all(p["corner"][0] > 200 and p["corner"][1] > 200 and p["corner"][2] < 100 for p in mosaics), mosaics
     assert not seen.errors and not seen.external, seen
 
 
@@ -178,21 +204,29 @@ def test_browser_alignment_page_trains_both_networks_and_every_view_shows_data(s
 def test_browser_rank_page_sweeps_and_every_view_shows_data(server):
     url = server
     titles = ("Rank by layer", "α per block", "Final-layer rank over training", "Probe accuracy over training",
-              "Final-layer probe accuracy against α_min", "Rank against probe accuracy", "Accuracy per member")
-    with browser_page() as (page, seen):
+              "Probe accuracy against α_min", "Rank vs probe accuracy", "Accuracy per member")
+    with browser_page(1600, 1200) as (page, seen):
         page.goto(f"{url}/apps?page=Rank&n=1024&depth=6&width=8&epochs=200&every_s=0.3", timeout=60_000)
         page.wait_for_function(JS_HAS_TEXT, arg="Step 0.", timeout=120_000)
         page.get_by_role("button", name="Start / pause").click()
         page.wait_for_function(JS_RANK_FRAMES, arg=3, timeout=180_000)  # three frames over training
+        page.wait_for_function(JS_EVALUATED, timeout=120_000)  # and the members' accuracies
         plots = _plots(page)
         for title in titles:
             assert any(p["title"].startswith(title) for p in plots), (title, [p["title"] for p in plots])
         assert sum(p["title"].startswith("α_min") for p in plots) == 6, "one embedding per member"
         assert not plots_off_their_data(plots), plots_off_their_data(plots)
         page.get_by_role("button", name="Start / pause").click()
+        pixels = _pixels(page, "Rank")
+        assert len(pixels) == 7 + 6
+        assert all(len(p["legends"]) == 1 for p in pixels if not p["title"].startswith("α_min")), \
+            "colour (α_min, or train and test) is named in a legend"
     assert not seen.errors and not seen.external, seen
 
 
+# the accuracy bars show a member's evaluated accuracy
+JS_EVALUATED = """() => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
+    if (m.name === "accuracy_per_member" && Array.from(m.data.acc).some(v => v > 0)) return true; return false; }"""
 # frames drawn on the final-layer-rank-over-training curves
 JS_RANK_FRAMES = """(n) => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
     if (m.name === "rank_over_training" && m.data.xs.length && m.data.xs[0].length >= n) return true;
@@ -242,7 +276,7 @@ def test_browser_runs_page_lists_runs_and_follows_the_opened_one(server, tmp_pat
                            {"kind": "eval", "step": 60, "train_acc": 0.7, "test_acc": 0.65, "probe_top1": 0.4})
     live = runs["live"]
     url = server
-    with browser_page() as (page, seen):
+    with browser_page(1600, 1200) as (page, seen):
         page.goto(f"{url}/apps?page=Runs", timeout=60_000)
         cell = page.locator(".tabulator-cell", has_text=live.id)
         cell.wait_for(timeout=60_000)
@@ -259,4 +293,5 @@ def test_browser_runs_page_lists_runs_and_follows_the_opened_one(server, tmp_pat
         assert [p["title"] for p in plots] == ["Loss", "Accuracy", "Learning rate", "Linear probe accuracy"], plots
         assert next(p for p in plots if p["title"] == "Loss")["x"]["hi"] == 90
         assert not plots_off_their_data(plots), plots_off_their_data(plots)
+        assert len(_pixels(page, "Runs")) == 4
     assert not seen.errors and not seen.external, seen
