@@ -20,7 +20,7 @@ _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 
 def table_rows(results: list[Result]) -> list[dict[str, str]]:
     """One row per claim, as the Markdown and HTML tables show it."""
-    return [{"paper": PAPERS[r.claim.paper], "where": r.claim.where, "claim": r.claim.statement,
+    return [{"id": r.claim.id, "paper": PAPERS[r.claim.paper], "where": r.claim.where, "claim": r.claim.statement,
              "paper's number": r.claim.paper_value, "lab": r.lab_value, "verdict": r.verdict,
              "time": f"{r.seconds:.0f} s" if r.seconds else "—"} for r in results]
 
