@@ -212,7 +212,7 @@ def _snapshot_publisher(cfg: ExperimentConfig, run: Run, every: int, data: ToyDa
     """Node maps for toy sets (2-D inputs), Residual Alignment frames for image sets."""
     if cfg.data.name in TOY_DATASETS:
         return Publisher(DiskSink(run, every_s=0.0), {"nodes": (every, 0.0)})
-    builder = alignment_builder(data, k=2 * data.num_classes)
+    builder = alignment_builder(data)  # K = 30 as the paper's Fig. 2, capped at the blocks' size
     return Publisher(DiskSink(run, every_s=0.0), {"alignment": (every, 0.0)}, {"alignment": builder})
 
 

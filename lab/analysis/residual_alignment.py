@@ -97,7 +97,8 @@ def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: 
 
     Returns:
         float numpy arrays: ``sigma [L, K]`` (mean over inputs), ``scores [L, L]``, ``grid [G, L, L, K, K]``,
-        ``baseline [L]``, ``baseline_std [L]``, ``inv_sigma [L]``, ``inv_sigma_fit [L]``, ``traj_pca`` and
+        ``baseline [L]``, ``baseline_std [L]``, ``inv_sigma [L]``, ``inv_sigma_fit [L]`` (NaN before
+        ``fit_start``), ``traj_pca`` and
         ``traj_gauss [T, N, 2]``, ``labels [N]``, ``class_of_means [C']`` with ``traj_means_pca`` and
         ``traj_means_gauss [T, C', 2]`` (class means of the projected trajectories), ``straightness_per_input
         [N]``, the NC keys ``[L+1]``, and 0-d arrays for the scalars in :data:`SCALARS` and ``num_classes``.
@@ -116,7 +117,8 @@ def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: 
     fit_start = max(0, min(fit_start, L - 2))
     if L >= 2 and bool((sigma[fit_start:, 0] > 0).all()):
         fit = inverse_sigma_fit(sigma[:, 0], start=fit_start)
-        slope, r2, inv, line = fit["slope"], fit["r2"], fit["inv_sigma"], fit["fit"]
+        slope, r2, inv, line = fit["slope"], fit["r2"], fit["inv_sigma"], fit["fit"].copy()
+        line[:fit_start] = np.nan  # the line is drawn where it was fitted, not extrapolated back
     else:  # one block, or a block whose Jacobian vanished: no line to fit
         slope = r2 = math.nan
         inv = (1.0 / sigma[:, 0]).numpy()

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from lab.analysis.jacobian import jacobian_shapes
 from lab.analysis.node_maps import node_maps
 from lab.analysis.residual_alignment import PAPER_K, RA4_FIT_START, residual_alignment
 from lab.analysis.similarity import layer_distances, linear_cka
@@ -80,17 +81,21 @@ def alignment_builder(data: ToyData, *, k: int = PAPER_K, inputs: int = 64, nc_i
     The inputs are fixed when the builder is made, so successive frames of a run are comparable. It returns None
     (no frame) while the model's singular values are not finite: a diverging model publishes nothing. NaN is
     otherwise meaningful in these frames (pairs of blocks in different conv stages, a 1/σ₁ fit of one block).
-    ``k`` (the paper's K = 30 unless told) must not exceed the smallest block's size; ``fit_start`` is the first
-    block (0-based) of the 1/σ₁ fit (the paper's: from block 5).
+    ``k`` (the paper's K = 30 unless told) is capped at the smallest block's Jacobian size; ``fit_start`` is the
+    first block (0-based) of the 1/σ₁ fit (the paper's: from block 5).
     """
     x, y = data.x_test[:inputs], data.y_test[:inputs]
     nc_x, nc_y = data.x_train[:nc_inputs], data.y_train[:nc_inputs]
 
+    widths: list[int] = []  # the smallest Jacobian size, measured on the first frame
+
     def build(model: nn.Module) -> dict[str, np.ndarray] | None:
         device = next(model.parameters()).device
+        if not widths:
+            widths.append(min(min(shape) for shape in jacobian_shapes(model, x[:1].to(device))))
         with _FUNCTORCH:
-            frame = residual_alignment(model, x.to(device), y.to(device), k, nc_x=nc_x.to(device), nc_y=nc_y.to(device),
-                                       num_classes=data.num_classes, grid_inputs=grid_inputs,
+            frame = residual_alignment(model, x.to(device), y.to(device), min(k, widths[0]), nc_x=nc_x.to(device),
+                                       nc_y=nc_y.to(device), num_classes=data.num_classes, grid_inputs=grid_inputs,
                                        baseline_trials=baseline_trials, fit_start=fit_start, seed=seed)
         if not np.isfinite(frame["sigma"]).all():
             return None
