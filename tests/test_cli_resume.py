@@ -235,3 +235,13 @@ def test_train_into_a_folder_that_holds_another_run_is_refused(tmp_path, capsys)
     before = _files(run)
     assert main(["train", *SMALL, "--run-dir", str(run)]) == 2
     assert "holds a run already" in capsys.readouterr().err and _files(run) == before
+
+
+def test_a_checkpoint_that_does_not_fit_the_model_is_refused_and_moves_nothing(tmp_path, capsys):
+    run = _train(tmp_path, "train.max_steps=16")
+    torch.save({"model": {"nope.weight": torch.zeros(2)}, "optimizer": {}, "step": 8},
+               run / "checkpoints" / "best.pt")  # another model's weights
+    before = _files(run)
+    assert main(["resume", run.name, "--checkpoint", "best", "train.lr=0.01", "--runs-dir", str(tmp_path)]) == 2
+    assert "does not fit the model" in capsys.readouterr().err
+    assert _files(run) == before  # last.pt not set aside, no resume change recorded, no TensorBoard file

@@ -31,11 +31,8 @@ class RunRecorder(Callback):
         self.run, self.heartbeat_s, self.checkpoint_on_eval = run, heartbeat_s, checkpoint_on_eval
         self._last_beat = 0.0
         self.best_acc = -math.inf
-        self.writer = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter  # imported lazily: it is slow to import
-
-            self.writer = SummaryWriter(log_dir=str(run.path), flush_secs=5)
+        self.tensorboard = tensorboard
+        self.writer = None  # made when training starts: until then the recorder has written nothing
 
     def _status(self, trainer: Trainer, state: str, message: str = "") -> None:
         self.run.write_status(state, message, step=trainer.step, epoch=trainer.epoch,
@@ -43,6 +40,10 @@ class RunRecorder(Callback):
         self._last_beat = time.time()
 
     def on_train_start(self, trainer: Trainer) -> None:
+        if self.tensorboard and self.writer is None:
+            from torch.utils.tensorboard import SummaryWriter  # imported lazily: it is slow to import
+
+            self.writer = SummaryWriter(log_dir=str(self.run.path), flush_secs=5)
         # a resumed run's best so far (its metrics were cut back to the checkpoint's step): best.pt stays the best
         records, _ = self.run.read_metrics()
         self.best_acc = max((r.get("test_acc", r.get("train_acc", -math.inf)) for r in records

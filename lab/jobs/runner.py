@@ -123,8 +123,8 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
     plan = plan_resume(run) if resume is True else (resume or None)
     with RunLock(run.path) if writes else contextlib.nullcontext():
         state = load_resume_state(run, plan, world.device) if plan is not None else None
-        if writes:
-            _begin(cfg, run, plan, world.size)
+        if writes and plan is None:  # first, so a run that fails at any point has its config
+            run.write_config(to_dict(cfg), world_size=world.size)
         recorder = RunRecorder(run, checkpoint_on_eval=not loader) if writes else None
         extra = [ProgressBar(desc=run.id)] if progress and writes else []
         subscribers = [*([recorder] if recorder else []), *extra, *callbacks]
@@ -145,8 +145,9 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
                 trainer = make_trainer(cfg, subscribers, data)
             if state is not None:
                 _restore(trainer, state, run)
-                if writes:
-                    run.rewind_metrics(trainer.step)
+            if writes and plan is not None:  # the checkpoint fits: only now is anything of the run moved
+                _continue(cfg, run, plan)
+                run.rewind_metrics(trainer.step)
             trainer.fit(steps)
         except Diverged as err:
             return status("diverged", str(err), step=err.step, metrics=trainer.last_eval)
@@ -166,13 +167,10 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
         return status("completed" if done else "stopped", message, metrics=trainer.last_eval)
 
 
-def _begin(cfg: ExperimentConfig, run: Run, plan: ResumePlan | None, world_size: int) -> None:
-    """What rank 0 writes before training: a new run's config; for a restart, the earlier attempt set aside; for a
-    resume from ``best.pt``, ``last.pt`` set aside (the run goes on from an earlier step); any change of settings
-    named in config.json."""
-    if plan is None:
-        run.write_config(to_dict(cfg), world_size=world_size)
-        return
+def _continue(cfg: ExperimentConfig, run: Run, plan: ResumePlan) -> None:
+    """What rank 0 writes before a resumed run trains: for a restart, the earlier attempt set aside; for a resume
+    from ``best.pt``, ``last.pt`` set aside (the run goes on from an earlier step); any change of settings named in
+    config.json."""
     if plan.source == "restart":
         run.set_aside()
     elif plan.source == "best" and run.checkpoint_path("last").exists():
