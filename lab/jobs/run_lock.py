@@ -10,6 +10,7 @@ be checked from here; the message names it and says how to remove the lock once 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import socket
@@ -70,6 +71,16 @@ class RunLock:
         self.held = False
 
     def acquire(self) -> None:
+        # the check-then-replace of a stale lock is serialised by an flock on a guard file, so two processes that
+        # both find the same stale lock cannot both take it over (the kernel drops the flock if one dies)
+        with open(self.path.with_name(f".{LOCK}.guard"), "a") as guard:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            try:
+                self._acquire()
+            finally:
+                fcntl.flock(guard, fcntl.LOCK_UN)
+
+    def _acquire(self) -> None:
         for _ in range(3):  # a stale lock is moved away, then the exclusive create is tried again
             try:
                 fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
@@ -81,7 +92,6 @@ class RunLock:
                     raise RunLocked(f"{self.path.parent} is already being trained by this process") from None
                 if not is_stale(holder):
                     raise RunLocked(_held_message(self.path, holder)) from None
-                # only one contender wins the rename of a stale lock; the others find it gone or renewed
                 with contextlib.suppress(FileNotFoundError):
                     os.replace(self.path, self.path.with_name(f".{LOCK}.stale-{holder.get('pid')}"))
                 continue

@@ -1,0 +1,66 @@
+"""The run lock: one process trains a run; a holder that is gone is taken over; two contenders never both win."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from lab.jobs.run_lock import RunLock, RunLocked, read_holder
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_live_holder_keeps_the_run_and_a_gone_one_is_taken_over(tmp_path):
+    with RunLock(tmp_path) as lock:
+        assert read_holder(tmp_path) == lock.record
+        with pytest.raises(RunLocked, match="already being trained by this process"):
+            RunLock(tmp_path).acquire()
+    assert read_holder(tmp_path) is None  # released
+    (tmp_path / "lock").write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "since": 0}))
+    with RunLock(tmp_path):
+        assert read_holder(tmp_path)["pid"] == os.getpid()
+    assert not list(tmp_path.glob(".lock.stale-*"))
+
+
+def test_a_holder_on_another_host_or_an_unreadable_lock_is_named(tmp_path):
+    (tmp_path / "lock").write_text(json.dumps({"host": "gpu-node-7", "pid": 1234, "since": 0}))
+    with pytest.raises(RunLocked, match=r"process 1234 on host gpu-node-7 .* If that process is gone, remove"):
+        RunLock(tmp_path).acquire()
+    (tmp_path / "lock").write_text("{torn")
+    with pytest.raises(RunLocked, match="cannot identify"):
+        RunLock(tmp_path).acquire()
+
+
+def test_two_processes_taking_over_one_stale_lock_never_both_win(tmp_path):
+    (tmp_path / "lock").write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "since": 0}))
+    release = tmp_path.parent / f"{tmp_path.name}-release"
+    code = textwrap.dedent(f"""
+        import time
+        from pathlib import Path
+        from lab.jobs.run_lock import RunLock, RunLocked
+        try:
+            with RunLock(Path({str(tmp_path)!r})):
+                print("won", flush=True)
+                while not Path({str(release)!r}).exists():  # held until every contender has had its try
+                    time.sleep(0.05)
+        except RunLocked:
+            print("refused", flush=True)
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    try:
+        deadline = time.monotonic() + 120
+        while sum(p.poll() is not None for p in procs) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        release.touch()
+    outcomes = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
+    assert outcomes == ["refused", "refused", "won"]
