@@ -226,9 +226,14 @@ def _config(args: argparse.Namespace, store: RunStore) -> tuple[ExperimentConfig
         run = Run(Path(args.run_dir))
         if not run.path.is_dir():
             raise FileNotFoundError(f"run folder {run.path} does not exist")
-        if (run.path / "config.json").exists():
-            raise RunFolderError(f"{run.path} holds a run already (config.json): --run-dir takes a folder made for "
-                                 "this run; continue that run with `python -m lab resume`")
+        recorded = [p.name for p in run.path.iterdir()
+                    if p.name in ("config.json", "metrics.jsonl", "history") or (p.is_dir() and p.name not in
+                                                                                 ("snapshots", "checkpoints"))]
+        recorded += [f"checkpoints/{p.name}" for p in (run.path / "checkpoints").glob("*.pt")]
+        if recorded:
+            raise RunFolderError(f"{run.path} is not a fresh run folder (it holds {', '.join(sorted(recorded))}): "
+                                 "--run-dir takes a folder made for this run; continue a run with `python -m lab "
+                                 "resume`")
         return cfg, run, None
     run = find_run(args.run, store)
     cfg, changes = resume_overrides(config_of_run(run), args.overrides)

@@ -234,7 +234,7 @@ def test_train_into_a_folder_that_holds_another_run_is_refused(tmp_path, capsys)
     run = _train(tmp_path, "train.max_steps=8")
     before = _files(run)
     assert main(["train", *SMALL, "--run-dir", str(run)]) == 2
-    assert "holds a run already" in capsys.readouterr().err and _files(run) == before
+    assert "is not a fresh run folder" in capsys.readouterr().err and _files(run) == before
 
 
 def test_a_checkpoint_that_does_not_fit_the_model_is_refused_and_moves_nothing(tmp_path, capsys):
@@ -245,3 +245,35 @@ def test_a_checkpoint_that_does_not_fit_the_model_is_refused_and_moves_nothing(t
     assert main(["resume", run.name, "--checkpoint", "best", "train.lr=0.01", "--runs-dir", str(tmp_path)]) == 2
     assert "does not fit the model" in capsys.readouterr().err
     assert _files(run) == before  # last.pt not set aside, no resume change recorded, no TensorBoard file
+
+
+def test_a_sweep_member_cannot_be_resumed_while_its_sweep_trains(tmp_path):
+    from lab.jobs.run_lock import RunLock, RunLocked
+    from lab.jobs.sweep import create_sweep, plan_sweep, train_sweep
+
+    plan = plan_sweep("configs/spiral.yaml", ["model.depth=2", "model.width=4", "data.n=128",
+                                              "model.alpha_min=1.0,0.5", "model.shortcut=linear"])
+    folder, runs = create_sweep(plan, RunStore(tmp_path))
+    with RunLock(runs[1].path), pytest.raises(RunLocked, match="already being trained by this process"):
+        train_sweep(plan, folder, runs, progress=False)  # a member held elsewhere: the sweep trains nothing
+    assert not (runs[0].path / "metrics.jsonl").exists() and not (runs[0].path / "lock").exists()
+
+
+@pytest.mark.parametrize("entry", ["metrics.jsonl", "checkpoints", "history"])
+def test_a_run_holding_a_link_is_refused_before_anything_is_written(tmp_path, capsys, entry):
+    run = _train(tmp_path / "runs", "train.max_steps=8")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = run / entry
+    if target.exists():
+        target.rename(outside / entry)
+    target.symlink_to(outside / entry)
+    before = _files(outside)
+    assert main(["resume", run.name, "--runs-dir", str(tmp_path / "runs"), "train.max_steps=16"]) == 2
+    assert "symbolic links" in capsys.readouterr().err and _files(outside) == before
+
+
+def test_the_runs_folder_itself_is_no_run_dir(tmp_path, capsys):
+    _train(tmp_path, "train.max_steps=8")
+    assert main(["train", *SMALL, "--run-dir", str(tmp_path)]) == 2
+    assert "is not a fresh run folder" in capsys.readouterr().err and not (tmp_path / "config.json").exists()

@@ -296,7 +296,7 @@ def scan_images(paths: Sequence[Path], *, threads: int = 16) -> None:
         try:
             with Image.open(path) as im:
                 return None if im.size[0] > 0 and im.size[1] > 0 else "an image of size 0"
-        except (UnidentifiedImageError, OSError, ValueError) as err:
+        except Exception as err:  # unreadable, not an image, a decompression bomb: each named, none raised here
             return str(err).splitlines()[0] if str(err) else type(err).__name__
 
     with ThreadPoolExecutor(max(1, min(threads, len(paths)))) as pool:

@@ -110,14 +110,16 @@ class JobManager:
 
         Raises:
             RunFolderError, ResumeRefused: the run or its checkpoint cannot be used (:mod:`lab.jobs.resume`);
-                checked before any job starts, so the run is left as it was.
+                FileNotFoundError, ValueError: its data cannot train; all checked before any job starts, so the
+                run is left as it was.
         """
         self._check_room()
         run = self.store.open(run_id)
         cfg = check_run(run)
         plan = plan_resume(run)
+        data = checked_data(resolved(cfg))  # a moved data set is said here, not recorded as a failed run
         if in_process:
-            return self._admit(ThreadJob(cfg, run, resume=plan, owner=owner, **job_kwargs))
+            return self._admit(ThreadJob(cfg, run, resume=plan, owner=owner, data=data, **job_kwargs))
         return self._admit(ProcessJob(run, resume=True, owner=owner))
 
     def attach(self, run_id_or_path: str | Path) -> Job:

@@ -99,13 +99,14 @@ class ProcessJob(AttachedJob):
             else:
                 raise ValueError("ProcessJob needs a command or a config")
         self.command = list(command)
-        self.grace_s, self.env, self.owner = grace_s, env, owner
+        self.grace_s, self.env, self.owner, self.resuming = grace_s, env, owner, resume
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> ProcessJob:
-        (self.run.path / STOP_FILE).unlink(missing_ok=True)
-        if self.run.read_status().get("state") in ("unknown", *FINISHED):
-            self.run.write_status("queued", "starting process", step=self.run.read_status().get("step", 0))
+        if not self.resuming:  # a resumed run is the child's to write once it holds the run's lock
+            (self.run.path / STOP_FILE).unlink(missing_ok=True)
+            if self.run.read_status().get("state") in ("unknown", *FINISHED):
+                self.run.write_status("queued", "starting process", step=self.run.read_status().get("step", 0))
         env = {**os.environ, "LAB_RUN_DIR": str(self.run.path), "PYTHONUNBUFFERED": "1", **(self.env or {})}
         with open(self.run.path / "process.log", "ab") as log:  # the child keeps its own copy of the handle
             self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -118,6 +119,9 @@ class ProcessJob(AttachedJob):
     def status(self) -> dict[str, Any]:
         """status.json; a child that died without finishing (killed, crashed) is reported as ``failed``."""
         status = self.run.read_status()
+        if self.proc is not None and self.proc.poll() == 2:  # refused before writing anything: the run is as it was
+            return {**status, "state": "failed", "message": "refused, nothing written: " + self._last_log_line(),
+                    "returncode": 2}
         if self.proc is not None and self.proc.poll() is not None and status.get("state") not in FINISHED:
             code = self.proc.returncode
             status = self.run.write_status(
@@ -125,6 +129,12 @@ class ProcessJob(AttachedJob):
                           "checkpoint", step=status.get("step", 0), epoch=status.get("epoch", 0),
                 total_steps=status.get("total_steps"), returncode=code)
         return status
+
+    def _last_log_line(self) -> str:
+        with contextlib.suppress(OSError):
+            lines = (self.run.path / "process.log").read_text(errors="replace").strip().splitlines()
+            return lines[-1] if lines else ""
+        return ""
 
     def _signal(self, sig: int) -> None:
         if self.is_alive():

@@ -5,8 +5,22 @@ from __future__ import annotations
 import math
 import time
 
+import torch
+
 from lab.jobs.store import Run
 from lab.train.trainer import Callback, Trainer
+
+
+def _saved_best(run: Run) -> float:
+    """The accuracy ``best.pt`` was saved with (read memory-mapped: its tensors stay on disk); -inf without one."""
+    path = run.checkpoint_path("best")
+    if not path.is_file() or path.is_symlink():
+        return -math.inf
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        return float(state.get("best_acc", -math.inf)) if isinstance(state, dict) else -math.inf
+    except Exception:  # torch raises several types for a torn file: no saved best then
+        return -math.inf
 
 
 class RunRecorder(Callback):
@@ -15,8 +29,9 @@ class RunRecorder(Callback):
     Step records (``{"kind": "step", "step", "epoch", "loss", "lr", "time"}``; lr is the rate of the step's
     update) every ``train.log_every`` steps; eval
     records (``{"kind": "eval", "step", "epoch", "train_loss", "train_acc", "test_loss", "test_acc", "time"}``)
-    after each evaluation, followed by the ``last`` checkpoint (and ``best`` when test accuracy improved), so a
-    run resumed from ``last`` has every metric up to its step and none after.
+    after each evaluation, followed by the ``last`` checkpoint (and ``best`` when test accuracy improved, saved with
+    that accuracy as ``best_acc``), so a run resumed from ``last`` has every metric up to its step and none after,
+    and its best.pt is replaced only by a better model.
 
     Args:
         run: the run folder.
@@ -44,10 +59,11 @@ class RunRecorder(Callback):
             from torch.utils.tensorboard import SummaryWriter  # imported lazily: it is slow to import
 
             self.writer = SummaryWriter(log_dir=str(self.run.path), flush_secs=5)
-        # a resumed run's best so far (its metrics were cut back to the checkpoint's step): best.pt stays the best
+        # a resumed run's best so far: its metrics (cut back to the checkpoint's step) and the accuracy best.pt was
+        # saved with, which an evaluation after the checkpoint (set aside in history/) may have written
         records, _ = self.run.read_metrics()
-        self.best_acc = max((r.get("test_acc", r.get("train_acc", -math.inf)) for r in records
-                             if r.get("kind") == "eval"), default=-math.inf)
+        self.best_acc = max([*(r.get("test_acc", r.get("train_acc", -math.inf)) for r in records
+                               if r.get("kind") == "eval"), _saved_best(self.run)])
         self._status(trainer, "running", f"training from step {trainer.step}")
 
     def on_step_end(self, trainer: Trainer, loss: float) -> None:
@@ -72,9 +88,10 @@ class RunRecorder(Callback):
         best = acc > self.best_acc
         self.best_acc = max(acc, self.best_acc)
         if self.checkpoint_on_eval:
-            self.run.save_checkpoint(trainer.state_dict(), "last", *(("best",) if best else ()))
+            self.run.save_checkpoint({**trainer.state_dict(), "best_acc": self.best_acc}, "last",
+                                     *(("best",) if best else ()))
         elif best:  # the loader engine saves last on its own schedule; best holds the weights just evaluated
-            self.run.save_checkpoint(trainer.state_dict(), "best")
+            self.run.save_checkpoint({**trainer.state_dict(), "best_acc": acc}, "best")
 
     def on_checkpoint(self, trainer: Trainer) -> None:
         """``last`` (the loader engine's schedule: every ``train.checkpoint_every`` epochs and on stop)."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.config import ConfigError, ExperimentConfig, apply_overrides, from_dict, parse_override, to_dict
-from lab.jobs.catalog import checkpoint_step
+from lab.jobs.catalog import checkpoint_step, linked_entries
 from lab.jobs.store import STATES, CheckpointError, Run, RunFolderError, RunStore, sanitize_name
 
 # what a resume may change: the optimisation's pace and length and the run's bookkeeping, never the model, the
@@ -62,6 +62,10 @@ def check_run(run: Run) -> ExperimentConfig:
     """
     if run.path.is_symlink():
         raise RunFolderError(f"{run.path} is a symbolic link; name the run folder itself")
+    linked = linked_entries(run.path) + (["history"] if (run.path / "history").is_symlink() else [])
+    if linked:
+        raise RunFolderError(f"{run.path} holds symbolic links ({', '.join(linked)}), which the lab never follows "
+                             "or writes through: replace them with the files themselves")
     try:
         cfg = from_dict(ExperimentConfig, run.config_record()["config"])
     except ConfigError as err:

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import socket
+import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
@@ -72,8 +74,12 @@ class RunLock:
 
     def acquire(self) -> None:
         # the check-then-replace of a stale lock is serialised by an flock on a guard file, so two processes that
-        # both find the same stale lock cannot both take it over (the kernel drops the flock if one dies)
-        with open(self.path.with_name(f".{LOCK}.guard"), "a") as guard:
+        # both find the same stale lock cannot both take it over (the kernel drops the flock if one dies). The
+        # guard lives in the temp folder, keyed by the run's path: a refused process writes nothing into the run.
+        key = hashlib.sha256(str(self.path.parent.resolve()).encode()).hexdigest()[:24]
+        guard_path = Path(tempfile.gettempdir()) / f"residual-lab-{key}.lock"
+        fd = os.open(guard_path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        with os.fdopen(fd, "w") as guard:
             fcntl.flock(guard, fcntl.LOCK_EX)
             try:
                 self._acquire()
@@ -82,8 +88,10 @@ class RunLock:
 
     def _acquire(self) -> None:
         for _ in range(3):  # a stale lock is moved away, then the exclusive create is tried again
+            tmp = self.path.with_name(f".{LOCK}.{os.getpid()}.tmp")  # the whole record, then linked into place:
+            tmp.write_text(json.dumps(self.record))  # a lock file is never seen empty or half-written
             try:
-                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                os.link(tmp, self.path)
             except FileExistsError:
                 holder = read_holder(self.path.parent)
                 if holder is None:
@@ -95,8 +103,8 @@ class RunLock:
                 with contextlib.suppress(FileNotFoundError):
                     os.replace(self.path, self.path.with_name(f".{LOCK}.stale-{holder.get('pid')}"))
                 continue
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.record, f)
+            finally:
+                tmp.unlink(missing_ok=True)
             self.held = True
             return
         raise RunLocked(f"could not take the lock {self.path}: it keeps being renewed by other processes")

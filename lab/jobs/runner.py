@@ -5,17 +5,17 @@ from __future__ import annotations
 import contextlib
 import os
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from lab.config import ConfigError, ExperimentConfig, apply_overrides, from_dict, to_dict
 from lab.data.toy2d import ToyData
 from lab.jobs.recorder import RunRecorder
 from lab.jobs.resume import ResumePlan, ResumeRefused, load_resume_state, plan_resume
-from lab.jobs.run_lock import RunLock
+from lab.jobs.run_lock import RunLock, RunLocked
 from lab.jobs.store import Run
 from lab.train.build import build_data, build_model, check_data, loader_data
-from lab.train.distributed import World, launched_by_torchrun
+from lab.train.distributed import World, broadcast, launched_by_torchrun
 from lab.train.engine import LoaderData, LoaderTrainer, ResumeMismatch
 from lab.train.progress import ProgressBar
 from lab.train.trainer import Callback, Diverged, Trainer, resolve_device
@@ -121,7 +121,7 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
     world = world or World(device=resolve_device(cfg.train.device))
     writes = world.main
     plan = plan_resume(run) if resume is True else (resume or None)
-    with RunLock(run.path) if writes else contextlib.nullcontext():
+    with _locked(run, world):
         state = load_resume_state(run, plan, world.device) if plan is not None else None
         if writes and plan is None:  # first, so a run that fails at any point has its config
             run.write_config(to_dict(cfg), world_size=world.size)
@@ -167,12 +167,35 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
         return status("completed" if done else "stopped", message, metrics=trainer.last_eval)
 
 
+@contextlib.contextmanager
+def _locked(run: Run, world: World) -> Iterator[None]:
+    """Hold the run's lock on rank 0 for the block; every rank learns rank 0's refusal, so under ``torchrun`` the
+    others raise the same :class:`RunLocked` instead of waiting for a rank that never trains (or writing into a
+    run another process trains)."""
+    lock = RunLock(run.path) if world.main else None
+    refusal = None
+    if lock is not None:
+        try:
+            lock.acquire()
+        except RunLocked as err:
+            refusal = str(err)
+    refusal = broadcast(world, refusal)
+    if refusal is not None:
+        raise RunLocked(refusal)
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
+
+
 def _continue(cfg: ExperimentConfig, run: Run, plan: ResumePlan) -> None:
     """What rank 0 writes before a resumed run trains: for a restart, the earlier attempt set aside; for a resume
     from ``best.pt``, ``last.pt`` set aside (the run goes on from an earlier step); any change of settings named in
     config.json."""
     if plan.source == "restart":
         run.set_aside()
+        run.write_status("queued", "restarting from step 0; the earlier attempt is in history/")
     elif plan.source == "best" and run.checkpoint_path("last").exists():
         os.replace(run.checkpoint_path("last"), run.history_path(f"last-before-step-{plan.step}.pt"))
     if plan.changes or plan.source != "last":

@@ -9,14 +9,16 @@ A run folder holds::
     checkpoints/    ``last.pt`` / ``best.pt`` (temp file + os.replace; loaded with weights_only=True)
     events.out.tfevents.*   TensorBoard scalars
     history/        what a resume set aside: metric records after the checkpoint it continued from, or a whole
-                    earlier attempt (``restart-<time>/``); nothing a run recorded is ever deleted
+                    earlier attempt (``restart-<time>/``); no metric, checkpoint or config is ever deleted (the
+                    views' snapshots alone are thinned, :meth:`Run.prune_snapshots`)
     lock            while a process trains the run: its host and pid (:mod:`lab.jobs.run_lock`)
 
 Readers are forgiving: a half-written last line of ``metrics.jsonl`` is skipped until it is complete, and a
 missing or unreadable ``status.json`` reads as state ``unknown``. Readers never follow a symbolic link inside a
 run folder (it could lead anywhere on the machine). Everything the lab writes as JSON is strict JSON: a
-non-finite number is written as ``null`` and named, with its value, under ``nonfinite``. Nothing is ever written
-outside the runs folder: run ids are sanitised and every path is checked to resolve inside it.
+non-finite number is written as ``null`` and named, with its value, under ``nonfinite``. A :class:`RunStore` never
+writes outside its runs folder: run ids are sanitised and every path is checked to resolve inside it (a run named by
+its path, ``lab resume PATH``, is written where it lies once it has been checked to hold a valid run).
 """
 
 from __future__ import annotations
@@ -307,6 +309,8 @@ class Run:
     def history_path(self, name: str) -> Path:
         """A new path under ``history/`` (suffixed ``-2``, ``-3`` … if taken): where a resume sets things aside."""
         folder = self.path / "history"
+        if folder.is_symlink():
+            raise RunFolderError(f"{folder} is a symbolic link: nothing is written through it")
         folder.mkdir(exist_ok=True)
         stem, dot, ext = name.partition(".")
         for k in range(1, 10_000):
@@ -351,8 +355,8 @@ class Run:
         path = self.checkpoint_path(name)
         if not path.is_file():
             raise CheckpointError(f"no checkpoint at {path}")
-        if path.is_symlink():
-            raise CheckpointError(f"checkpoint {path} is a symbolic link: not followed")
+        if path.is_symlink() or path.parent.is_symlink():
+            raise CheckpointError(f"checkpoint {path} is behind a symbolic link: not followed")
         try:
             state = torch.load(path, map_location=map_location, weights_only=True)
         except Exception as err:  # torch raises several types for corrupt files

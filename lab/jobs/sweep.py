@@ -21,6 +21,7 @@ checkpoint also resumes as a solo run (``python -m lab resume <member folder>``)
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import traceback
@@ -35,6 +36,7 @@ from lab.config import ConfigError, ExperimentConfig, load_config, parse_overrid
 from lab.data.toy2d import TOY_DATASETS
 from lab.jobs.process import StopFile
 from lab.jobs.recorder import RunRecorder
+from lab.jobs.run_lock import RunLock
 from lab.jobs.store import Run, RunStore, atomic_write_json
 from lab.train.ensemble import MODEL, EnsembleCallback, EnsembleMember, EnsembleTrainer, ensemble_groups
 
@@ -231,8 +233,19 @@ def train_sweep(plan: SweepPlan, folder: Run, runs: list[Run], *, progress: bool
 
     Returns:
         Each member's final status.
+
+    Raises:
+        RunLocked: a member is being trained by another process (nothing was trained).
     """
     callbacks = list(callbacks)
+    with contextlib.ExitStack() as locks:  # every member is the sweep's to train: no other process resumes one
+        for run in runs:
+            locks.enter_context(RunLock(run.path))
+        return _train_groups(plan, folder, runs, progress, callbacks)
+
+
+def _train_groups(plan: SweepPlan, folder: Run, runs: list[Run], progress: bool,
+                  callbacks: list[EnsembleCallback]) -> list[dict[str, Any]]:
     statuses = [run.read_status() for run in runs]
     stopped = False
     for g, group in enumerate(plan.groups):
