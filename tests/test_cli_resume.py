@@ -62,6 +62,8 @@ def test_resume_from_best_sets_later_records_aside_and_keeps_the_best(tmp_path, 
     assert (history / next(n for n in kept if n.startswith("last-"))).read_bytes() == b"torn by a full disk"
     evals = _evals(run)
     assert max(r["test_acc"] for r in evals) >= best_acc and evals[-1]["step"] == 48
+    best = torch.load(run / "checkpoints" / "best.pt", weights_only=True)  # still the best model of the run
+    assert best["best_acc"] == max(r["test_acc"] for r in evals) and best["best_acc"] >= best_acc
     steps = [r["step"] for r in evals]
     assert steps == sorted(set(steps))  # no step recorded twice
     change = json.loads((run / "config.json").read_text())["resume_changes"][-1]

@@ -113,3 +113,26 @@ def test_sigterm_to_torchrun_stops_every_process_at_one_step_with_a_checkpoint(i
     assert status["state"] == "stopped", (status, out[-2000:])
     state = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
     assert state["step"] == status["step"] >= 3 and status["step"] < status["total_steps"]
+
+
+def test_every_rank_refuses_a_run_another_process_trains(images, tmp_path):
+    """Rank 0 alone takes the lock; the other ranks learn its refusal, so no rank trains, waits or writes."""
+    import socket
+
+    args = ["configs/mae_tiny.yaml", f"data.root={images}", *TINY_MAE, "train.epochs=1"]
+    _lab("train", *args, "--runs-dir", str(tmp_path), "--steps", "2")
+    (run,) = tmp_path.iterdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        (run / "lock").write_text(json.dumps({"host": socket.gethostname(), "pid": holder.pid, "since": 0}))
+        before = {p.name: p.stat().st_mtime_ns for p in run.rglob("*")}
+        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+        out = subprocess.run([*launcher, "-m", "lab", "resume", str(run), "--no-progress"], capture_output=True,
+                             text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                             cwd=Path(__file__).resolve().parents[2])
+        assert out.returncode != 0 and out.stderr.count(f"being trained by process {holder.pid}") == 2
+        assert "lab/" not in out.stderr  # no traceback through the lab's code (torchrun prints its own summary)
+        assert {p.name: p.stat().st_mtime_ns for p in run.rglob("*")} == before  # nothing written, no failed-rank
+    finally:
+        holder.kill()
+        holder.wait()
