@@ -24,25 +24,20 @@ A run folder that is itself a link is listed only when it resolves inside the se
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import math
 import os
 import time
-import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
 import yaml
 
 from lab.data.roots import resolve_data_path
 from lab.jobs.job import Job
 from lab.jobs.process import AttachedJob
-from lab.jobs.snapshots import Snapshot
-from lab.jobs.store import FINISHED, Run, read_entry, read_jsonl, sanitize_name
+from lab.jobs.store import FINISHED, Run, checkpoint_field, read_entry, read_jsonl
 from lab.jobs.sweep import SWEEP_FILE
 
 RUN_MARKERS = ("status.json", "config.json", "config.yaml", "metrics.jsonl", "checkpoints")
@@ -236,13 +231,9 @@ def _read_json(path: Path) -> tuple[Any, str | None]:
 
 
 def checkpoint_step(path: Path) -> int | None:
-    """The ``step`` a checkpoint holds, read with ``weights_only=True`` and memory-mapped (its tensors are not read
-    into memory); None when it holds none or cannot be read."""
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # torch raises several types for truncated or foreign files
-        return None
-    return _int(state.get("step")) if isinstance(state, dict) else None
+    """The ``step`` a checkpoint holds (:func:`~lab.jobs.store.checkpoint_field`); None when it holds none or cannot
+    be read."""
+    return _int(checkpoint_field(path, "step"))
 
 
 class RunReader:
@@ -468,20 +459,3 @@ class WatchedRun(AttachedJob):
 
     def is_alive(self) -> bool:
         return self.status()["state"] not in FINISHED
-
-    def latest(self, kind: str) -> tuple[int, dict[str, np.ndarray]] | None:
-        """The newest readable snapshot of ``kind`` that is a file in ``snapshots/`` (no link), widened to float32."""
-        folder, prefix = self.run.path / "snapshots", f"{sanitize_name(kind)}-"
-        if folder.is_symlink():
-            return None
-        versions = []
-        with contextlib.suppress(OSError):
-            for entry in os.scandir(folder):
-                stem = entry.name.removesuffix(".npz")
-                if entry.name.endswith(".npz") and stem.startswith(prefix) and stem[len(prefix):].isdigit():
-                    versions.append((int(stem[len(prefix):]), Path(entry.path)))
-        for version, path in sorted(versions, reverse=True):
-            with contextlib.suppress(OSError, ValueError, EOFError, zipfile.BadZipFile), \
-                    np.load(io.BytesIO(read_entry(path))) as z:
-                return version, Snapshot(kind, {k: z[k] for k in z.files}).float32()
-        return None

@@ -5,22 +5,14 @@ from __future__ import annotations
 import math
 import time
 
-import torch
-
-from lab.jobs.store import Run
+from lab.jobs.store import Run, checkpoint_field
 from lab.train.trainer import Callback, Trainer
 
 
 def _saved_best(run: Run) -> float:
-    """The accuracy ``best.pt`` was saved with (read memory-mapped: its tensors stay on disk); -inf without one."""
-    path = run.checkpoint_path("best")
-    if not path.is_file() or path.is_symlink():
-        return -math.inf
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-        return float(state.get("best_acc", -math.inf)) if isinstance(state, dict) else -math.inf
-    except Exception:  # torch raises several types for a torn file: no saved best then
-        return -math.inf
+    """The accuracy ``best.pt`` was saved with; -inf without one."""
+    value = checkpoint_field(run.checkpoint_path("best"), "best_acc")
+    return float(value) if isinstance(value, (int, float)) else -math.inf
 
 
 class RunRecorder(Callback):

@@ -124,7 +124,7 @@ def plan_resume(run: Run, source: str = "last", changes: dict[str, Any] | None =
     if source == "restart":
         return ResumePlan("restart", 0, changes or {})
     path = run.checkpoint_path(source)
-    step = None if path.is_symlink() else checkpoint_step(path)
+    step = checkpoint_step(path)
     if step is None:
         problem = "is missing" if not path.exists() else "cannot be read (corrupt, a link or not a checkpoint)"
         offers = []

@@ -32,6 +32,7 @@ import re
 import subprocess
 import tempfile
 import time
+import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -154,6 +155,19 @@ def _load_problem(err: Exception) -> str:
     if "weights_only" in str(err) or "Weights only load failed" in text:
         return "it holds objects other than tensors and plain containers, which are never loaded"
     return text
+
+
+def checkpoint_field(path: Path, key: str) -> Any:
+    """One entry of a checkpoint (its ``step``, the ``best_acc`` it was saved with), read with ``weights_only=True``
+    and memory-mapped, so its tensors stay on disk; None when the file is missing, a link (or behind one), not a
+    checkpoint, or lacks the entry."""
+    if not path.is_file() or path.is_symlink() or path.parent.is_symlink():
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # torch raises several types for truncated or foreign files
+        return None
+    return state.get(key) if isinstance(state, dict) else None
 
 
 def environment_info() -> dict[str, Any]:
@@ -402,7 +416,8 @@ class Run:
             path = self.path / "snapshots" / f"{sanitize_name(kind)}-{v:09d}.npz"
             if path.parent.is_symlink():
                 return None
-            with contextlib.suppress(OSError, ValueError, EOFError), np.load(io.BytesIO(read_entry(path))) as z:
+            with contextlib.suppress(OSError, ValueError, EOFError, zipfile.BadZipFile), \
+                    np.load(io.BytesIO(read_entry(path))) as z:
                 return v, Snapshot(kind, {k: z[k] for k in z.files})
         return None
 

@@ -25,6 +25,7 @@ from bokeh.models import ColorBar, ColumnDataSource, HoverTool, LinearColorMappe
 from bokeh.palettes import Category10_10, RdBu11, Viridis256
 from bokeh.plotting import figure
 
+from lab.ui.text import markdown_pane, md
 from lab.viz.palette import BLUE, ORANGE
 
 NC_LINES = (("nc1", "NC1 within/between", BLUE), ("nc2_equinorm", "NC2 equinorm", ORANGE),
@@ -170,7 +171,7 @@ class AlignmentViews:
         self.figures = dict(zip(VIEWS, (self.trajectories, self.grid, self.pair_figure, self.spectrum, self.ra4,
                                         self.collapse), strict=True))
         self.panes = {name: pn.pane.Bokeh(fig) for name, fig in self.figures.items()}
-        self.heading = pn.pane.Markdown(f"### {label}", margin=(0, 10), visible=bool(label))
+        self.heading = markdown_pane(f"### {md(label, one_line=True)}", margin=(0, 10), visible=bool(label))
         panes = list(self.panes.values())  # rows of two, not a FlexBox: figures inside one never report "rendered"
         self.layout = pn.Column(self.heading, self.summary, *(pn.Row(*panes[k:k + 2]) for k in range(0, 6, 2)))
 
