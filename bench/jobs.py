@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import median, table  # noqa: E402
 from lab.config import load_config  # noqa: E402
 from lab.jobs.runner import make_trainer  # noqa: E402
-from lab.jobs.store import RunStore  # noqa: E402
 from lab.jobs.thread import ThreadJob  # noqa: E402
+from lab.runs.store import RunStore  # noqa: E402
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 on the same model, batch and device, measured in one run.
 
 "plain" is the reference: ``loss = model(x)[0]; loss.backward(); AdamW step`` on a batch already on the device,
-in float32. The engine rows time :meth:`lab.train.engine.LoaderTrainer.train_step` on that batch (per-step
+in float32. The engine rows time :meth:`lab.train.loader.LoaderTrainer.train_step` on that batch (per-step
 seeding, learning rate, the loss shared among processes) in float32 and, on CUDA, in bf16 autocast; with
 ``--compile`` a ``torch.compile`` row is added. Data loading is not part of these rows: ``--data ROOT`` adds one
 that reads an ImageFolder tree through the engine's DataLoader (workers, pinned memory) to show whether the disk
@@ -33,7 +33,7 @@ from bench.common import median, table  # noqa: E402
 from lab.config import apply_overrides, load_config  # noqa: E402
 from lab.train.build import build_model, loader_data  # noqa: E402
 from lab.train.distributed import World  # noqa: E402
-from lab.train.engine import LoaderData, LoaderTrainer, make_optimizer  # noqa: E402
+from lab.train.loader import LoaderData, LoaderTrainer, make_optimizer  # noqa: E402
 
 
 def _images_per_s(step, batch: int, steps: int, repeats: int, device: torch.device) -> float:

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import table  # noqa: E402
 from lab.config import ExperimentConfig, apply_overrides  # noqa: E402
 from lab.jobs.runner import make_trainer  # noqa: E402
-from lab.jobs.store import RunStore  # noqa: E402
 from lab.jobs.thread import ThreadJob  # noqa: E402
+from lab.runs.store import RunStore  # noqa: E402
 from lab.ui.serve import serving_lab  # noqa: E402
 
 JS_TITLE = """() => { let last = null; for (const doc of Bokeh.documents) for (const m of doc.all_models)

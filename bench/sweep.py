@@ -32,8 +32,8 @@ from bench.common import median, table, timed  # noqa: E402
 from bench.jacobians import peak_mb, reset_peak, rss_mb  # noqa: E402
 from lab.config import ExperimentConfig, load_config  # noqa: E402
 from lab.jobs.runner import make_trainer  # noqa: E402
-from lab.jobs.store import RunStore  # noqa: E402
-from lab.jobs.sweep import create_sweep, plan_sweep, train_sweep  # noqa: E402
+from lab.runs.store import RunStore  # noqa: E402
+from lab.sweeps import create_sweep, plan_sweep, train_sweep  # noqa: E402
 from lab.train.ensemble import EnsembleTrainer  # noqa: E402
 
 CONFIG = "configs/spiral.yaml"

@@ -18,19 +18,19 @@ from pathlib import Path
 from lab.analysis.residual_alignment import RA4_FIT_START
 from lab.config import ConfigError, ExperimentConfig, load_config
 from lab.data.toy2d import TOY_DATASETS, ToyData
-from lab.jobs.probe_report import format_probe, probe_report
-from lab.jobs.process import StopFile
-from lab.jobs.reports import alignment_report, format_alignment
-from lab.jobs.resume import RESUME_KEYS, ResumePlan, ResumeRefused, find_run, plan_resume, resume_overrides
-from lab.jobs.run_lock import RunLocked
-from lab.jobs.runner import checked_data, config_of_run, resolved, train_and_evaluate, uses_loader
-from lab.jobs.snapshots import DiskSink, Publisher, alignment_builder
-from lab.jobs.store import CheckpointError, Run, RunFolderError, RunStore, default_runs_dir
-from lab.jobs.sweep import create_sweep, plan_sweep, train_sweep
+from lab.jobs.publish import DiskSink, Publisher, alignment_builder
+from lab.jobs.runner import checked_data, resolved, train_and_evaluate, uses_loader
+from lab.reports.alignment import alignment_report, format_alignment
+from lab.reports.probe import format_probe, probe_report
 from lab.reproduce import BUDGETS, PAPERS, reproduce
+from lab.runs.lock import RunLocked
+from lab.runs.resume import RESUME_KEYS, ResumePlan, ResumeRefused, find_run, plan_resume, resume_overrides
+from lab.runs.stop import StopFile
+from lab.runs.store import CheckpointError, Run, RunFolderError, RunStore, config_of_run, default_runs_dir
+from lab.sweeps import create_sweep, plan_sweep, train_sweep
 from lab.train.distributed import broadcast, close_world, init_world
-from lab.train.engine import ResumeMismatch
-from lab.train.trainer import Callback, Trainer
+from lab.train.loader import ResumeMismatch
+from lab.train.tensor import Callback, Trainer
 
 
 class _Terminate(Callback):

@@ -14,9 +14,9 @@ from PIL import Image
 
 from lab.cli import main
 from lab.config import load_config
-from lab.jobs.runner import config_of_run, train_and_evaluate
-from lab.jobs.store import RunStore
-from lab.train.trainer import Callback
+from lab.jobs.runner import train_and_evaluate
+from lab.runs.store import RunStore, config_of_run
+from lab.train.tensor import Callback
 
 SMALL = ["configs/spiral.yaml", "model.depth=3", "model.width=8", "data.n=256", "train.batch_size=32",
          "train.optimizer=sgd", "train.lr=0.05", "train.eval_every=8", "train.epochs=100", "--no-progress"]
@@ -250,8 +250,8 @@ def test_a_checkpoint_that_does_not_fit_the_model_is_refused_and_moves_nothing(t
 
 
 def test_a_sweep_member_cannot_be_resumed_while_its_sweep_trains(tmp_path):
-    from lab.jobs.run_lock import RunLock, RunLocked
-    from lab.jobs.sweep import create_sweep, plan_sweep, train_sweep
+    from lab.runs.lock import RunLock, RunLocked
+    from lab.sweeps import create_sweep, plan_sweep, train_sweep
 
     plan = plan_sweep("configs/spiral.yaml", ["model.depth=2", "model.width=4", "data.n=128",
                                               "model.alpha_min=1.0,0.5", "model.shortcut=linear"])

@@ -8,8 +8,7 @@ import pytest
 
 from lab.cli import main
 from lab.config import load_config
-from lab.jobs.runner import config_of_run
-from lab.jobs.store import Run
+from lab.runs.store import Run, config_of_run
 from lab.train import build_model
 
 SMALL = ["model.depth=3", "model.width=8", "data.n=512", "train.epochs=100", "train.max_steps=10",

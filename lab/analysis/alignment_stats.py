@@ -41,7 +41,7 @@ from torch import Tensor, nn
 from lab.analysis.alignment import alignment_score, haar_bases
 from lab.analysis.jacobian import jacobian_operator, jacobian_shapes, residual_jacobians
 from lab.analysis.svd import LinearOperator, block_krylov_svd
-from lab.probe import eval_mode
+from lab.hooks import eval_mode
 
 __all__ = ["alignment_stats"]
 

@@ -37,7 +37,7 @@ from torch.func import jvp, vjp, vmap
 
 from lab.analysis.alignment import SVDTriplet, jacobian_svds
 from lab.analysis.svd import LinearOperator
-from lab.probe import eval_mode, iter_blocks
+from lab.hooks import eval_mode, iter_blocks
 
 __all__ = ["block_jacobians", "block_svds", "jacobian_operator", "jacobian_shapes", "residual_jacobians"]
 

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from lab.data.grid import grid
-from lab.probe import eval_mode, iter_blocks
+from lab.hooks import eval_mode, iter_blocks
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from lab.analysis.alignment import inverse_sigma_fit
 from lab.analysis.alignment_stats import alignment_stats
 from lab.analysis.collapse import collapse_by_layer
 from lab.analysis.trajectories import project_trajectories, trajectory_stats
-from lab.probe import eval_mode
+from lab.hooks import eval_mode
 
 __all__ = ["NC_KEYS", "PAPER_K", "RA4_FIT_START", "SCALARS", "residual_alignment"]
 

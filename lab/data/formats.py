@@ -1,7 +1,7 @@
 """On-disk image formats: IDX (MNIST), CIFAR python pickles, ImageFolder trees.
 
 Bytes in, numpy arrays out (and back, for the writers tests use to build tiny real-format files). Nothing here knows
-about splits, class subsets or tensors; `lab.data.loaders` builds datasets on top. Readers never download and fail
+about splits, class subsets or tensors; `lab.data.readers` builds datasets on top. Readers never download and fail
 loudly: a malformed file is a `FormatError` (a `ValueError`) whose message names the file.
 """
 

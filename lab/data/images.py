@@ -14,7 +14,7 @@ This module is the public face of the image data; the work is done in one module
 
 - :mod:`lab.data.formats`: the on-disk formats (IDX, CIFAR pickles, ImageFolder trees), bytes to numpy arrays;
 - :mod:`lab.data.subsets`: class subsets, per-class caps and stratified splits, on labels alone;
-- :mod:`lab.data.loaders`: one loader per dataset, from a folder to an `ImageSplit`;
+- :mod:`lab.data.readers`: one loader per dataset, from a folder to an `ImageSplit`;
 - :mod:`lab.data.image_split`: `ImageSplit` itself and its transforms (`flat`, `normalized`, `standardize`).
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from lab.data.formats import make_synthetic_image_folder
 from lab.data.image_split import ImageSplit
-from lab.data.loaders import (
+from lab.data.readers import (
     NEVER_DOWNLOADS,
     DatasetNotFoundError,
     load_cifar,

@@ -1,6 +1,6 @@
 """The job interface: what pages, notebooks and the command line hold for a run, wherever it trains.
 
-A job is a run folder (:class:`~lab.jobs.store.Run`) plus control. Views never receive pushes: a job keeps, per
+A job is a run folder (:class:`~lab.runs.store.Run`) plus control. Views never receive pushes: a job keeps, per
 snapshot kind, a latest ``(version, payload)`` slot that views poll from their own thread; versions only grow,
 so a view redraws exactly when the version changed. Implementations: :class:`~lab.jobs.thread.ThreadJob` (a
 run in this process) and :mod:`lab.jobs.process` (a child process, or a run something else writes).
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from lab.jobs.store import FINISHED, Run
+from lab.runs.store import FINISHED, Run
 
 
 def _always(job: Job) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from lab.train.trainer import Callback, Trainer
+from lab.train.tensor import Callback, Trainer
 
 
 class Lockstep:

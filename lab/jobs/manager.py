@@ -10,12 +10,12 @@ from typing import Any
 from lab.config import ExperimentConfig
 from lab.jobs.job import Job
 from lab.jobs.process import ProcessJob, attach
-from lab.jobs.resume import check_run, plan_resume
 from lab.jobs.runner import checked_data, resolved
-from lab.jobs.store import RunStore
-from lab.jobs.sweep import SweepPlan, create_sweep
 from lab.jobs.sweep_job import SweepJob, group_plan, plan_from_config
 from lab.jobs.thread import ThreadJob
+from lab.runs.resume import check_run, plan_resume
+from lab.runs.store import RunStore
+from lab.sweeps import SweepPlan, create_sweep
 
 
 class ManagerBusy(RuntimeError):
@@ -87,7 +87,7 @@ class JobManager:
         """Train one ensemble of a sweep in a thread of this process; one job against the bound, whatever its size.
 
         Args:
-            sweep: a plan (:func:`~lab.jobs.sweep.plan_sweep`), or a config and the values to sweep, e.g.
+            sweep: a plan (:func:`~lab.sweeps.plan_sweep`), or a config and the values to sweep, e.g.
                 ``(cfg, {"model.alpha_min": [1.0, 0.8, 0.6]})`` (:func:`~lab.jobs.sweep_job.plan_from_config`).
             group: which of the plan's ensemble groups to train (its members alone make the sweep folder).
             owner: who started it (a browser session id).
@@ -109,7 +109,7 @@ class JobManager:
         """Continue a stopped, diverged or killed run from its last checkpoint.
 
         Raises:
-            RunFolderError, ResumeRefused: the run or its checkpoint cannot be used (:mod:`lab.jobs.resume`);
+            RunFolderError, ResumeRefused: the run or its checkpoint cannot be used (:mod:`lab.runs.resume`);
                 FileNotFoundError, ValueError: its data cannot train; all checked before any job starts, so the
                 run is left as it was.
         """

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,27 +20,8 @@ import numpy as np
 
 from lab.config import ExperimentConfig, save_config
 from lab.jobs.job import Job
-from lab.jobs.store import FINISHED, Run
-from lab.train.trainer import Callback, Trainer
-
-STOP_FILE = "STOP"
-
-
-class StopFile(Callback):
-    """Stop training when ``<run>/STOP`` appears (checked at most every ``every_s`` seconds)."""
-
-    def __init__(self, run: Run, every_s: float = 0.2) -> None:
-        self.path, self.every_s, self._t = run.path / STOP_FILE, every_s, 0.0
-
-    def on_train_start(self, trainer: Trainer) -> None:
-        self.path.unlink(missing_ok=True)  # left by the stop this run is resumed from: not a request to this start
-
-    def on_step_end(self, trainer: Trainer, loss: float) -> None:
-        now = time.monotonic()
-        if now - self._t >= self.every_s:
-            self._t = now
-            if self.path.exists():
-                trainer.should_stop = True
+from lab.runs.stop import STOP_FILE
+from lab.runs.store import FINISHED, Run
 
 
 class AttachedJob(Job):

@@ -8,31 +8,21 @@ import traceback
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from lab.config import ConfigError, ExperimentConfig, apply_overrides, from_dict, to_dict
+from lab.config import ConfigError, ExperimentConfig, apply_overrides, to_dict
 from lab.data.toy2d import ToyData
-from lab.jobs.recorder import RunRecorder
-from lab.jobs.resume import ResumePlan, ResumeRefused, load_resume_state, plan_resume
-from lab.jobs.run_lock import RunLock, RunLocked
-from lab.jobs.store import Run
+from lab.runs.lock import RunLock, RunLocked
+from lab.runs.recorder import RunRecorder
+from lab.runs.resume import ResumePlan, ResumeRefused, load_resume_state, plan_resume
+from lab.runs.store import Run
 from lab.train.build import build_data, build_model, check_data, loader_data
 from lab.train.distributed import World, broadcast, launched_by_torchrun
-from lab.train.engine import LoaderData, LoaderTrainer, ResumeMismatch
+from lab.train.loader import LoaderData, LoaderTrainer, ResumeMismatch
 from lab.train.progress import ProgressBar
-from lab.train.trainer import Callback, Diverged, Trainer, resolve_device
-
-
-def config_of_run(run: Run) -> ExperimentConfig:
-    """The resolved config saved in a run's config.json.
-
-    Raises:
-        RunFolderError: config.json is missing or unreadable (never the defaults in its place).
-        ConfigError: it does not hold a valid config.
-    """
-    return from_dict(ExperimentConfig, run.config_record()["config"])
+from lab.train.tensor import Callback, Diverged, Trainer, resolve_device
 
 
 def uses_loader(cfg: ExperimentConfig) -> bool:
-    """Whether ``cfg`` trains with the loader engine (:mod:`lab.train.engine`): asked for, or ``auto`` with MAE
+    """Whether ``cfg`` trains with the loader engine (:mod:`lab.train.loader`): asked for, or ``auto`` with MAE
     pretraining or under ``torchrun``. A run's saved config names its engine (:func:`resolved`), so a run resumes
     with the engine it was trained with."""
     engine = cfg.train.engine
@@ -89,7 +79,7 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
 
     The tensor trainer runs unless :func:`uses_loader` says the loader engine; that one runs as one process of
     ``world`` (default: a world of one on ``train.device``), and only rank 0 writes the folder, holding its lock
-    (:mod:`lab.jobs.run_lock`) while it trains.
+    (:mod:`lab.runs.lock`) while it trains.
 
     A new run's config.json is written first, so a run that fails at any point leaves a complete folder: state
     ``failed`` and the reason. A non-finite loss ends the run as ``diverged`` (its message names the step and the
@@ -100,8 +90,8 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
         cfg: the experiment (for a resume: the run's config with any resume overrides).
         run: its folder.
         callbacks: extra subscribers (snapshot publishers, stop checks).
-        resume: continue the run (:mod:`lab.jobs.resume`): True continues from ``checkpoints/last.pt``; a
-            :class:`~lab.jobs.resume.ResumePlan` names the checkpoint (or a restart) and the settings changed.
+        resume: continue the run (:mod:`lab.runs.resume`): True continues from ``checkpoints/last.pt``; a
+            :class:`~lab.runs.resume.ResumePlan` names the checkpoint (or a restart) and the settings changed.
             Model, optimizer, step and mask generator are restored; metric records after that step are set aside
             under ``history/``, so none is duplicated and none is lost.
         progress: show a tqdm progress bar.

@@ -2,7 +2,7 @@
 
 A :class:`SweepJob` is to a sweep what :class:`~lab.jobs.thread.ThreadJob` is to a run: the UI thread controls it
 (pause, single steps, resume, stop) and polls its snapshot slot, the training thread checks the controls after
-every step, and both sides take the job's lock. Training is :func:`~lab.jobs.sweep.train_sweep` itself, so the
+every step, and both sides take the job's lock. Training is :func:`~lab.sweeps.train_sweep` itself, so the
 sweep folder and its member run folders are exactly those of ``python -m lab sweep``; the job adds a status.json
 to the sweep folder (the state of the whole and of every member) and ``rank`` frames
 (:func:`~lab.analysis.rank_sweep.sweep_rank_metrics` of every member) between steps.
@@ -25,10 +25,10 @@ from lab.analysis.rank_sweep import member_features, sweep_rank_metrics
 from lab.config import ExperimentConfig, to_dict
 from lab.data.toy2d import ToyData
 from lab.jobs.job import InProcessJob
-from lab.jobs.snapshots import Snapshot
-from lab.jobs.store import Run
-from lab.jobs.sweep import SweepPlan, _final_status, plan_sweep, train_sweep
 from lab.nn.mlp import ResidualMLP
+from lab.runs.snapshot import Snapshot
+from lab.runs.store import Run
+from lab.sweeps import SweepPlan, _final_status, plan_sweep, train_sweep
 from lab.train.ensemble import EnsembleCallback, EnsembleTrainer
 
 RANK = "rank"
@@ -47,12 +47,12 @@ def plan_from_config(cfg: ExperimentConfig, values: Mapping[str, Sequence[Any]])
     """A sweep of ``cfg`` over ``values`` (e.g. ``{"model.alpha_min": [1.0, 0.8, 0.6]}``), for pages that hold a
     config object rather than a YAML file.
 
-    Planned by :func:`~lab.jobs.sweep.plan_sweep` from the defaults, with the keys where ``cfg`` differs from them as
+    Planned by :func:`~lab.sweeps.plan_sweep` from the defaults, with the keys where ``cfg`` differs from them as
     fixed overrides, so the plan is validated and its members named exactly as the command line's; its
     ``config_path`` is empty.
 
     Raises:
-        ConfigError: as :func:`~lab.jobs.sweep.plan_sweep` (a key with fewer than two values is not swept).
+        ConfigError: as :func:`~lab.sweeps.plan_sweep` (a key with fewer than two values is not swept).
     """
     def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -109,7 +109,7 @@ class _Driver(EnsembleCallback):
 
 
 class SweepJob(InProcessJob):
-    """Train a one-group sweep plan in this process, in a daemon thread, into a :func:`~lab.jobs.sweep.create_sweep`
+    """Train a one-group sweep plan in this process, in a daemon thread, into a :func:`~lab.sweeps.create_sweep`
     folder, publishing ``rank`` frames.
 
     ``run`` is the sweep folder. Its status.json is kept current: ``state`` (queued, running, paused, then
@@ -120,7 +120,7 @@ class SweepJob(InProcessJob):
     (its last evaluation). A diverged member's own status.json says so at once, while the others go on; live
     members' status.json read ``paused`` while the job is paused, as a paused :class:`ThreadJob`'s does.
 
-    The ``rank`` frame (a :class:`~lab.jobs.snapshots.Snapshot`; K members, L blocks, m held-out points) holds
+    The ``rank`` frame (a :class:`~lab.jobs.publish.Snapshot`; K members, L blocks, m held-out points) holds
     :func:`~lab.analysis.rank_sweep.sweep_rank_metrics` of every member — ``effective_rank``, ``eq6_entropy``,
     ``probe_acc`` [K, L+1], ``pearson_r_effective_rank``, ``pearson_r_eq6_entropy`` (diverged members left out),
     ``pca`` [K, m, 2], ``labels`` [m] — on the first ``points`` test points, the probe fitted on the first
@@ -132,14 +132,14 @@ class SweepJob(InProcessJob):
     Frames are built between steps, after the step and before its evaluation (so a frame at an evaluation step
     shows the previous one's accuracies; ``eval_step`` says which): when due by ``cadence`` (and, if
     ``on_demand``, asked for with :meth:`request`), and always at the start, at a pause and at the end, unless the
-    newest frame already shows that state. :class:`~lab.jobs.snapshots.Publisher` is not reused: it drops every
+    newest frame already shows that state. :class:`~lab.jobs.publish.Publisher` is not reused: it drops every
     frame holding a NaN, and here NaN means "undefined" (a correlation over fewer than three members, accuracies
     before the first evaluation).
 
     Args:
         plan: a plan with one ensemble group (:func:`group_plan` takes one out of a larger plan).
         folder: the sweep folder, and ``runs`` the members' run folders in plan order, from
-            :func:`~lab.jobs.sweep.create_sweep`.
+            :func:`~lab.sweeps.create_sweep`.
         runs: see ``folder``.
         cadence: ``(every_n_steps, every_t_seconds)`` between rank frames, seconds counted from the end of the last
             build; either may be 0 (off). The default, a frame after each second of training, bounds what frames

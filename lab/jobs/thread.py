@@ -14,12 +14,12 @@ import numpy as np
 from lab.config import ExperimentConfig
 from lab.data.toy2d import ToyData
 from lab.jobs.job import InProcessJob
-from lab.jobs.resume import ResumePlan
+from lab.jobs.publish import DiskSink, Publisher
 from lab.jobs.runner import train_and_evaluate
-from lab.jobs.snapshots import DiskSink, Publisher
-from lab.jobs.store import Run
-from lab.train.engine import LoaderData
-from lab.train.trainer import Callback, Trainer
+from lab.runs.resume import ResumePlan
+from lab.runs.store import Run
+from lab.train.loader import LoaderData
+from lab.train.tensor import Callback, Trainer
 
 
 class _Control(Callback):
@@ -55,8 +55,8 @@ class ThreadJob(InProcessJob):
             layer similarity every 2 s).
         on_demand: kinds built only when due *and* asked for with :meth:`request` (a page asks for the next
             frame once it has drawn the last, so no frame is computed that nobody will see).
-        builders: snapshot builders by kind (default :data:`lab.jobs.snapshots.BUILDERS`).
-        resume: continue the run (True: from its last checkpoint; a :class:`~lab.jobs.resume.ResumePlan`).
+        builders: snapshot builders by kind (default :data:`lab.jobs.publish.BUILDERS`).
+        resume: continue the run (True: from its last checkpoint; a :class:`~lab.runs.resume.ResumePlan`).
         disk_every_s: also write each kind's snapshot to ``run/snapshots`` at most this often (0 = never).
         paused: start paused (train only when :meth:`resume` or :meth:`step` is called).
         owner: who started it (a browser session id), for :class:`~lab.jobs.manager.JobManager`.

@@ -8,7 +8,7 @@ Bottleneck add the shortcut, then apply ReLU) and ``shortcut``. The first block 
 Bottleneck nets) has a downsample projection on its shortcut and maps one space to a different one; it is marked
 ``has_projection`` so analyses can skip it or treat its rectangular Jacobian apart.
 
-The adapter runs the model through those views, so probes (:func:`lab.probe.capture`) see every block's input,
+The adapter runs the model through those views, so probes (:func:`lab.hooks.capture`) see every block's input,
 output and branch. Weights are never downloaded (``pretrained=False``); load a checkpoint into ``.model`` instead.
 """
 

@@ -7,7 +7,7 @@ attention and MLP sub-layers with decayed ones, ``x ← α x + f(x)``. Written o
     out = α_mlp · h₁ + β · mlp(norm2(h₁))
 
 α and β come from :mod:`lab.shortcuts` (:func:`sublayer_scales`). The attention is timm's (its ``fused_attn``
-switch selects ``F.scaled_dot_product_attention`` or the plain softmax path; :func:`lab.probe.eval_mode` selects the
+switch selects ``F.scaled_dot_product_attention`` or the plain softmax path; :func:`lab.hooks.eval_mode` selects the
 plain one, which forward-mode AD can pass through).
 
 For the lab's Residual Alignment analyses the block is also a residual block ``out = α·h + β·F(h)`` with one
@@ -66,7 +66,7 @@ class DecayedBranch(nn.Module):
     ``F(h) = α_mlp · a + mlp(norm2(α_attn · h + β · a))`` with ``a = attn(norm1(h))``: the block's two lines
     expanded, not ``(block(h) − α h) / β``, so there is no cancellation. A view for analyses (the Jacobian
     operators call it); it owns no parameters, and the block's ``forward`` does not call it, so
-    :func:`lab.probe.capture` records no ``branch`` point for these blocks (F = (output − α·input) / β).
+    :func:`lab.hooks.capture` records no ``branch`` point for these blocks (F = (output − α·input) / β).
     """
 
     def __init__(self, block: DecayedBlock) -> None:

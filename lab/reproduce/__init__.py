@@ -15,10 +15,10 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from lab.jobs.store import RunStore, environment_info
 from lab.reproduce import alignment, decayed, droppath
 from lab.reproduce.claims import PAPERS, Claim, Result
 from lab.reproduce.report import write_report
+from lab.runs.store import RunStore, environment_info
 
 __all__ = ["BUDGETS", "PAPERS", "reproduce"]
 

@@ -2,7 +2,7 @@
 
 One experiment per model type — the fully-connected ResNet (Type 4, 8 post-activation blocks) and a convolutional
 one (8 basic blocks in one stage) — trained with and without skip connections for each seed, then analysed as
-``python -m lab analyze alignment`` does (:func:`lab.jobs.reports.alignment_report`: K = 30, RA4 fitted from
+``python -m lab analyze alignment`` does (:func:`lab.reports.alignment.alignment_report`: K = 30, RA4 fitted from
 block 5). The paper's claims: RA1 straight, equally spaced trajectories; RA2 aligned singular vectors across blocks;
 RA3 Jacobians of rank about C; RA4 top singular values falling as 1/depth; all four with skips and not without;
 and neural collapse growing with depth where RA occurs.
@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from lab.jobs.reports import alignment_report
-from lab.jobs.store import RunStore
+from lab.reports.alignment import alignment_report
 from lab.reproduce.claims import Claim, Curves, Result, mean_sd, not_at_this_budget
 from lab.reproduce.runs import command, train
+from lab.runs.store import RunStore
 
 P = "alignment"
 CLAIMS = {

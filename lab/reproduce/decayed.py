@@ -23,13 +23,12 @@ import torch
 from scipy.stats import spearmanr
 
 from lab.analysis.rank_sweep import member_features, sweep_rank_metrics
-from lab.data.loaders import write_digits_folder
-from lab.jobs.probe_report import probe_report
-from lab.jobs.runner import config_of_run
-from lab.jobs.store import RunStore
-from lab.jobs.sweep import create_sweep, plan_sweep, train_sweep
+from lab.data.readers import write_digits_folder
+from lab.reports.probe import probe_report
 from lab.reproduce.claims import Claim, Curves, Result, mean_sd, not_at_this_budget
 from lab.reproduce.runs import CONFIGS, ReproductionError, command, train
+from lab.runs.store import RunStore, config_of_run
+from lab.sweeps import create_sweep, plan_sweep, train_sweep
 from lab.train.build import build_data, build_model
 
 P = "decayed"

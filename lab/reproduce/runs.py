@@ -12,7 +12,7 @@ from pathlib import Path
 
 from lab.config import ExperimentConfig, load_config
 from lab.jobs.runner import resolved, train_and_evaluate
-from lab.jobs.store import Run, RunStore
+from lab.runs.store import Run, RunStore
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

@@ -7,12 +7,12 @@ import math
 from torch import nn
 
 from lab.config import ExperimentConfig
-from lab.data.folders import FileDataset, TensorDataset, eval_transform, tensor_transform, train_transform
 from lab.data.images import load_images
-from lab.data.loaders import image_folder_files
+from lab.data.keyed import FileDataset, TensorDataset, eval_transform, tensor_transform, train_transform
+from lab.data.readers import image_folder_files
 from lab.data.toy2d import TOY_DATASETS, ToyData, make_toy_data
 from lab.nn.registry import create_model, model_parameters
-from lab.train.engine import LoaderData
+from lab.train.loader import LoaderData
 
 
 def build_data(cfg: ExperimentConfig) -> ToyData:
@@ -41,9 +41,9 @@ def build_data(cfg: ExperimentConfig) -> ToyData:
 
 
 def loader_data(cfg: ExperimentConfig) -> LoaderData:
-    """The data sets of the loader engine (:mod:`lab.train.engine`).
+    """The data sets of the loader engine (:mod:`lab.train.loader`).
 
-    ``image_folder`` is read from its files batch by batch (:mod:`lab.data.folders`: ``data.augment`` on the
+    ``image_folder`` is read from its files batch by batch (:mod:`lab.data.keyed`: ``data.augment`` on the
     training images, the evaluation transform on the others; sides ``data.image_size``, default 32), so a tree
     the size of ImageNet never has to fit in memory. Every other set is :func:`build_data`'s tensors, with
     ``data.augment`` applied per sample to images.

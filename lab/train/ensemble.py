@@ -6,7 +6,7 @@ steps are dominated by per-operation overhead, not arithmetic. Here member k's p
 tensors, every layer is one batched matmul over the members, and the optimiser updates all members with a
 handful of whole-tensor operations.
 
-Each member is the run it would have been alone (:class:`lab.train.trainer.Trainer` with its own config):
+Each member is the run it would have been alone (:class:`lab.train.tensor.Trainer` with its own config):
 
 * initialisation: each member's ordinary model is built by :func:`lab.train.build.build_model` and its parameters
   stacked, so the initial values are bit-identical to a solo run's;
@@ -54,7 +54,7 @@ from lab.nn.mlp import ResidualMLP, make_activation
 from lab.nn.registry import model_parameters
 from lab.train.build import build_data, build_model, check_data
 from lab.train.schedule import learning_rate
-from lab.train.trainer import Callback, Diverged, divergence_hint, make_optimizer, resolve_device
+from lab.train.tensor import Callback, Diverged, divergence_hint, make_optimizer, resolve_device
 
 MEMBER_KEYS = (
     "name", "model.shortcut", "model.alpha_min", "model.zero_init", "model.seed",
@@ -71,7 +71,7 @@ _BLOCK = "blocks."
 class EnsembleCallback:
     """Subscribe to an :class:`EnsembleTrainer`'s events as a whole (progress, signals); every method is optional.
 
-    Member-level subscribers (run recorders) are ordinary :class:`lab.train.trainer.Callback` objects given per
+    Member-level subscribers (run recorders) are ordinary :class:`lab.train.tensor.Callback` objects given per
     member; they see an :class:`EnsembleMember`. Set ``ensemble.should_stop`` to stop every member.
     """
 
@@ -208,7 +208,7 @@ class _MemberOptimizer:
 
 
 class EnsembleMember:
-    """Member k presented as a trainer, for :class:`lab.train.trainer.Callback` subscribers (run recorders):
+    """Member k presented as a trainer, for :class:`lab.train.tensor.Callback` subscribers (run recorders):
     ``cfg``, ``step``, ``epoch``, ``total_steps``, ``last_eval``, ``optimizer.param_groups[0]["lr"]``, ``model``,
     ``state_dict()`` and ``should_stop`` mean what they mean on a :class:`Trainer`.
 

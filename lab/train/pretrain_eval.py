@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from lab.analysis.probing import linear_probe
 from lab.analysis.rank import feature_rank
-from lab.probe import eval_mode
+from lab.hooks import eval_mode
 
 
 @torch.no_grad()

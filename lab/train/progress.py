@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tqdm.auto import tqdm
 
-from lab.train.trainer import Callback, Trainer
+from lab.train.tensor import Callback, Trainer
 
 
 class ProgressBar(Callback):

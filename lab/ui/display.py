@@ -14,8 +14,8 @@ import numpy as np
 import panel as pn
 
 from lab.analysis.node_maps import NodeMaps
-from lab.jobs.snapshots import Snapshot
-from lab.jobs.store import Run
+from lab.runs.snapshot import Snapshot
+from lab.runs.store import Run
 from lab.ui.text import html_text
 from lab.viz.node_grid import node_grid, similarity_heatmaps
 from lab.viz.toy2d import training_curves

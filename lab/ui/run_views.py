@@ -1,5 +1,5 @@
 """What the Runs page draws: the run table's rows, a run's curves (loss, accuracy, learning rate, probe accuracy,
-effective rank) and its checkpoints, from the summaries and records of :mod:`lab.jobs.catalog`.
+effective rank) and its checkpoints, from the summaries and records of :mod:`lab.runs.catalog`.
 
 Curves grow in place as :class:`~lab.ui.live_curves.LiveCurves` does (new points are streamed into the sources,
 the ranges refitted around the data), and a figure is offered for display only once it has points: a run without
@@ -66,7 +66,7 @@ def format_state(summary: dict[str, Any]) -> str:
 
 
 def table_frame(summaries: Sequence[dict[str, Any]], keys: Sequence[str]) -> pd.DataFrame:
-    """One row per run (:func:`lab.jobs.catalog.RunReader.summary`), named by ``keys``; the columns of
+    """One row per run (:func:`lab.runs.catalog.RunReader.summary`), named by ``keys``; the columns of
     :data:`COLUMNS`, as text."""
     rows = [{"run": key, "model": s["model"], "state": format_state(s),
              "progress": format_progress(s["step"], s["total_steps"]), "metrics": format_metrics(s["metrics"], limit=2),
@@ -83,7 +83,7 @@ def format_size(n: int) -> str:
 
 
 def checkpoints_markdown(checkpoints: Sequence[dict[str, Any]], now: float | None = None) -> str:
-    """A Markdown table of :meth:`lab.jobs.catalog.RunReader.checkpoints` (their file names as text)."""
+    """A Markdown table of :meth:`lab.runs.catalog.RunReader.checkpoints` (their file names as text)."""
     if not checkpoints:
         return "No checkpoint yet (`checkpoints/` holds no `.pt` file)."
     now = time.time() if now is None else now

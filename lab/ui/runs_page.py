@@ -1,7 +1,7 @@
 """The Runs page: every run folder the server may read, in a table that keeps itself current, and one run opened.
 
 Full-scale runs launched by ``torchrun`` on a cluster write the same run folder as the lab's own jobs
-(:mod:`lab.jobs.store`); mount the cluster's output folder on the machine that serves the lab and watch its runs
+(:mod:`lab.runs.store`); mount the cluster's output folder on the machine that serves the lab and watch its runs
 here. The page lists the run folders of the server's runs folder (``LAB_RUNS_DIR``) and of one folder the user adds.
 An added folder must resolve inside the runs folder or inside a folder named by ``LAB_RUN_DIRS`` when the server
 started (paths separated by ``os.pathsep``, as ``LAB_DATA_DIRS``); anything else is refused with a message. Sweep
@@ -9,8 +9,8 @@ folders (``sweep.json``) list their members.
 
 The table shows per run its model, state (``running (stale)`` when its heartbeat is old), progress, newest metrics
 and heartbeat age, and what is wrong with a damaged folder; it is refreshed every ``refresh_s`` seconds from file
-sizes and mtimes (:class:`~lab.jobs.catalog.RunCatalog`: unchanged files are not read again). Opening a run (a row,
-or ``?run=`` in the URL) follows it read-only (:class:`~lab.jobs.catalog.WatchedRun` through the page's
+sizes and mtimes (:class:`~lab.runs.catalog.RunCatalog`: unchanged files are not read again). Opening a run (a row,
+or ``?run=`` in the URL) follows it read-only (:class:`~lab.runs.catalog.WatchedRun` through the page's
 :class:`~lab.ui.follower.JobFollower`): status line, progress, alert with the reason of a failed or diverged run,
 and its curves growing as ``metrics.jsonl`` grows; beside them its config and checkpoints. A run that this server's
 job manager trains can be stopped; any other run is watch-only.
@@ -37,20 +37,19 @@ import panel as pn
 import param
 from panel.io.callbacks import PeriodicCallback
 
-from lab.jobs.catalog import (
+from lab.jobs.job import Job
+from lab.jobs.manager import JobManager
+from lab.jobs.watch import WatchedRun, job_for
+from lab.runs.catalog import (
     STALE_AFTER_S,
     RunCatalog,
     RunReader,
-    WatchedRun,
     is_run_folder,
-    job_for,
     resolve_run_path,
     run_key,
     run_roots,
 )
-from lab.jobs.job import Job
-from lab.jobs.manager import JobManager
-from lab.jobs.store import FINISHED, read_entry
+from lab.runs.store import FINISHED, read_entry
 from lab.ui.follower import can_schedule, weak_periodic
 from lab.ui.knobs import Knob, knob_class
 from lab.ui.page import Page

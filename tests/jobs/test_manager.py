@@ -5,7 +5,7 @@ import psutil
 import pytest
 
 from lab.jobs.manager import JobManager, ManagerBusy
-from lab.jobs.resume import ResumeRefused
+from lab.runs.resume import ResumeRefused
 from tests.jobs.helpers import tiny, wait_for
 
 

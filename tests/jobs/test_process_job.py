@@ -8,7 +8,7 @@ import pytest
 
 from lab.config import save_config
 from lab.jobs.process import ProcessJob, attach
-from lab.jobs.store import RunStore
+from lab.runs.store import RunStore
 from tests.jobs.helpers import tiny, wait_for
 
 pytestmark = pytest.mark.slow  # each test starts Python processes that import torch

@@ -8,10 +8,9 @@ import pytest
 
 from lab.config import load_config
 from lab.jobs.manager import JobManager, ManagerBusy
-from lab.jobs.runner import config_of_run
-from lab.jobs.store import Run, RunStore
-from lab.jobs.sweep import create_sweep, plan_sweep, read_sweep
 from lab.jobs.sweep_job import RANK, SweepJob, group_plan, plan_from_config
+from lab.runs.store import Run, RunStore, config_of_run
+from lab.sweeps import create_sweep, plan_sweep, read_sweep
 from lab.train import build_model
 from tests.jobs.helpers import wait_for
 

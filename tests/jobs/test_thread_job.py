@@ -4,8 +4,8 @@ import time
 
 import numpy as np
 
-from lab.jobs.store import RunStore
 from lab.jobs.thread import ThreadJob
+from lab.runs.store import RunStore
 from tests.jobs.helpers import tiny, wait_for
 
 

@@ -10,10 +10,10 @@ from torch.func import jvp
 
 from lab.analysis.alignment_stats import alignment_stats
 from lab.analysis.jacobian import residual_jacobians
+from lab.hooks import capture, eval_mode
 from lab.nn.mae import MaskedAutoencoderViT, unshuffle
 from lab.nn.registry import create_model, list_models, model_parameters
 from lab.nn.vit_block import DecayedBlock, sublayer_scales
-from lab.probe import capture, eval_mode
 from lab.shortcuts import SCHEDULES, alphas, branch_scales
 
 # img 8, patch 4: 4 patches + cls = 5 tokens of width 16, so a block's Jacobian is 80 × 80

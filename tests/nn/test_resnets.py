@@ -5,10 +5,10 @@ import pytest
 import timm
 import torch
 
+from lab.hooks import capture
 from lab.nn.registry import create_model, list_models
 from lab.nn.resnets import ConvResNet, FCResNet
 from lab.nn.timm_adapter import TimmResNet, set_drop_path
-from lab.probe import capture
 
 # Each registered type at a test size: (overrides, input shape, blocks, residual stream shape per stage).
 FC = {"width": 16, "in_dim": 64}

@@ -7,8 +7,8 @@ from IPython.core.interactiveshell import InteractiveShell
 
 from lab.analysis.node_maps import node_maps
 from lab.jobs.manager import JobManager
-from lab.jobs.snapshots import Snapshot
 from lab.nn import ResidualMLP
+from lab.runs.snapshot import Snapshot
 from lab.ui.display import VIEWS, register, run_view, snapshot_view
 from tests.jobs.helpers import tiny
 

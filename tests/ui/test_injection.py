@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 import pytest
 
-from lab.jobs.store import Run
+from lab.runs.store import Run
 from tests.ui.browser import JS_DEEP_DOM, browser_page, needs_chromium
 
 pytestmark = pytest.mark.ui

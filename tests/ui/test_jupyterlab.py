@@ -202,7 +202,7 @@ JS_LOSS_POINTS = """() => { if (!window.Bokeh) return 0; for (const doc of Bokeh
 @pytest.mark.timeout(300)
 @needs_chromium
 def test_runs_page_follows_a_run_in_jupyterlab_offline(jupyter):
-    from lab.jobs.store import RunStore
+    from lab.runs.store import RunStore
 
     url, root, runs = jupyter
     run = RunStore(runs).create("notebook")

@@ -12,8 +12,8 @@ from pathlib import Path
 import panel as pn
 import pytest
 
-from lab.jobs.process import STOP_FILE
-from lab.jobs.store import Run, RunStore, atomic_write_json
+from lab.runs.stop import STOP_FILE
+from lab.runs.store import Run, RunStore, atomic_write_json
 from lab.ui.run_views import COLUMNS, format_age, format_metrics, format_progress
 from lab.ui.runs_page import EMPTY, RunsPage
 from tests.jobs.helpers import tiny

@@ -264,7 +264,7 @@ JS_SOURCE_POINTS = """(name) => { for (const doc of Bokeh.documents) for (const 
 def test_browser_runs_page_lists_runs_and_follows_the_opened_one(server, tmp_path):
     """Run folders written beside the server (as a cluster job on a mounted disk would) are listed; a clicked row
     opens its run, whose curves grow as its metrics file does."""
-    from lab.jobs.store import RunStore
+    from lab.runs.store import RunStore
 
     store = RunStore(tmp_path / "runs")
     runs = {}

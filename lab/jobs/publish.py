@@ -21,30 +21,10 @@ from lab.analysis.node_maps import node_maps
 from lab.analysis.residual_alignment import PAPER_K, RA4_FIT_START, residual_alignment
 from lab.analysis.similarity import layer_distances, linear_cka
 from lab.data.toy2d import ToyData
-from lab.train.trainer import Callback, Trainer
+from lab.runs.snapshot import Snapshot
+from lab.train.tensor import Callback, Trainer
 
 Builder = Callable[[nn.Module], "dict[str, np.ndarray] | None"]
-
-
-class Snapshot(dict):
-    """One published snapshot: its arrays by name (a plain ``dict`` to every consumer) plus its ``kind``.
-
-    The step it was taken at is the ``"step"`` entry. In a notebook (after :func:`lab.ui.extension`) it displays
-    as a table of its arrays and the view of its kind.
-    """
-
-    def __init__(self, kind: str, arrays: dict[str, np.ndarray]) -> None:
-        super().__init__(arrays)
-        self.kind = kind
-
-    @property
-    def step(self) -> int | None:
-        return int(self["step"]) if "step" in self else None
-
-    def float32(self) -> Snapshot:
-        """The same snapshot with float16 arrays (as stored on disk) widened back to float32."""
-        return Snapshot(self.kind, {k: (v.astype(np.float32) if getattr(v, "dtype", None) == np.float16 else v)
-                                    for k, v in self.items()})
 
 
 def nodes_snapshot(model: nn.Module, resolution: int = 50, limit: float = 1.0) -> dict[str, np.ndarray]:

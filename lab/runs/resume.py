@@ -5,7 +5,7 @@ or the path of a folder that holds a valid run (a readable, valid ``config.json`
 anything else before writing a byte. It continues from ``checkpoints/last.pt``; without one (or with a corrupt
 one) it refuses and offers the two ways on: ``--checkpoint best`` (continue from ``best.pt``) or ``--restart``
 (train again from step 0, the earlier attempt kept under ``history/``). Records after the checkpoint's step are
-set aside under ``history/``, never deleted (:meth:`~lab.jobs.store.Run.rewind_metrics`).
+set aside under ``history/``, never deleted (:meth:`~lab.runs.store.Run.rewind_metrics`).
 
 Settings a resume may change are those of optimisation and bookkeeping (:data:`RESUME_KEYS`): a diverged run
 continues from its last finite checkpoint with a lower ``train.lr``. The change is saved in the run's
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.config import ConfigError, ExperimentConfig, apply_overrides, from_dict, parse_override, to_dict
-from lab.jobs.catalog import checkpoint_step, linked_entries
-from lab.jobs.store import STATES, CheckpointError, Run, RunFolderError, RunStore, sanitize_name
+from lab.runs.catalog import checkpoint_step, linked_entries
+from lab.runs.store import STATES, CheckpointError, Run, RunFolderError, RunStore, sanitize_name
 
 # what a resume may change: the optimisation's pace and length and the run's bookkeeping, never the model, the
 # data, the batch or the seeds (the steps already taken would not be those of the config)

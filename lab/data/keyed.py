@@ -118,7 +118,7 @@ class FileDataset(_Keyed):
     """Images decoded from files on demand.
 
     Args:
-        samples: ``(path, label)`` pairs (:func:`lab.data.loaders.image_folder_files`).
+        samples: ``(path, label)`` pairs (:func:`lab.data.readers.image_folder_files`).
         transform: PIL image → tensor (:func:`train_transform` or :func:`eval_transform`).
         seed: seeds each sample's augmentation with its key.
     """

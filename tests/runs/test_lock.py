@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from lab.jobs.run_lock import RunLock, RunLocked, read_holder
+from lab.runs.lock import RunLock, RunLocked, read_holder
 
 
 def _dead_pid() -> int:
@@ -46,7 +46,7 @@ def test_two_processes_taking_over_one_stale_lock_never_both_win(tmp_path):
     code = textwrap.dedent(f"""
         import time
         from pathlib import Path
-        from lab.jobs.run_lock import RunLock, RunLocked
+        from lab.runs.lock import RunLock, RunLocked
         try:
             with RunLock(Path({str(tmp_path)!r})):
                 print("won", flush=True)

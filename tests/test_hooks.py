@@ -2,8 +2,8 @@ import pytest
 import torch
 from torch import nn
 
+from lab.hooks import block_function, branch_function, capture, eval_mode, iter_blocks
 from lab.nn import ResidualMLP
-from lab.probe import block_function, branch_function, capture, eval_mode, iter_blocks
 
 
 def _hook_count(model):

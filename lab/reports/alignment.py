@@ -16,10 +16,9 @@ from torch import nn
 from lab.analysis.residual_alignment import NC_KEYS, PAPER_K, RA4_FIT_START, SCALARS, residual_alignment
 from lab.config import ExperimentConfig
 from lab.data.toy2d import ToyData
-from lab.jobs.runner import config_of_run
-from lab.jobs.store import CheckpointError, Run, atomic_write_bytes, atomic_write_json
+from lab.runs.store import CheckpointError, Run, atomic_write_bytes, atomic_write_json, config_of_run
 from lab.train.build import build_data, build_model, loader_data
-from lab.train.engine import LoaderData
+from lab.train.loader import LoaderData
 
 
 def load_trained(run: Run, checkpoint: str = "last", *, loader: bool = False

@@ -4,8 +4,8 @@ import math
 
 import torch
 
-from lab.jobs.recorder import RunRecorder
-from lab.jobs.store import RunStore
+from lab.runs.recorder import RunRecorder
+from lab.runs.store import RunStore
 
 
 class _Trainer:

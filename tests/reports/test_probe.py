@@ -8,9 +8,8 @@ import torch
 
 from lab.cli import main
 from lab.data.formats import make_synthetic_image_folder
-from lab.jobs.probe_report import block_index, pool_tokens, probe_report
-from lab.jobs.runner import config_of_run
-from lab.jobs.store import Run
+from lab.reports.probe import block_index, pool_tokens, probe_report
+from lab.runs.store import Run, config_of_run
 from lab.train.build import build_model, loader_data
 from lab.train.pretrain_eval import features
 

@@ -11,7 +11,7 @@ A run folder holds::
     history/        what a resume set aside: metric records after the checkpoint it continued from, or a whole
                     earlier attempt (``restart-<time>/``); no metric, checkpoint or config is ever deleted (the
                     views' snapshots alone are thinned, :meth:`Run.prune_snapshots`)
-    lock            while a process trains the run: its host and pid (:mod:`lab.jobs.run_lock`)
+    lock            while a process trains the run: its host and pid (:mod:`lab.runs.lock`)
 
 Readers are forgiving: a half-written last line of ``metrics.jsonl`` is skipped until it is complete, and a
 missing or unreadable ``status.json`` reads as state ``unknown``. Readers never follow a symbolic link inside a
@@ -43,7 +43,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from lab.jobs.snapshots import Snapshot
+from lab.config import ExperimentConfig, from_dict
+from lab.runs.snapshot import Snapshot
 
 STATES = ("queued", "running", "paused", "completed", "stopped", "diverged", "failed")
 FINISHED = ("completed", "stopped", "diverged", "failed")
@@ -432,6 +433,17 @@ class Run:
             if i not in keep:
                 with contextlib.suppress(FileNotFoundError):
                     (self.path / "snapshots" / f"{sanitize_name(kind)}-{v:09d}.npz").unlink()
+
+
+def config_of_run(run: Run) -> ExperimentConfig:
+    """The resolved config saved in a run's config.json.
+
+    Raises:
+        RunFolderError: config.json is missing or unreadable (never the defaults in its place).
+        ConfigError: it does not hold a valid config.
+    """
+    return from_dict(ExperimentConfig, run.config_record()["config"])
+
 
 
 class RunStore:

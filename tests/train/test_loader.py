@@ -14,7 +14,7 @@ from lab.data.formats import make_synthetic_image_folder
 from lab.nn.droppath import DropPath
 from lab.train.build import build_model, loader_data
 from lab.train.distributed import World
-from lab.train.engine import LoaderTrainer, ResumeMismatch, param_groups
+from lab.train.loader import LoaderTrainer, ResumeMismatch, param_groups
 
 
 def _trainer(overrides: dict, callbacks=()) -> LoaderTrainer:

@@ -18,8 +18,8 @@ from torch import nn
 
 from lab.config import TrainConfig
 from lab.data.toy2d import ToyData
+from lab.hooks import eval_mode
 from lab.nn.droppath import DropPath, set_droppath_mode
-from lab.probe import eval_mode
 from lab.train.schedule import learning_rate
 
 

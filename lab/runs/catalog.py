@@ -1,7 +1,7 @@
 """Run folders found and read for a listing: what each run is, how far it got, and what is wrong with its files.
 
 Full-scale runs (``torchrun`` on a cluster) write the same run folder as the lab's own jobs
-(:mod:`lab.jobs.store`), so a mounted output folder can be listed and watched like the server's runs folder. Which
+(:mod:`lab.runs.store`), so a mounted output folder can be listed and watched like the server's runs folder. Which
 folders a server may read is fixed when it starts: its runs folder, plus the folders named by ``LAB_RUN_DIRS``
 (paths separated by ``os.pathsep``). A path typed into a page must resolve inside one of them (the rule of
 :func:`lab.data.roots.resolve_data_path`, applied to these roots).
@@ -16,7 +16,7 @@ No symbolic link inside a run folder is followed, whatever entry it stands for (
 ``metrics.jsonl``, ``checkpoints/``, a checkpoint, ``figures/``, ``snapshots/``, ``sweep.json``): a folder from
 a cluster or another user could link to any file this server can read. Such an entry reads as missing and is named
 among the problems (``metrics.jsonl is a symbolic link: not read``); files are opened with ``O_NOFOLLOW``
-(:func:`~lab.jobs.store.read_entry`, :func:`~lab.jobs.store.read_jsonl`), so a file swapped for a link after the
+(:func:`~lab.runs.store.read_entry`, :func:`~lab.runs.store.read_jsonl`), so a file swapped for a link after the
 check is not read either.
 A run folder that is itself a link is listed only when it resolves inside the server's folders.
 """
@@ -35,10 +35,8 @@ from typing import Any
 import yaml
 
 from lab.data.roots import resolve_data_path
-from lab.jobs.job import Job
-from lab.jobs.process import AttachedJob
-from lab.jobs.store import FINISHED, Run, checkpoint_field, read_entry, read_jsonl
-from lab.jobs.sweep import SWEEP_FILE
+from lab.runs.store import checkpoint_field, read_entry, read_jsonl
+from lab.sweeps import SWEEP_FILE
 
 RUN_MARKERS = ("status.json", "config.json", "config.yaml", "metrics.jsonl", "checkpoints")
 RUN_ENTRIES = (*RUN_MARKERS, "figures", "snapshots", SWEEP_FILE)
@@ -146,16 +144,6 @@ def find_runs(folder: Path, roots: list[Path] | None = None) -> list[Path]:
     return found
 
 
-def job_for(jobs: Iterable[Job], path: Path) -> Job | None:
-    """The job of ``jobs`` that writes the run folder ``path`` (a sweep job for each of its members), or None."""
-    path = path.resolve()
-    for job in jobs:
-        folders = [job.run.path, *(r.path for r in getattr(job, "runs", ()))]
-        if any(f.resolve() == path for f in folders):
-            return job
-    return None
-
-
 # -- reading one folder ----------------------------------------------------------------------------------------
 def _signature(path: Path) -> Signature | None:
     """``(inode, size, mtime)`` of a run's file, or None when it is missing or a symbolic link — the file itself or
@@ -231,7 +219,7 @@ def _read_json(path: Path) -> tuple[Any, str | None]:
 
 
 def checkpoint_step(path: Path) -> int | None:
-    """The ``step`` a checkpoint holds (:func:`~lab.jobs.store.checkpoint_field`); None when it holds none or cannot
+    """The ``step`` a checkpoint holds (:func:`~lab.runs.store.checkpoint_field`); None when it holds none or cannot
     be read."""
     return _int(checkpoint_field(path, "step"))
 
@@ -435,27 +423,3 @@ class RunCatalog:
         for gone in set(self.readers) - set(paths):
             del self.readers[gone]
         return [self.reader(p).summary(now, stale_after_s) for p in paths]
-
-
-class WatchedRun(AttachedJob):
-    """A run folder followed read-only by a page: status, metrics and snapshots, no control.
-
-    :meth:`stop` does nothing (a page's follower stops its job when the page is thrown away, and a run being
-    watched is not the page's to stop); :meth:`status` is cleaned (:func:`clean_status`), so a damaged status.json
-    cannot break a view; an ``unknown`` state counts as alive, so a folder that a writer has not yet given a
-    status.json is watched until it has one. No symbolic link is followed: a linked ``metrics.jsonl`` has no
-    records (:meth:`~lab.jobs.store.Run.read_metrics`), a linked snapshot (or ``snapshots/``) is not there.
-    """
-
-    def __init__(self, path: str | Path) -> None:
-        super().__init__(Run(Path(path)))
-        self._reader = RunReader(path)
-
-    def stop(self, timeout: float = 5.0) -> None:
-        """Watch-only: nothing to stop from here."""
-
-    def status(self) -> dict[str, Any]:
-        return self._reader.status()[0]
-
-    def is_alive(self) -> bool:
-        return self.status()["state"] not in FINISHED

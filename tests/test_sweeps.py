@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from lab.config import ConfigError, load_config
-from lab.jobs.runner import config_of_run, train_and_evaluate
-from lab.jobs.store import Run, RunStore
-from lab.jobs.sweep import SWEEP_FILE, create_sweep, plan_sweep, read_sweep, split_values, train_sweep
+from lab.jobs.runner import train_and_evaluate
+from lab.runs.store import Run, RunStore, config_of_run
+from lab.sweeps import SWEEP_FILE, create_sweep, plan_sweep, read_sweep, split_values, train_sweep
 from lab.train import EnsembleCallback, build_model
 
 CONFIG = "configs/spiral.yaml"

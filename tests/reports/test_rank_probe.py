@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from lab.jobs.rank_probe import EVAL_COLUMNS, alpha_min_of, eval_table, rank_probe_correlation
-from lab.jobs.store import Run, RunStore
+from lab.reports.rank_probe import EVAL_COLUMNS, alpha_min_of, eval_table, rank_probe_correlation
+from lab.runs.store import Run, RunStore
 
 MAE = {"name": "mae_vit_tiny_patch4_32", "shortcut": "sublayer"}
 

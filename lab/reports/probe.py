@@ -4,7 +4,7 @@ The number *Residual Connections Harm Generative Representation Learning* report
 linear classifier trained on the features of the (unaugmented) training images and tested on the held-out ones,
 with the paper's ImageNet-100 protocol as its authors' released code runs it, or with MAE's BatchNorm head
 (:func:`lab.analysis.probing.protocol_probe`, :data:`~lab.analysis.probing.PROTOCOLS`). Like the other reports
-(:mod:`lab.jobs.reports`) it reads the run's config and a checkpoint (``weights_only=True``) and rebuilds the data
+(:mod:`lab.reports.alignment`) it reads the run's config and a checkpoint (``weights_only=True``) and rebuilds the data
 and the model as training did; the data come from :func:`lab.train.build.loader_data`, so an image folder is
 read file by file and never has to fit in memory.
 
@@ -26,11 +26,11 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from lab.analysis.probing import PROTOCOLS, protocol_probe
-from lab.jobs.reports import load_trained
-from lab.jobs.store import Run, atomic_write_bytes, atomic_write_json
-from lab.train.engine import LoaderData
+from lab.reports.alignment import load_trained
+from lab.runs.store import Run, atomic_write_bytes, atomic_write_json
+from lab.train.loader import LoaderData
 from lab.train.pretrain_eval import features
-from lab.train.trainer import resolve_device
+from lab.train.tensor import resolve_device
 
 __all__ = ["block_index", "format_probe", "pool_tokens", "probe_report"]
 

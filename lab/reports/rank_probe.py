@@ -2,7 +2,7 @@
 
 The paper follows MAE pretraining runs of several ``model.alpha_min`` values and draws (a) the effective rank of the
 bottleneck features over training, (b) linear-probe accuracy over training and (c) the Pearson r between the two
-across the runs at each epoch. The loader engine (:mod:`lab.train.engine`) writes what that needs into every MAE
+across the runs at each epoch. The loader engine (:mod:`lab.train.loader`) writes what that needs into every MAE
 run's ``metrics.jsonl``: each ``eval`` record holds ``test_loss``, ``rank_effective`` (Roy & Vetterli's exp(H)) and
 ``rank_entropy`` (the entropy H itself, the paper's Eq. 6 number), and every ``train.probe_every`` epochs
 ``probe_top1`` (a quick linear probe). These functions only read the folders, so runs written by ``torchrun`` on a
@@ -20,7 +20,7 @@ import pandas as pd
 
 from lab.analysis.rank_sweep import _pearson
 from lab.config import ConfigError, ModelConfig, from_dict
-from lab.jobs.store import Run
+from lab.runs.store import Run
 
 __all__ = ["EVAL_COLUMNS", "alpha_min_of", "eval_table", "rank_probe_correlation"]
 

@@ -354,7 +354,7 @@ def load_image_folder(
     """An ImageFolder tree (e.g. ImageNette) decoded with PIL into memory; class names are the sorted folder names.
 
     The files and split are :func:`image_folder_files`'s (see there for the layouts). For trees too large for
-    memory, the loader engine reads the same files batch by batch (:mod:`lab.data.folders`).
+    memory, the loader engine reads the same files batch by batch (:mod:`lab.data.keyed`).
 
     Args:
         root: the tree.

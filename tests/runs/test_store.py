@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from lab.jobs.store import CheckpointError, Run, RunFolderError, RunStore, default_runs_dir, sanitize_name
+from lab.runs.store import CheckpointError, Run, RunFolderError, RunStore, default_runs_dir, sanitize_name
 
 
 def test_run_ids_are_sanitised_and_stay_inside_the_runs_folder(tmp_path):

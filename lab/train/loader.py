@@ -1,6 +1,6 @@
 """The loader engine: training from a DataLoader, on one device or data-parallel under ``torchrun``.
 
-The tensor trainer (:mod:`lab.train.trainer`) holds a whole data set as tensors, which suits the toy sets and the
+The tensor trainer (:mod:`lab.train.tensor`) holds a whole data set as tensors, which suits the toy sets and the
 small image sets the pages train live. Full-scale runs — MAE pretraining of *Residual Connections Harm Generative
 Representation Learning* on ImageNet, ResNet50/50d with *ResidualDroppath: Enhancing Feature Reuse over Residual
 Connections* — stream images from disk through worker processes into DDP replicas:
@@ -20,7 +20,7 @@ Connections* — stream images from disk through worker processes into DDP repli
 - a stop request (``STOP`` file, SIGTERM) seen by any process stops every process after the same step; the last
   checkpoint is written then, every ``train.checkpoint_every`` epochs and at the end (by rank 0, atomically).
 
-Callbacks are :class:`lab.train.trainer.Callback` s, so the run recorder, the progress bar and the stop checks of
+Callbacks are :class:`lab.train.tensor.Callback` s, so the run recorder, the progress bar and the stop checks of
 the tensor trainer serve here unchanged; the ones that write run on rank 0 only.
 """
 
@@ -42,13 +42,13 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset
 
 from lab.config import DataConfig, TrainConfig
-from lab.data.folders import KeyedSampler, ShardSampler
+from lab.data.keyed import KeyedSampler, ShardSampler
+from lab.hooks import eval_mode
 from lab.nn.droppath import DropPath, set_droppath_mode
-from lab.probe import eval_mode
 from lab.train import pretrain_eval
 from lab.train.distributed import World, any_rank, sum_all
 from lab.train.schedule import learning_rate, peak_lr, warmup_steps
-from lab.train.trainer import Callback, Diverged, divergence_hint
+from lab.train.tensor import Callback, Diverged, divergence_hint
 
 
 @dataclass(frozen=True)

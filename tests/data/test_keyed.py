@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from lab.data.folders import FileDataset, KeyedSampler, ShardSampler, eval_transform, train_transform
 from lab.data.formats import make_synthetic_image_folder
-from lab.data.loaders import DatasetNotFoundError, image_folder_files, load_image_folder
+from lab.data.keyed import FileDataset, KeyedSampler, ShardSampler, eval_transform, train_transform
+from lab.data.readers import DatasetNotFoundError, image_folder_files, load_image_folder
 
 
 @pytest.fixture
@@ -106,6 +106,6 @@ def test_timm_augmentation_is_timms_training_transform_keyed_like_the_others(fol
     torch.testing.assert_close(data[(2, 1)][0], first, rtol=0, atol=0)  # timm draws from Python's random: seeded
     assert not torch.equal(data[(3, 1)][0], first) and first.shape == (3, 16, 16)
     with pytest.raises(ValueError, match="data.augment=timm"):
-        from lab.data.folders import tensor_transform
+        from lab.data.keyed import tensor_transform
 
         tensor_transform(16, "timm")

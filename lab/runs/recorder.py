@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import time
 
-from lab.jobs.store import Run, checkpoint_field
-from lab.train.trainer import Callback, Trainer
+from lab.runs.store import Run, checkpoint_field
+from lab.train.tensor import Callback, Trainer
 
 
 def _saved_best(run: Run) -> float:

@@ -8,20 +8,19 @@ import time
 
 import pytest
 
-from lab.jobs import catalog
-from lab.jobs.catalog import (
+from lab.jobs.watch import WatchedRun, job_for
+from lab.runs import catalog
+from lab.runs.catalog import (
     RunCatalog,
     RunReader,
-    WatchedRun,
     find_runs,
-    job_for,
     resolve_run_path,
     run_key,
     run_roots,
     run_summary,
 )
-from lab.jobs.process import STOP_FILE
-from lab.jobs.store import Run, RunStore, atomic_write_json
+from lab.runs.stop import STOP_FILE
+from lab.runs.store import Run, RunStore, atomic_write_json
 
 
 def _run(store: RunStore, name: str = "run", state: str = "running", **status) -> Run:

@@ -34,10 +34,10 @@ from tqdm.auto import tqdm
 
 from lab.config import ConfigError, ExperimentConfig, load_config, parse_override, to_dict
 from lab.data.toy2d import TOY_DATASETS
-from lab.jobs.process import StopFile
-from lab.jobs.recorder import RunRecorder
-from lab.jobs.run_lock import RunLock
-from lab.jobs.store import Run, RunStore, atomic_write_json
+from lab.runs.lock import RunLock
+from lab.runs.recorder import RunRecorder
+from lab.runs.stop import StopFile
+from lab.runs.store import Run, RunStore, atomic_write_json
 from lab.train.ensemble import MODEL, EnsembleCallback, EnsembleMember, EnsembleTrainer, ensemble_groups
 
 SWEEP_FILE = "sweep.json"

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from lab.jobs.snapshots import Publisher, nodes_snapshot
+from lab.jobs.publish import Publisher, nodes_snapshot
 from lab.nn import ResidualMLP
 
 
