@@ -23,6 +23,7 @@ from lab.jobs.runner import checked_data, resolved, train_and_evaluate, uses_loa
 from lab.reports.alignment import alignment_report, format_alignment
 from lab.reports.probe import format_probe, probe_report
 from lab.reproduce import BUDGETS, PAPERS, reproduce
+from lab.runs import layout
 from lab.runs.lock import RunLocked
 from lab.runs.resume import RESUME_KEYS, ResumePlan, ResumeRefused, find_run, plan_resume, resume_overrides
 from lab.runs.stop import StopFile
@@ -227,9 +228,9 @@ def _config(args: argparse.Namespace, store: RunStore) -> tuple[ExperimentConfig
         if not run.path.is_dir():
             raise FileNotFoundError(f"run folder {run.path} does not exist")
         recorded = [p.name for p in run.path.iterdir()
-                    if p.name in ("config.json", "metrics.jsonl", "history") or (p.is_dir() and p.name not in
-                                                                                 ("snapshots", "checkpoints"))]
-        recorded += [f"checkpoints/{p.name}" for p in (run.path / "checkpoints").glob("*.pt")]
+                    if p.name in (layout.CONFIG, layout.METRICS, layout.HISTORY)
+                    or (p.is_dir() and p.name not in layout.FOLDERS)]
+        recorded += [f"checkpoints/{p.name}" for p in (run.path / layout.CHECKPOINTS).glob("*.pt")]
         if recorded:
             raise RunFolderError(f"{run.path} is not a fresh run folder (it holds {', '.join(sorted(recorded))}): "
                                  "--run-dir takes a folder made for this run; continue a run with `python -m lab "

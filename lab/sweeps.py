@@ -34,13 +34,15 @@ from tqdm.auto import tqdm
 
 from lab.config import ConfigError, ExperimentConfig, load_config, parse_override, to_dict
 from lab.data.toy2d import TOY_DATASETS
+from lab.runs import layout
 from lab.runs.lock import RunLock
 from lab.runs.recorder import RunRecorder
 from lab.runs.stop import StopFile
 from lab.runs.store import Run, RunStore, atomic_write_json
+from lab.train.core import end_state
 from lab.train.ensemble import MODEL, EnsembleCallback, EnsembleMember, EnsembleTrainer, ensemble_groups
 
-SWEEP_FILE = "sweep.json"
+SWEEP_FILE = layout.SWEEP
 
 
 @dataclass(frozen=True)
@@ -172,9 +174,7 @@ def _final_status(run: Run, member: EnsembleMember) -> dict[str, Any]:
     if member.diverged is not None:
         return run.write_status("diverged", str(member.diverged), step=member.diverged.step, epoch=member.epoch,
                                 total_steps=member.total_steps, metrics=member.last_eval)
-    done = member.step >= member.total_steps
-    return run.write_status("completed" if done else "stopped",
-                            f"completed {member.step} steps" if done else f"stopped at step {member.step}",
+    return run.write_status(*end_state(member.step, member.total_steps),
                             step=member.step, epoch=member.epoch, total_steps=member.total_steps,
                             metrics=member.last_eval)
 

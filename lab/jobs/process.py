@@ -20,6 +20,7 @@ import numpy as np
 
 from lab.config import ExperimentConfig, save_config
 from lab.jobs.job import Job
+from lab.runs import layout
 from lab.runs.stop import STOP_FILE
 from lab.runs.store import FINISHED, Run
 
@@ -71,8 +72,8 @@ class ProcessJob(AttachedJob):
             if resume:
                 command = [sys.executable, "-m", "lab", "resume", str(run.path), "--no-progress"]
             elif cfg is not None:
-                save_config(cfg, run.path / "config.yaml")
-                command = [sys.executable, "-m", "lab", "train", str(run.path / "config.yaml"),
+                save_config(cfg, run.path / layout.CONFIG_YAML)
+                command = [sys.executable, "-m", "lab", "train", str(run.path / layout.CONFIG_YAML),
                            "--run-dir", str(run.path), "--no-progress"]
                 if cfg.train.engine != "loader" and cfg.train.task != "mae":  # loader runs record no snapshots
                     command += ["--snapshot-every", "50"]
@@ -88,7 +89,7 @@ class ProcessJob(AttachedJob):
             if self.run.read_status().get("state") in ("unknown", *FINISHED):
                 self.run.write_status("queued", "starting process", step=self.run.read_status().get("step", 0))
         env = {**os.environ, "LAB_RUN_DIR": str(self.run.path), "PYTHONUNBUFFERED": "1", **(self.env or {})}
-        with open(self.run.path / "process.log", "ab") as log:  # the child keeps its own copy of the handle
+        with open(self.run.path / layout.PROCESS_LOG, "ab") as log:  # the child keeps its own copy of the handle
             self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True, stdin=subprocess.DEVNULL)
         return self
@@ -112,7 +113,7 @@ class ProcessJob(AttachedJob):
 
     def _last_log_line(self) -> str:
         with contextlib.suppress(OSError):
-            lines = (self.run.path / "process.log").read_text(errors="replace").strip().splitlines()
+            lines = (self.run.path / layout.PROCESS_LOG).read_text(errors="replace").strip().splitlines()
             return lines[-1] if lines else ""
         return ""
 

@@ -8,8 +8,9 @@ import traceback
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from lab.config import ConfigError, ExperimentConfig, apply_overrides, to_dict
+from lab.config import LOADER_ONLY, ConfigError, ExperimentConfig, apply_overrides, to_dict
 from lab.data.toy2d import ToyData
+from lab.runs import layout
 from lab.runs.lock import RunLock, RunLocked
 from lab.runs.recorder import RunRecorder
 from lab.runs.resume import ResumePlan, ResumeRefused, load_resume_state, plan_resume
@@ -18,7 +19,8 @@ from lab.train.build import build_data, build_model, check_data, loader_data
 from lab.train.distributed import World, broadcast, launched_by_torchrun
 from lab.train.loader import LoaderData, LoaderTrainer, ResumeMismatch
 from lab.train.progress import ProgressBar
-from lab.train.tensor import Callback, Diverged, Trainer, resolve_device
+from lab.train.core import Callback, Diverged, end_state, resolve_device
+from lab.train.tensor import Trainer
 
 
 def uses_loader(cfg: ExperimentConfig) -> bool:
@@ -27,11 +29,6 @@ def uses_loader(cfg: ExperimentConfig) -> bool:
     with the engine it was trained with."""
     engine = cfg.train.engine
     return engine == "loader" or (engine == "auto" and (cfg.train.task == "mae" or launched_by_torchrun()))
-
-
-# settings only the loader engine reads: a tensor run given them would silently ignore them
-_LOADER_ONLY = {"train.accum_steps": 1, "train.precision": ("auto", "fp32"), "train.compile": False,
-                "data.augment": "none", "train.probe_every": 0, "train.label_smoothing": 0.0}
 
 
 def resolved(cfg: ExperimentConfig) -> ExperimentConfig:
@@ -44,10 +41,10 @@ def resolved(cfg: ExperimentConfig) -> ExperimentConfig:
     """
     engine = "loader" if uses_loader(cfg) else "tensor"
     if engine == "tensor":
-        for key, plain in _LOADER_ONLY.items():
+        for key, plain in LOADER_ONLY.items():
             section, name = key.split(".")
             value = getattr(getattr(cfg, section), name)
-            if value not in (plain if isinstance(plain, tuple) else (plain,)):
+            if value not in plain:
                 raise ConfigError(f"{key}={value} is a setting of the loader engine; set train.engine=loader")
         if launched_by_torchrun() and int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise ConfigError("train.engine=tensor trains in one process; under torchrun use train.engine=loader")
@@ -130,7 +127,7 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
                 data = data if data is not None else loader_data(cfg)
                 trainer = LoaderTrainer(build_model(cfg, data), data, cfg.train, cfg.data, world, subscribers,
                                         alpha_min=cfg.model.get("alpha_min"),
-                                        figures=run.path / "figures" if writes else None)
+                                        figures=run.path / layout.FIGURES if writes else None)
             else:
                 trainer = make_trainer(cfg, subscribers, data)
             if state is not None:
@@ -152,9 +149,7 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
         finally:
             if recorder is not None:
                 recorder.close()
-        done = trainer.step >= trainer.total_steps
-        message = (f"completed {trainer.step} steps" if done else f"stopped at step {trainer.step}")
-        return status("completed" if done else "stopped", message, metrics=trainer.last_eval)
+        return status(*end_state(trainer.step, trainer.total_steps), metrics=trainer.last_eval)
 
 
 @contextlib.contextmanager

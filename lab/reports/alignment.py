@@ -16,6 +16,7 @@ from torch import nn
 from lab.analysis.residual_alignment import NC_KEYS, PAPER_K, RA4_FIT_START, SCALARS, residual_alignment
 from lab.config import ExperimentConfig
 from lab.data.toy2d import ToyData
+from lab.runs import layout
 from lab.runs.store import CheckpointError, Run, atomic_write_bytes, atomic_write_json, config_of_run
 from lab.train.build import build_data, build_model, loader_data
 from lab.train.loader import LoaderData
@@ -87,7 +88,7 @@ def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inp
                    **{key: _plain(out[key]) for key in NC_KEYS},
                    step=step, inputs=len(x), k=k, num_classes=C, checkpoint=checkpoint,
                    ra4_fit_from=int(out["fit_start"]) + 1)
-    folder = run.path / "analysis"
+    folder = run.path / layout.ANALYSIS
     folder.mkdir(exist_ok=True)
     atomic_write_json(folder / "alignment.json", summary)
     buffer = io.BytesIO()

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from lab.analysis.probing import PROTOCOLS, protocol_probe
 from lab.reports.alignment import load_trained
+from lab.runs import layout
 from lab.runs.store import Run, atomic_write_bytes, atomic_write_json
 from lab.train.loader import LoaderData
 from lab.train.pretrain_eval import features
@@ -180,7 +181,7 @@ def probe_report(run: Run, *, layer: str = "bottleneck", checkpoint: str = "last
                              f"blocks.0 to blocks.{blocks - 1}")
     features_of = "forward_features" if block is None else f"blocks.{block} output, mean over tokens"
     n_train, n_test = (len(s) if limit is None else min(limit, len(s)) for s in (data.train_eval, data.test))
-    folder = run.path / "analysis"
+    folder = run.path / layout.ANALYSIS
     path = folder / f"features-{'bottleneck' if block is None else f'blocks.{block}'}-{step}.pt"
     fingerprint = _fingerprint(model)
     start = time.perf_counter()

@@ -35,11 +35,11 @@ from typing import Any
 import yaml
 
 from lab.data.roots import resolve_data_path
+from lab.runs import layout
 from lab.runs.store import checkpoint_field, read_entry, read_jsonl
-from lab.sweeps import SWEEP_FILE
 
-RUN_MARKERS = ("status.json", "config.json", "config.yaml", "metrics.jsonl", "checkpoints")
-RUN_ENTRIES = (*RUN_MARKERS, "figures", "snapshots", SWEEP_FILE)
+RUN_MARKERS = (layout.STATUS, layout.CONFIG, layout.CONFIG_YAML, layout.METRICS, layout.CHECKPOINTS)
+RUN_ENTRIES = (*RUN_MARKERS, layout.FIGURES, layout.SNAPSHOTS, layout.SWEEP)
 """The entries of a run folder a reader looks at; one that is a symbolic link is named among the problems."""
 STALE_AFTER_S = 120.0
 """A running run whose heartbeat is older than this is marked stale (its writer may have died)."""
@@ -100,7 +100,7 @@ def run_key(path: Path, roots: list[Path]) -> str:
 
 def is_sweep_folder(path: Path) -> bool:
     """Whether ``path`` holds a ``sweep.json`` (a file, not a symbolic link)."""
-    file = path / SWEEP_FILE
+    file = path / layout.SWEEP
     return file.is_file() and not file.is_symlink()
 
 
@@ -150,7 +150,7 @@ def _signature(path: Path) -> Signature | None:
     the sub-folder holding it (``checkpoints/``): a link could lead outside the folders this server may read, so
     every reader treats it as missing."""
     try:
-        if path.is_symlink() or (path.parent.name in ("checkpoints", "figures") and path.parent.is_symlink()):
+        if path.is_symlink() or (path.parent.name in (layout.CHECKPOINTS, layout.FIGURES) and path.parent.is_symlink()):
             return None
         st = path.stat()
     except OSError:
@@ -167,8 +167,8 @@ def linked_entries(path: Path) -> list[str]:
             if entry.is_symlink() and (entry.name in RUN_ENTRIES or (entry.name.startswith("failed-rank")
                                                                     and entry.name.endswith(".txt"))):
                 found.append(entry.name)
-    checkpoints = path / "checkpoints"
-    if "checkpoints" not in found:
+    checkpoints = path / layout.CHECKPOINTS
+    if layout.CHECKPOINTS not in found:
         with contextlib.suppress(OSError):
             found += [f"checkpoints/{e.name}" for e in os.scandir(checkpoints)
                       if e.name.endswith(".pt") and e.is_symlink()]
@@ -251,7 +251,7 @@ class RunReader:
     # -- status -----------------------------------------------------------------------------------------------
     def status(self) -> tuple[dict[str, Any], list[str]]:
         """The cleaned status (:func:`clean_status`; state ``unknown`` when missing or unreadable) and its problems."""
-        file = self.path / "status.json"
+        file = self.path / layout.STATUS
         sig = _signature(file)
         if self._status is None or self._status[0] != sig:
             raw, error = _read_json(file) if sig is not None else (None, "missing")
@@ -273,7 +273,7 @@ class RunReader:
         config.json is the contract; a folder with only ``config.yaml`` (a child process that has not started
         training yet) is read from that.
         """
-        json_file, yaml_file = self.path / "config.json", self.path / "config.yaml"
+        json_file, yaml_file = self.path / layout.CONFIG, self.path / layout.CONFIG_YAML
         sig = (_signature(json_file), _signature(yaml_file))
         if self._config is None or self._config[0] != sig:
             self._config = (sig, *self._read_config(json_file, yaml_file, sig))
@@ -312,7 +312,7 @@ class RunReader:
 
     def update_metrics(self) -> bool:
         """Read what was appended to metrics.jsonl since the last call; returns whether anything was read."""
-        file = self.path / "metrics.jsonl"
+        file = self.path / layout.METRICS
         sig = _signature(file)
         if sig == self._metrics_sig:
             return False
@@ -341,7 +341,7 @@ class RunReader:
         """``{"name", "size", "modified", "step"}`` of each ``checkpoints/*.pt``, newest first."""
         out = []
         with contextlib.suppress(OSError):
-            for entry in os.scandir(self.path / "checkpoints"):
+            for entry in os.scandir(self.path / layout.CHECKPOINTS):
                 if not entry.name.endswith(".pt") or not entry.is_file():
                     continue
                 file = Path(entry.path)

@@ -20,7 +20,9 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-LOCK = "lock"
+from lab.runs import layout
+
+LOCK = layout.LOCK
 
 
 class RunLocked(RuntimeError):

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.config import ConfigError, ExperimentConfig, apply_overrides, from_dict, parse_override, to_dict
+from lab.runs import layout
 from lab.runs.catalog import checkpoint_step, linked_entries
 from lab.runs.store import STATES, CheckpointError, Run, RunFolderError, RunStore, sanitize_name
 
@@ -62,7 +63,7 @@ def check_run(run: Run) -> ExperimentConfig:
     """
     if run.path.is_symlink():
         raise RunFolderError(f"{run.path} is a symbolic link; name the run folder itself")
-    linked = linked_entries(run.path) + (["history"] if (run.path / "history").is_symlink() else [])
+    linked = linked_entries(run.path) + ([layout.HISTORY] if (run.path / layout.HISTORY).is_symlink() else [])
     if linked:
         raise RunFolderError(f"{run.path} holds symbolic links ({', '.join(linked)}), which the lab never follows "
                              "or writes through: replace them with the files themselves")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 
+from lab.runs import layout
 from lab.runs.store import Run
 from lab.train.tensor import Callback, Trainer
 
-STOP_FILE = "STOP"
+STOP_FILE = layout.STOP
 
 
 class StopFile(Callback):

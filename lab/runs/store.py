@@ -1,17 +1,8 @@
 """The run store: one folder per run, the contract between jobs (which write) and views (which read).
 
-A run folder holds::
-
-    config.json     resolved config + package versions + git commit (when available)
-    status.json     state, human message, step, epoch, heartbeat time (atomic writes)
-    metrics.jsonl   one JSON record per line, appended and flushed as written
-    snapshots/      versioned ``<kind>-<version>.npz`` of what the views draw
-    checkpoints/    ``last.pt`` / ``best.pt`` (temp file + os.replace; loaded with weights_only=True)
-    events.out.tfevents.*   TensorBoard scalars
-    history/        what a resume set aside: metric records after the checkpoint it continued from, or a whole
-                    earlier attempt (``restart-<time>/``); no metric, checkpoint or config is ever deleted (the
-                    views' snapshots alone are thinned, :meth:`Run.prune_snapshots`)
-    lock            while a process trains the run: its host and pid (:mod:`lab.runs.lock`)
+Its entries and who writes each are the table of :mod:`lab.runs.layout`; checkpoints are written to a temp file
+and moved into place, and loaded with ``weights_only=True``. No metric, checkpoint or config is ever deleted: what a
+resume sets aside goes under ``history/`` (the views' snapshots alone are thinned, :meth:`Run.prune_snapshots`).
 
 Readers are forgiving: a half-written last line of ``metrics.jsonl`` is skipped until it is complete, and a
 missing or unreadable ``status.json`` reads as state ``unknown``. Readers never follow a symbolic link inside a
@@ -44,6 +35,7 @@ import numpy as np
 import torch
 
 from lab.config import ExperimentConfig, from_dict
+from lab.runs import layout
 from lab.runs.snapshot import Snapshot
 
 STATES = ("queued", "running", "paused", "completed", "stopped", "diverged", "failed")
@@ -231,7 +223,7 @@ class Run:
     # -- config -----------------------------------------------------------------------------------------------
     def write_config(self, config: dict[str, Any], **extra: Any) -> None:
         """Save the resolved config with package versions and git commit (and any extra fields)."""
-        atomic_write_json(self.path / "config.json", {"config": config, **environment_info(), **extra})
+        atomic_write_json(self.path / layout.CONFIG, {"config": config, **environment_info(), **extra})
 
     def read_config(self) -> dict[str, Any]:
         """The ``config`` section of config.json (``{}`` if missing or unreadable: for views)."""
@@ -245,7 +237,7 @@ class Run:
         Raises:
             RunFolderError: config.json is missing, a link, unreadable, not JSON, or holds no ``config`` mapping.
         """
-        path = self.path / "config.json"
+        path = self.path / layout.CONFIG
         try:
             record = json.loads(read_entry(path))
         except FileNotFoundError:
@@ -263,7 +255,7 @@ class Run:
         record = self.config_record()
         record["config"] = config
         record["resume_changes"] = [*record.get("resume_changes", []), change]
-        atomic_write_json(self.path / "config.json", record)
+        atomic_write_json(self.path / layout.CONFIG, record)
 
     # -- status -----------------------------------------------------------------------------------------------
     def write_status(self, state: str, message: str = "", **fields: Any) -> dict[str, Any]:
@@ -271,13 +263,13 @@ class Run:
         if state not in STATES:
             raise ValueError(f"unknown run state {state!r}; valid: {', '.join(STATES)}")
         status = {"state": state, "message": message, "heartbeat": time.time(), **fields}
-        atomic_write_json(self.path / "status.json", status)
+        atomic_write_json(self.path / layout.STATUS, status)
         return status
 
     def read_status(self) -> dict[str, Any]:
         """status.json, or ``{"state": "unknown", ...}`` when missing or unreadable (an older or foreign run)."""
         try:
-            status = json.loads(read_entry(self.path / "status.json"))
+            status = json.loads(read_entry(self.path / layout.STATUS))
             return status if isinstance(status, dict) and "state" in status else {"state": "unknown", "message": ""}
         except (OSError, ValueError):  # missing, a link, unreadable, JSONDecodeError, UnicodeDecodeError
             return {"state": "unknown", "message": "no readable status.json"}
@@ -286,7 +278,7 @@ class Run:
     def append_metrics(self, *records: dict[str, Any]) -> None:
         """Append records to metrics.jsonl, one line each, flushed."""
         text = "".join(json_text(r) + "\n" for r in records)
-        with open(self.path / "metrics.jsonl", "a") as f:
+        with open(self.path / layout.METRICS, "a") as f:
             f.write(text)
             f.flush()
 
@@ -294,7 +286,7 @@ class Run:
         """Records written since byte offset ``cursor``, and the new cursor (:func:`read_jsonl`; a missing file, a
         link or an unreadable one has none)."""
         try:
-            records, cursor, _, _ = read_jsonl(self.path / "metrics.jsonl", cursor)
+            records, cursor, _, _ = read_jsonl(self.path / layout.METRICS, cursor)
         except OSError:
             return [], cursor
         return records, cursor
@@ -307,7 +299,7 @@ class Run:
         Returns:
             The copy set aside, or None when nothing was after ``step``.
         """
-        path = self.path / "metrics.jsonl"
+        path = self.path / layout.METRICS
         try:
             data = read_entry(path)
         except FileNotFoundError:
@@ -323,7 +315,7 @@ class Run:
 
     def history_path(self, name: str) -> Path:
         """A new path under ``history/`` (suffixed ``-2``, ``-3`` … if taken): where a resume sets things aside."""
-        folder = self.path / "history"
+        folder = self.path / layout.HISTORY
         if folder.is_symlink():
             raise RunFolderError(f"{folder} is a symbolic link: nothing is written through it")
         folder.mkdir(exist_ok=True)
@@ -341,15 +333,15 @@ class Run:
         aside = self.history_path(f"restart-{_stamp()}")
         aside.mkdir()
         for entry in sorted(self.path.iterdir()):
-            if entry.name not in ("config.json", "history", "lock") and not entry.name.startswith(".lock"):
+            if entry.name not in layout.KEPT_ON_RESTART and not entry.name.startswith(".lock"):
                 os.replace(entry, aside / entry.name)
-        for sub in ("snapshots", "checkpoints"):
+        for sub in layout.FOLDERS:
             (self.path / sub).mkdir()
         return aside
 
     # -- checkpoints ------------------------------------------------------------------------------------------
     def checkpoint_path(self, name: str = "last") -> Path:
-        return self.path / "checkpoints" / f"{sanitize_name(name)}.pt"
+        return self.path / layout.CHECKPOINTS / f"{sanitize_name(name)}.pt"
 
     def save_checkpoint(self, state: dict[str, Any], *names: str) -> Path:
         """Serialise ``state`` (tensors, numbers, strings, containers) once and write it atomically under each
@@ -389,14 +381,14 @@ class Run:
         """Write ``snapshots/<kind>-<version>.npz`` atomically."""
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
-        path = self.path / "snapshots" / f"{sanitize_name(kind)}-{version:09d}.npz"
+        path = self.path / layout.SNAPSHOTS / f"{sanitize_name(kind)}-{version:09d}.npz"
         atomic_write_bytes(path, buffer.getvalue())
         return path
 
     def snapshot_versions(self, kind: str) -> list[int]:
         """Versions of ``kind`` on disk, ascending."""
         prefix = f"{sanitize_name(kind)}-"
-        folder = self.path / "snapshots"
+        folder = self.path / layout.SNAPSHOTS
         if folder.is_symlink():  # never followed: it could lead anywhere
             return []
         out = []
@@ -414,7 +406,7 @@ class Run:
         """
         versions = self.snapshot_versions(kind) if version is None else [version]
         for v in reversed(versions):
-            path = self.path / "snapshots" / f"{sanitize_name(kind)}-{v:09d}.npz"
+            path = self.path / layout.SNAPSHOTS / f"{sanitize_name(kind)}-{v:09d}.npz"
             if path.parent.is_symlink():
                 return None
             with contextlib.suppress(OSError, ValueError, EOFError, zipfile.BadZipFile), \
@@ -432,7 +424,7 @@ class Run:
         for i, v in enumerate(older):
             if i not in keep:
                 with contextlib.suppress(FileNotFoundError):
-                    (self.path / "snapshots" / f"{sanitize_name(kind)}-{v:09d}.npz").unlink()
+                    (self.path / layout.SNAPSHOTS / f"{sanitize_name(kind)}-{v:09d}.npz").unlink()
 
 
 def config_of_run(run: Run) -> ExperimentConfig:
@@ -469,7 +461,7 @@ class RunStore:
                 path.mkdir()
             except FileExistsError:
                 continue
-            for sub in ("snapshots", "checkpoints"):
+            for sub in layout.FOLDERS:
                 (path / sub).mkdir()
             return Run(path)
         raise RuntimeError(f"could not create a unique run folder for {base!r}")
