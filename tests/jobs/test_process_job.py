@@ -1,3 +1,4 @@
+import contextlib
 import os
 import signal
 import subprocess
@@ -8,11 +9,10 @@ import pytest
 
 from lab.config import save_config
 from lab.jobs.process import ProcessJob, attach
-from lab.runs.store import RunStore
+from lab.runs.store import CheckpointError, RunStore
 from tests.jobs.helpers import tiny, wait_for
 
 pytestmark = pytest.mark.slow  # each test starts Python processes that import torch
-
 
 
 def _check_metrics(run, total, log_every=5):
@@ -24,16 +24,25 @@ def _check_metrics(run, total, log_every=5):
 
 
 def test_kill_9_then_resume_continues_from_the_checkpoint(tmp_path):
-    # the run is far longer than the test waits (heartbeats come once a second, so a short run could finish
-    # between two of them and the kill would find nothing to kill); the resume then sets where it ends
-    cfg = tiny(**{"train.max_steps": 1_000_000, "train.eval_every": 25})
+    # a run far longer than the test (the resume sets where it ends), held at a known point before the kill:
+    # frozen (SIGSTOP) once its last checkpoint is at step 100 or later, it can neither finish nor write on
+    cfg = tiny(**{"train.max_steps": 1_000_000, "train.epochs": 1_000_000, "train.eval_every": 25})
     run = RunStore(tmp_path).create("k")
     job = ProcessJob(run, cfg=cfg).start()
-    assert wait_for(lambda: run.has_checkpoint("last") and run.read_status().get("step", 0) >= 100)
+
+    def checkpointed_step() -> int:  # the heartbeat can show step 100 before step 100's checkpoint is written
+        with contextlib.suppress(CheckpointError):
+            return run.load_checkpoint()["step"]
+        return 0
+
+    assert wait_for(lambda: checkpointed_step() >= 100 or not job.is_alive(), timeout=120)
+    assert job.is_alive(), (run.path / "process.log").read_text()[-2000:]
+    os.killpg(job.proc.pid, signal.SIGSTOP)
+    step_at_checkpoint = checkpointed_step()
     job.kill()  # SIGKILL: no chance to write anything
     status = job.status()
     assert status["state"] == "failed" and "exited with code -9" in status["message"]
-    step_at_checkpoint = run.load_checkpoint()["step"]
+    assert run.load_checkpoint()["step"] == step_at_checkpoint
     assert step_at_checkpoint >= 100 and step_at_checkpoint % 25 == 0
     assert (run.path / "lock").exists()  # left by the killed process: stale, and taken over by the resume
     # a checkpoint write interrupted by the kill leaves only a temp file beside the good one
