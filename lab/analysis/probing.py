@@ -24,6 +24,24 @@ from torch import Tensor, nn
 
 __all__ = ["PROTOCOLS", "ProbeProtocol", "bn_linear_head", "linear_probe", "protocol_probe"]
 
+Arrayish = Tensor | np.ndarray
+
+
+def _split_tensors(train_feats: Arrayish, train_labels: Arrayish, test_feats: Arrayish, test_labels: Arrayish,
+                   device: str | torch.device | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Features as float32 [n, d] / [m, d] and labels as int64 [n] / [m], on ``device`` (default: the training
+    features'), checked to agree in shape."""
+    Xtr, Xte = torch.as_tensor(train_feats), torch.as_tensor(test_feats)
+    dev = torch.device(device) if device is not None else Xtr.device
+    Xtr, Xte = Xtr.to(dev, torch.float32), Xte.to(dev, torch.float32)
+    ytr = torch.as_tensor(train_labels).to(dev, torch.long)
+    yte = torch.as_tensor(test_labels).to(dev, torch.long)
+    if Xtr.ndim != 2 or Xte.ndim != 2 or Xtr.shape[1] != Xte.shape[1]:
+        raise ValueError(f"features must be [n, d] and [m, d], got {tuple(Xtr.shape)} and {tuple(Xte.shape)}")
+    if ytr.shape != (len(Xtr),) or yte.shape != (len(Xte),):
+        raise ValueError("labels must be one per sample")
+    return Xtr, ytr, Xte, yte
+
 
 def _accuracy(X: Tensor, y: Tensor, W: Tensor, b: Tensor, batch: int) -> float:
     correct = 0
@@ -71,15 +89,8 @@ def linear_probe(
         (standardisation folded in: logits = x Wᵀ + b), ``mean`` [d] and ``std`` [d] used for standardisation, and
         ``loss`` [epochs] (mean training loss per epoch); tensors on the CPU.
     """
-    Xtr, Xte = torch.as_tensor(train_feats), torch.as_tensor(test_feats)
-    dev = torch.device(device) if device is not None else Xtr.device
-    Xtr, Xte = Xtr.to(dev, torch.float32), Xte.to(dev, torch.float32)
-    ytr = torch.as_tensor(train_labels).to(dev, torch.long)
-    yte = torch.as_tensor(test_labels).to(dev, torch.long)
-    if Xtr.ndim != 2 or Xte.ndim != 2 or Xtr.shape[1] != Xte.shape[1]:
-        raise ValueError(f"features must be [n, d] and [m, d], got {tuple(Xtr.shape)} and {tuple(Xte.shape)}")
-    if ytr.shape != (len(Xtr),) or yte.shape != (len(Xte),):
-        raise ValueError("labels must be one per sample")
+    Xtr, ytr, Xte, yte = _split_tensors(train_feats, train_labels, test_feats, test_labels, device)
+    dev = Xtr.device
     if len(Xtr) == 0 or epochs < 1 or batch_size < 1:
         raise ValueError("need a non-empty training set, epochs >= 1 and batch_size >= 1")
     C = num_classes if num_classes is not None else int(max(ytr.max().item(), yte.max().item() if len(yte) else 0)) + 1
@@ -233,15 +244,8 @@ def protocol_probe(
         ``running_mean`` [d], ``running_var`` [d].
     """
     spec = PROTOCOLS[protocol] if isinstance(protocol, str) else protocol
-    Xtr, Xte = torch.as_tensor(train_feats), torch.as_tensor(test_feats)
-    dev = torch.device(device) if device is not None else Xtr.device
-    Xtr, Xte = Xtr.to(dev, torch.float32), Xte.to(dev, torch.float32)
-    ytr = torch.as_tensor(train_labels).to(dev, torch.long)
-    yte = torch.as_tensor(test_labels).to(dev, torch.long)
-    if Xtr.ndim != 2 or Xte.ndim != 2 or Xtr.shape[1] != Xte.shape[1]:
-        raise ValueError(f"features must be [n, d] and [m, d], got {tuple(Xtr.shape)} and {tuple(Xte.shape)}")
-    if ytr.shape != (len(Xtr),) or yte.shape != (len(Xte),):
-        raise ValueError("labels must be one per sample")
+    Xtr, ytr, Xte, yte = _split_tensors(train_feats, train_labels, test_feats, test_labels, device)
+    dev = Xtr.device
     if len(Xtr) < 2 or epochs < 1 or batch_size < 2 or lr <= 0:
         raise ValueError("need at least 2 training samples, epochs >= 1, batch_size >= 2 and lr > 0")
     largest = int(max(ytr.max().item(), yte.max().item() if len(yte) else 0))
