@@ -33,7 +33,8 @@ from bench.common import median, table  # noqa: E402
 from lab.config import apply_overrides, load_config  # noqa: E402
 from lab.train.build import build_model, loader_data  # noqa: E402
 from lab.train.distributed import World  # noqa: E402
-from lab.train.loader import LoaderData, LoaderTrainer, make_optimizer  # noqa: E402
+from lab.train.loader import LoaderData, LoaderTrainer  # noqa: E402
+from lab.train.optim import make_optimizer  # noqa: E402
 
 
 def _images_per_s(step, batch: int, steps: int, repeats: int, device: torch.device) -> float:

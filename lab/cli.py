@@ -29,9 +29,9 @@ from lab.runs.resume import RESUME_KEYS, ResumePlan, ResumeRefused, find_run, pl
 from lab.runs.stop import StopFile
 from lab.runs.store import CheckpointError, Run, RunFolderError, RunStore, config_of_run, default_runs_dir
 from lab.sweeps import create_sweep, plan_sweep, train_sweep
+from lab.train.core import Callback, TrainerView
 from lab.train.distributed import broadcast, close_world, init_world
 from lab.train.loader import ResumeMismatch
-from lab.train.tensor import Callback, Trainer
 
 
 class _Terminate(Callback):
@@ -47,7 +47,7 @@ class _Terminate(Callback):
             raise KeyboardInterrupt
         self.requested = True  # a scheduler's SIGTERM may come twice (itself and torchrun): one request
 
-    def on_step_end(self, trainer: Trainer, loss: float) -> None:
+    def on_step_end(self, trainer: TrainerView, loss: float) -> None:
         if self.requested:
             trainer.should_stop = True
 

@@ -43,6 +43,7 @@ LR_SCHEDULES = ("constant", "cosine", "warmup_cosine")
 TASKS = ("classify", "mae")
 ENGINES = ("auto", "tensor", "loader")
 PRECISIONS = ("auto", "fp32", "bf16")
+WEIGHT_DECAY_ON = ("weights", "all")
 AUGMENTS = ("none", "mae", "resized_crop", "crop_flip", "timm")
 DATASETS = (*TOY_DATASETS, *IMAGE_DATASETS)
 
@@ -252,7 +253,10 @@ class TrainConfig:
     optimizer: str = _field("adam", choices=OPTIMIZERS)
     lr: float = _field(0.01, lo=0.0, hi=100.0, lo_open=True)
     betas: tuple[float, float] = _field((0.9, 0.999), lo=0.0, hi=1.0)
-    weight_decay: float = _field(0.0, lo=0.0)
+    weight_decay: float = _field(0.0, lo=0.0, doc="λ; which parameters it decays: train.weight_decay_on")
+    weight_decay_on: str = _field("weights", choices=WEIGHT_DECAY_ON, doc="weights: not norms, biases or a model's "
+                                                                        "no_weight_decay() (timm's rule); all: every "
+                                                                        "parameter (Residual Alignment, Eq. 1)")
     momentum: float = _field(0.9, lo=0.0, hi=1.0, doc="SGD only")
     lr_schedule: str = _field("constant", choices=LR_SCHEDULES, doc="learning rate per step (lab.train.schedule)")
     warmup_steps: int = _field(0, lo=0, doc="warmup_cosine: linear warmup from 0 over these steps")
@@ -276,8 +280,7 @@ class TrainConfig:
                                                        "torchrun; auto: loader for mae or under torchrun")
     lr_scaling: str = _field("none", choices=("none", "batch256"), doc="batch256: the rate used is train.lr × "
                                                                       "global batch / 256 (MAE's base lr rule)")
-    warmup_epochs: int = _field(0, lo=0, doc="loader engine, warmup_cosine: warmup length in epochs (adds to "
-                                             "warmup_steps)")
+    warmup_epochs: int = _field(0, lo=0, doc="warmup_cosine: warmup length in epochs (adds to warmup_steps)")
     accum_steps: int = _field(1, lo=1, hi=4096, doc="loader engine: micro-batches accumulated per update; "
                                                     "global batch = batch_size × accum_steps × processes")
     precision: str = _field("auto", choices=PRECISIONS, doc="loader engine: bf16 autocast (auto: on CUDA only)")
@@ -305,6 +308,15 @@ class TrainConfig:
             raise ConfigError(f"train.min_lr ({self.min_lr:g}) must not exceed train.lr ({self.lr:g})")
         if self.droppath != "off" and self.drop_path_rate >= 1.0:
             raise ConfigError("train.drop_path_rate must be < 1 when droppath is on (every branch would be dropped)")
+
+
+LOADER_ONLY: dict[str, tuple[Any, ...]] = {
+    "train.accum_steps": (1,), "train.precision": ("auto", "fp32"), "train.compile": (False,),
+    "data.augment": ("none",), "train.probe_every": (0,), "train.label_smoothing": (0.0,),
+}
+"""Settings only the loader engine reads, with the values a tensor run accepts: any other value would be silently
+ignored by the tensor engine, so a tensor run given one is refused (``lab.jobs.runner.resolved``). The schedule's
+``train.warmup_epochs`` is not one of them: both engines read it."""
 
 
 @dataclass(frozen=True)

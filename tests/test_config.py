@@ -61,6 +61,7 @@ def test_unknown_key_in_yaml(tmp_path):
     ("model.zero_init=3", r"model\.zero_init must be true or false"),
     ("train.lr=.nan", r"train\.lr must be a finite number"),
     ("train.betas=[0.9]", r"train\.betas must have 2 values"),
+    ("train.weight_decay_on=biases", r"train\.weight_decay_on must be one of weights, all"),
 ])
 def test_out_of_range_values_name_field_range_and_value(override, pattern):
     with pytest.raises(ConfigError, match=pattern):
@@ -217,3 +218,12 @@ def test_the_task_fits_the_model_and_droppath_needs_drop_paths():
         load_config(None, {"model.name": "mae_vit_tiny_patch4_32", "train.task": "mae",
                            "train.droppath": "residual_droppath", "train.drop_path_rate": 0.1})
     assert load_config(None, {"model.name": "mae_vit_tiny_patch4_32", "train.task": "mae"}).train.task == "mae"
+
+
+def test_weight_decay_spares_norms_and_biases_unless_a_config_asks_for_all():
+    """timm's rule by default; the Residual Alignment configs decay every parameter (the paper's Eq. 1)."""
+    assert TrainConfig().weight_decay_on == "weights"
+    for name in ("ra_fc_digits", "ra_type1", "ra_type2", "ra_type3", "ra_type4", "ra_type5"):
+        assert load_config(f"configs/{name}.yaml").train.weight_decay_on == "all", name
+    for name in ("mae_tiny", "resnet50d_rdp_cifar10", "spiral"):
+        assert load_config(f"configs/{name}.yaml").train.weight_decay_on == "weights", name

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from lab.train.tensor import Callback, Trainer
+from lab.train.core import Callback, TrainerView
 
 
 class Lockstep:
@@ -53,12 +53,12 @@ class _Member(Callback):
         with self.group._cond:
             self.group._held[self.index] = paused
 
-    def on_train_start(self, trainer: Trainer) -> None:
+    def on_train_start(self, trainer: TrainerView) -> None:
         with self.group._cond:
             self.group._steps[self.index] = trainer.step
 
-    def on_step_end(self, trainer: Trainer, loss: float) -> None:
+    def on_step_end(self, trainer: TrainerView, loss: float) -> None:
         self.group._arrive(self.index, trainer.step, lambda: self.stop() or trainer.should_stop)
 
-    def on_train_end(self, trainer: Trainer) -> None:
+    def on_train_end(self, trainer: TrainerView) -> None:
         self.group.leave(self.index)

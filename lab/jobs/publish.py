@@ -22,7 +22,7 @@ from lab.analysis.residual_alignment import PAPER_K, RA4_FIT_START, residual_ali
 from lab.analysis.similarity import layer_distances, linear_cka
 from lab.data.toy2d import ToyData
 from lab.runs.snapshot import Snapshot
-from lab.train.tensor import Callback, Trainer
+from lab.train.core import Callback, TrainerView
 
 Builder = Callable[[nn.Module], "dict[str, np.ndarray] | None"]
 
@@ -124,16 +124,16 @@ class Publisher(Callback):
         with self._wanted_lock:
             self._wanted.add(kind)
 
-    def on_train_start(self, trainer: Trainer) -> None:
+    def on_train_start(self, trainer: TrainerView) -> None:
         self.publish(trainer, force=True)
 
-    def on_step_end(self, trainer: Trainer, loss: float) -> None:
+    def on_step_end(self, trainer: TrainerView, loss: float) -> None:
         self.publish(trainer)
 
-    def on_train_end(self, trainer: Trainer) -> None:
+    def on_train_end(self, trainer: TrainerView) -> None:
         self.publish(trainer, force=True)
 
-    def publish(self, trainer: Trainer, force: bool = False) -> None:
+    def publish(self, trainer: TrainerView, force: bool = False) -> None:
         now = time.monotonic()
         for kind, (every_steps, every_s) in self.cadence.items():
             last = self._last.get(kind)

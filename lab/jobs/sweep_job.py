@@ -29,6 +29,7 @@ from lab.nn.mlp import ResidualMLP
 from lab.runs.snapshot import Snapshot
 from lab.runs.store import Run
 from lab.sweeps import SweepPlan, _final_status, plan_sweep, train_sweep
+from lab.train.core import end_state
 from lab.train.ensemble import EnsembleCallback, EnsembleTrainer
 
 RANK = "rank"
@@ -245,7 +246,7 @@ class SweepJob(InProcessJob):
             if m.diverged is not None:
                 entry.update(state="diverged", message=str(m.diverged), step=m.diverged.step)
             elif m.ended:
-                entry["state"] = "completed" if m.step >= m.total_steps else "stopped"
+                entry["state"] = end_state(m.step, m.total_steps)[0]
             out.append(entry)
         return out
 

@@ -18,8 +18,8 @@ from lab.jobs.publish import DiskSink, Publisher
 from lab.jobs.runner import train_and_evaluate
 from lab.runs.resume import ResumePlan
 from lab.runs.store import Run
+from lab.train.core import Callback, TrainerView
 from lab.train.loader import LoaderData
-from lab.train.tensor import Callback, Trainer
 
 
 class _Control(Callback):
@@ -28,7 +28,7 @@ class _Control(Callback):
     def __init__(self, job: ThreadJob) -> None:
         self.job = job
 
-    def on_step_end(self, trainer: Trainer, loss: float) -> None:
+    def on_step_end(self, trainer: TrainerView, loss: float) -> None:
         job = self.job
         job._count_step()
         if not job._resume.is_set() and not job._stop.is_set():

@@ -29,9 +29,9 @@ from lab.analysis.probing import PROTOCOLS, protocol_probe
 from lab.reports.alignment import load_trained
 from lab.runs import layout
 from lab.runs.store import Run, atomic_write_bytes, atomic_write_json
+from lab.train.core import resolve_device
 from lab.train.loader import LoaderData
 from lab.train.pretrain_eval import features
-from lab.train.tensor import resolve_device
 
 __all__ = ["block_index", "format_probe", "pool_tokens", "probe_report"]
 

@@ -6,7 +6,7 @@ import math
 import time
 
 from lab.runs.store import Run, checkpoint_field
-from lab.train.tensor import Callback, Trainer
+from lab.train.core import Callback, TrainerView
 
 
 def _saved_best(run: Run) -> float:
@@ -41,12 +41,12 @@ class RunRecorder(Callback):
         self.tensorboard = tensorboard
         self.writer = None  # made when training starts: until then the recorder has written nothing
 
-    def _status(self, trainer: Trainer, state: str, message: str = "") -> None:
+    def _status(self, trainer: TrainerView, state: str, message: str = "") -> None:
         self.run.write_status(state, message, step=trainer.step, epoch=trainer.epoch,
                               total_steps=trainer.total_steps, metrics=trainer.last_eval)
         self._last_beat = time.time()
 
-    def on_train_start(self, trainer: Trainer) -> None:
+    def on_train_start(self, trainer: TrainerView) -> None:
         if self.tensorboard and self.writer is None:
             from torch.utils.tensorboard import SummaryWriter  # imported lazily: it is slow to import
 
@@ -58,7 +58,7 @@ class RunRecorder(Callback):
                                if r.get("kind") == "eval"), _saved_best(self.run)])
         self._status(trainer, "running", f"training from step {trainer.step}")
 
-    def on_step_end(self, trainer: Trainer, loss: float) -> None:
+    def on_step_end(self, trainer: TrainerView, loss: float) -> None:
         if trainer.step % trainer.cfg.log_every == 0:
             lr = trainer.optimizer.param_groups[0]["lr"]
             self.run.append_metrics({"kind": "step", "step": trainer.step, "epoch": trainer.epoch, "loss": loss,
@@ -69,7 +69,7 @@ class RunRecorder(Callback):
         if time.time() - self._last_beat >= self.heartbeat_s:
             self._status(trainer, "running", f"step {trainer.step} of {trainer.total_steps}")
 
-    def on_eval_end(self, trainer: Trainer, metrics: dict[str, float]) -> None:
+    def on_eval_end(self, trainer: TrainerView, metrics: dict[str, float]) -> None:
         self.run.append_metrics({"kind": "eval", "step": trainer.step, "epoch": trainer.epoch, **metrics,
                                  "time": time.time()})
         if self.writer is not None:
@@ -85,11 +85,11 @@ class RunRecorder(Callback):
         elif best:  # the loader engine saves last on its own schedule; best holds the weights just evaluated
             self.run.save_checkpoint({**trainer.state_dict(), "best_acc": acc}, "best")
 
-    def on_checkpoint(self, trainer: Trainer) -> None:
+    def on_checkpoint(self, trainer: TrainerView) -> None:
         """``last`` (the loader engine's schedule: every ``train.checkpoint_every`` epochs and on stop)."""
         self.run.save_checkpoint(trainer.state_dict(), "last")
 
-    def on_train_end(self, trainer: Trainer) -> None:
+    def on_train_end(self, trainer: TrainerView) -> None:
         if self.writer is not None:
             self.writer.flush()
 

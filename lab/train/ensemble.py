@@ -15,12 +15,13 @@ Each member is the run it would have been alone (:class:`lab.train.tensor.Traine
   drawn with the same calls, shapes and order as its DropPath modules would draw them;
 * optimiser: the arithmetic of ``torch.optim.Adam``, ``AdamW`` and ``SGD`` (momentum, weight decay, bias
   correction, the learning rate of :func:`lab.train.schedule.learning_rate` at every step) with member k's own
-  hyper-parameters. Operations are ordered as torch.optim orders them, so members match solo runs up to float
-  rounding (in float64, 30 steps of Adam, AdamW or SGD with momentum leave every parameter within 1e-15 of the
-  solo run's, relative to the tensor's largest entry). In float32 the batched matmuls round differently from
-  a solo run's ``addmm`` (gradients agree to about 3e-7 of their scale), and training amplifies any rounding:
-  after 60 Adam steps of the spiral model a member can sit 40 % of a tensor's scale away from its solo run,
-  exactly as far as the solo run moves when its initial parameters are changed by one ulp.
+  hyper-parameters, weight decay on the parameters :func:`lab.train.optim.make_optimizer` decays (the stacks of
+  :func:`lab.train.optim.decayed`). Operations are ordered as torch.optim orders them, so members match solo
+  runs up to float rounding (in float64, 30 steps of Adam, AdamW or SGD with momentum leave every parameter
+  within 1e-15 of the solo run's, relative to the tensor's largest entry). In float32 the batched matmuls round
+  differently from a solo run's ``addmm`` (gradients agree to about 3e-7 of their scale), and training amplifies
+  any rounding: after 60 Adam steps of the spiral model a member can sit 40 % of a tensor's scale away from its
+  solo run, exactly as far as the solo run moves when its initial parameters are changed by one ulp.
 
 What may differ between members: :data:`MEMBER_KEYS`. Everything else (architecture, data, batch size, optimiser
 type, epochs, evaluation cadence, device) is shared; :func:`ensemble_groups` splits a list of configs into
@@ -53,8 +54,20 @@ from lab.data.toy2d import ToyData
 from lab.nn.mlp import ResidualMLP, make_activation
 from lab.nn.registry import model_parameters
 from lab.train.build import build_data, build_model, check_data
+from lab.train.core import (
+    Callback,
+    Diverged,
+    batch_schedule,
+    check_finite,
+    divergence_hint,
+    droppath_mode,
+    emit,
+    epoch_seed,
+    evaluates_after,
+    resolve_device,
+)
+from lab.train.optim import decayed, make_optimizer
 from lab.train.schedule import learning_rate
-from lab.train.tensor import Callback, Diverged, divergence_hint, make_optimizer, resolve_device
 
 MEMBER_KEYS = (
     "name", "model.shortcut", "model.alpha_min", "model.zero_init", "model.seed",
@@ -71,7 +84,7 @@ _BLOCK = "blocks."
 class EnsembleCallback:
     """Subscribe to an :class:`EnsembleTrainer`'s events as a whole (progress, signals); every method is optional.
 
-    Member-level subscribers (run recorders) are ordinary :class:`lab.train.tensor.Callback` objects given per
+    Member-level subscribers (run recorders) are ordinary :class:`lab.train.core.Callback` objects given per
     member; they see an :class:`EnsembleMember`. Set ``ensemble.should_stop`` to stop every member.
     """
 
@@ -101,15 +114,6 @@ def shared_settings(cfg: ExperimentConfig) -> dict[str, Any]:
     params, _ = model_parameters(cfg.model.name)
     flat.update({f"model.{k}": cfg.model.get(k) for k in params if k != "drop_path_rate"})
     return {k: v for k, v in flat.items() if k not in MEMBER_KEYS}
-
-
-def batch_schedule(train: TrainConfig, n_train: int) -> tuple[int, int, int]:
-    """``(batch_size, steps_per_epoch, total_steps)`` of a run on ``n_train`` points, as the Trainer computes them
-    (ResidualDroppath drops the last partial batch: its second iteration reuses the first's per-sample mask)."""
-    batch = min(train.batch_size, n_train)
-    per_epoch = n_train // batch if train.droppath == "residual_droppath" else math.ceil(n_train / batch)
-    steps = per_epoch * train.epochs
-    return batch, per_epoch, min(steps, train.max_steps) if train.max_steps else steps
 
 
 def ensemble_groups(cfgs: Sequence[ExperimentConfig]) -> list[list[int]]:
@@ -144,10 +148,12 @@ class _Stack:
 
     ``data`` is ``[K, ...]`` (stem, head) or ``[L, K, ...]`` (blocks; ``axis`` 1); ``leaves`` are what the forward
     uses: ``data`` itself, or its ``L`` block slices. ``state`` holds the optimiser's tensors of the same shape.
+    ``decays``: whether weight decay applies to this kind (:func:`lab.train.optim.decayed`).
     """
 
     axis: int
     data: torch.Tensor
+    decays: bool = True
     grad: torch.Tensor = field(init=False)
     leaves: list[torch.Tensor] = field(init=False)
     state: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -208,7 +214,8 @@ class _MemberOptimizer:
 
 
 class EnsembleMember:
-    """Member k presented as a trainer, for :class:`lab.train.tensor.Callback` subscribers (run recorders):
+    """Member k presented as a trainer (a :class:`lab.train.core.TrainerView`), for
+    :class:`lab.train.core.Callback` subscribers (run recorders):
     ``cfg``, ``step``, ``epoch``, ``total_steps``, ``last_eval``, ``optimizer.param_groups[0]["lr"]``, ``model``,
     ``state_dict()`` and ``should_stop`` mean what they mean on a :class:`Trainer`.
 
@@ -255,8 +262,7 @@ class EnsembleMember:
         return self.ensemble.member_state_dict(self.index)
 
     def emit(self, event: str, *args: Any) -> None:
-        for cb in self.callbacks:
-            getattr(cb, event)(self, *args)
+        emit(self.callbacks, self, event, *args)
 
 
 @dataclass
@@ -333,8 +339,12 @@ class EnsembleTrainer:
         self._alpha = torch.tensor([[b.alpha for b in m.blocks] for m in models], dtype=torch.float64).T
         self._beta = torch.tensor([[b.beta for b in m.blocks] for m in models], dtype=torch.float64).T
         self._scales()
-        optimizers = [make_optimizer(m.parameters(), cfg.train) for m, cfg in zip(models, cfgs, strict=True)]
-        self._hyper = [dict(opt.param_groups[0]) for opt in optimizers]
+        optimizers = [make_optimizer(m, cfg.train) for m, cfg in zip(models, cfgs, strict=True)]
+        self._hyper = [{**opt.param_groups[0], "weight_decay": cfg.train.weight_decay}
+                       for opt, cfg in zip(optimizers, cfgs, strict=True)]
+        self._decay(decayed(models[0], train.weight_decay_on))
+        # per member, the index of each parameter in its torch.optim optimiser's state (group order, then position)
+        self._state_index = [self._optimizer_index(m, opt) for m, opt in zip(models, optimizers, strict=True)]
         self._kind = train.optimizer
         self._init_state()
         per_member = callbacks if callbacks is not None else [()] * len(cfgs)
@@ -383,6 +393,20 @@ class EnsembleTrainer:
                                                           for n in names]))
         return stacks, where
 
+    def _decay(self, decays: dict[str, bool]) -> None:
+        """Mark each stack decayed or not; the rule never tells one block's parameter from another's."""
+        for kind, stack in self._stacks.items():
+            flags = {decays[name] for name, (k, _) in self._where.items() if k == kind}
+            if len(flags) != 1:
+                raise ValueError(f"weight decay applies to some {kind} parameters and not others; the ensemble "
+                                 "decays whole stacks")
+            stack.decays = flags.pop()
+
+    @staticmethod
+    def _optimizer_index(model: ResidualMLP, optimizer: torch.optim.Optimizer) -> dict[str, int]:
+        order = {id(p): i for i, p in enumerate(p for group in optimizer.param_groups for p in group["params"])}
+        return {name: order[id(p)] for name, p in model.named_parameters()}
+
     def _scales(self) -> None:
         """Shortcut and branch scales as ``[L, K, 1, 1]`` tensors, and per block whether every member's is 1 (then
         the block skips that multiply, as a solo block does)."""
@@ -427,13 +451,13 @@ class EnsembleTrainer:
             state: dict[int, dict[str, torch.Tensor]] = {}
             if self.step > 0 and (self._kind != "sgd" or self._hyper[index]["momentum"] != 0):
                 step_dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
-                for i, name in enumerate(self._names):
+                for name in self._names:
                     kind, block = self._where[name]
                     stack = self._stacks[kind]
                     entry = {k: stack.member(v, slot, block).clone() for k, v in stack.state.items()}
                     if self._kind != "sgd":
                         entry = {"step": torch.tensor(float(self.step), dtype=step_dtype), **entry}
-                    state[i] = entry
+                    state[self._state_index[index][name]] = entry
         optimizer = self.members[index].optimizer._template.state_dict()
         optimizer["state"] = state
         rdp = self._rdp_masks.get(index)
@@ -468,7 +492,7 @@ class EnsembleTrainer:
             n = len(self.data.x_train)
             rows = {}
             for seed in {self.members[i].cfg.seed for i in self._live}:
-                g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+                g = torch.Generator().manual_seed(epoch_seed(seed, epoch))
                 rows[seed] = torch.randperm(n, generator=g)
             perm = torch.stack([rows[self.members[i].cfg.seed] for i in self._live]).to(self.device)
             self._perm = (epoch, perm)
@@ -484,8 +508,8 @@ class EnsembleTrainer:
         keep, detached, scale = [ones] * len(self._live), [None] * len(self._live), [1.0] * len(self._live)
         for slot, k in enumerate(self._live):
             cfg = self.members[k].cfg
-            mode, rate = cfg.droppath, cfg.drop_path_rate
-            if (mode == "droppath" and rate > 0.0) or (mode == "residual_droppath" and step % 2 == 0):
+            mode, rate = droppath_mode(cfg, step), cfg.drop_path_rate
+            if (mode == "droppath" and rate > 0.0) or mode == "rdp_drop":
                 p = torch.full((batch, 1), 1.0 - rate, dtype=dtype, device=self.device)
                 keep[slot] = torch.stack([torch.bernoulli(p, generator=self._generators[k])
                                           for _ in range(self.depth)])
@@ -493,7 +517,7 @@ class EnsembleTrainer:
                     scale[slot] = 1.0 - rate
                 else:
                     self._rdp_masks[k] = keep[slot]
-            elif mode == "residual_droppath":  # odd iteration: train the branches the previous one dropped
+            elif mode == "rdp_train":  # odd iteration: train the branches the previous one dropped
                 keep[slot], detached[slot] = 1.0 - self._rdp_masks[k], self._rdp_masks[k]
         if all(t is ones for t in keep):
             return None
@@ -572,10 +596,11 @@ class EnsembleTrainer:
                              batch=self.batch_size) for k in self._live]
         for k, lr in zip(self._live, lrs, strict=True):
             if self.members[k].cfg.lr_schedule != "constant" or self.members[k].cfg.lr_scaling != "none":
-                self.members[k].optimizer.param_groups[0]["lr"] = lr
-        wds = [h["weight_decay"] for h in hyper]
+                for group in self.members[k].optimizer.param_groups:
+                    group["lr"] = lr
         for stack in self._stacks.values():
             p, g = stack.data, stack.grad
+            wds = [h["weight_decay"] if stack.decays else 0.0 for h in hyper]
             if self._kind == "sgd":
                 self._sgd(stack, p, g, t, lrs, wds, [h["momentum"] for h in hyper])
             else:
@@ -663,19 +688,19 @@ class EnsembleTrainer:
         finite, diverged = {}, []
         for k, values in metrics.items():
             m = self.members[k]
-            if all(math.isfinite(v) for v in values.values()):
+            try:
+                check_finite(values, self.step, "train_loss", m.cfg, m.alpha_min)
+            except Diverged as err:
+                m.diverged = err
+                diverged.append(m)
+            else:
                 finite[k] = values
                 m.emit("on_eval_end", values)
-            else:
-                m.diverged = Diverged(self.step, values.get("train_loss", float("nan")),
-                                      divergence_hint(m.cfg, m.alpha_min))
-                diverged.append(m)
         self._end(diverged)
         self._emit("on_eval_end", finite)
 
     def _emit(self, event: str, *args: Any) -> None:
-        for cb in self.group_callbacks:
-            getattr(cb, event)(self, *args)
+        emit(self.group_callbacks, self, event, *args)
 
     def _stop_requested(self) -> None:
         """Members whose subscribers set ``should_stop`` end after a final evaluation, as a solo run would."""
@@ -699,7 +724,6 @@ class EnsembleTrainer:
             m.should_stop = False
             m.emit("on_train_start")
         self._emit("on_train_start")
-        every = self.cfgs[0].train.eval_every
         try:
             while self.step < end and not self.should_stop and self._live:
                 losses = self.train_step()
@@ -707,10 +731,9 @@ class EnsembleTrainer:
                 for m in self.live:
                     m.emit("on_step_end", losses[m.index])
                 self._emit("on_step_end", losses)
-                epoch_done = self.step % self.steps_per_epoch == 0
-                if (every and self.step % every == 0) or (not every and epoch_done):
+                if evaluates_after(self.cfgs[0].train, self.step, self.steps_per_epoch):
                     self._eval_and_emit()
-                if epoch_done:
+                if self.step % self.steps_per_epoch == 0:
                     for m in self.live:
                         m.emit("on_epoch_end")
                 self._stop_requested()

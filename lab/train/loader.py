@@ -9,9 +9,9 @@ Connections* — stream images from disk through worker processes into DDP repli
   synchronised on the last one only); global batch = batch_size × accum_steps × processes;
 - the learning rate per step from :func:`lab.train.schedule.learning_rate`, its peak ``train.lr`` × global batch
   / 256 with ``train.lr_scaling=batch256`` (MAE's rule), warmup ``warmup_steps + warmup_epochs`` × steps/epoch;
-- weight decay spares norms and biases, and what a model's ``no_weight_decay()`` names (timm's
-  ``param_groups_weight_decay``); the MAE's cls and mask tokens are decayed, as in the reference MAE code, and its
-  position embeddings are fixed;
+- weight decay as every trainer applies it (:mod:`lab.train.optim`): by default it spares norms and biases, and
+  what a model's ``no_weight_decay()`` names (timm's ``param_groups_weight_decay``); the MAE's cls and mask tokens
+  are decayed, as in the reference MAE code, and its position embeddings are fixed;
 - classifiers train on cross-entropy, or timm's ``LabelSmoothingCrossEntropy`` with ``train.label_smoothing``
   (evaluation reports the plain cross-entropy);
 - bf16 autocast on CUDA (``train.precision``), ``torch.compile`` as an option;
@@ -20,7 +20,7 @@ Connections* — stream images from disk through worker processes into DDP repli
 - a stop request (``STOP`` file, SIGTERM) seen by any process stops every process after the same step; the last
   checkpoint is written then, every ``train.checkpoint_every`` epochs and at the end (by rank 0, atomically).
 
-Callbacks are :class:`lab.train.tensor.Callback` s, so the run recorder, the progress bar and the stop checks of
+Callbacks are :class:`lab.train.core.Callback` s, so the run recorder, the progress bar and the stop checks of
 the tensor trainer serve here unchanged; the ones that write run on rank 0 only.
 """
 
@@ -44,11 +44,23 @@ from torch.utils.data import DataLoader, Dataset
 from lab.config import DataConfig, TrainConfig
 from lab.data.keyed import KeyedSampler, ShardSampler
 from lab.hooks import eval_mode
-from lab.nn.droppath import DropPath, set_droppath_mode
+from lab.nn.droppath import set_droppath_mode
 from lab.train import pretrain_eval
+from lab.train.core import (
+    Callback,
+    Diverged,
+    check_finite,
+    divergence_hint,
+    drop_paths,
+    droppath_mode,
+    emit,
+    evaluates_after,
+    run_length,
+    step_seed,
+)
 from lab.train.distributed import World, any_rank, sum_all
+from lab.train.optim import make_optimizer
 from lab.train.schedule import learning_rate, peak_lr, warmup_steps
-from lab.train.tensor import Callback, Diverged, divergence_hint
 
 
 @dataclass(frozen=True)
@@ -81,28 +93,6 @@ def ignore_stop_signals(worker_id: int) -> None:
 class ResumeMismatch(ValueError):
     """A checkpoint was written with another global batch or epoch length than this run would have: continuing
     would silently change its schedule; the message says what to set."""
-
-
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Two groups: every other parameter with ``weight_decay``; 1-D parameters (norms), biases and the names the
-    model's ``no_weight_decay()`` returns, if it has one, without."""
-    skip = set(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else set()
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if p.ndim <= 1 or name.endswith(".bias") or name in skip else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
-    """AdamW, Adam or SGD with :func:`param_groups`."""
-    groups = param_groups(model, cfg.weight_decay)
-    if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(groups, lr=cfg.lr, betas=cfg.betas)
-    return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
 
 
 class LoaderTrainer:
@@ -155,8 +145,7 @@ class LoaderTrainer:
         if self.steps_per_epoch == 0:
             raise ValueError(f"an epoch holds {self.sampler.batches} micro-batches per process, fewer than "
                              f"train.accum_steps={cfg.accum_steps}")
-        steps = self.steps_per_epoch * cfg.epochs
-        self.total_steps = min(steps, cfg.max_steps) if cfg.max_steps else steps
+        self.total_steps = run_length(cfg, self.steps_per_epoch)
         self.global_batch = cfg.batch_size * cfg.accum_steps * world.size
         self.peak_lr = peak_lr(cfg, self.global_batch)
         self.warmup = warmup_steps(cfg, self.steps_per_epoch)
@@ -182,13 +171,6 @@ class LoaderTrainer:
     def _autocast(self) -> contextlib.AbstractContextManager:
         return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
 
-    def _droppath_mode(self) -> str:
-        if self.cfg.droppath == "droppath":
-            return "droppath"
-        if self.cfg.droppath == "residual_droppath":
-            return "rdp_drop" if self.step % 2 == 0 else "rdp_train"  # Algorithm 1: even steps drop
-        return "off"
-
     def _loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         with self._autocast():
             if self.cfg.task == "mae":
@@ -201,11 +183,11 @@ class LoaderTrainer:
         Raises:
             Diverged: the loss is non-finite on some process; no update was applied.
         """
-        seed = (self.cfg.seed * 1_000_003 + self.step) * 1_009 + self.world.rank
+        seed = step_seed(self.cfg.seed, self.step, self.world.rank)
         torch.manual_seed(seed)  # MAE masks and any dropout: a function of (seed, step, rank)
         if self.cfg.droppath != "off":
             self.mask_generator.manual_seed(seed)
-            set_droppath_mode(self.model, self._droppath_mode(), self.mask_generator)
+            set_droppath_mode(self.model, droppath_mode(self.cfg, self.step), self.mask_generator)
         self.model.train()
         lr = learning_rate(self.cfg, self.step, self.total_steps, steps_per_epoch=self.steps_per_epoch,
                            batch=self.global_batch)
@@ -243,8 +225,7 @@ class LoaderTrainer:
 
     # -- the loop ---------------------------------------------------------------------------------------------
     def _emit(self, event: str, *args: Any) -> None:
-        for cb in self.callbacks:
-            getattr(cb, event)(self, *args)
+        emit(self.callbacks, self, event, *args)
 
     def fit(self, steps: int | None = None) -> dict[str, float]:
         """Train until ``total_steps`` (or ``steps`` more), a stop request on any process, or divergence.
@@ -279,8 +260,7 @@ class LoaderTrainer:
                 if epoch_done and self.epoch % self.cfg.checkpoint_every == 0:
                     self._emit("on_checkpoint")  # before evaluating: the epoch is kept however long that takes
                     saved = self.step
-                if (self.cfg.eval_every and self.step % self.cfg.eval_every == 0) or (
-                        not self.cfg.eval_every and epoch_done):
+                if evaluates_after(self.cfg, self.step, self.steps_per_epoch):
                     self._eval_and_emit()
                 if epoch_done:
                     self._emit("on_epoch_end")
@@ -364,19 +344,14 @@ class LoaderTrainer:
 
     def _eval_and_emit(self) -> None:
         metrics = self.evaluate()
-        if not all(math.isfinite(v) for v in metrics.values()):
-            raise Diverged(self.step, metrics.get("test_loss", float("nan")),
-                           divergence_hint(self.cfg, self.alpha_min))
+        check_finite(metrics, self.step, "test_loss", self.cfg, self.alpha_min)
         self._emit("on_eval_end", metrics)
 
     # -- state ------------------------------------------------------------------------------------------------
-    def _drop_paths(self) -> list[DropPath]:
-        return [m for m in self.model.modules() if isinstance(m, DropPath)]
-
     def state_dict(self) -> dict[str, Any]:
         """Model, optimizer, step, and the last ResidualDroppath masks (a run resumed before an odd step needs
         the even step's)."""
-        masks = [dp.mask.cpu() if dp.mask is not None else torch.empty(0) for dp in self._drop_paths()]
+        masks = [dp.mask.cpu() if dp.mask is not None else torch.empty(0) for dp in drop_paths(self.model)]
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
                 "droppath_masks": masks, "global_batch": self.global_batch, "steps_per_epoch": self.steps_per_epoch}
 
@@ -399,5 +374,5 @@ class LoaderTrainer:
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
-        for dp, mask in zip(self._drop_paths(), state.get("droppath_masks", []), strict=False):
+        for dp, mask in zip(drop_paths(self.model), state.get("droppath_masks", []), strict=False):
             dp.mask = mask.to(self.device) if mask.numel() else None

@@ -19,61 +19,22 @@ from torch import nn
 from lab.config import TrainConfig
 from lab.data.toy2d import ToyData
 from lab.hooks import eval_mode
-from lab.nn.droppath import DropPath, set_droppath_mode
+from lab.nn.droppath import set_droppath_mode
+from lab.train.core import (
+    Callback,
+    Diverged,
+    batch_schedule,
+    check_finite,
+    divergence_hint,
+    drop_paths,
+    droppath_mode,
+    emit,
+    epoch_seed,
+    evaluates_after,
+    resolve_device,
+)
+from lab.train.optim import make_optimizer
 from lab.train.schedule import learning_rate
-
-
-class Diverged(RuntimeError):
-    """The training loss became non-finite; the parameters are those of the last finite step."""
-
-    def __init__(self, step: int, loss: float, hint: str) -> None:
-        self.step, self.loss = step, loss
-        super().__init__(f"training diverged at step {step}: loss is {loss}. {hint}")
-
-
-class Callback:
-    """Subscribe to a :class:`Trainer`'s events; every method is optional. Set ``trainer.should_stop`` to stop."""
-
-    def on_train_start(self, trainer: Trainer) -> None: ...
-
-    def on_step_end(self, trainer: Trainer, loss: float) -> None: ...
-
-    def on_eval_end(self, trainer: Trainer, metrics: dict[str, float]) -> None: ...
-
-    def on_epoch_end(self, trainer: Trainer) -> None: ...
-
-    def on_checkpoint(self, trainer: Trainer) -> None:
-        """The loader engine's moment to save a checkpoint (every ``train.checkpoint_every`` epochs, on stop and
-        at the end); the tensor trainers checkpoint at each evaluation instead."""
-
-    def on_train_end(self, trainer: Trainer) -> None: ...
-
-
-def resolve_device(name: str = "auto") -> torch.device:
-    """``"auto"`` → CUDA when present, CPU otherwise; anything else is passed to :class:`torch.device`."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device {name!r} asked for, but CUDA is not available on this machine")
-    return device
-
-
-def make_optimizer(params: Iterable[nn.Parameter], cfg: TrainConfig) -> torch.optim.Optimizer:
-    """Adam, AdamW or SGD (with momentum) from the train config."""
-    if cfg.optimizer == "adam":
-        return torch.optim.Adam(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-    if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
-    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-
-
-def divergence_hint(cfg: TrainConfig, alpha_min: float | None = None) -> str:
-    """The likely causes of a non-finite loss, in the order worth trying."""
-    hints = [f"lower the learning rate (train.lr={cfg.lr:g})"]
-    if alpha_min is not None and alpha_min < 0.7:
-        hints.append(f"raise model.alpha_min ({alpha_min:g}) or set model.zero_init=true")
-    return "Likely cause: " + "; or ".join(hints) + "."
 
 
 class Trainer:
@@ -96,22 +57,16 @@ class Trainer:
         self.model = model.to(self.device)
         self.data = data.to(self.device)
         self.callbacks = list(callbacks)
-        self.optimizer = make_optimizer(self.model.parameters(), cfg)
+        self.optimizer = make_optimizer(self.model, cfg)
         self.alpha_min = alpha_min
         self.mask_generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.step = 0
         self._perm: tuple[int, torch.Tensor] | None = None  # (epoch, permutation of the training set)
-        self._drop_path_modules = self._drop_paths() if cfg.droppath != "off" else []
+        self._drop_path_modules = drop_paths(self.model) if cfg.droppath != "off" else []
         self.should_stop = False
         self.last_eval: dict[str, float] = {}
         self.last_eval_step = -1
-        n = len(self.data.x_train)
-        # ResidualDroppath's second iteration reuses the first's per-sample mask, so batches must be equal-sized.
-        self.batch_size = min(cfg.batch_size, n)
-        drop_last = cfg.droppath == "residual_droppath"
-        self.steps_per_epoch = n // self.batch_size if drop_last else math.ceil(n / self.batch_size)
-        steps = self.steps_per_epoch * cfg.epochs
-        self.total_steps = min(steps, cfg.max_steps) if cfg.max_steps else steps
+        self.batch_size, self.steps_per_epoch, self.total_steps = batch_schedule(cfg, len(self.data.x_train))
 
     @property
     def epoch(self) -> int:
@@ -122,16 +77,9 @@ class Trainer:
         """Indices of the training batch of global ``step``; a pure function of (train.seed, epoch, step)."""
         epoch, k = divmod(step, self.steps_per_epoch)
         if self._perm is None or self._perm[0] != epoch:
-            g = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + epoch)
+            g = torch.Generator().manual_seed(epoch_seed(self.cfg.seed, epoch))
             self._perm = (epoch, torch.randperm(len(self.data.x_train), generator=g).to(self.device))
         return self._perm[1][k * self.batch_size:(k + 1) * self.batch_size]
-
-    def _droppath_mode(self, step: int) -> str:
-        if self.cfg.droppath == "droppath":
-            return "droppath"
-        if self.cfg.droppath == "residual_droppath":
-            return "rdp_drop" if step % 2 == 0 else "rdp_train"  # Algorithm 1: M % 2 == 0 drops
-        return "off"
 
     def train_step(self, x: torch.Tensor, y: torch.Tensor) -> float:
         """One optimisation step on ``x [B, in]``, ``y [B]``; returns the loss.
@@ -140,7 +88,7 @@ class Trainer:
             Diverged: the loss is non-finite; no update was applied.
         """
         if self._drop_path_modules:
-            set_droppath_mode(self.model, self._droppath_mode(self.step), self.mask_generator)
+            set_droppath_mode(self.model, droppath_mode(self.cfg, self.step), self.mask_generator)
         if not self.model.training:  # train() walks every module: ~2 ms per step for the 32-block model
             self.model.train()
         loss = F.cross_entropy(self.model(x), y)
@@ -177,14 +125,11 @@ class Trainer:
         return out
 
     def _emit(self, event: str, *args: Any) -> None:
-        for cb in self.callbacks:
-            getattr(cb, event)(self, *args)
+        emit(self.callbacks, self, event, *args)
 
     def _eval_and_emit(self) -> None:
         metrics = self.evaluate()
-        if not all(math.isfinite(v) for v in metrics.values()):
-            raise Diverged(self.step, metrics.get("train_loss", float("nan")),
-                           divergence_hint(self.cfg, self.alpha_min))
+        check_finite(metrics, self.step, "train_loss", self.cfg, self.alpha_min)
         self._emit("on_eval_end", metrics)
 
     def fit(self, steps: int | None = None) -> dict[str, float]:
@@ -203,11 +148,9 @@ class Trainer:
                 loss = self.train_step(x_all[idx], y_all[idx])
                 self.step += 1
                 self._emit("on_step_end", loss)
-                epoch_done = self.step % self.steps_per_epoch == 0
-                if (self.cfg.eval_every and self.step % self.cfg.eval_every == 0) or (
-                        not self.cfg.eval_every and epoch_done):
+                if evaluates_after(self.cfg, self.step, self.steps_per_epoch):
                     self._eval_and_emit()
-                if epoch_done:
+                if self.step % self.steps_per_epoch == 0:
                     self._emit("on_epoch_end")
             if self.last_eval_step != self.step:
                 self._eval_and_emit()
@@ -215,13 +158,10 @@ class Trainer:
             self._emit("on_train_end")
         return self.last_eval
 
-    def _drop_paths(self) -> list[DropPath]:
-        return [m for m in self.model.modules() if isinstance(m, DropPath)]
-
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume: model, optimizer, step, the droppath mask generator and the last
         ResidualDroppath masks (a run resumed before an odd iteration needs the even iteration's masks)."""
-        masks = [dp.mask.cpu() if dp.mask is not None else torch.empty(0) for dp in self._drop_paths()]
+        masks = [dp.mask.cpu() if dp.mask is not None else torch.empty(0) for dp in drop_paths(self.model)]
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
                 "mask_generator": self.mask_generator.get_state(), "droppath_masks": masks}
 
@@ -233,5 +173,5 @@ class Trainer:
             group["lr"] = self.cfg.lr
         self.step = int(state["step"])
         self.mask_generator.set_state(state["mask_generator"])
-        for dp, mask in zip(self._drop_paths(), state.get("droppath_masks", []), strict=False):
+        for dp, mask in zip(drop_paths(self.model), state.get("droppath_masks", []), strict=False):
             dp.mask = mask.to(self.device) if mask.numel() else None

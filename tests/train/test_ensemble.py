@@ -8,6 +8,7 @@ from lab.data.toy2d import ToyData
 from lab.jobs.runner import make_trainer
 from lab.nn.mlp import ResidualMLP
 from lab.train import Callback, Diverged, EnsembleTrainer, build_data, build_model, ensemble_groups
+from lab.train.ensemble import shared_settings
 
 STEPS = 30
 TOL = 1e-10
@@ -64,8 +65,10 @@ def members(optimizer: str) -> list[ExperimentConfig]:
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "adamw", "sgd"])
-def test_members_equal_their_solo_runs(float64, optimizer):
-    cfgs = members(optimizer)
+@pytest.mark.parametrize("weight_decay_on", ["weights", "all"])
+def test_members_equal_their_solo_runs(float64, optimizer, weight_decay_on):
+    """Under either weight-decay rule (biases spared, or decayed too) the stacked update is each solo run's."""
+    cfgs = [apply_overrides(c, {"train.weight_decay_on": weight_decay_on}) for c in members(optimizer)]
     data = as_float64(build_data(cfgs[0]))
     ensemble = EnsembleTrainer(cfgs, data=data)
     metrics = ensemble.fit()
@@ -205,3 +208,12 @@ def test_members_equal_their_solo_runs_on_cuda(float64):
     for k, cfg in enumerate(cfgs):
         alone = solo(cfg, data.to("cuda"))
         assert rel_error(ensemble.member_model(k), alone.model) <= 1e-9, f"member {k}"
+
+
+def test_members_share_their_weight_decay_rule():
+    """One stacked update applies one rule: members that differ in it train in separate ensembles."""
+    cfgs = [small(), small(**{"train.weight_decay_on": "all", "train.seed": 1}), small(**{"train.seed": 2})]
+    assert shared_settings(cfgs[1])["train.weight_decay_on"] == "all"
+    assert ensemble_groups(cfgs) == [[0, 2], [1]]
+    with pytest.raises(ValueError, match="train.weight_decay_on"):
+        EnsembleTrainer(cfgs[:2])

@@ -6,15 +6,15 @@ import math
 
 import pytest
 import torch
-from torch import nn
 
 from lab.cli import main
 from lab.config import ExperimentConfig, apply_overrides, load_config
 from lab.data.formats import make_synthetic_image_folder
 from lab.nn.droppath import DropPath
 from lab.train.build import build_model, loader_data
+from lab.train.core import drop_paths
 from lab.train.distributed import World
-from lab.train.loader import LoaderTrainer, ResumeMismatch, param_groups
+from lab.train.loader import LoaderTrainer, ResumeMismatch
 
 
 def _trainer(overrides: dict, callbacks=()) -> LoaderTrainer:
@@ -22,26 +22,6 @@ def _trainer(overrides: dict, callbacks=()) -> LoaderTrainer:
                                                 "train.engine": "loader", "data.workers": 0, **overrides})
     data = loader_data(cfg)
     return LoaderTrainer(build_model(cfg, data), data, cfg.train, cfg.data, World(), callbacks)
-
-
-class _Tiny(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.pos_embed = nn.Parameter(torch.zeros(1, 4))
-        self.fc = nn.Linear(4, 4)
-        self.norm = nn.LayerNorm(4)
-
-    def no_weight_decay(self) -> set[str]:
-        return {"pos_embed"}
-
-
-def test_weight_decay_spares_norms_biases_and_the_models_exemptions():
-    model = _Tiny()
-    decay, spared = param_groups(model, 0.05)
-    assert decay["weight_decay"] == 0.05 and spared["weight_decay"] == 0.0
-    assert {id(p) for p in decay["params"]} == {id(model.fc.weight)}
-    assert {id(p) for p in spared["params"]} == {id(model.pos_embed), id(model.fc.bias), id(model.norm.weight),
-                                                 id(model.norm.bias)}
 
 
 def test_learning_rate_scales_with_the_global_batch_and_warms_up_over_epochs():
@@ -89,7 +69,7 @@ def test_residual_droppath_alternates_on_a_timm_resnet50d(tmp_path):
                              "train.droppath": "residual_droppath", "train.drop_path_rate": 0.5})
     data = loader_data(cfg)
     t = LoaderTrainer(build_model(cfg, data), data, cfg.train, cfg.data, World())
-    drops = t._drop_paths()
+    drops = drop_paths(t.model)
     assert len(drops) == 15  # every block but the first (timm's linear rule gives it rate 0)
     before = [p.detach().clone() for p in t.model.parameters()]
     t.fit(steps=1)  # even step: sample and remember per-sample keep masks
@@ -119,7 +99,7 @@ def test_a_diverging_loader_run_says_so_and_keeps_its_folder(tmp_path, capsys):
 
 def test_droppath_modules_are_found_once():
     t = _trainer({"train.droppath": "droppath", "train.drop_path_rate": 0.1})
-    drops = t._drop_paths()
+    drops = drop_paths(t.model)
     assert drops and len(drops) == len({id(d) for d in drops}) and all(isinstance(d, DropPath) for d in drops)
 
 

@@ -6,6 +6,7 @@ import torch
 from lab.config import ExperimentConfig, apply_overrides, load_config
 from lab.jobs.runner import make_trainer
 from lab.train import Callback, Diverged, Trainer, build_data, build_model
+from lab.train.core import droppath_mode
 
 
 def small(**overrides) -> ExperimentConfig:
@@ -84,7 +85,7 @@ def test_residual_droppath_uses_equal_batches_and_alternates():
     cfg = small(**{"train.droppath": "residual_droppath", "train.drop_path_rate": 0.5})
     t = make_trainer(cfg)
     assert t.steps_per_epoch == 410 // 64  # drop_last: the odd iteration reuses the mask per sample
-    assert [t._droppath_mode(s) for s in range(4)] == ["rdp_drop", "rdp_train", "rdp_drop", "rdp_train"]
+    assert [droppath_mode(t.cfg, s) for s in range(4)] == ["rdp_drop", "rdp_train", "rdp_drop", "rdp_train"]
     t.fit()
     assert math.isfinite(t.last_eval["test_loss"])
 

@@ -1,0 +1,61 @@
+"""The rules the three trainers share: the face callbacks see, the seeds, drop-path modes and the end of a run."""
+
+import torch
+
+from lab.config import ExperimentConfig, apply_overrides
+from lab.train import EnsembleTrainer, Trainable, Trainer, TrainerView, build_data, build_model
+from lab.train.build import loader_data
+from lab.train.core import batch_schedule, droppath_mode, end_state, epoch_seed, step_seed
+from lab.train.distributed import World
+from lab.train.loader import LoaderTrainer
+
+
+def small(**overrides) -> ExperimentConfig:
+    base = {"model.depth": 2, "model.width": 8, "data.n": 256, "train.batch_size": 64, "data.workers": 0}
+    return apply_overrides(ExperimentConfig(), {**base, **overrides})
+
+
+def test_every_trainer_shows_callbacks_the_same_face():
+    cfg = small()
+    data = build_data(cfg)
+    tensor = Trainer(build_model(cfg, data), data, cfg.train)
+    loader_cfg = small(**{"train.engine": "loader"})
+    ldata = loader_data(loader_cfg)
+    loader = LoaderTrainer(build_model(loader_cfg, ldata), ldata, loader_cfg.train, loader_cfg.data, World())
+    member = EnsembleTrainer([cfg], data=data).members[0]
+    for trainer in (tensor, loader, member):
+        assert isinstance(trainer, TrainerView), type(trainer).__name__
+    assert isinstance(tensor, Trainable) and isinstance(loader, Trainable)
+    assert not isinstance(member, Trainable)  # a member is resumed by a solo trainer from its checkpoint
+
+
+def test_seeds_are_functions_of_the_run_seed_and_position():
+    assert epoch_seed(0, 3) == 3 and epoch_seed(2, 3) == 2 * 1_000_003 + 3
+    assert step_seed(2, 5, rank=1) == (2 * 1_000_003 + 5) * 1_009 + 1
+    assert len({step_seed(s, t, r) for s in range(3) for t in range(50) for r in range(4)}) == 3 * 50 * 4
+
+
+def test_tensor_trainer_draws_each_epoch_from_the_epoch_seed():
+    cfg = small(**{"train.seed": 7})
+    data = build_data(cfg)
+    trainer = Trainer(build_model(cfg, data), data, cfg.train)
+    perm = torch.randperm(len(data.x_train), generator=torch.Generator().manual_seed(epoch_seed(7, 1)))
+    assert torch.equal(trainer.batch_indices(trainer.steps_per_epoch), perm[:trainer.batch_size])
+
+
+def test_droppath_modes_alternate_for_residual_droppath():
+    rdp = small(**{"train.droppath": "residual_droppath", "train.drop_path_rate": 0.5}).train
+    assert [droppath_mode(rdp, s) for s in range(4)] == ["rdp_drop", "rdp_train", "rdp_drop", "rdp_train"]
+    assert droppath_mode(small(**{"train.droppath": "droppath"}).train, 1) == "droppath"
+    assert droppath_mode(small().train, 0) == "off"
+
+
+def test_batch_schedule_drops_the_partial_batch_only_for_residual_droppath():
+    assert batch_schedule(small(**{"train.epochs": 3}).train, 200) == (64, 4, 12)
+    rdp = small(**{"train.droppath": "residual_droppath", "train.epochs": 3, "train.max_steps": 7}).train
+    assert batch_schedule(rdp, 200) == (64, 3, 7)
+
+
+def test_end_state_names_a_finished_run():
+    assert end_state(40, 40) == ("completed", "completed 40 steps")
+    assert end_state(12, 40) == ("stopped", "stopped at step 12")
