@@ -39,7 +39,7 @@ from torch import Tensor, nn
 from lab.analysis.embed import pca
 from lab.analysis.rank import effective_rank, feature_rank
 
-__all__ = ["member_features", "ridge_probe_accuracy", "sweep_rank_metrics"]
+__all__ = ["member_features", "pearson_r", "ridge_probe_accuracy", "sweep_rank_metrics"]
 
 
 @torch.no_grad()
@@ -103,7 +103,7 @@ def ridge_probe_accuracy(train_features: Tensor, train_labels: Tensor, test_feat
     return hits.mean(dim=-1)
 
 
-def _pearson(a: np.ndarray, b: np.ndarray) -> float:
+def pearson_r(a: np.ndarray, b: np.ndarray) -> float:
     """Pearson r of the pairs where both are finite; NaN with fewer than 3 pairs or zero variance in either."""
     ok = np.isfinite(a) & np.isfinite(b)
     a, b = a[ok].astype(np.float64), b[ok].astype(np.float64)
@@ -174,8 +174,8 @@ def sweep_rank_metrics(train_features: Tensor, train_labels: Tensor, test_featur
         "effective_rank": rank,
         "eq6_entropy": entropy,
         "probe_acc": probe,
-        "pearson_r_effective_rank": np.float64(_pearson(rank[keep, -1], probe[keep, -1])),
-        "pearson_r_eq6_entropy": np.float64(_pearson(entropy[keep, -1], probe[keep, -1])),
+        "pearson_r_effective_rank": np.float64(pearson_r(rank[keep, -1], probe[keep, -1])),
+        "pearson_r_eq6_entropy": np.float64(pearson_r(entropy[keep, -1], probe[keep, -1])),
         "pca": coords,
         "labels": test_labels.cpu().numpy().astype(np.int64),
     }

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lab.analysis.rank_sweep import _pearson
+from lab.analysis.rank_sweep import pearson_r
 from lab.config import ConfigError, ModelConfig, from_dict
 from lab.runs.store import Run
 
@@ -103,7 +103,7 @@ def rank_probe_correlation(table: pd.DataFrame, rank: str = "rank_entropy") -> p
     rows = []
     for epoch, group in last.groupby("epoch", sort=True):
         if len(group) >= MIN_RUNS:
-            rows.append({"epoch": int(epoch), "r": _pearson(group[rank].to_numpy(float),
+            rows.append({"epoch": int(epoch), "r": pearson_r(group[rank].to_numpy(float),
                                                             group["probe_top1"].to_numpy(float)),
                          "n": len(group)})
     return pd.DataFrame(rows, columns=["epoch", "r", "n"]).astype({"epoch": int, "r": float, "n": int})
