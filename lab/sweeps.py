@@ -169,8 +169,9 @@ class _Progress(EnsembleCallback):
             self.bar.close()
 
 
-def _final_status(run: Run, member: EnsembleMember) -> dict[str, Any]:
-    """What :func:`lab.jobs.runner.train_and_evaluate` writes at the end of a solo run."""
+def final_status(run: Run, member: EnsembleMember) -> dict[str, Any]:
+    """Write member ``member``'s final status into its run folder ``run``, as a solo run's end writes it
+    (``completed``, ``stopped`` or ``diverged`` with the step and the likely cause), and return it."""
     if member.diverged is not None:
         return run.write_status("diverged", str(member.diverged), step=member.diverged.step, epoch=member.epoch,
                                 total_steps=member.total_steps, metrics=member.last_eval)
@@ -266,7 +267,7 @@ def _train_groups(plan: SweepPlan, folder: Run, runs: list[Run], progress: bool,
             for j, i in enumerate(group):
                 member = ensemble.members[j] if ensemble is not None else None
                 if member is not None and member.ended:
-                    statuses[i] = _final_status(runs[i], member)
+                    statuses[i] = final_status(runs[i], member)
                 else:
                     statuses[i] = runs[i].write_status(
                         "failed", f"{type(err).__name__}: {err}", traceback=traceback.format_exc(limit=20),
@@ -281,7 +282,7 @@ def _train_groups(plan: SweepPlan, folder: Run, runs: list[Run], progress: bool,
             for rec in recorders:
                 rec.close()
         for j, i in enumerate(group):
-            statuses[i] = _final_status(runs[i], ensemble.members[j])
+            statuses[i] = final_status(runs[i], ensemble.members[j])
         _write_sweep_file(folder, plan, runs, statuses)
     _write_sweep_file(folder, plan, runs, statuses)
     return statuses

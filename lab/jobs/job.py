@@ -8,6 +8,7 @@ run in this process) and :mod:`lab.jobs.process` (a child process, or a run some
 
 from __future__ import annotations
 
+import abc
 import threading
 import time
 from collections.abc import Callable
@@ -81,10 +82,20 @@ class Job:
         return self.run.read_metrics(cursor)
 
 
+class PauseAware(abc.ABC):
+    """A training callback that must know when the job training it is paused (a
+    :class:`~lab.jobs.lockstep.Lockstep` member: its group does not wait for a paused job). An in-process job
+    hands every such callback it is given its "am I paused" test before training starts."""
+
+    @abc.abstractmethod
+    def hold_when(self, paused: Callable[[], bool]) -> None:
+        """Remember ``paused()``, true while the job is paused (called from any thread)."""
+
+
 class InProcessJob(Job):
     """A job whose training loop runs in a thread of this process (``self._thread``, made by the subclass): pause,
-    resume, single steps and stop are shared state under one lock, which the training thread reads after every
-    step (:meth:`_count_step`, ``_resume``, ``_stop``) and subclasses also use for their snapshot slots."""
+    resume, single steps and stop are shared state under one lock, which the training thread reads between steps
+    (:meth:`_between_steps`) and subclasses also use for their snapshot slots."""
 
     _thread: threading.Thread
 
@@ -132,6 +143,11 @@ class InProcessJob(Job):
             self._step_budget = n
             self._resume.set()
 
+    def _holding(self) -> bool:
+        """Whether the training thread is to hold (paused, or asked to pause): what :class:`PauseAware` callbacks
+        are told."""
+        return not self._resume.is_set()
+
     def _count_step(self) -> None:
         """A step was trained: use up one of :meth:`step`'s budget, pausing when it is spent (training thread)."""
         with self._lock:
@@ -140,3 +156,21 @@ class InProcessJob(Job):
                 if self._step_budget <= 0:
                     self._step_budget = None
                     self._resume.clear()
+
+    def _between_steps(self, *, stepped: bool, paused: Callable[[], None], resumed: Callable[[], None]) -> bool:
+        """The training thread's pause point: count a trained step (``stepped``; not before the first), and while
+        the job is paused, call ``paused()`` (publish the paused frame, write the paused status), wait for
+        :meth:`resume`, :meth:`step` or :meth:`stop`, then call ``resumed()`` unless stopping.
+
+        Returns:
+            Whether the job was asked to stop (the loop then stops after this step).
+        """
+        if stepped:
+            self._count_step()
+        if not self._resume.is_set() and not self._stop.is_set():
+            paused()
+            while not self._resume.wait(0.05) and not self._stop.is_set():
+                pass
+            if not self._stop.is_set():
+                resumed()
+        return self._stop.is_set()

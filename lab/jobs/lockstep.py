@@ -4,7 +4,7 @@ The contrast at the heart of *Residual Alignment: Uncovering the Mechanisms of R
 trained with and without skip connections. Two jobs that each train at their own pace are never at the same step
 when a page compares them; members of one :class:`Lockstep` are. A member that ends (completed, stopped, diverged
 or failed) leaves the group, so the others go on alone. A paused member is not waited for (its job says when it is
-paused, :meth:`_Member.hold_when`): when a page pauses every member, one that had already passed its pause check
+paused, :meth:`LockstepMember.hold_when`): when a page pauses every member, one that had already passed its pause check
 finishes one more step and pauses there too, instead of waiting for a paused peer and never pausing.
 """
 
@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from lab.jobs.job import PauseAware
 from lab.train.core import Callback, TrainerView
 
 
@@ -25,9 +26,9 @@ class Lockstep:
         self._held: list[Callable[[], bool]] = [lambda: False] * size  # each member's "my job is paused"
         self._cond = threading.Condition()
 
-    def member(self, index: int, stop: Callable[[], bool] = lambda: False) -> Callback:
+    def member(self, index: int, stop: Callable[[], bool] = lambda: False) -> LockstepMember:
         """The callback of member ``index``; ``stop()`` true ends its wait (its job was asked to stop)."""
-        return _Member(self, index, stop)
+        return LockstepMember(self, index, stop)
 
     def _arrive(self, index: int, step: int, stop: Callable[[], bool]) -> None:
         with self._cond:
@@ -44,7 +45,9 @@ class Lockstep:
             self._cond.notify_all()
 
 
-class _Member(Callback):
+class LockstepMember(Callback, PauseAware):
+    """One member's callback: it waits at the end of each step for the group's other live members."""
+
     def __init__(self, group: Lockstep, index: int, stop: Callable[[], bool]) -> None:
         self.group, self.index, self.stop = group, index, stop
 

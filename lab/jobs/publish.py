@@ -2,8 +2,13 @@
 
 A builder maps a model to a dict of float32 numpy arrays (the publisher adds the step). Builders take the model,
 not the trainer, so a page can draw an untrained model, a loaded checkpoint or a training one alike. Each kind has
-its own cadence because costs differ: node maps are one forward pass of the grid; layer similarity needs a Gram
-matrix. A kind can be on demand: built only when due and asked for, so frames nobody will draw cost nothing.
+its own cadence (:class:`~lab.jobs.cadence.Cadence`) because costs differ: node maps are one forward pass of the
+grid; layer similarity needs a Gram matrix. A kind can be on demand: built only when due and asked for, so frames
+nobody will draw cost nothing.
+
+Each builder judges its own frames: a frame it returns is published, None is not. A plain function is judged by the
+default rule (a frame holding NaN or inf is never published: the last good one stays); a :class:`SelfJudged`
+builder decides alone, for frames where NaN means "undefined".
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -21,10 +27,44 @@ from lab.analysis.node_maps import node_maps
 from lab.analysis.residual_alignment import PAPER_K, RA4_FIT_START, residual_alignment
 from lab.analysis.similarity import layer_distances, linear_cka
 from lab.data.toy2d import ToyData
+from lab.jobs.cadence import Cadence
 from lab.runs.snapshot import Snapshot
 from lab.train.core import Callback, TrainerView
 
 Builder = Callable[[nn.Module], "dict[str, np.ndarray] | None"]
+
+
+@dataclass(frozen=True)
+class SelfJudged:
+    """A builder that judges its own frames: it returns None for a frame not to publish, and every frame it returns
+    is published as it is, NaN included (where NaN means "undefined", not "broken").
+
+    Attributes:
+        build: the builder function.
+    """
+
+    build: Builder
+
+    def __call__(self, model: nn.Module) -> dict[str, np.ndarray] | None:
+        return self.build(model)
+
+
+def all_finite(arrays: dict[str, np.ndarray]) -> bool:
+    """True when every floating array is free of NaN and inf."""
+    return all(np.isfinite(a).all() for a in arrays.values() if np.issubdtype(np.asarray(a).dtype, np.floating))
+
+
+def judged(builder: Builder) -> SelfJudged:
+    """``builder`` as one that judges its own frames: itself when it is :class:`SelfJudged`, else it with the
+    default judgement (a frame holding NaN or inf is not published)."""
+    if isinstance(builder, SelfJudged):
+        return builder
+
+    def build(model: nn.Module) -> dict[str, np.ndarray] | None:
+        frame = builder(model)
+        return frame if frame is not None and all_finite(frame) else None
+
+    return SelfJudged(build)
 
 
 def nodes_snapshot(model: nn.Module, resolution: int = 50, limit: float = 1.0) -> dict[str, np.ndarray]:
@@ -54,14 +94,15 @@ _FUNCTORCH = threading.Lock()
 
 def alignment_builder(data: ToyData, *, k: int = PAPER_K, inputs: int = 64, nc_inputs: int = 500,
                       grid_inputs: int = 1, baseline_trials: int = 8, fit_start: int = RA4_FIT_START,
-                      seed: int = 0) -> Builder:
+                      seed: int = 0) -> SelfJudged:
     """A builder of ``alignment`` snapshots: :func:`~lab.analysis.residual_alignment.residual_alignment` of the
     model at the first ``inputs`` test inputs (NC on the first ``nc_inputs`` training inputs).
 
-    The inputs are fixed when the builder is made, so successive frames of a run are comparable. It returns None
-    (no frame) while the model's singular values are not finite: a diverging model publishes nothing. NaN is
-    otherwise meaningful in these frames (pairs of blocks in different conv stages, a 1/σ₁ fit of one block).
-    ``k`` (the paper's K = 30 unless told) is capped at the smallest block's Jacobian size; ``fit_start`` is the
+    The inputs are fixed when the builder is made, so successive frames of a run are comparable. It judges its own
+    frames (:class:`SelfJudged`): it returns None (no frame) while the model's singular values are not finite, so a
+    diverging model publishes nothing; NaN is otherwise meaningful in these frames (pairs of blocks in different
+    conv stages, a 1/σ₁ fit of one block). ``k`` (the paper's K = 30 unless told) is capped at the smallest
+    block's Jacobian size; ``fit_start`` is the
     first block (0-based) of the 1/σ₁ fit (the paper's: from block 5).
     """
     x, y = data.x_test[:inputs], data.y_test[:inputs]
@@ -81,26 +122,19 @@ def alignment_builder(data: ToyData, *, k: int = PAPER_K, inputs: int = 64, nc_i
             return None
         return {key: (v.astype(np.float32) if v.dtype == np.float64 else v) for key, v in frame.items()}
 
-    return build
-
-
-def all_finite(arrays: dict[str, np.ndarray]) -> bool:
-    """True when every floating array is free of NaN and inf (a frame with either is never published)."""
-    return all(np.isfinite(a).all() for a in arrays.values() if np.issubdtype(np.asarray(a).dtype, np.floating))
+    return SelfJudged(build)
 
 
 DEFAULT_CADENCE = {"nodes": (10, 0.0), "similarity": (0, 2.0)}
-NAN_ALLOWED = frozenset({"alignment"})
-"""Kinds whose builders judge their own frames (returning None for a bad one): NaN in them means "undefined"."""
 
 
 class Publisher(Callback):
     """Build snapshots on a per-kind cadence and hand them to ``sink(kind, payload)``.
 
     Args:
-        sink: receives each finite payload (with ``step`` added); a job's memory slot or the run folder.
+        sink: receives each published payload (with ``step`` added); a job's memory slot or the run folder.
         cadence: per kind, ``(every_n_steps, every_t_seconds)``; either may be 0 (off).
-        builders: snapshot builders by kind.
+        builders: snapshot builders by kind; each judges its own frames (:func:`judged`).
         on_demand: kinds built only when due and requested (:meth:`request`); a request is used up by one build.
             A forced publish (start, pause, end) builds them regardless.
     """
@@ -109,20 +143,16 @@ class Publisher(Callback):
                  cadence: dict[str, tuple[int, float]] | None = None, builders: dict[str, Builder] | None = None,
                  on_demand: Iterable[str] = ()) -> None:
         self.sink = sink
-        self.cadence = dict(DEFAULT_CADENCE if cadence is None else cadence)
-        self.builders = dict(BUILDERS if builders is None else builders)
-        missing = [k for k in self.cadence if k not in self.builders]
+        self.cadence = Cadence(DEFAULT_CADENCE if cadence is None else cadence, on_demand)
+        builders = BUILDERS if builders is None else builders
+        missing = [k for k in self.cadence.kinds if k not in builders]
         if missing:
-            raise ValueError(f"no snapshot builder for {missing}; known: {', '.join(self.builders)}")
-        self.on_demand = frozenset(on_demand)
-        self._wanted: set[str] = set()
-        self._wanted_lock = threading.Lock()
-        self._last: dict[str, tuple[int, float]] = {}
+            raise ValueError(f"no snapshot builder for {missing}; known: {', '.join(builders)}")
+        self.builders = {kind: judged(builder) for kind, builder in builders.items()}
 
     def request(self, kind: str) -> None:
         """Ask for the next due snapshot of ``kind`` (any thread)."""
-        with self._wanted_lock:
-            self._wanted.add(kind)
+        self.cadence.request(kind)
 
     def on_train_start(self, trainer: TrainerView) -> None:
         self.publish(trainer, force=True)
@@ -134,22 +164,16 @@ class Publisher(Callback):
         self.publish(trainer, force=True)
 
     def publish(self, trainer: TrainerView, force: bool = False) -> None:
+        """Build every kind that is due (all of them when ``force``d) and hand the frames their builders keep to
+        the sink; a frame a builder refuses leaves the last good one in place."""
         now = time.monotonic()
-        for kind, (every_steps, every_s) in self.cadence.items():
-            last = self._last.get(kind)
-            due = last is None or (every_steps and trainer.step - last[0] >= every_steps) or (
-                every_s and now - last[1] >= every_s)
-            if not (force or due) or (last is not None and last[0] == trainer.step and not force):
+        for kind in self.cadence.kinds:
+            if not self.cadence.due(kind, trainer.step, force=force, now=now):
                 continue
-            if kind in self.on_demand:
-                with self._wanted_lock:
-                    if kind not in self._wanted and not force:
-                        continue
-                    self._wanted.discard(kind)
-            self._last[kind] = (trainer.step, now)
+            self.cadence.built(kind, trainer.step, now=now)
             payload = self.builders[kind](trainer.model)
-            if payload is None or (kind not in NAN_ALLOWED and not all_finite(payload)):
-                continue  # never publish a NaN frame as valid; the last good one stays
+            if payload is None:
+                continue
             payload["step"] = np.int64(trainer.step)
             self.sink(kind, Snapshot(kind, payload))
 

@@ -24,11 +24,12 @@ import yaml
 from lab.analysis.rank_sweep import member_features, sweep_rank_metrics
 from lab.config import ExperimentConfig, to_dict
 from lab.data.toy2d import ToyData
+from lab.jobs.cadence import Cadence
 from lab.jobs.job import InProcessJob
 from lab.nn.mlp import ResidualMLP
 from lab.runs.snapshot import Snapshot
 from lab.runs.store import Run
-from lab.sweeps import SweepPlan, _final_status, plan_sweep, train_sweep
+from lab.sweeps import SweepPlan, final_status, plan_sweep, train_sweep
 from lab.train.core import end_state
 from lab.train.ensemble import EnsembleCallback, EnsembleTrainer
 
@@ -132,10 +133,10 @@ class SweepJob(InProcessJob):
 
     Frames are built between steps, after the step and before its evaluation (so a frame at an evaluation step
     shows the previous one's accuracies; ``eval_step`` says which): when due by ``cadence`` (and, if
-    ``on_demand``, asked for with :meth:`request`), and always at the start, at a pause and at the end, unless the
-    newest frame already shows that state. :class:`~lab.jobs.publish.Publisher` is not reused: it drops every
-    frame holding a NaN, and here NaN means "undefined" (a correlation over fewer than three members, accuracies
-    before the first evaluation).
+    ``on_demand``, asked for with :meth:`request`; the rule of every publisher, :class:`~lab.jobs.cadence.Cadence`),
+    and always at the start, at a pause and at the end, unless the newest frame already shows that state. NaN in a
+    frame means "undefined" (a correlation over fewer than three members, accuracies before the first evaluation):
+    frames are published as built.
 
     Args:
         plan: a plan with one ensemble group (:func:`group_plan` takes one out of a larger plan).
@@ -168,11 +169,11 @@ class SweepJob(InProcessJob):
             raise ValueError(f"{len(plan.members)} members but {len(runs)} run folders")
         self.plan, self.run, self.runs, self.owner, self.progress = plan, folder, list(runs), owner, progress
         self.member_names = [m.name for m in plan.members]
-        self.cadence, self.on_demand, self.points, self.ridge = cadence, on_demand, points, ridge
+        self.cadence = Cadence({RANK: cadence}, (RANK,) if on_demand else ())
+        self.on_demand, self.points, self.ridge = on_demand, points, ridge
         self.heartbeat_s = heartbeat_s
         self._init_control(paused)
         self._slot: tuple[int, Snapshot] | None = None
-        self._wanted = False
         self._thread = threading.Thread(target=self._main, name=f"lab-sweep-{folder.id}", daemon=True)
         self.error: BaseException | None = None
         self._metrics_lock = threading.Lock()
@@ -183,7 +184,6 @@ class SweepJob(InProcessJob):
         self._models: list[ResidualMLP] | None = None
         self._evals = 0
         self._reported: set[int] = set()
-        self._last_frame: tuple[int, float] | None = None
         self._frame_state: tuple[int, int, int] | None = None
         self._last_beat = 0.0
 
@@ -195,8 +195,7 @@ class SweepJob(InProcessJob):
 
     def request(self, kind: str) -> None:
         if kind == RANK:
-            with self._lock:
-                self._wanted = True
+            self.cadence.request(kind)
 
     def latest(self, kind: str) -> tuple[int, Snapshot] | None:
         with self._lock:
@@ -273,7 +272,7 @@ class SweepJob(InProcessJob):
         fresh = [m for m in self._ensemble.members if m.diverged is not None and m.index not in self._reported]
         for m in fresh:
             self._reported.add(m.index)
-            _final_status(self.runs[m.index], m)
+            final_status(self.runs[m.index], m)
         if fresh:
             self._write_status("running", f"{len(self._reported)} member(s) diverged; the others go on")
 
@@ -283,46 +282,37 @@ class SweepJob(InProcessJob):
                                             metrics=m.last_eval)
 
     def _control(self, stepped: bool) -> None:
-        """Stop, pause and single steps, as :class:`ThreadJob` handles them (the paused frame is the paused model);
-        ``stepped``: called after a step (which uses up one of :meth:`step`'s budget), not before the first."""
+        """Stop, pause and single steps, by the in-process jobs' one mechanism (the paused frame is the paused
+        model); ``stepped``: called after a step (which uses up one of :meth:`step`'s budget), not before the
+        first."""
         ensemble = self._ensemble
-        if stepped:
-            self._count_step()
-        if not self._resume.is_set() and not self._stop.is_set():
+
+        def paused() -> None:
             self._publish(force=True)
             message = f"paused at step {ensemble.step}"
             self._member_status("paused", message)  # members first: the sweep is paused once each of them is
             self._write_status("paused", message)
-            while not self._resume.wait(0.05) and not self._stop.is_set():
-                pass
-            if not self._stop.is_set():
-                message = f"resumed at step {ensemble.step}"
-                self._write_status("running", message)
-                self._member_status("running", message)
-        if self._stop.is_set():
+
+        def resumed() -> None:
+            message = f"resumed at step {ensemble.step}"
+            self._write_status("running", message)
+            self._member_status("running", message)
+
+        if self._between_steps(stepped=stepped, paused=paused, resumed=resumed):
             ensemble.should_stop = True
 
     def _publish(self, force: bool = False) -> None:
-        """Build a rank frame if one is due (and asked for, when on demand) or ``force``d."""
+        """Build a rank frame if one is due by the cadence or ``force``d, unless the newest frame shows this very
+        state; the next frame's seconds count from the end of this build."""
         ensemble = self._ensemble
-        now = time.monotonic()
-        every_steps, every_s = self.cadence
-        last = self._last_frame
-        if not force:
-            due = last is None or (every_steps and ensemble.step - last[0] >= every_steps) or (
-                every_s and now - last[1] >= every_s)
-            if not due or (last is not None and last[0] == ensemble.step):
-                return
-            if self.on_demand:
-                with self._lock:
-                    if not self._wanted:
-                        return
-                    self._wanted = False
+        if not self.cadence.due(RANK, ensemble.step, force=force):
+            return
         state = (ensemble.step, self._evals, sum(m.ended for m in ensemble.members))
         if state == self._frame_state:
             return  # the newest frame already shows exactly this
         frame = Snapshot(RANK, self._frame())
-        self._last_frame, self._frame_state = (ensemble.step, time.monotonic()), state
+        self.cadence.built(RANK, ensemble.step)
+        self._frame_state = state
         with self._lock:
             version = 1 if self._slot is None else self._slot[0] + 1
             self._slot = (version, frame)

@@ -13,7 +13,7 @@ import numpy as np
 
 from lab.config import ExperimentConfig
 from lab.data.toy2d import ToyData
-from lab.jobs.job import InProcessJob
+from lab.jobs.job import InProcessJob, PauseAware
 from lab.jobs.publish import DiskSink, Publisher
 from lab.jobs.runner import train_and_evaluate
 from lab.runs.resume import ResumePlan
@@ -30,18 +30,17 @@ class _Control(Callback):
 
     def on_step_end(self, trainer: TrainerView, loss: float) -> None:
         job = self.job
-        job._count_step()
-        if not job._resume.is_set() and not job._stop.is_set():
+
+        def status(state: str, message: str) -> None:
+            job.run.write_status(state, message, step=trainer.step, epoch=trainer.epoch,
+                                 total_steps=trainer.total_steps, metrics=trainer.last_eval)
+
+        def paused() -> None:
             job.publisher.publish(trainer, force=True)  # the paused frame is exactly the paused model
-            job.run.write_status("paused", f"paused at step {trainer.step}", step=trainer.step,
-                                 epoch=trainer.epoch, total_steps=trainer.total_steps, metrics=trainer.last_eval)
-            while not job._resume.wait(0.05) and not job._stop.is_set():
-                pass
-            if not job._stop.is_set():
-                job.run.write_status("running", f"resumed at step {trainer.step}", step=trainer.step,
-                                     epoch=trainer.epoch, total_steps=trainer.total_steps,
-                                     metrics=trainer.last_eval)
-        if job._stop.is_set():
+            status("paused", f"paused at step {trainer.step}")
+
+        if job._between_steps(stepped=True, paused=paused,
+                              resumed=lambda: status("running", f"resumed at step {trainer.step}")):
             trainer.should_stop = True
 
 
@@ -62,7 +61,7 @@ class ThreadJob(InProcessJob):
         owner: who started it (a browser session id), for :class:`~lab.jobs.manager.JobManager`.
         progress: show a progress bar (tqdm.auto: a widget in a notebook, text in a terminal).
         callbacks: more subscribers to the training loop, after the job's own (e.g. a :class:`~lab.jobs.lockstep.
-            Lockstep` member).
+            Lockstep` member); each :class:`~lab.jobs.job.PauseAware` one is told when the job is paused.
         data: the data, when already built and checked (:func:`~lab.jobs.runner.checked_data`).
     """
 
@@ -76,8 +75,8 @@ class ThreadJob(InProcessJob):
         self.resume_from_checkpoint = resume
         self._init_control(paused)
         for cb in self.callbacks:  # a lockstep member: its group must not wait for this job while it is paused
-            if hasattr(cb, "hold_when"):
-                cb.hold_when(lambda: not self._resume.is_set())
+            if isinstance(cb, PauseAware):
+                cb.hold_when(self._holding)
         self._slots: dict[str, tuple[int, dict[str, np.ndarray]]] = {}
         self._disk = DiskSink(run, disk_every_s) if disk_every_s else None
         self.publisher = Publisher(self._put, cadence, builders, on_demand=on_demand)
