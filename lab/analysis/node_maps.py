@@ -78,7 +78,8 @@ def node_maps(model: nn.Module, resolution: int = 50, limit: float = 1.0) -> Nod
     with eval_mode(model):
         device = next(model.parameters()).device
         points = grid(resolution, limit).to(device)
-        logits, states = model.forward_intermediates(points)
+        features, states = model.forward_intermediates(points)
+        logits = model.forward_head(features)
         width = max(s.shape[1] for s in states)
         if all(s.shape[1] == width for s in states):
             # one copy into [L+1, R·R, H]; the [L+1, H, R, R] layout is a strided view of it, not a second copy

@@ -35,11 +35,12 @@ norm(h_L), one shared mask token unshuffled into place, plus the decoder's posit
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import Tensor, nn
 
+from lab.nn.intermediates import check_format, collect
 from lab.nn.registry import register_model, signature_of
 from lab.nn.vit_block import DecayedBlock, sublayer_scales
 
@@ -369,23 +370,45 @@ class MaskedAutoencoderViT(nn.Module):
         for i, block in enumerate(self.blocks):
             yield f"blocks.{i}", block
 
-    def forward_intermediates(self, x: Tensor, *, intermediates_only: bool = False
-                              ) -> list[Tensor] | tuple[Tensor, list[Tensor]]:
-        """The encoder's residual stream on every patch (no masking).
+    def no_weight_decay(self) -> set[str]:
+        """Parameters never decayed beyond timm's rule (which spares biases and norms): none. The cls and mask
+        tokens are decayed, as in the MAE reference code; the position embeddings are fixed buffers."""
+        return set()
 
-        Returns:
-            ``[h_0, …, h_L]``, each ``[B, 1+N, D]`` (cls first): h_0 = patch and position embeddings with the cls
-            token, h_{i+1} = block i's output. Unless ``intermediates_only``, ``(features [B, D], intermediates)``
-            with the features of :meth:`forward_features` (the model has no head).
-        """
+    def _stream(self, x: Tensor) -> Iterator[Tensor]:
+        """Yields h_0 (patch and position embeddings with the cls token), then each block's output, ``[B, 1+N, D]``."""
         h = self._prepend_cls(self._patch_tokens(x))
-        states = [h]
+        yield h
         for block in self.blocks:
             h = block(h)
-            states.append(h)
-        if intermediates_only:
-            return states
-        return self.pool_features(h), states
+            yield h
+
+    def forward_intermediates(self, x: Tensor, indices: int | Sequence[int] | None = None, norm: bool = False,
+                              stop_early: bool = False, output_fmt: str = "NLC", intermediates_only: bool = False
+                              ) -> list[Tensor] | tuple[Tensor, list[Tensor]]:
+        """The encoder's residual stream on every patch (no masking), at the selected depths
+        (:mod:`lab.nn.intermediates`: timm's meaning).
+
+        Args:
+            x: images ``[B, C, H, W]``.
+            indices: states to return among h_0, …, h_L (None: all L + 1).
+            norm: apply the final norm to each returned state (timm's ViT).
+            stop_early: with ``intermediates_only``, stop at the last selected state.
+            output_fmt: ``NLC``: tokens ``[B, 1+N, D]``, cls first (the default here, unlike timm's ViT: the
+                analyses read the cls token); ``NCHW``: the patch tokens as a grid ``[B, D, H/p, W/p]``.
+            intermediates_only: return only the states.
+
+        Returns:
+            ``(features [B, D], states)`` with the features of :meth:`forward_features` (the model has no head), or
+            only ``states``: h_0 = patch and position embeddings with the cls token, h_{i+1} = block i's output.
+        """
+        check_format(output_fmt, ("NLC", "NCHW"))
+        states, last = collect(self._stream(x), len(self.blocks) + 1, indices, stop_early and intermediates_only)
+        if norm:
+            states = [self.norm(h) for h in states]
+        if output_fmt == "NCHW":
+            states = [h[:, 1:].transpose(1, 2).reshape(len(h), h.shape[-1], *self.grid_size) for h in states]
+        return states if intermediates_only else (self.pool_features(last), states)
 
     def pool_features(self, h: Tensor) -> Tensor:
         """h_L ``[B, 1+N, D]`` → ``[B, D]``: the final LayerNorm, then the cls token (or the token mean)."""
@@ -394,7 +417,8 @@ class MaskedAutoencoderViT(nn.Module):
 
     def forward_features(self, x: Tensor) -> Tensor:
         """``[B, C, H, W] -> [B, D]``: the bottleneck features a linear probe reads (see ``global_pool``)."""
-        return self.pool_features(self.forward_intermediates(x, intermediates_only=True)[-1])
+        *_, h = self._stream(x)
+        return self.pool_features(h)
 
 
 def _check_ratio(mask_ratio: float) -> None:

@@ -5,13 +5,14 @@ The model of *ResidualDroppath: Enhancing Feature Reuse over Residual Connection
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from lab.nn.block import ResidualBlock
+from lab.nn.intermediates import check_format, collect
 from lab.nn.registry import register_model, signature_of
 from lab.shortcuts import block_scales
 
@@ -98,11 +99,21 @@ class ResidualMLP(nn.Module):
         for i, block in enumerate(self.blocks):
             yield f"blocks.{i}", block
 
-    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """``[B, in_dim] -> [B, H]``: the residual stream after the last block, h_L."""
+    def no_weight_decay(self) -> set[str]:
+        """Parameters never decayed beyond timm's rule (which spares biases and 1-D parameters): none."""
+        return set()
+
+    def _stream(self, x: torch.Tensor) -> Iterator[torch.Tensor]:
+        """Yields h_0 (the stem's output), then each block's output h_1, …, h_L, each ``[B, H]``."""
         h = self.stem(x)
+        yield h
         for block in self.blocks:
             h = block(h)
+            yield h
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, in_dim] -> [B, H]``: the residual stream after the last block, h_L."""
+        *_, h = self._stream(x)
         return h
 
     def forward_head(self, h: torch.Tensor) -> torch.Tensor:
@@ -112,22 +123,26 @@ class ResidualMLP(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))
 
-    def forward_intermediates(self, x: torch.Tensor, *, intermediates_only: bool = False
+    def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] | None = None, norm: bool = False,
+                              stop_early: bool = False, output_fmt: str = "NC", intermediates_only: bool = False
                               ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
-        """The residual stream at every depth.
+        """The residual stream at the selected depths (:mod:`lab.nn.intermediates`: timm's meaning).
+
+        Args:
+            x: ``[B, in_dim]``.
+            indices: states to return among h_0, …, h_L (None: all L + 1).
+            norm: accepted for timm's signature; the stream has no final norm.
+            stop_early: with ``intermediates_only``, stop at the last selected state.
+            output_fmt: ``NC`` (each state is ``[B, H]``).
+            intermediates_only: return only the states.
 
         Returns:
-            ``[h_0, …, h_L]``: L + 1 tensors ``[B, H]`` (h_0 = stem output = block 0's input, h_{i+1} = block i's
-            output), and unless ``intermediates_only`` the logits ``[B, C]`` first, as ``(logits, intermediates)``.
+            ``(h_L [B, H], states)``, ``forward_head(h_L)`` being the logits; or only ``states``, each ``[B, H]``
+            (h_0 = stem output = block 0's input, h_{i+1} = block i's output).
         """
-        h = self.stem(x)
-        states = [h]
-        for block in self.blocks:
-            h = block(h)
-            states.append(h)
-        if intermediates_only:
-            return states
-        return self.forward_head(h), states
+        check_format(output_fmt, ("NC",))
+        states, last = collect(self._stream(x), self.depth + 1, indices, stop_early and intermediates_only)
+        return states if intermediates_only else (last, states)
 
 
 @register_model

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from lab.nn.block import ResidualBlock
+from lab.nn.intermediates import check_format, collect
 from lab.nn.mlp import make_activation
 from lab.nn.registry import register_model, signature_of
 from lab.shortcuts import block_scales
@@ -146,19 +147,32 @@ class ResNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))
 
-    def forward_intermediates(self, x: torch.Tensor, *, intermediates_only: bool = False
+    def no_weight_decay(self) -> set[str]:
+        """Parameters never decayed beyond timm's rule (which spares biases and norms): none."""
+        return set()
+
+    def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] | None = None, norm: bool = False,
+                              stop_early: bool = False, output_fmt: str = "NCHW", intermediates_only: bool = False
                               ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
-        """The residual stream at every depth.
+        """The residual stream at the selected depths (:mod:`lab.nn.intermediates`: timm's meaning).
+
+        Args:
+            x: ``[B, in_dim]`` or ``[B, C, H, W]``.
+            indices: states to return among h_0, …, h_L (None: all L + 1).
+            norm: accepted for timm's signature and, as in timm's ResNet, not applied (a pre-activation net's final
+                norm belongs to :meth:`pool_features`).
+            stop_early: with ``intermediates_only``, stop at the last selected state.
+            output_fmt: ``NCHW`` (states of the fully-connected nets are ``[B, D]``: they have no spatial axes).
+            intermediates_only: return only the states.
 
         Returns:
-            ``[h_0, …, h_L]``: L + 1 tensors (``[B, D]`` or ``[B, C, H, W]``), h_i = block i's input and h_L = the
-            last block's output; where a transition precedes block i, h_i is the transition's output. Unless
-            ``intermediates_only``, ``(logits [B, C], intermediates)``.
+            ``(features [B, F], states)`` with the pooled features of :meth:`forward_features` (``forward_head``
+            maps them to logits), or only ``states``: h_i = block i's input (where a transition precedes block i,
+            the transition's output) and h_L = the last block's output, ``[B, D]`` or ``[B, C, H, W]``.
         """
-        states = list(self._stream(x))
-        if intermediates_only:
-            return states
-        return self.forward_head(self.pool_features(states[-1])), states
+        check_format(output_fmt, ("NCHW",))
+        states, last = collect(self._stream(x), len(self.blocks) + 1, indices, stop_early and intermediates_only)
+        return states if intermediates_only else (self.pool_features(last), states)
 
 
 def _blocks(dims: Sequence[int], conv: bool, preact: bool, norm: str, activation: str, shortcut: str,

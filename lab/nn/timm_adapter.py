@@ -14,12 +14,13 @@ output and branch. Weights are never downloaded (``pretrained=False``); load a c
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
 
 from lab.nn.droppath import DropPath
+from lab.nn.intermediates import check_format, collect
 from lab.nn.registry import register_model, signature_of
 
 __all__ = ["TimmBlock", "TimmBranch", "TimmResNet", "set_drop_path", "timm_resnet"]
@@ -119,28 +120,45 @@ class TimmResNet(nn.Module):
         m = self.model
         return m.maxpool(m.act1(m.bn1(m.conv1(x))))
 
-    def forward_intermediates(self, x: torch.Tensor, *, intermediates_only: bool = False
-                              ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
-        """Every block's residual stream (not timm's stage-level intermediates).
+    def no_weight_decay(self) -> set[str]:
+        """What the timm model's ``no_weight_decay()`` names (none for timm's ResNets), under ``model.``."""
+        inner = self.model.no_weight_decay() if hasattr(self.model, "no_weight_decay") else ()
+        return {f"model.{name}" for name in inner}
 
-        Returns:
-            ``[h_0, …, h_L]``: h_0 = stem output, h_{i+1} = block i's output ``[B, C_i, H_i, W_i]``; h_L equals
-            timm's ``forward_features``. Unless ``intermediates_only``, ``(logits [B, classes], intermediates)``.
-        """
+    def _stream(self, x: torch.Tensor) -> Iterator[torch.Tensor]:
+        """Yields h_0 (the stem's output), then each block's output ``[B, C_i, H_i, W_i]``."""
         h = self.stem(x)
-        states = [h]
+        yield h
         for view in self._views:
             h = view(h)
-            states.append(h)
-        if intermediates_only:
-            return states
-        return self.forward_head(self.model.forward_head(h, pre_logits=True)), states
+            yield h
+
+    def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] | None = None, norm: bool = False,
+                              stop_early: bool = False, output_fmt: str = "NCHW", intermediates_only: bool = False
+                              ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+        """Every block's residual stream (not timm's stage-level intermediates), with timm's signature and
+        meaning (:mod:`lab.nn.intermediates`).
+
+        Args:
+            x: ``[B, in_chans, H, W]``.
+            indices: states to return among h_0, …, h_L (None: all L + 1).
+            norm: accepted for timm's signature; not applied, as in timm's ResNet.
+            stop_early: with ``intermediates_only``, stop at the last selected state.
+            output_fmt: ``NCHW``.
+            intermediates_only: return only the states.
+
+        Returns:
+            ``(features [B, F], states)`` with the pooled features of :meth:`forward_features` (``forward_head``
+            maps them to logits), or only ``states``: h_0 = stem output, h_{i+1} = block i's output
+            ``[B, C_i, H_i, W_i]``; h_L equals timm's ``forward_features``.
+        """
+        check_format(output_fmt, ("NCHW",))
+        states, last = collect(self._stream(x), len(self._views) + 1, indices, stop_early and intermediates_only)
+        return states if intermediates_only else (self.model.forward_head(last, pre_logits=True), states)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, in_chans, H, W]`` → pooled features ``[B, F]`` (timm's pre-logits)."""
-        h = self.stem(x)
-        for view in self._views:
-            h = view(h)
+        *_, h = self._stream(x)
         return self.model.forward_head(h, pre_logits=True)
 
     def forward_head(self, features: torch.Tensor) -> torch.Tensor:

@@ -13,10 +13,10 @@ def test_shapes(depth, width):
     x = torch.randn(7, 2)
     assert model(x).shape == (7, 2)
     assert model.forward_features(x).shape == (7, width)
-    logits, states = model.forward_intermediates(x)
+    features, states = model.forward_intermediates(x)
     assert len(states) == depth + 1 and all(s.shape == (7, width) for s in states)
-    assert torch.equal(logits, model(x))
-    assert torch.equal(states[-1], model.forward_features(x))
+    assert torch.equal(model.forward_head(features), model(x))
+    assert torch.equal(states[-1], model.forward_features(x)) and torch.equal(features, states[-1])
     assert [n for n, _ in model.iter_blocks()] == [f"blocks.{i}" for i in range(depth)]
 
 

@@ -48,8 +48,10 @@ def test_model_surface_shapes(name, preact):
     _, in_shape, depth, stages = TYPES[name]
     x = torch.randn(5, *in_shape)
     with torch.no_grad():
-        logits, states = model.forward_intermediates(x)
+        pooled, states = model.forward_intermediates(x)
         features = model.forward_features(x)
+        logits = model.forward_head(pooled)
+        assert torch.equal(pooled, features)
         assert torch.allclose(model(x), logits)
         assert torch.allclose(model.forward_head(features), logits)
         assert model.forward_intermediates(x, intermediates_only=True)[-1].shape == states[-1].shape
@@ -148,7 +150,8 @@ def test_timm_block_counts_and_projections(r18):
 def test_timm_intermediates_match_timm(r18):
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
-        logits, states = r18.forward_intermediates(x)
+        features, states = r18.forward_intermediates(x)
+        logits = r18.forward_head(features)
         assert len(states) == 9
         assert torch.allclose(states[-1], r18.model.forward_features(x))
         assert torch.allclose(logits, r18.model(x), atol=1e-6)

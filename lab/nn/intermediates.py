@@ -1,0 +1,58 @@
+"""timm's ``forward_intermediates`` over a lab model's residual stream.
+
+Every lab model (and adapter) exposes its residual stream as h_0, …, h_L: h_0 the stem's output (block 0's input),
+h_{i+1} block i's output; the analyses read all L + 1 states. ``model.forward_intermediates(x, indices=None,
+norm=False, stop_early=False, output_fmt=..., intermediates_only=False)`` means what it means in timm: it returns
+``(final_features, intermediates)`` — the features :meth:`forward_head` maps to logits, and the selected states —
+or only the states with ``intermediates_only``. As timm's ResNet counts its stem as feature 0, the stem's output is
+state 0 here, so ``indices`` select from L + 1 states (an int n: the last n; a sequence: those, negative from the
+end; None: all).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from torch import Tensor
+
+
+def take_indices(count: int, indices: int | Sequence[int] | None) -> tuple[list[int], int]:
+    """``(absolute indices, largest index)`` of the states ``indices`` selects among ``count`` (timm's rule).
+
+    Raises:
+        AssertionError: an index out of range (timm's error).
+    """
+    from timm.models._features import feature_take_indices  # here: importing timm takes seconds
+
+    return feature_take_indices(count, indices)
+
+
+def collect(stream: Iterator[Tensor], count: int, indices: int | Sequence[int] | None,
+            stop_early: bool) -> tuple[list[Tensor], Tensor | None]:
+    """Run ``stream`` (h_0, …, h_L; ``count`` = L + 1 states) and keep the states ``indices`` selects.
+
+    Args:
+        stream: the model's residual stream, lazily computed.
+        count: L + 1.
+        indices: as :func:`take_indices`.
+        stop_early: stop once the last selected state is computed (then h_L is not returned).
+
+    Returns:
+        ``(selected states, h_L or None when stopped early)``.
+    """
+    take, last = take_indices(count, indices)
+    wanted = set(take)
+    kept: dict[int, Tensor] = {}
+    h = None
+    for i, h in enumerate(stream):
+        if i in wanted:
+            kept[i] = h
+        if stop_early and i == last:
+            return [kept[i] for i in take], None
+    return [kept[i] for i in take], h
+
+
+def check_format(output_fmt: str, supported: Sequence[str]) -> None:
+    """Refuse an ``output_fmt`` the model cannot give, naming the ones it can."""
+    if output_fmt not in supported:
+        raise ValueError(f"output_fmt must be one of {', '.join(supported)}; got {output_fmt!r}")
