@@ -23,7 +23,7 @@ from panel.io.notebook import push_notebook
 from lab.config import ConfigError, ExperimentConfig
 from lab.jobs.job import Job
 from lab.jobs.manager import JobManager, ManagerBusy, get_manager
-from lab.ui.status import JobStatus
+from lab.ui.views.status import JobStatus
 
 log = logging.getLogger(__name__)
 SnapshotHandler = Callable[[dict[str, np.ndarray]], None]

@@ -14,12 +14,12 @@ import param
 from panel.theme import fast
 
 from lab.jobs.manager import JobManager, get_manager
-from lab.ui.alignment_page import AlignmentPage
-from lab.ui.data_page import DataPage
-from lab.ui.page import Page
-from lab.ui.playground import PlaygroundPage
-from lab.ui.rank_page import RankPage
-from lab.ui.runs_page import RunsPage
+from lab.ui.pages.alignment import AlignmentPage
+from lab.ui.pages.data import DataPage
+from lab.ui.pages.page import Page
+from lab.ui.pages.playground import PlaygroundPage
+from lab.ui.pages.rank import RankPage
+from lab.ui.pages.runs import RunsPage
 from lab.ui.text import alert_pane, code, md
 
 PageFactory = Callable[[JobManager], Page]
@@ -45,7 +45,7 @@ def default_pages() -> dict[str, PageFactory]:
 class LabShell(pn.viewable.Viewer):
     """Navigation + the selected page. Pages are built on first visit and kept, so runs survive navigation.
 
-    Each page is a :class:`~lab.ui.page.Page`: ``controls()`` go to the sidebar and ``views()`` to the main area.
+    Each page is a :class:`~lab.ui.pages.page.Page`: ``controls()`` go to the sidebar and ``views()`` to the main area.
 
     Attributes:
         notice: below the navigation: a ``?page=`` that names no page.

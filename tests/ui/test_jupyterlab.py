@@ -211,7 +211,7 @@ def test_runs_page_follows_a_run_in_jupyterlab_offline(jupyter):
     run.append_metrics(*[{"kind": "step", "step": s, "loss": 1.0 / s} for s in (10, 20, 30)])
     write_notebook(root / "runs.ipynb", [
         "import lab.ui as ui\nui.extension()",
-        f"from lab.ui.runs_page import RunsPage\npage = RunsPage(run={run.id!r})\npage"])
+        f"from lab.ui.pages.runs import RunsPage\npage = RunsPage(run={run.id!r})\npage"])
     with browser_page() as (page, seen):
         page.goto(f"{url}/lab/tree/runs.ipynb", timeout=60_000)
         page.wait_for_function(JS_KERNEL_READY, timeout=60_000)

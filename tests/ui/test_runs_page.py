@@ -14,8 +14,8 @@ import pytest
 
 from lab.runs.stop import STOP_FILE
 from lab.runs.store import Run, RunStore, atomic_write_json
-from lab.ui.run_views import COLUMNS, format_age, format_metrics, format_progress
-from lab.ui.runs_page import EMPTY, RunsPage
+from lab.ui.pages.runs import EMPTY, RunsPage
+from lab.ui.views.run_views import COLUMNS, format_age, format_metrics, format_progress
 from tests.jobs.helpers import tiny
 from tests.ui.pages import poll_until, shown
 

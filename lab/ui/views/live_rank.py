@@ -24,6 +24,7 @@ from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem, Range1
 from bokeh.palettes import Category10_10, Viridis256
 from bokeh.plotting import figure
 
+from lab.ui.views.ranges import finite_range, set_range
 from lab.viz.palette import BLUE, ORANGE
 
 MEASURES = {"effective_rank": "effective rank exp(H) (Roy & Vetterli)",
@@ -38,6 +39,8 @@ PER_ROW = 2
 EMBEDS_PER_ROW = 5
 FAILED_ACC = 0.6
 """A member whose test accuracy ends below this (the toy sets are two balanced classes) did not learn."""
+PAD = 0.06
+"""Margin of every fitted range, as a fraction of its data's span."""
 
 
 def member_colors(alpha_min: np.ndarray) -> list[str]:
@@ -45,22 +48,6 @@ def member_colors(alpha_min: np.ndarray) -> list[str]:
     lo, hi = float(np.min(alpha_min)), float(np.max(alpha_min))
     span = hi - lo if hi > lo else 1.0
     return [Viridis256[int(round(230 * (a - lo) / span))] for a in alpha_min]
-
-
-def _range(values: np.ndarray, pad: float = 0.06, floor: float | None = None) -> tuple[float, float]:
-    v = np.asarray(values, np.float64).ravel()
-    v = v[np.isfinite(v)]
-    if not len(v):
-        return (0.0, 1.0)
-    lo, hi = float(v.min()), float(v.max())
-    if floor is not None:
-        lo = min(lo, floor)
-    margin = pad * (hi - lo) if hi > lo else max(abs(hi) * pad, 0.05)
-    return lo - margin, hi + margin
-
-
-def _set(rng: Range1d, bounds: tuple[float, float]) -> None:
-    rng.update(start=bounds[0], end=bounds[1])
 
 
 def _legend(fig: figure, renderer, column: str, title: str) -> Legend:
@@ -234,13 +221,13 @@ class RankViews:
         for fig in (self.by_layer, self.rank_time):
             fig.yaxis.axis_label = AXIS[self.measure]
         self.rank_probe.xaxis.axis_label = f"final-layer {AXIS[self.measure]}"
-        _set(self.by_layer.x_range, (-0.5, rank.shape[1] - 0.5))
-        _set(self.by_layer.y_range, _range(rank[keep]) if keep else (0, 1))
+        set_range(self.by_layer.x_range, (-0.5, rank.shape[1] - 0.5))
+        set_range(self.by_layer.y_range, finite_range(rank[keep], pad=PAD) if keep else (0, 1))
         alphas = np.asarray(f["alphas"], np.float64)
         blocks = np.arange(1, alphas.shape[1] + 1)
         self.schedules_src.data = lines([blocks] * len(keep), [alphas[k] for k in keep])
-        _set(self.schedules.x_range, (0.5, alphas.shape[1] + 0.5))
-        _set(self.schedules.y_range, _range(alphas, floor=0.0))
+        set_range(self.schedules.x_range, (0.5, alphas.shape[1] + 0.5))
+        set_range(self.schedules.y_range, finite_range(alphas, floor=0.0, pad=PAD))
         h = self.history
         steps = np.asarray(h["step"], np.float64)
         ranks = np.stack(h[self.measure]) if h["step"] else np.zeros((0, len(names)))
@@ -248,9 +235,9 @@ class RankViews:
         self.rank_time_src.data = lines([steps] * len(keep), [ranks[:, k] for k in keep])
         self.probe_time_src.data = lines([steps] * len(keep), [probes[:, k] for k in keep])
         for fig, values in ((self.rank_time, ranks[:, keep]), (self.probe_time, probes[:, keep])):
-            _set(fig.x_range, _range(steps) if len(steps) > 1 else (0, max(1.0, float(steps[-1]) if len(steps)
-                                                                             else 1.0)))
-            _set(fig.y_range, _range(values))
+            last = float(steps[-1]) if len(steps) else 1.0
+            set_range(fig.x_range, finite_range(steps, pad=PAD) if len(steps) > 1 else (0, max(1.0, last)))
+            set_range(fig.y_range, finite_range(values, pad=PAD))
 
     def _scatter(self) -> None:
         f = self.frame
@@ -262,10 +249,10 @@ class RankViews:
         self.points.data = {"alpha_min": alpha_min[keep], "probe": probe[keep], "rank": rank[keep],
                             "color": [colors[k] for k in keep], "label": [labels[k] for k in keep],
                             "name": [names[k] for k in keep]}
-        _set(self.probe_alpha.x_range, _range(alpha_min))
-        _set(self.probe_alpha.y_range, _range(probe[keep]))
-        _set(self.rank_probe.x_range, _range(rank[keep]))
-        _set(self.rank_probe.y_range, _range(probe[keep]))
+        set_range(self.probe_alpha.x_range, finite_range(alpha_min, pad=PAD))
+        set_range(self.probe_alpha.y_range, finite_range(probe[keep], pad=PAD))
+        set_range(self.rank_probe.x_range, finite_range(rank[keep], pad=PAD))
+        set_range(self.rank_probe.y_range, finite_range(probe[keep], pad=PAD))
         r = float(f[f"pearson_r_{self.measure}"])
         self.rank_probe.title.text = (f"Rank vs probe accuracy: Pearson r {r:.3f}" if math.isfinite(r)
                                       else "Rank vs probe: Pearson r needs 3 members")
@@ -285,7 +272,7 @@ class RankViews:
                                   "member": [label for label in labels for _ in splits]}
         self.accuracy.xaxis.ticker = list(range(K))
         self.accuracy.xaxis.major_label_overrides = {k: label for k, label in enumerate(labels)}
-        _set(self.accuracy.x_range, (-0.6, K - 0.4))
+        set_range(self.accuracy.x_range, (-0.6, K - 0.4))
 
     def _embeddings(self) -> None:
         f = self.frame
@@ -311,8 +298,8 @@ class RankViews:
             xy = self.umap.get(k) if self.embedding == "umap" else None
             xy = np.asarray(f["pca"][k] if xy is None else xy, np.float64)
             source.data = {"x": xy[:, 0], "y": xy[:, 1], "color": [Category10_10[int(c) % 10] for c in labels]}
-            _set(fig.x_range, _range(xy[:, 0]))
-            _set(fig.y_range, _range(xy[:, 1]))
+            set_range(fig.x_range, finite_range(xy[:, 0], pad=PAD))
+            set_range(fig.y_range, finite_range(xy[:, 1], pad=PAD))
             kind = "UMAP" if self.embedding == "umap" and k in self.umap else "PCA"
             fig.title.text = f"α_min {alpha_min[k]:g} ({kind})" + ("" if live[k] else ": diverged")
 

@@ -8,7 +8,7 @@ import yaml
 from lab.analysis.residual_alignment import PAPER_K, RA4_FIT_START
 from lab.config import ExperimentConfig, from_dict
 from lab.jobs.manager import JobManager
-from lab.ui.alignment_page import AlignmentPage
+from lab.ui.pages.alignment import AlignmentPage
 from tests.ui.pages import poll_until, shown
 
 SMALL = {"depth": 3, "width": 32, "inputs": 16, "k": 12, "every": 5, "epochs": 1000}
@@ -56,7 +56,7 @@ def test_the_papers_analysis_settings_are_the_defaults(manager2):
 
 
 def test_mosaic_rows_are_jacobian_blocks_from_the_top():
-    from lab.ui.live_alignment import mosaic
+    from lab.ui.views.live_alignment import mosaic
 
     grid = np.zeros((2, 2, 3, 3))
     grid[0, 1, 0, 0] = 1.0  # block 0's Jacobian, in block 1's basis: the tile top right

@@ -3,7 +3,7 @@
 import param
 import pytest
 
-from lab.ui.knobs import Knob, apply_url_values, config_overrides, groups, knob_class, nearest_allowed
+from lab.ui.pages.knobs import Knob, apply_url_values, config_overrides, groups, knob_class, nearest_allowed
 
 KNOBS = {
     "depth": Knob(param.Integer(default=8, bounds=(1, 64)), "Model", "model.depth"),

@@ -21,14 +21,14 @@ import yaml
 
 from lab.analysis.embed import umap_embed
 from lab.config import ConfigError, ExperimentConfig, apply_overrides, to_dict
-from lab.jobs.manager import JobManager, ManagerBusy
+from lab.jobs.manager import JobManager
 from lab.jobs.sweep_job import RANK, rank_frame
 from lab.nn.mlp import ACTIVATIONS
 from lab.train.build import build_data, build_model
-from lab.ui.knobs import Knob, config_overrides, groups, knob_class, toy_data_knobs, training_names
-from lab.ui.live_rank import MEASURES, RankViews
-from lab.ui.page import Page
+from lab.ui.pages.knobs import Knob, config_overrides, knob_class, toy_data_knobs, training_names
+from lab.ui.pages.training import Export, TrainingPage
 from lab.ui.text import md
+from lab.ui.views.live_rank import MEASURES, RankViews
 
 SCHEDULES = ("linear", "paper_eq5", "scaled_both", "scaled_branch")
 MAX_MEMBERS = 16
@@ -91,18 +91,17 @@ TRAINING = training_names(KNOBS)
 FIXED = {"train.eval_every": 25, "train.log_every": 5}
 
 
-class RankPage(knob_class("_RankKnobs", KNOBS, Page)):
+class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
     """Sweep α_min and watch rank, probe accuracy and their correlation evolve while the members train.
 
     Attributes:
-        rank: the sweep's views (:class:`~lab.ui.live_rank.RankViews`).
+        rank: the sweep's views (:class:`~lab.ui.views.live_rank.RankViews`).
     """
 
     title = "Rank"
     knobs = KNOBS
-
-    play = param.Event(label="Start / pause")
-    reset = param.Event(label="Reset")
+    actions = ("play", "reset")
+    open_groups = (0, 4)
 
     def __init__(self, manager: JobManager | None = None, **params: Any) -> None:
         super().__init__(manager, **params)
@@ -145,28 +144,17 @@ class RankPage(knob_class("_RankKnobs", KNOBS, Page)):
         self.rank.show(rank_frame(models, data, names=[f"alpha_min-{a:g}" for a in values]))
 
     # -- actions ----------------------------------------------------------------------------------------------
-    @param.depends("play", watch=True)
-    def _play(self) -> None:
-        if not self.follower.running:
-            try:
-                cfg, values = self.config(), self.alpha_min_values()
-            except (ConfigError, ValueError) as err:
-                self.follower.status.error(f"Cannot start: {err}")
-                return
-            if self.follower.start_sweep(cfg, {"model.alpha_min": values}, cadence=(0, self.every_s)) is not None:
-                self.rank.clear()
-        elif self.job.status().get("state") == "paused":
-            try:
-                self.job.resume()
-            except ManagerBusy as err:  # a paused sweep holds no slot: other runs took them meanwhile
-                self.follower.status.error(str(err), "warning")
-        else:
-            self.job.pause()
-
-    @param.depends("reset", watch=True)
-    def _reset(self) -> None:
-        self.follower.forget()
-        self.later(self._rebuild)
+    def _start(self, paused: bool) -> bool:
+        try:
+            cfg, values = self.config(), self.alpha_min_values()
+        except (ConfigError, ValueError) as err:
+            self.follower.status.error(f"Cannot start: {err}")
+            return False
+        if self.follower.start_sweep(cfg, {"model.alpha_min": values}, cadence=(0, self.every_s),
+                                     paused=paused) is None:
+            return False
+        self.rank.clear()
+        return True
 
     # -- live updates -----------------------------------------------------------------------------------------
     def _new_frame(self, frame: dict[str, np.ndarray]) -> None:
@@ -180,7 +168,7 @@ class RankPage(knob_class("_RankKnobs", KNOBS, Page)):
                                 + "; ".join(failed) + ". Try a smaller learning rate, more epochs or zero_init.")
 
     def poll(self) -> bool:
-        changed = self.follower.poll()
+        changed = super().poll()
         return self._draw_umap() or changed
 
     @param.depends("measure", watch=True)
@@ -224,29 +212,19 @@ class RankPage(knob_class("_RankKnobs", KNOBS, Page)):
 
     # -- export -----------------------------------------------------------------------------------------------
     def frame_npz(self) -> io.BytesIO:
-        out = io.BytesIO()
-        np.savez_compressed(out, **(self.rank.frame or {}))
-        out.seek(0)
-        return out
+        """The frame on screen, as an npz."""
+        return self.npz(self.rank.frame or {})
 
     def config_yaml(self) -> io.BytesIO:
+        """The sweep's shared experiment and the values it sweeps, as YAML."""
         text = yaml.safe_dump({"sweep": {"model.alpha_min": self.alpha_min_values()}, **to_dict(self.config())},
                               sort_keys=False)
         return io.BytesIO(text.encode())
 
-    def _downloads(self) -> pn.viewable.Viewable:
-        kinds = [("Frame npz", self.frame_npz, "rank.npz"), ("Config YAML", self.config_yaml, "sweep.yaml")]
-        return pn.Row(*[pn.widgets.FileDownload(callback=cb, filename=name, label=label, color="light",
-                                                embed=False, width=120) for label, cb, name in kinds])
+    def exports(self) -> list[Export]:
+        return [("Frame npz", self.frame_npz, "rank.npz"), ("Config YAML", self.config_yaml, "sweep.yaml")]
 
     # -- layout -----------------------------------------------------------------------------------------------
-    def controls(self) -> pn.viewable.Viewable:
-        buttons = pn.Row(pn.widgets.Button.from_param(self.param.play, color="primary", width=110),
-                         pn.widgets.Button.from_param(self.param.reset, width=80))
-        sections = [(g, pn.Param(self, parameters=names, show_name=False)) for g, names in groups(KNOBS).items()]
-        return pn.Column(buttons, self.follower, self.notice,
-                         pn.Accordion(*sections, active=[0, 4], sizing_mode="stretch_width"),
-                         sizing_mode="stretch_width")
 
     def views(self) -> pn.viewable.Viewable:
         """Rank, probe accuracy, their correlation, embeddings and accuracies (the served page's main area)."""

@@ -11,10 +11,10 @@ import param
 from lab.config import ConfigError, ExperimentConfig, apply_overrides
 from lab.data.toy2d import make_toy_data
 from lab.jobs.manager import JobManager
-from lab.ui.knobs import Knob, config_overrides, knob_class, toy_data_knobs
-from lab.ui.live_curves import LiveCurves
-from lab.ui.live_grid import LiveDecision
-from lab.ui.page import Page
+from lab.ui.pages.knobs import Knob, config_overrides, knob_class, toy_data_knobs
+from lab.ui.pages.page import Page
+from lab.ui.views.live_curves import LiveCurves
+from lab.ui.views.live_grid import LiveDecision
 from lab.viz.toy2d import points
 
 KNOBS: dict[str, Knob] = {

@@ -3,7 +3,7 @@
 Each poll sends only the points that arrived since the last one (``ColumnDataSource.stream``), never a new
 figure, and the ranges are refitted to the data held (on a log scale for the loss), so a curve can never sit
 outside its plot, however long the run. Raw Bokeh models change inside ``pn.io.unlocked()`` (see
-:mod:`lab.ui.live_grid`).
+:mod:`lab.ui.views.live_grid`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import panel as pn
 from bokeh.models import ColumnDataSource, Legend, Range1d
 from bokeh.plotting import figure
 
+from lab.ui.views.ranges import finite_range, set_range
 from lab.viz.palette import BLUE, ORANGE
 
 # (figure, record kind, record field, legend label, colour)
@@ -95,13 +96,9 @@ class LiveCurves:
         """Fit each figure's step range to its data, and the loss range (log scale) to the positive losses."""
         for name, fig in self.figures.items():
             if f"{name} steps" in self._extent:
-                lo, hi = self._extent[f"{name} steps"]
-                pad = max(1.0, 0.02 * (hi - lo))
-                fig.x_range.update(start=lo - pad, end=hi + pad)
+                set_range(fig.x_range, finite_range(self._extent[f"{name} steps"], pad=0.02, least=1.0))
         if "loss values" in self._extent:
-            lo, hi = (math.log10(v) for v in self._extent["loss values"])
-            pad = max(0.05, 0.05 * (hi - lo))
-            self.figures["loss"].y_range.update(start=10 ** (lo - pad), end=10 ** (hi + pad))
+            set_range(self.figures["loss"].y_range, finite_range(self._extent["loss values"], least=0.05, log=True))
 
     def points(self) -> dict[str, int]:
         """Number of points per curve (``"kind:field"``), for tests and status lines."""

@@ -18,23 +18,22 @@ import holoviews as hv
 import numpy as np
 import panel as pn
 import param
-import yaml
 from bokeh.embed import file_html
 from bokeh.resources import INLINE
 from PIL import Image
 
-from lab.config import ConfigError, ExperimentConfig, apply_overrides, to_dict
+from lab.config import ConfigError, ExperimentConfig, apply_overrides
 from lab.data.toy2d import make_toy_data
-from lab.jobs.manager import JobManager, ManagerBusy
+from lab.jobs.manager import JobManager
 from lab.jobs.publish import nodes_snapshot, similarity_snapshot
 from lab.nn.mlp import ACTIVATIONS
 from lab.shortcuts import DECAYED, SCHEDULES, block_scales
 from lab.train.build import build_model
-from lab.ui.knobs import Knob, config_overrides, groups, knob_class, toy_data_knobs, training_names, view_names
-from lab.ui.live_alphas import LiveAlphas
-from lab.ui.live_curves import LiveCurves
-from lab.ui.live_grid import LiveDecision, LiveGrid
-from lab.ui.page import Page
+from lab.ui.pages.knobs import Knob, config_overrides, knob_class, toy_data_knobs, training_names, view_names
+from lab.ui.pages.training import Export, TrainingPage
+from lab.ui.views.live_alphas import LiveAlphas
+from lab.ui.views.live_curves import LiveCurves
+from lab.ui.views.live_grid import LiveDecision, LiveGrid
 from lab.viz.node_grid import FIT_PX, alpha_bars, cka_heatmap, distance_heatmap, mosaic, node_grid
 
 KNOBS: dict[str, Knob] = {
@@ -74,7 +73,7 @@ VIEW = view_names(KNOBS)
 FIXED = {"train.epochs": 1000, "train.eval_every": 50, "train.log_every": 5}
 
 
-class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
+class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
     """Train the residual MLP on a toy set and watch every node of every layer.
 
     Shown as a notebook cell's value it is the whole page (controls and views) and follows its job live;
@@ -86,9 +85,6 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
 
     history = param.Integer(default=0, bounds=(-1, 0), constant=True,
                             doc="frames back from the live one (0 = live); moving it replays a recorded frame")
-    play = param.Event(label="Start / pause")
-    step = param.Event(label="One step")
-    reset = param.Event(label="Reset")
 
     def __init__(self, manager: JobManager | None = None, **params: Any) -> None:
         super().__init__(manager, **params)
@@ -181,32 +177,6 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
         self.follower.want("similarity", not self.similarity.collapsed)
         return True
 
-    @param.depends("play", watch=True)
-    def _play(self) -> None:
-        if not self.follower.running:
-            self._start(paused=False)
-        elif self.job.status().get("state") == "paused":
-            try:
-                self.job.resume()
-            except ManagerBusy as err:  # a paused job holds no slot: other runs took them meanwhile
-                self.follower.status.error(str(err), "warning")
-        else:
-            self.job.pause()
-
-    @param.depends("step", watch=True)
-    def _one_step(self) -> None:
-        if not self.follower.running and not self._start(paused=True):
-            return
-        try:
-            self.job.step(1)
-        except ManagerBusy as err:
-            self.follower.status.error(str(err), "warning")
-
-    @param.depends("reset", watch=True)
-    def _reset(self) -> None:
-        self.follower.forget()
-        self._rebuild()
-
     # -- live updates -----------------------------------------------------------------------------------------
     def _set_history(self, steps: list[int]) -> None:
         """Frames received so far. The History slider counts frames back from the live one, so while it shows
@@ -287,37 +257,23 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, Page)):
         return io.BytesIO(html.encode())
 
     def snapshot_npz(self) -> io.BytesIO:
-        out = io.BytesIO()
-        np.savez_compressed(out, **self.frame)
-        out.seek(0)
-        return out
+        """The frame on screen, as an npz."""
+        return self.npz(self.frame)
 
-    def config_yaml(self) -> io.BytesIO:
-        return io.BytesIO(yaml.safe_dump(to_dict(self.config()), sort_keys=False).encode())
-
-    def _downloads(self) -> pn.viewable.Viewable:
-        kinds = [("Grid PNG", self.grid_png, "node_grid.png"), ("Plots HTML", self.plots_html, "playground.html"),
-                 ("Snapshot npz", self.snapshot_npz, "snapshot.npz"),
-                 ("Config YAML", self.config_yaml, "config.yaml")]
-        return pn.Row(*[pn.widgets.FileDownload(callback=cb, filename=name, label=label, color="light",
-                                                embed=False, width=120) for label, cb, name in kinds])
+    def exports(self) -> list[Export]:
+        return [("Grid PNG", self.grid_png, "node_grid.png"), ("Plots HTML", self.plots_html, "playground.html"),
+                ("Snapshot npz", self.snapshot_npz, "snapshot.npz"), ("Config YAML", self.config_yaml, "config.yaml")]
 
     def settings_json(self) -> str:
         """The page's settings (what the URL query carries), as JSON."""
         return json.dumps({p: getattr(self, p) for p in self.url_parameters})
 
     # -- layout -----------------------------------------------------------------------------------------------
-    def controls(self) -> pn.viewable.Viewable:
-        """Buttons, status line and the settings by group (the served page's sidebar)."""
-        buttons = pn.Row(
-            pn.widgets.Button.from_param(self.param.play, color="primary", width=110),
-            pn.widgets.Button.from_param(self.param.step, width=90),
-            pn.widgets.Button.from_param(self.param.reset, width=80))
-        sections = [(g, pn.Param(self, parameters=names + (["history"] if g == "View" else []), show_name=False))
-                    for g, names in groups(KNOBS).items()]
-        return pn.Column(buttons, self.follower, self.notice, self.hint,
-                         pn.Accordion(*sections, active=[1, 3], sizing_mode="stretch_width"),
-                         sizing_mode="stretch_width")
+    def _messages(self) -> list[pn.viewable.Viewable]:
+        return [*super()._messages(), self.hint]
+
+    def _group_parameters(self, group: str, names: list[str]) -> list[str]:
+        return names + (["history"] if group == "View" else [])
 
     def views(self) -> pn.viewable.Viewable:
         """The grid, decision map, α chart, exports, curves and layer similarity (the served page's main area)."""

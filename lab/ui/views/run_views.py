@@ -1,7 +1,7 @@
 """What the Runs page draws: the run table's rows, a run's curves (loss, accuracy, learning rate, probe accuracy,
 effective rank) and its checkpoints, from the summaries and records of :mod:`lab.runs.catalog`.
 
-Curves grow in place as :class:`~lab.ui.live_curves.LiveCurves` does (new points are streamed into the sources,
+Curves grow in place as :class:`~lab.ui.views.live_curves.LiveCurves` does (new points are streamed into the sources,
 the ranges refitted around the data), and a figure is offered for display only once it has points: a run without
 evaluations shows no empty accuracy plot, a run without a probe no probe plot.
 """
@@ -19,8 +19,9 @@ import panel as pn
 from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem, Range1d
 from bokeh.plotting import figure
 
-from lab.ui.live_curves import LiveCurves
 from lab.ui.text import md
+from lab.ui.views.live_curves import LiveCurves
+from lab.ui.views.ranges import finite_range, set_range
 from lab.viz.palette import BLUE, ORANGE
 
 COLUMNS = ("run", "model", "state", "progress", "metrics", "heartbeat", "problems")
@@ -178,11 +179,8 @@ class SeriesFigure:
     def _fit(self) -> None:
         if not math.isfinite(self._x[0]):
             return
-        (x0, x1), (y0, y1) = self._x, self._y
-        pad = max(1.0, 0.02 * (x1 - x0))
-        self.figure.x_range.update(start=x0 - pad, end=x1 + pad)
-        pad = 0.05 * (y1 - y0) or 0.05 * abs(y1) or 0.05
-        self.figure.y_range.update(start=y0 - pad, end=y1 + pad)
+        set_range(self.figure.x_range, finite_range(self._x, pad=0.02, least=1.0))
+        set_range(self.figure.y_range, finite_range(self._y))
 
     def clear(self) -> None:
         """Forget every point (its lines stay, empty, for the next run's fields of the same names)."""

@@ -51,10 +51,10 @@ from lab.runs.catalog import (
 )
 from lab.runs.store import FINISHED, read_entry
 from lab.ui.follower import can_schedule, weak_periodic
-from lab.ui.knobs import Knob, knob_class
-from lab.ui.page import Page
-from lab.ui.run_views import COLUMNS, RunCurves, checkpoints_markdown, format_age, table_frame
+from lab.ui.pages.knobs import Knob, knob_class
+from lab.ui.pages.page import Page
 from lab.ui.text import code, code_block, markdown_pane, md
+from lab.ui.views.run_views import COLUMNS, RunCurves, checkpoints_markdown, format_age, table_frame
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
     """List run folders, written here or anywhere, and follow one.
 
     Attributes:
-        table: the run table (one row per run; :data:`~lab.ui.run_views.COLUMNS`).
+        table: the run table (one row per run; :data:`~lab.ui.views.run_views.COLUMNS`).
         curves: the opened run's curves.
         roots: the folders this server reads runs from (its runs folder first).
     """

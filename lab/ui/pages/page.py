@@ -12,12 +12,12 @@ import panel as pn
 from lab.jobs.job import Job
 from lab.jobs.manager import JobManager
 from lab.ui.follower import JobFollower
-from lab.ui.knobs import Knob, apply_url_values
+from lab.ui.pages.knobs import Knob, apply_url_values
 from lab.ui.text import alert_pane
 
 
 class Page(pn.viewable.Viewer):
-    """Base of the lab's pages. Subclasses declare their parameters from ``knobs`` (:func:`~lab.ui.knobs.
+    """Base of the lab's pages. Subclasses declare their parameters from ``knobs`` (:func:`~lab.ui.pages.knobs.
     knob_class`) and implement :meth:`controls` and :meth:`views`.
 
     Attributes:

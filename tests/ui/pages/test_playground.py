@@ -5,7 +5,7 @@ from PIL import Image
 
 from lab.config import ExperimentConfig, from_dict
 from lab.shortcuts import alphas
-from lab.ui.playground import PlaygroundPage
+from lab.ui.pages.playground import PlaygroundPage
 from tests.jobs.helpers import tiny
 from tests.ui.pages import poll_until, shown
 
@@ -98,7 +98,7 @@ def test_exports(manager):
 
 
 def test_diverged_banner_keeps_message():
-    from lab.ui.status import JobStatus
+    from lab.ui.views.status import JobStatus
 
     status = JobStatus()
     status.show({"state": "diverged", "message": "training diverged at step 7: loss is nan.", "step": 7,

@@ -3,7 +3,7 @@
 One :class:`AlignmentViews` draws one run: RA1 trajectories, the RA2 mosaic of alignment matrices with one pair
 enlarged, RA3 spectra, RA4 1/σ₁ with its fitted line, and neural collapse by layer. Every figure is a raw Bokeh
 figure whose sources are replaced and whose ranges are set from the data drawn, so a view can never show an empty
-frame while its data sits outside it; changes happen inside ``pn.io.unlocked()`` (see :mod:`lab.ui.live_grid`).
+frame while its data sits outside it; changes happen inside ``pn.io.unlocked()`` (see :mod:`lab.ui.views.live_grid`).
 
 Every figure has a fixed frame, a title that fits over it, and its legend or colour bar beside or below the frame:
 a layout places the figures (:data:`VIEWS`, two per row stand-alone, or paired with a second run's on the
@@ -26,27 +26,15 @@ from bokeh.palettes import Category10_10, RdBu11, Viridis256
 from bokeh.plotting import figure
 
 from lab.ui.text import markdown_pane, md
+from lab.ui.views.ranges import finite_range, set_range
 from lab.viz.palette import BLUE, ORANGE
 
 NC_LINES = (("nc1", "NC1 within/between", BLUE), ("nc2_equinorm", "NC2 equinorm", ORANGE),
             ("nc2_equiangular", "NC2 equiangular", "#2ca02c"), ("nc4", "NC4 vs NCC", "#9467bd"))
 VIEWS = ("trajectories", "grid", "pair", "spectrum", "ra4", "collapse")
 """The figures of one run, in the order a page shows them."""
-
-
-def _fit(lo: float, hi: float, pad: float = 0.05) -> tuple[float, float]:
-    """A range around [lo, hi] with a margin; a point or nothing gets a unit range."""
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return 0.0, 1.0
-    span = hi - lo
-    margin = pad * span if span > 0 else max(abs(lo) * pad, 0.5)
-    return lo - margin, hi + margin
-
-
-def _finite_range(*arrays: np.ndarray) -> tuple[float, float]:
-    values = np.concatenate([np.asarray(a, np.float64).ravel() for a in arrays]) if arrays else np.zeros(0)
-    values = values[np.isfinite(values)]
-    return (float(values.min()), float(values.max())) if len(values) else (math.nan, math.nan)
+POINT = 0.5
+"""Margin of a fitted range around a lone zero."""
 
 
 def mosaic(grid: np.ndarray, gap: int = 1) -> np.ndarray:
@@ -222,10 +210,8 @@ class AlignmentViews:
                            "layer": [t for t in range(T) for _ in range(C)]}
         plane = "PCA plane" if self.projection == "pca" else "Gaussian plane"
         self.trajectories.title.text = f"RA1 trajectories, {plane}"
-        self.trajectories.x_range.update(**dict(zip(("start", "end"), _fit(*_finite_range(xy[..., 0])),
-                                                    strict=True)))
-        self.trajectories.y_range.update(**dict(zip(("start", "end"), _fit(*_finite_range(xy[..., 1])),
-                                                    strict=True)))
+        set_range(self.trajectories.x_range, finite_range(xy[..., 0], point=POINT))
+        set_range(self.trajectories.y_range, finite_range(xy[..., 1], point=POINT))
 
     def _grid(self) -> None:
         f = self.frame
@@ -268,7 +254,7 @@ class AlignmentViews:
                              "block": list(range(L))}
         self.classes_mark.location = float(f["num_classes"]) + 0.5
         self.spectrum.x_range.update(start=0.5, end=K + 0.5)
-        self.spectrum.y_range.update(**dict(zip(("start", "end"), _fit(0.0, _finite_range(sigma)[1]), strict=True)))
+        set_range(self.spectrum.y_range, finite_range(sigma, floor=0.0, point=POINT))
 
     def _ra4(self) -> None:
         f = self.frame
@@ -276,7 +262,7 @@ class AlignmentViews:
         blocks = np.arange(1, len(inv) + 1)
         self.inverse.data = {"block": blocks, "inv": inv, "fit": fit}
         self.ra4.x_range.update(start=0.5, end=len(inv) + 0.5)
-        self.ra4.y_range.update(**dict(zip(("start", "end"), _fit(*_finite_range(inv, fit)), strict=True)))
+        set_range(self.ra4.y_range, finite_range(inv, fit, point=POINT))
         start = int(f["fit_start"]) + 1 if "fit_start" in f else None  # 1-based, as the x axis
         self.ra4.title.text = "RA4 1/σ₁ by block" + (f", fit from block {start}" if start is not None else "")
         slope, r2 = float(f["inv_sigma1_slope"]), float(f["inv_sigma1_r2"])
@@ -294,9 +280,8 @@ class AlignmentViews:
             data[key] = v
             positive.append(v)
         self.collapse_source.data = data
-        lo, hi = _finite_range(*positive)
-        if math.isfinite(lo):
-            self.collapse.y_range.update(start=lo / 1.5, end=hi * 1.5)
+        # a factor 1.5 of margin on the log axis; the range stays when no value is positive
+        set_range(self.collapse.y_range, finite_range(*positive, pad=0.0, least=math.log10(1.5), log=True, empty=None))
         self.collapse.x_range.update(start=-0.5, end=n - 0.5)
 
     # -- words ------------------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ class LiveAlphas:
 
     def show(self, alphas: np.ndarray) -> None:
         a = np.asarray(alphas, np.float32).ravel()
-        with pn.io.unlocked():  # a widget callback runs without the document lock (see lab.ui.live_grid)
+        with pn.io.unlocked():  # a widget callback runs without the document lock (see lab.ui.views.live_grid)
             self.source.data = {"layer": np.arange(1, len(a) + 1, dtype=np.float32), "alpha": a}
             self.figure.x_range.update(start=0.5, end=len(a) + 0.5)
             self.figure.y_range.update(start=0, end=1.05 * max(1.0, float(a.max()) if len(a) else 1.0))

@@ -22,24 +22,23 @@ import numpy as np
 import panel as pn
 import param
 import torch
-import yaml
 from bokeh.embed import file_html
 from bokeh.layouts import gridplot
 from bokeh.resources import INLINE
 
 from lab.analysis.residual_alignment import PAPER_K, RA4_FIT_START
-from lab.config import ConfigError, ExperimentConfig, ModelConfig, apply_overrides, to_dict
+from lab.config import ConfigError, ExperimentConfig, ModelConfig, apply_overrides
 from lab.data.images import IMAGE_DATASETS
 from lab.data.roots import resolve_data_path
 from lab.jobs.lockstep import Lockstep
-from lab.jobs.manager import JobManager, ManagerBusy
+from lab.jobs.manager import JobManager
 from lab.jobs.publish import alignment_builder
 from lab.train.build import build_data, build_model
 from lab.ui.follower import JobFollower
-from lab.ui.knobs import Knob, config_overrides, groups, knob_class, training_names, view_names
-from lab.ui.live_alignment import VIEWS, AlignmentViews
-from lab.ui.live_curves import LiveCurves
-from lab.ui.page import Page
+from lab.ui.pages.knobs import Knob, config_overrides, knob_class, training_names, view_names
+from lab.ui.pages.training import Export, TrainingPage
+from lab.ui.views.live_alignment import VIEWS, AlignmentViews
+from lab.ui.views.live_curves import LiveCurves
 
 MODEL_TYPES = {"fc": "fc_resnet", "conv": "conv_resnet", "conv_two_stage": "conv_resnet"}
 
@@ -103,7 +102,7 @@ COLUMN_PX = 500
 """Width of each run's column: its widest figure (frame, axes, legend or colour bar) fits; nothing is squeezed."""
 
 
-class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, Page)):
+class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
     """Train a ResNet on images and watch Residual Alignment emerge, with and without skip connections.
 
     Shown as a notebook cell's value it is the whole page; served, the shell puts :meth:`controls` in the sidebar
@@ -116,10 +115,6 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, Page)):
 
     title = "Alignment"
     knobs = KNOBS
-
-    play = param.Event(label="Start / pause")
-    step = param.Event(label="One step")
-    reset = param.Event(label="Reset")
 
     def __init__(self, manager: JobManager | None = None, **params: Any) -> None:
         super().__init__(manager, **params)
@@ -216,6 +211,8 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, Page)):
 
     # -- actions ----------------------------------------------------------------------------------------------
     def _start(self, paused: bool) -> bool:
+        self.curves.clear()
+        self.twin_curves.clear()
         try:
             cfg = self.config()
             data = self._load(cfg)
@@ -239,54 +236,9 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, Page)):
                 self.twin_follower.want("alignment")
         return True
 
-    def _jobs(self) -> list:
-        return [f.job for f in (self.follower, self.twin_follower) if f.running]
-
-    @param.depends("play", watch=True)
-    def _play(self) -> None:
-        if not self.follower.running:
-            self.curves.clear()
-            self.twin_curves.clear()
-            self._start(paused=False)
-            return
-        paused = self.job.status().get("state") == "paused"
-        try:
-            for job in self._jobs():
-                job.resume() if paused else job.pause()
-        except ManagerBusy as err:  # a paused job holds no slot: other runs took them meanwhile
-            self._busy(err)
-
-    @param.depends("step", watch=True)
-    def _one_step(self) -> None:
-        if not self.follower.running:
-            self.curves.clear()
-            self.twin_curves.clear()
-            if not self._start(paused=True):
-                return
-        try:
-            for job in self._jobs():
-                job.step(1)
-        except ManagerBusy as err:
-            self._busy(err)
-
-    def _busy(self, err: ManagerBusy) -> None:
-        """The runs stay paused: no slot is free to train them (each job that did resume is paused again, so
-        the two networks stay in lockstep)."""
-        for job in self._jobs():
-            if job.status().get("state") != "paused":
-                job.pause()
-        self.follower.status.error(str(err), "warning")
-
-    @param.depends("reset", watch=True)
-    def _reset(self) -> None:
-        self.twin_follower.forget()
-        self.follower.forget()
-        self.later(self._rebuild)
-
-    def poll(self) -> bool:
-        """Pull what is new from both jobs and redraw it."""
-        changed = self.follower.poll()
-        return self.twin_follower.poll() or changed
+    @property
+    def followers(self) -> tuple[JobFollower, ...]:
+        return (self.follower, self.twin_follower)
 
     # -- view settings ----------------------------------------------------------------------------------------
     @param.depends(*VIEW, watch=True)
@@ -301,10 +253,7 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, Page)):
         arrays = dict(self.main.frame or {})
         if self.contrast and self.twin.frame is not None:
             arrays.update({f"twin_{k}": v for k, v in self.twin.frame.items()})
-        out = io.BytesIO()
-        np.savez_compressed(out, **arrays)
-        out.seek(0)
-        return out
+        return self.npz(arrays)
 
     def plots_html(self) -> io.BytesIO:
         """Every view of both columns as one standalone HTML file (scripts inlined: it opens offline)."""
@@ -319,25 +268,11 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, Page)):
         html = file_html(gridplot(rows), INLINE, "Residual Lab: Residual Alignment")
         return io.BytesIO(html.encode())
 
-    def config_yaml(self) -> io.BytesIO:
-        return io.BytesIO(yaml.safe_dump(to_dict(self.config()), sort_keys=False).encode())
-
-    def _downloads(self) -> pn.viewable.Viewable:
-        kinds = [("Plots HTML", self.plots_html, "alignment.html"), ("Frames npz", self.frame_npz, "alignment.npz"),
-                 ("Config YAML", self.config_yaml, "config.yaml")]
-        return pn.Row(*[pn.widgets.FileDownload(callback=cb, filename=name, label=label, color="light",
-                                                embed=False, width=120) for label, cb, name in kinds])
+    def exports(self) -> list[Export]:
+        return [("Plots HTML", self.plots_html, "alignment.html"), ("Frames npz", self.frame_npz, "alignment.npz"),
+                ("Config YAML", self.config_yaml, "config.yaml")]
 
     # -- layout -----------------------------------------------------------------------------------------------
-    def controls(self) -> pn.viewable.Viewable:
-        buttons = pn.Row(
-            pn.widgets.Button.from_param(self.param.play, color="primary", width=110),
-            pn.widgets.Button.from_param(self.param.step, width=90),
-            pn.widgets.Button.from_param(self.param.reset, width=80))
-        sections = [(g, pn.Param(self, parameters=names, show_name=False)) for g, names in groups(KNOBS).items()]
-        return pn.Column(buttons, self.follower, self.twin_follower, self.notice,
-                         pn.Accordion(*sections, active=[1, 3], sizing_mode="stretch_width"),
-                         sizing_mode="stretch_width")
 
     def _rows(self) -> list[pn.viewable.Viewable]:
         """One row per view, the run with skips on the left and its twin on the right, each in a column of
