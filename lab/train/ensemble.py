@@ -652,16 +652,21 @@ class EnsembleTrainer:
 
     # -- evaluation and the loop ------------------------------------------------------------------------------
     @torch.no_grad()
-    def evaluate(self, members: Sequence[int] | None = None, chunk: int = 8192) -> dict[int, dict[str, float]]:
+    def evaluate(self, members: Sequence[int] | None = None, chunk: int = 8192,
+                 rows: int = 8192) -> dict[int, dict[str, float]]:
         """Loss and accuracy on the train and test sets per member (no droppath), as ``Trainer.evaluate``.
 
         Args:
             members: member indices still training (default: all of them).
-            chunk: inputs per forward pass (activations ``[K, chunk, H]``).
+            chunk: inputs per loss sum, as ``Trainer.evaluate``'s chunk.
+            rows: activation rows per forward pass, all members together: a chunk's forward runs in pieces of
+                ``rows // K`` inputs, whose ``[K, rows // K, H]`` activations stay in the CPU's cache (a row's
+                logits do not depend on the piece it is computed in, so the metrics are those of one pass).
         """
         members = list(self._live) if members is None else list(members)
         slots = None if members == self._live else torch.tensor([self._live.index(k) for k in members],
                                                                  dtype=torch.long, device=self.device)
+        piece = max(1, rows // len(members))
         out: dict[int, dict[str, float]] = {k: {} for k in members}
         for split, (x, y) in {"train": (self.data.x_train, self.data.y_train),
                               "test": (self.data.x_test, self.data.y_test)}.items():
@@ -669,7 +674,9 @@ class EnsembleTrainer:
                 continue
             loss_sum, correct = [0.0] * len(members), [0] * len(members)
             for i in range(0, len(x), chunk):
-                logits = self._logits(x[i:i + chunk], slots=slots)  # [K, chunk, C]
+                inputs = x[i:i + chunk]
+                logits = torch.cat([self._logits(inputs[j:j + piece], slots=slots)
+                                    for j in range(0, len(inputs), piece)], 1)  # [K, chunk, C]
                 target = y[i:i + chunk]
                 losses = F.cross_entropy(logits.transpose(1, 2), target.expand(len(members), -1), reduction="none")
                 loss_sum = [a + b for a, b in zip(loss_sum, losses.sum(1).tolist(), strict=True)]
