@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from lab.jobs.publish import Publisher, nodes_snapshot
+from lab.jobs.publish import Publisher, SelfJudged, nodes_snapshot
 from lab.nn import ResidualMLP
 
 
@@ -46,3 +46,12 @@ def test_non_finite_payload_is_never_published():
                           builders={"x": lambda m: {"v": np.array([np.nan], np.float32)}})
     publisher.on_train_start(_trainer(0, torch.nn.Identity()))
     assert sink == []
+
+
+def test_a_self_judged_builder_decides_alone():
+    sink, frames = [], iter([{"v": np.array([np.nan], np.float32)}, None])
+    publisher = Publisher(lambda kind, p: sink.append(p), cadence={"x": (1, 0.0)},
+                          builders={"x": SelfJudged(lambda m: next(frames))})
+    publisher.on_train_start(_trainer(0, torch.nn.Identity()))  # NaN means "undefined" here: published
+    publisher.on_step_end(_trainer(1, torch.nn.Identity()), 0.0)  # None: not published
+    assert len(sink) == 1 and np.isnan(sink[0]["v"]).all() and int(sink[0]["step"]) == 0
