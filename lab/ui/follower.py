@@ -17,8 +17,7 @@ from typing import Any
 import numpy as np
 import panel as pn
 import param
-from panel.io.callbacks import PeriodicCallback
-from panel.io.notebook import push_notebook
+from panel.io import PeriodicCallback, push_notebook
 
 from lab.config import ConfigError, ExperimentConfig
 from lab.jobs.job import Job

@@ -143,7 +143,8 @@ def extension(*args: str, base_url: str | None = None, **kwargs: Any) -> None:
         **kwargs: Panel settings, as for ``pn.extension``, over the lab's :data:`DEFAULTS`.
     """
     in_kernel = _jupyter_kernel()
-    # an earlier pn.extension or hv.extension in this kernel published a loader pointing elsewhere (a CDN)
+    # an earlier pn.extension or hv.extension in this kernel published a loader pointing elsewhere (a CDN); Panel
+    # and HoloViews record that only in their extensions' private `_loaded` flag (no public accessor in Panel 1.9)
     loaded_elsewhere = in_kernel and _base_url is None and (
         pn.extension._loaded or getattr(hv.extension, "_loaded", False))
     if in_kernel:

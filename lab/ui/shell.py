@@ -30,6 +30,7 @@ class Fast(fast.Fast):
     machines with no way out (an air-gapped cluster node), in the system's sans-serif. (It keeps the name
     ``Fast``: Panel finds the design's bundled scripts under the lower-cased class name.)"""
 
+    # a Design declares its files only in the class attribute `_resources` (Panel 1.9 has no public setting for them)
     _resources = {k: v for k, v in fast.Fast._resources.items() if k != "font"}
 
 

@@ -35,7 +35,7 @@ from typing import Any
 import pandas as pd
 import panel as pn
 import param
-from panel.io.callbacks import PeriodicCallback
+from panel.io import PeriodicCallback
 
 from lab.jobs.job import Job
 from lab.jobs.manager import JobManager
