@@ -666,7 +666,7 @@ class EnsembleTrainer:
         members = list(self._live) if members is None else list(members)
         slots = None if members == self._live else torch.tensor([self._live.index(k) for k in members],
                                                                  dtype=torch.long, device=self.device)
-        piece = max(1, rows // len(members))
+        piece = max(1, rows // max(1, len(members)))
         out: dict[int, dict[str, float]] = {k: {} for k in members}
         for split, (x, y) in {"train": (self.data.x_train, self.data.y_train),
                               "test": (self.data.x_test, self.data.y_test)}.items():
