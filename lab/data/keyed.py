@@ -23,6 +23,8 @@ from PIL import Image
 from torch.utils.data import Dataset, Sampler
 from torchvision.transforms import v2
 
+from lab.seeds import epoch_seed, sample_seed
+
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "FileDataset", "KeyedSampler", "ShardSampler", "TensorDataset",
            "eval_transform", "train_transform"]
 
@@ -87,11 +89,6 @@ def tensor_transform(size: int, augment: str) -> Callable[[torch.Tensor], torch.
     return v2.Compose(_augmentations(size, augment))
 
 
-def _seed(seed: int, key: Key) -> int:
-    epoch, index = key
-    return (seed * 1_000_003 + epoch) * 10_000_019 + index
-
-
 class _Keyed(Dataset):
     """A dataset indexed by ``(epoch, index)`` keys whose augmentation is seeded by the key."""
 
@@ -107,8 +104,8 @@ class _Keyed(Dataset):
         if self.transform is not None:
             state = random.getstate()  # timm's transforms draw from Python's random module, torchvision's from torch
             with torch.random.fork_rng(devices=[]):  # the caller's generators (the main process, workers=0) are kept
-                torch.manual_seed(_seed(self.seed, key))
-                random.seed(_seed(self.seed, key))
+                torch.manual_seed(sample_seed(self.seed, *key))
+                random.seed(sample_seed(self.seed, *key))
                 image = self.transform(image)
             random.setstate(state)
         return image, label
@@ -181,7 +178,7 @@ class KeyedSampler(Sampler[Key]):
         return (self.batches - self.start) * self.batch_size
 
     def __iter__(self) -> Iterator[Key]:
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        g = torch.Generator().manual_seed(epoch_seed(self.seed, self.epoch))
         mine = torch.randperm(self.n, generator=g)[self.rank::self.world][:self.batches * self.batch_size]
         for i in mine[self.start * self.batch_size:].tolist():
             yield self.epoch, i

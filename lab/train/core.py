@@ -7,8 +7,6 @@ step means. Here, once:
 - :class:`Callback`, the subscriber to a trainer's events, typed against :class:`TrainerView`, the face of a
   running trainer that callbacks read (the run recorder, the snapshot publishers, the progress bar, stop checks);
 - :class:`Diverged` and :func:`divergence_hint`: a non-finite loss and its likely cause;
-- the seed rule (:func:`epoch_seed`, :func:`step_seed`), so batch order, masks and crops are functions of the
-  run's seed and position, and a resumed run continues exactly;
 - the drop-path mode of a step (:func:`droppath_mode`), the batch schedule of a tensor run
   (:func:`batch_schedule`), whether a step ends with an evaluation (:func:`evaluates_after`);
 - how a run that ended without diverging is named (:func:`end_state`).
@@ -25,13 +23,6 @@ from torch import nn
 
 from lab.config import TrainConfig
 from lab.nn.droppath import DropPath
-
-EPOCH_SEED_STRIDE = 1_000_003
-"""A prime stride between runs' seeds: run seed s and epoch e give s · stride + e, so runs whose seeds differ by
-one never share an epoch's permutation for any realistic number of epochs."""
-
-RANK_SEED_STRIDE = 1_009
-"""A prime stride between the processes of one step (loader engine)."""
 
 
 @runtime_checkable
@@ -139,17 +130,6 @@ def resolve_device(name: str = "auto") -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"device {name!r} asked for, but CUDA is not available on this machine")
     return device
-
-
-def epoch_seed(seed: int, epoch: int) -> int:
-    """The seed of an epoch's batch order: a pure function of (``train.seed``, epoch), so a run resumed at any step
-    sees the batches it would have seen."""
-    return seed * EPOCH_SEED_STRIDE + epoch
-
-
-def step_seed(seed: int, step: int, rank: int = 0) -> int:
-    """The seed of every random draw of one step on one process (crops, MAE masks, drop paths; loader engine)."""
-    return epoch_seed(seed, step) * RANK_SEED_STRIDE + rank
 
 
 def droppath_mode(cfg: TrainConfig, step: int) -> str:

@@ -53,6 +53,7 @@ from lab.config import ExperimentConfig, TrainConfig, to_dict
 from lab.data.toy2d import ToyData
 from lab.nn.mlp import ResidualMLP, make_activation
 from lab.nn.registry import model_parameters
+from lab.seeds import epoch_seed
 from lab.train.build import build_data, build_model, check_data
 from lab.train.core import (
     Callback,
@@ -62,7 +63,6 @@ from lab.train.core import (
     divergence_hint,
     droppath_mode,
     emit,
-    epoch_seed,
     evaluates_after,
     resolve_device,
 )

@@ -45,6 +45,7 @@ from lab.config import DataConfig, TrainConfig
 from lab.data.keyed import KeyedSampler, ShardSampler
 from lab.hooks import eval_mode
 from lab.nn.droppath import set_droppath_mode
+from lab.seeds import step_seed
 from lab.train import pretrain_eval
 from lab.train.core import (
     Callback,
@@ -56,7 +57,6 @@ from lab.train.core import (
     emit,
     evaluates_after,
     run_length,
-    step_seed,
 )
 from lab.train.distributed import World, any_rank, sum_all
 from lab.train.optim import make_optimizer

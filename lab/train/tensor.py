@@ -20,6 +20,7 @@ from lab.config import TrainConfig
 from lab.data.toy2d import ToyData
 from lab.hooks import eval_mode
 from lab.nn.droppath import set_droppath_mode
+from lab.seeds import epoch_seed
 from lab.train.core import (
     Callback,
     Diverged,
@@ -29,7 +30,6 @@ from lab.train.core import (
     drop_paths,
     droppath_mode,
     emit,
-    epoch_seed,
     evaluates_after,
     resolve_device,
 )

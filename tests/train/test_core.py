@@ -3,9 +3,10 @@
 import torch
 
 from lab.config import ExperimentConfig, apply_overrides
+from lab.seeds import epoch_seed
 from lab.train import EnsembleTrainer, Trainable, Trainer, TrainerView, build_data, build_model
 from lab.train.build import loader_data
-from lab.train.core import batch_schedule, droppath_mode, end_state, epoch_seed, step_seed
+from lab.train.core import batch_schedule, droppath_mode, end_state
 from lab.train.distributed import World
 from lab.train.loader import LoaderTrainer
 
@@ -27,12 +28,6 @@ def test_every_trainer_shows_callbacks_the_same_face():
         assert isinstance(trainer, TrainerView), type(trainer).__name__
     assert isinstance(tensor, Trainable) and isinstance(loader, Trainable)
     assert not isinstance(member, Trainable)  # a member is resumed by a solo trainer from its checkpoint
-
-
-def test_seeds_are_functions_of_the_run_seed_and_position():
-    assert epoch_seed(0, 3) == 3 and epoch_seed(2, 3) == 2 * 1_000_003 + 3
-    assert step_seed(2, 5, rank=1) == (2 * 1_000_003 + 5) * 1_009 + 1
-    assert len({step_seed(s, t, r) for s in range(3) for t in range(50) for r in range(4)}) == 3 * 50 * 4
 
 
 def test_tensor_trainer_draws_each_epoch_from_the_epoch_seed():
