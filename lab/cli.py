@@ -18,7 +18,8 @@ from pathlib import Path
 from lab.analysis.residual_alignment import RA4_FIT_START
 from lab.config import ConfigError, ExperimentConfig, load_config
 from lab.data.toy2d import TOY_DATASETS, ToyData
-from lab.jobs.publish import DiskSink, Publisher, alignment_builder
+from lab.jobs.builders import alignment_builder
+from lab.jobs.publish import DiskSink, Publisher
 from lab.jobs.runner import checked_data, resolved, train_and_evaluate, uses_loader
 from lab.reports.alignment import alignment_report, format_alignment
 from lab.reports.probe import format_probe, probe_report

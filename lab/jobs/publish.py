@@ -1,129 +1,23 @@
-"""Snapshot builders: what a job publishes for the views, computed on the training thread between steps.
+"""Publishing snapshots: the training callback that builds each kind when its cadence says it is due and hands
+the frame to the job, and the sink that keeps frames in the run folder.
 
-A builder maps a model to a dict of float32 numpy arrays (the publisher adds the step). Builders take the model,
-not the trainer, so a page can draw an untrained model, a loaded checkpoint or a training one alike. Each kind has
-its own cadence (:class:`~lab.jobs.cadence.Cadence`) because costs differ: node maps are one forward pass of the
-grid; layer similarity needs a Gram matrix. A kind can be on demand: built only when due and asked for, so frames
-nobody will draw cost nothing.
-
-Each builder judges its own frames: a frame it returns is published, None is not. A plain function is judged by the
-default rule (a frame holding NaN or inf is never published: the last good one stays); a :class:`SelfJudged`
-builder decides alone, for frames where NaN means "undefined".
+Each kind has its own cadence (:class:`~lab.jobs.cadence.Cadence`) because costs differ: node maps are one forward
+pass of the grid; layer similarity needs a Gram matrix. A kind can be on demand: built only when due and asked for,
+so frames nobody will draw cost nothing. What a kind holds, and whether a frame is fit to publish, is its builder's
+(:mod:`lab.jobs.builders`).
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
 import numpy as np
-import torch
-from torch import nn
 
-from lab.analysis.jacobian import jacobian_shapes
-from lab.analysis.node_maps import node_maps
-from lab.analysis.residual_alignment import PAPER_K, RA4_FIT_START, residual_alignment
-from lab.analysis.similarity import layer_distances, linear_cka
-from lab.data.toy2d import ToyData
+from lab.jobs.builders import BUILDERS, Builder, judged
 from lab.jobs.cadence import Cadence
 from lab.runs.snapshot import Snapshot
 from lab.train.core import Callback, TrainerView
-
-Builder = Callable[[nn.Module], "dict[str, np.ndarray] | None"]
-
-
-@dataclass(frozen=True)
-class SelfJudged:
-    """A builder that judges its own frames: it returns None for a frame not to publish, and every frame it returns
-    is published as it is, NaN included (where NaN means "undefined", not "broken").
-
-    Attributes:
-        build: the builder function.
-    """
-
-    build: Builder
-
-    def __call__(self, model: nn.Module) -> dict[str, np.ndarray] | None:
-        return self.build(model)
-
-
-def all_finite(arrays: dict[str, np.ndarray]) -> bool:
-    """True when every floating array is free of NaN and inf."""
-    return all(np.isfinite(a).all() for a in arrays.values() if np.issubdtype(np.asarray(a).dtype, np.floating))
-
-
-def judged(builder: Builder) -> SelfJudged:
-    """``builder`` as one that judges its own frames: itself when it is :class:`SelfJudged`, else it with the
-    default judgement (a frame holding NaN or inf is not published)."""
-    if isinstance(builder, SelfJudged):
-        return builder
-
-    def build(model: nn.Module) -> dict[str, np.ndarray] | None:
-        frame = builder(model)
-        return frame if frame is not None and all_finite(frame) else None
-
-    return SelfJudged(build)
-
-
-def nodes_snapshot(model: nn.Module, resolution: int = 50, limit: float = 1.0) -> dict[str, np.ndarray]:
-    """Node maps ``[L+1, H, R, R]``, weights ``[L+1, H, H_in]``, decision ``[R, R]`` and the α of every block."""
-    frame = node_maps(model, resolution, limit).as_arrays()
-    frame["alphas"] = np.array([b.alpha for _, b in model.iter_blocks()], np.float32)
-    return frame
-
-
-@torch.no_grad()
-def similarity_snapshot(model: nn.Module, resolution: int = 50, limit: float = 1.0,
-                        cka_points: int = 625) -> dict[str, np.ndarray]:
-    """Layer distance ``[L+1, L+1]`` on the full grid and linear CKA on an evenly strided subset of it."""
-    maps = node_maps(model, resolution, limit).maps  # [L+1, H, R, R]
-    feats = torch.from_numpy(maps).flatten(2).transpose(1, 2)  # [L+1, R*R, H]
-    stride = max(1, feats.shape[1] // cka_points)
-    return {"distance": layer_distances(feats).numpy(), "cka": linear_cka(feats[:, ::stride]).numpy()}
-
-
-BUILDERS: dict[str, Builder] = {"nodes": nodes_snapshot, "similarity": similarity_snapshot}
-
-
-# torch.func's forward-mode AD keeps process-wide state (its dual levels): two training threads taking Jacobians at
-# once (a run and its lockstep twin) break each other's, so alignment frames are built one at a time.
-_FUNCTORCH = threading.Lock()
-
-
-def alignment_builder(data: ToyData, *, k: int = PAPER_K, inputs: int = 64, nc_inputs: int = 500,
-                      grid_inputs: int = 1, baseline_trials: int = 8, fit_start: int = RA4_FIT_START,
-                      seed: int = 0) -> SelfJudged:
-    """A builder of ``alignment`` snapshots: :func:`~lab.analysis.residual_alignment.residual_alignment` of the
-    model at the first ``inputs`` test inputs (NC on the first ``nc_inputs`` training inputs).
-
-    The inputs are fixed when the builder is made, so successive frames of a run are comparable. It judges its own
-    frames (:class:`SelfJudged`): it returns None (no frame) while the model's singular values are not finite, so a
-    diverging model publishes nothing; NaN is otherwise meaningful in these frames (pairs of blocks in different
-    conv stages, a 1/σ₁ fit of one block). ``k`` (the paper's K = 30 unless told) is capped at the smallest
-    block's Jacobian size; ``fit_start`` is the
-    first block (0-based) of the 1/σ₁ fit (the paper's: from block 5).
-    """
-    x, y = data.x_test[:inputs], data.y_test[:inputs]
-    nc_x, nc_y = data.x_train[:nc_inputs], data.y_train[:nc_inputs]
-
-    widths: list[int] = []  # the smallest Jacobian size, measured on the first frame
-
-    def build(model: nn.Module) -> dict[str, np.ndarray] | None:
-        device = next(model.parameters()).device
-        if not widths:
-            widths.append(min(min(shape) for shape in jacobian_shapes(model, x[:1].to(device))))
-        with _FUNCTORCH:
-            frame = residual_alignment(model, x.to(device), y.to(device), min(k, widths[0]), nc_x=nc_x.to(device),
-                                       nc_y=nc_y.to(device), num_classes=data.num_classes, grid_inputs=grid_inputs,
-                                       baseline_trials=baseline_trials, fit_start=fit_start, seed=seed)
-        if not np.isfinite(frame["sigma"]).all():
-            return None
-        return {key: (v.astype(np.float32) if v.dtype == np.float64 else v) for key, v in frame.items()}
-
-    return SelfJudged(build)
-
 
 DEFAULT_CADENCE = {"nodes": (10, 0.0), "similarity": (0, 2.0)}
 
@@ -134,7 +28,7 @@ class Publisher(Callback):
     Args:
         sink: receives each published payload (with ``step`` added); a job's memory slot or the run folder.
         cadence: per kind, ``(every_n_steps, every_t_seconds)``; either may be 0 (off).
-        builders: snapshot builders by kind; each judges its own frames (:func:`judged`).
+        builders: snapshot builders by kind; each judges its own frames (:func:`~lab.jobs.builders.judged`).
         on_demand: kinds built only when due and requested (:meth:`request`); a request is used up by one build.
             A forced publish (start, pause, end) builds them regardless.
     """

@@ -3,7 +3,7 @@
 Two experiments:
 
 - **Figure 3**: the paper's 32-layer, 32-wide residual MLP trained on its spiral; the Euclidean distance between
-  every layer's features over the 50 × 50 input grid (:func:`lab.jobs.publish.similarity_snapshot`). The paper
+  every layer's features over the 50 × 50 input grid (:func:`lab.jobs.builders.similarity_snapshot`). The paper
   reads "similarity decreases and increases across multiple layers" off the heatmap: the distance to the first
   layer does not grow monotonically. The same model trained with ResidualDroppath is drawn beside it.
 - **Table 1 at toy scale**: a small convolutional ResNet on scikit-learn's digits, trained as Standard, Droppath
@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from lab.jobs.publish import similarity_snapshot
+from lab.jobs.builders import similarity_snapshot
 from lab.reports.alignment import load_trained
 from lab.reproduce.claims import Claim, Curves, Result, mean_sd, not_at_this_budget
 from lab.reproduce.runs import command, train

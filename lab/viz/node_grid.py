@@ -332,7 +332,7 @@ def node_grid(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tupl
     """The TFMeter figure for one nodes snapshot, drawn as a single plot (one Bokeh figure).
 
     Args:
-        frame: a nodes snapshot (:func:`lab.jobs.publish.nodes_snapshot`): ``maps [L+1, H, R, R]``,
+        frame: a nodes snapshot (:func:`lab.jobs.builders.nodes_snapshot`): ``maps [L+1, H, R, R]``,
             ``weights [L+1, H, H_in]`` (the stem's ``[H, in_dim]`` zero-padded, then each block's branch input
             weights), optionally ``decision [R, R]``, ``limit`` and ``step``.
         layers, nodes: inclusive-exclusive ranges into maps' first and second axes. The input column is drawn

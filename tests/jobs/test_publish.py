@@ -5,7 +5,8 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from lab.jobs.publish import Publisher, SelfJudged, nodes_snapshot
+from lab.jobs.builders import SelfJudged, nodes_snapshot
+from lab.jobs.publish import Publisher
 from lab.nn import ResidualMLP
 
 

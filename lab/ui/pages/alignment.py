@@ -5,7 +5,7 @@ from the server's data folders) and the page redraws RA1–RA4 and neural collap
 contrast is one switch away: the same network without skip connections, trained in lockstep beside it (same
 initialisation seed, same batches, same step), drawn in a second column.
 
-Frames are on demand: the job builds the next one (:func:`lab.jobs.publish.alignment_builder`, on the training
+Frames are on demand: the job builds the next one (:func:`lab.jobs.builders.alignment_builder`, on the training
 thread between steps) only after the page has drawn the last and at least ``every`` steps later.
 
 The analysis starts from the paper's choices: K = 30 singular triplets per block (its Fig. 2; fewer when a block
@@ -30,9 +30,9 @@ from lab.analysis.residual_alignment import PAPER_K, RA4_FIT_START
 from lab.config import ConfigError, ExperimentConfig, ModelConfig, apply_overrides
 from lab.data.images import IMAGE_DATASETS
 from lab.data.roots import resolve_data_path
+from lab.jobs.builders import alignment_builder
 from lab.jobs.lockstep import Lockstep
 from lab.jobs.manager import JobManager
-from lab.jobs.publish import alignment_builder
 from lab.train.build import build_data, build_model
 from lab.ui.follower import JobFollower
 from lab.ui.pages.knobs import Knob, config_overrides, knob_class, training_names, view_names

@@ -24,8 +24,8 @@ from PIL import Image
 
 from lab.config import ConfigError, ExperimentConfig, apply_overrides
 from lab.data.toy2d import make_toy_data
+from lab.jobs.builders import nodes_snapshot, similarity_snapshot
 from lab.jobs.manager import JobManager
-from lab.jobs.publish import nodes_snapshot, similarity_snapshot
 from lab.nn.mlp import ACTIVATIONS
 from lab.shortcuts import DECAYED, SCHEDULES, block_scales
 from lab.train.build import build_model

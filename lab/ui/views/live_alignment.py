@@ -1,4 +1,4 @@
-"""The views of a Residual Alignment frame (:func:`lab.jobs.publish.alignment_builder`), redrawn in place.
+"""The views of a Residual Alignment frame (:func:`lab.jobs.builders.alignment_builder`), redrawn in place.
 
 One :class:`AlignmentViews` draws one run: RA1 trajectories, the RA2 mosaic of alignment matrices with one pair
 enlarged, RA3 spectra, RA4 1/σ₁ with its fitted line, and neural collapse by layer. Every figure is a raw Bokeh
