@@ -160,7 +160,7 @@ def _analyze(args: argparse.Namespace, store: RunStore) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(format_alignment(summary))
-    print(f"wrote {run.path / 'analysis' / 'alignment.json'} and alignment.npz", file=sys.stderr)
+    print(f"wrote {run.path / layout.ANALYSIS / 'alignment.json'} and alignment.npz", file=sys.stderr)
     return 0
 
 
@@ -178,7 +178,7 @@ def _probe(args: argparse.Namespace, store: RunStore) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(format_probe(summary))
-    print(f"wrote {run.path / 'analysis' / 'probe.json'}", file=sys.stderr)
+    print(f"wrote {run.path / layout.ANALYSIS / 'probe.json'}", file=sys.stderr)
     return 0
 
 

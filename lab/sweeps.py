@@ -204,7 +204,7 @@ def create_sweep(plan: SweepPlan, store: RunStore) -> tuple[Run, list[Run]]:
         The sweep folder (a :class:`Run` for its path; not itself a run) and the members' run folders.
     """
     folder = store.create(f"{plan.name}-sweep")
-    for sub in ("snapshots", "checkpoints"):  # RunStore makes these for runs; a sweep folder holds runs instead
+    for sub in layout.FOLDERS:  # RunStore makes these for runs; a sweep folder holds runs instead
         (folder.path / sub).rmdir()
     members_store = RunStore(folder.path)
     runs = []

@@ -14,6 +14,7 @@ import numpy as np
 import panel as pn
 
 from lab.analysis.node_maps import NodeMaps
+from lab.runs import layout
 from lab.runs.snapshot import Snapshot
 from lab.runs.store import Run
 from lab.ui.text import html_text
@@ -74,7 +75,7 @@ def run_view(run: Run) -> pn.viewable.Viewable:
             ("training", ", ".join(f"{k}={train[k]}" for k in ("optimizer", "lr", "batch_size", "droppath",
                                                               "drop_path_rate") if k in train)),
             *[(k, f"{v:.4g}") for k, v in metrics.items() if isinstance(v, float)],
-            ("checkpoints", ", ".join(p.stem for p in sorted((run.path / "checkpoints").glob("*.pt"))) or "none"),
+            ("checkpoints", ", ".join(p.stem for p in sorted((run.path / layout.CHECKPOINTS).glob("*.pt"))) or "none"),
             ("folder", str(run.path))]
     parts = [_table(rows, f"run {run.id}")]
     records, _ = run.read_metrics(0)

@@ -40,6 +40,7 @@ from panel.io import PeriodicCallback
 from lab.jobs.job import Job
 from lab.jobs.manager import JobManager
 from lab.jobs.watch import WatchedRun, job_for
+from lab.runs import layout
 from lab.runs.catalog import (
     STALE_AFTER_S,
     RunCatalog,
@@ -308,7 +309,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         if self._checkpoints.object != checkpoints:
             self._checkpoints.object = checkpoints
         self._details.visible = True
-        figures = self._path / "figures"
+        figures = self._path / layout.FIGURES
         pictures = [] if figures.is_symlink() else sorted(  # a link could lead outside the server's folders
             p for p in figures.glob("reconstruction-*.png") if p.stem[15:].isdigit() and not p.is_symlink())
         newest = pictures[-1] if pictures else None
