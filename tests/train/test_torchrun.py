@@ -4,6 +4,7 @@ those of one process on the same global batch."""
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,10 +44,26 @@ def images(tmp_path_factory):
     return make_synthetic_image_folder(tmp_path_factory.mktemp("data") / "stripes", classes=3, per_class=16, size=32)
 
 
-def test_a_tiny_mae_pretrains_under_torchrun_and_resumes_exactly(images, tmp_path):
+@pytest.fixture(scope="module")
+def mae_runs(images, tmp_path_factory) -> dict:
+    """The tiny MAE trained whole under torchrun, and trained for 4 steps then resumed to the end; a copy of the
+    sliced run as it stood before the resume (stopped at step 4) for the lock test. Each launch costs seconds of
+    imports, so the tests below share these three."""
+    base = tmp_path_factory.mktemp("mae")
     args = ["configs/mae_tiny.yaml", f"data.root={images}", *TINY_MAE]
-    _lab("train", *args, "--runs-dir", str(tmp_path / "whole"))
-    (run,) = (tmp_path / "whole").iterdir()  # one folder: rank 1 wrote none of its own
+    _lab("train", *args, "--runs-dir", str(base / "whole"))
+    _lab("train", *args, "--runs-dir", str(base / "sliced"), "--steps", "4")
+    (sliced,) = (base / "sliced").iterdir()
+    stopped = json.loads((sliced / "status.json").read_text())["state"]
+    shutil.copytree(sliced, base / "stopped" / sliced.name)
+    _lab("resume", str(sliced))
+    (whole,) = (base / "whole").iterdir()  # one folder: rank 1 wrote none of its own
+    return {"whole": whole, "sliced": sliced, "sliced_state": stopped, "stopped": base / "stopped" / sliced.name}
+
+
+def test_a_tiny_mae_pretrains_under_torchrun_and_resumes_exactly(mae_runs):
+    run = mae_runs["whole"]
+    assert len(list(run.parent.iterdir())) == 1  # rank 1 wrote no run folder of its own
     status = json.loads((run / "status.json").read_text())
     assert status["state"] == "completed" and status["step"] == status["total_steps"] == 9  # 48 images / (8 × 2)
     assert json.loads((run / "config.json").read_text())["world_size"] == 2
@@ -57,10 +74,8 @@ def test_a_tiny_mae_pretrains_under_torchrun_and_resumes_exactly(images, tmp_pat
     assert len(list((run / "figures").glob("reconstruction-*.png"))) == 3
     assert (run / "checkpoints" / "last.pt").is_file()
 
-    _lab("train", *args, "--runs-dir", str(tmp_path / "sliced"), "--steps", "4")
-    (sliced,) = (tmp_path / "sliced").iterdir()
-    assert json.loads((sliced / "status.json").read_text())["state"] == "stopped"
-    _lab("resume", str(sliced))
+    sliced = mae_runs["sliced"]
+    assert mae_runs["sliced_state"] == "stopped"  # after --steps 4
     assert json.loads((sliced / "status.json").read_text())["state"] == "completed"
     whole, resumed = _records(run, "step"), _records(sliced, "step")
     assert [r["step"] for r in resumed] == [r["step"] for r in whole] == list(range(1, 10))
@@ -115,13 +130,11 @@ def test_sigterm_to_torchrun_stops_every_process_at_one_step_with_a_checkpoint(i
     assert state["step"] == status["step"] >= 3 and status["step"] < status["total_steps"]
 
 
-def test_every_rank_refuses_a_run_another_process_trains(images, tmp_path):
+def test_every_rank_refuses_a_run_another_process_trains(mae_runs):
     """Rank 0 alone takes the lock; the other ranks learn its refusal, so no rank trains, waits or writes."""
     import socket
 
-    args = ["configs/mae_tiny.yaml", f"data.root={images}", *TINY_MAE, "train.epochs=1"]
-    _lab("train", *args, "--runs-dir", str(tmp_path), "--steps", "2")
-    (run,) = tmp_path.iterdir()
+    run = mae_runs["stopped"]  # stopped at step 4: a resume would train on
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         (run / "lock").write_text(json.dumps({"host": socket.gethostname(), "pid": holder.pid, "since": 0}))
