@@ -7,10 +7,14 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
+import lab
 from lab.runs.lock import RunLock, RunLocked, read_holder
+
+LAB = Path(lab.__file__).parent
 
 
 def _dead_pid() -> int:
@@ -43,9 +47,17 @@ def test_a_holder_on_another_host_or_an_unreadable_lock_is_named(tmp_path):
 def test_two_processes_taking_over_one_stale_lock_never_both_win(tmp_path):
     (tmp_path / "lock").write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "since": 0}))
     release = tmp_path.parent / f"{tmp_path.name}-release"
+    # each contender loads lab/runs/lock.py alone: the packages' __init__ files import torch, seconds of start-up
+    # that only spread the contenders' attempts apart
+    packages = {"lab": str(LAB), "lab.runs": str(LAB / "runs")}
     code = textwrap.dedent(f"""
+        import sys
         import time
+        import types
         from pathlib import Path
+        for name, path in {packages!r}.items():
+            sys.modules[name] = types.ModuleType(name)
+            sys.modules[name].__path__ = [path]
         from lab.runs.lock import RunLock, RunLocked
         try:
             with RunLock(Path({str(tmp_path)!r})):
@@ -63,4 +75,5 @@ def test_two_processes_taking_over_one_stale_lock_never_both_win(tmp_path):
     finally:
         release.touch()
     outcomes = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
+    assert all(p.returncode == 0 for p in procs), outcomes
     assert outcomes == ["refused", "refused", "won"]
