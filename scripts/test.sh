@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything the tests need on a fresh machine (venv, packages, Debian's chromium), then run them all.
-# Extra arguments go to pytest (e.g. `-m "not slow"`).
+# Extra arguments go to pytest (e.g. `-m "not slow"`, or `-n 0` for one process). The tests run on two workers;
+# --dist loadgroup keeps the server and browser tests on one of them and the torchrun tests together (tests/conftest.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
@@ -9,4 +10,4 @@ if ! [ -x /usr/bin/chromium ]; then
   $SUDO apt-get update -qq
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
-exec .venv/bin/python -m pytest "$@"
+exec .venv/bin/python -m pytest -n 2 --dist loadgroup "$@"
