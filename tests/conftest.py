@@ -24,19 +24,28 @@ with contextlib.suppress(ImportError):  # numpy's BLAS, had it been loaded befor
 
     threadpool_limits(1)
 
-# tests that run on one worker together (pytest-xdist's ``--dist loadgroup``); the rest are spread over the workers
-GROUPS = {"tests/train/test_torchrun.py": "torchrun"}
+# the test files whose tests run on one worker, one after another, under `--dist loadgroup`; every other test goes
+# to whichever worker is free
+GROUPS = {"tests/ui/test_server.py": "ui", "tests/ui/test_jupyterlab.py": "ui", "tests/ui/test_injection.py": "ui",
+          "tests/train/test_torchrun.py": "torchrun"}
 
 
-def pytest_configure(config):
-    config.addinivalue_line("markers", "xdist_group(name): run on the same worker as the group's other tests")
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` by file, as :data:`GROUPS` says. (pytest-xdist's own grouping renames each test with its
+    ``xdist_group`` mark, which pytest 9 no longer lets a plugin do: its groups would silently fall apart.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return GROUPS.get(nodeid.split("::")[0], nodeid)
+
+    return FileGroups(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
-    for item in items:
-        group = "ui" if "ui" in item.keywords else GROUPS.get(item.nodeid.split("::")[0])
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
