@@ -186,21 +186,19 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         return self._keys[path]
 
     def _show_rows(self, frame: pd.DataFrame) -> bool:
-        """Replace the table's rows, or patch only the cells that changed when the runs are the same."""
-        old = self.table.value
-        if frame.equals(old):
+        """Replace the table's rows when any cell changed, keeping the opened run's row selected.
+
+        Never ``Tabulator.patch``: in the browser a patch sets the table's data even while the table is still
+        being built (a page opened on a busy machine), which fails there; a new value waits until it is built.
+        """
+        if frame.equals(self.table.value):
             return False
-        if list(frame["run"]) == list(old["run"]):
-            patch = {c: [(i, v) for i, (v, w) in enumerate(zip(frame[c], old[c], strict=True)) if v != w]
-                     for c in COLUMNS}
-            self.table.patch({c: p for c, p in patch.items() if p})
-        else:
-            self._syncing = True
-            try:
-                self.table.value = frame
-                self._select_row()
-            finally:
-                self._syncing = False
+        self._syncing = True
+        try:
+            self.table.value = frame
+            self._select_row()
+        finally:
+            self._syncing = False
         return True
 
     def _select_row(self) -> None:
