@@ -5,7 +5,7 @@ import time
 
 from lab.ui.follower import JobFollower
 from tests.jobs.helpers import tiny, wait_for
-from tests.ui.pages import shown
+from tests.ui.driving import shown
 
 
 def test_follower_hands_every_record_and_each_new_frame_once(manager):

@@ -3,7 +3,7 @@ import panel as pn
 
 from lab.ui import DataPage, LabShell
 from tests.jobs.helpers import tiny
-from tests.ui.pages import shown
+from tests.ui.driving import shown
 
 
 def test_shell_builds_and_navigates(manager):

@@ -7,7 +7,7 @@ import panel as pn
 import pytest
 
 from lab.ui.text import alert_pane, code, code_block, html_text, markdown_pane, md
-from tests.ui.pages import shown
+from tests.ui.driving import shown
 
 HOSTILE = [
     "<img src=x onerror=alert(1)>.png",

@@ -9,7 +9,7 @@ from lab.analysis.residual_alignment import PAPER_K, RA4_FIT_START
 from lab.config import ExperimentConfig, from_dict
 from lab.jobs.manager import JobManager
 from lab.ui.pages.alignment import AlignmentPage
-from tests.ui.pages import poll_until, shown
+from tests.ui.driving import poll_until, shown
 
 SMALL = {"depth": 3, "width": 32, "inputs": 16, "k": 12, "every": 5, "epochs": 1000}
 

@@ -7,7 +7,7 @@ from lab.config import ExperimentConfig, from_dict
 from lab.shortcuts import alphas
 from lab.ui.pages.playground import PlaygroundPage
 from tests.jobs.helpers import tiny
-from tests.ui.pages import poll_until, shown
+from tests.ui.driving import poll_until, shown
 
 
 def small_page(manager, **params):

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from lab.ui.pages.rank import RankPage, parse_alpha_mins
-from tests.ui.pages import poll_until, shown
+from tests.ui.driving import poll_until, shown
 
 SMALL = {"n": 1024, "depth": 6, "width": 8, "epochs": 200, "every_s": 0.2}
 

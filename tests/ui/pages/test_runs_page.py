@@ -17,7 +17,7 @@ from lab.runs.store import Run, RunStore, atomic_write_json
 from lab.ui.pages.runs import EMPTY, RunsPage
 from lab.ui.views.run_views import COLUMNS, format_age, format_metrics, format_progress
 from tests.jobs.helpers import tiny
-from tests.ui.pages import poll_until, shown
+from tests.ui.driving import poll_until, shown
 
 REPO = Path(__file__).resolve().parents[2]
 STEP = {"kind": "step", "epoch": 0}
