@@ -71,7 +71,11 @@ def _figure(curves: Curves) -> Any:
 
 
 def html_page(results: list[Result], meta: dict[str, Any]) -> str:
-    """``report.html``: the table and the figures, with BokehJS inline (opens offline)."""
+    """``report.html``: the table and the figures, with BokehJS inline (opens offline).
+
+    Only the inline code of Bokeh's resources is written, never the files they name: in a process that has loaded
+    extensions (Panel's, for one) the resources also list stylesheets on public servers.
+    """
     from bokeh.embed import components
     from bokeh.resources import INLINE
 
@@ -80,6 +84,9 @@ def html_page(results: list[Result], meta: dict[str, Any]) -> str:
     figures = [(r, _figure(r.figure)) for r in results if r.figure is not None]
     script, divs = components([f for _, f in figures]) if figures else ("", [])
     esc = html.escape
+    inline = ("".join(f"<style>{css}</style>" for css in INLINE.css_raw)
+              + "".join(f"<script>{js}</script>" for js in INLINE.js_raw))
+
     def cell(row: dict[str, str], key: str) -> str:
         css = row["verdict"].replace(" ", "-") if key == "verdict" else ""
         return f"<td class='{esc(css)}'>{esc(row[key])}</td>"
@@ -98,7 +105,7 @@ def html_page(results: list[Result], meta: dict[str, Any]) -> str:
              ".holds{background:#e3f4e3}.differs{background:#fbe3e3}.not-measurable{background:#eee}"
              "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Residual Lab reproduction</title>"
-            f"<style>{style}</style>{INLINE.render()}{script}</head><body>"
+            f"<style>{style}</style>{inline}{script}</head><body>"
             f"<h1>Reproduction: {esc(meta['budget'])} budget, {meta['seeds']} seed(s), {meta['seconds']:.0f} s</h1>"
             f"<p>Values are mean ± sd over seeds.{esc(_caveat(meta))}</p>{table}<h2>Figures</h2>{plots}"
             f"<h2>Claims</h2>{details}</body></html>")

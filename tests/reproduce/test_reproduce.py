@@ -96,6 +96,18 @@ def test_the_report_shows_every_text_as_text():
     assert "<script>" not in md and "1 \\| 2" in md
 
 
+def test_the_report_names_no_file_on_another_server_whatever_bokeh_lists(monkeypatch):
+    """Bokeh's resources list the stylesheets of extensions a process has loaded, some on public servers."""
+    from bokeh.resources import Resources
+
+    monkeypatch.setattr(Resources, "css_files", property(lambda self: ["https://cdn.example.org/x.css"]))
+    monkeypatch.setattr(Resources, "js_files", property(lambda self: ["https://cdn.example.org/x.js"]))
+    claim = Claim("x.y", "alignment", "Figure 1", "a claim", "1", "m")
+    result = Result(claim, {"a": [1.0]}, "1", "holds", "", [], 1.0, Curves("t", "x", "y", {"s": ([0, 1], [1, 2])}))
+    page = html_page([result], {"budget": "cpu", "seeds": 1, "seconds": 1.0})
+    assert "cdn.example.org" not in page and "Bokeh" in page and "<div" in page
+
+
 def test_measures_and_summaries():
     assert mean_sd([1.0, 2.0, 3.0]) == "2 ± 1" and mean_sd([0.5]) == "0.5" and mean_sd([]) == "n/a"
     assert mean_sd([1.0, float("nan"), 3.0]) == "2 ± 1.41"

@@ -19,7 +19,7 @@ from lab.ui.views.run_views import COLUMNS, format_age, format_metrics, format_p
 from tests.jobs.helpers import tiny
 from tests.ui.driving import poll_until, shown
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 STEP = {"kind": "step", "epoch": 0}
 
 
