@@ -42,8 +42,6 @@ from lab.runs.store import Run, RunStore, atomic_write_json
 from lab.train.core import end_state
 from lab.train.ensemble import MODEL, EnsembleCallback, EnsembleMember, EnsembleTrainer, ensemble_groups
 
-SWEEP_FILE = layout.SWEEP
-
 
 @dataclass(frozen=True)
 class SweepMember:
@@ -182,7 +180,7 @@ def final_status(run: Run, member: EnsembleMember) -> dict[str, Any]:
 
 def _write_sweep_file(folder: Run, plan: SweepPlan, runs: list[Run], statuses: list[dict[str, Any]]) -> None:
     group_of = {i: g for g, members in enumerate(plan.groups) for i in members}
-    atomic_write_json(folder.path / SWEEP_FILE, {
+    atomic_write_json(folder.path / layout.SWEEP, {
         "name": plan.name, "config": plan.config_path, "overrides": list(plan.fixed), "swept": plan.swept,
         "groups": plan.groups,
         "members": [{"run": run.id, "values": m.values, "group": group_of[i], "state": s["state"],
@@ -193,7 +191,7 @@ def _write_sweep_file(folder: Run, plan: SweepPlan, runs: list[Run], statuses: l
 
 def read_sweep(folder: str | Path) -> dict[str, Any]:
     """A sweep folder's sweep.json."""
-    return json.loads((Path(folder) / SWEEP_FILE).read_text())
+    return json.loads((Path(folder) / layout.SWEEP).read_text())
 
 
 def create_sweep(plan: SweepPlan, store: RunStore) -> tuple[Run, list[Run]]:

@@ -7,8 +7,9 @@ import torch
 
 from lab.config import ConfigError, load_config
 from lab.jobs.runner import train_and_evaluate
+from lab.runs import layout
 from lab.runs.store import Run, RunStore, config_of_run
-from lab.sweeps import SWEEP_FILE, create_sweep, plan_sweep, read_sweep, split_values, train_sweep
+from lab.sweeps import create_sweep, plan_sweep, read_sweep, split_values, train_sweep
 from lab.train import EnsembleCallback, build_model
 
 CONFIG = "configs/spiral.yaml"
@@ -64,7 +65,7 @@ def test_sweep_folder_holds_ordinary_runs(tmp_path):
     assert all(Run(r.path).read_status()["state"] == "queued" for r in runs)
     statuses = train_sweep(plan, folder, runs, progress=False)
     assert [s["state"] for s in statuses] == ["completed"] * 4
-    assert sorted(p.name for p in folder.path.iterdir()) == sorted([SWEEP_FILE, *(r.id for r in runs)])
+    assert sorted(p.name for p in folder.path.iterdir()) == sorted([layout.SWEEP, *(r.id for r in runs)])
     sweep = read_sweep(folder.path)
     assert sweep["swept"] == {"model.alpha_min": [1.0, 0.6], "model.depth": [2, 3]}
     assert [m["run"] for m in sweep["members"]] == [r.id for r in runs]
@@ -130,7 +131,7 @@ def test_a_stopped_sweep_starts_no_further_group_and_a_member_resumes_alone(tmp_
     assert [s["state"] for s in statuses] == ["stopped", "stopped"]
     assert statuses[0]["step"] == 5 and statuses[1]["message"] == "not started: the sweep was stopped"
     assert Run(runs[0].path).load_checkpoint()["step"] == 5  # the final evaluation's checkpoint
-    assert json.loads((folder.path / SWEEP_FILE).read_text())["members"][1]["state"] == "stopped"
+    assert json.loads((folder.path / layout.SWEEP).read_text())["members"][1]["state"] == "stopped"
     # the member resumes as a solo run (odd step: ResidualDroppath's masks come from the checkpoint) and ends
     # where the member trained alone from the start ends
     resumed = train_and_evaluate(config_of_run(runs[0]), runs[0], resume=True, progress=False)
