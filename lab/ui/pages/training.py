@@ -110,7 +110,7 @@ class TrainingPage(Page):
         for job in self._jobs():
             if job.status().get("state") != "paused":
                 job.pause()
-        self.follower.status.error(str(err), "warning")
+        self.follower.status.error(str(err), "warning", state="paused")
 
     @param.depends("reset", watch=True)
     def _reset(self) -> None:

@@ -53,18 +53,20 @@ class JobStatus(pn.viewable.Viewer):
         elif self._alert_state is None or self._alert_state != state:
             self.alert.visible = False  # a page's message stays while the state it was about lasts
 
-    def error(self, text: str, kind: str = "danger") -> None:
+    def error(self, text: str, kind: str = "danger", state: str | None = None) -> None:
         """Show ``text`` in the alert, as text (the server keeps running; nothing is lost). It stays up while the
-        job's state is the one shown now (a refused resume of a paused job: until the job runs again).
+        job is in the state it is about (a refused resume of a paused job: until the job runs again).
 
         Args:
             text: plain text, not Markdown: a run's message or an exception's, which may hold anything.
             kind: the alert's kind (danger, warning, info).
+            state: the job's state the text is about; default the one the status line shows now (which may lag
+                the job's own by a poll).
         """
         self.alert.alert_type = kind
         self.alert.object = md(text)
         self.alert.visible = True
-        self._alert_state = self._state
+        self._alert_state = self._state if state is None else state
 
     def clear(self) -> None:
         self.alert.visible = False
