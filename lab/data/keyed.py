@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 from PIL import Image
 from torch.utils.data import Dataset, Sampler
-from torchvision.transforms import v2
 
 from lab.seeds import epoch_seed, sample_seed
 
@@ -36,6 +35,8 @@ Key = tuple[int, int]  # (epoch, index)
 
 
 def _augmentations(size: int, augment: str) -> list[Callable]:
+    from torchvision.transforms import v2  # imported here: torchvision takes seconds to import
+
     if augment == "mae":  # MAE pretraining: random resized crop (scale 0.2-1) and flip
         return [v2.RandomResizedCrop(size, scale=(0.2, 1.0), interpolation=v2.InterpolationMode.BICUBIC,
                                      antialias=True), v2.RandomHorizontalFlip()]
@@ -54,6 +55,8 @@ def _augmentations(size: int, augment: str) -> list[Callable]:
 
 
 def _normalise() -> list[Callable]:
+    from torchvision.transforms import v2  # imported here: torchvision takes seconds to import
+
     return [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
 
 
@@ -71,12 +74,16 @@ def train_transform(size: int, augment: str) -> Callable[[Image.Image], torch.Te
 
         return create_transform(size, is_training=True, color_jitter=0.4, interpolation="random",
                                 mean=IMAGENET_MEAN, std=IMAGENET_STD)
+    from torchvision.transforms import v2
+
     return v2.Compose([v2.ToImage(), *_augmentations(size, augment), *_normalise()[1:]])
 
 
 def eval_transform(size: int) -> Callable[[Image.Image], torch.Tensor]:
     """PIL image → ``[3, size, size]``, no randomness: the shorter side resized to ``size / 0.875`` and centre-
     cropped for ImageNet-scale images (size ≥ 128); small images are resized to ``size`` and not cropped."""
+    from torchvision.transforms import v2
+
     resize = math.floor(size / CROP_PCT) if size >= 128 else size
     return v2.Compose([v2.ToImage(), v2.Resize(resize, interpolation=v2.InterpolationMode.BICUBIC, antialias=True),
                        v2.CenterCrop(size), *_normalise()[1:]])
@@ -86,6 +93,8 @@ def tensor_transform(size: int, augment: str) -> Callable[[torch.Tensor], torch.
     """The augmentation of an in-memory image ``[C, H, W]`` (already standardised), or None for ``none``."""
     if augment == "none":
         return None
+    from torchvision.transforms import v2
+
     return v2.Compose(_augmentations(size, augment))
 
 

@@ -27,9 +27,9 @@ class WatchedRun(AttachedJob):
     """A run folder followed read-only by a page: status, metrics and snapshots, no control.
 
     :meth:`stop` does nothing (a page's follower stops its job when the page is thrown away, and a run being
-    watched is not the page's to stop); :meth:`status` is cleaned (:func:`~lab.runs.catalog.clean_status`), so a damaged status.json
-    cannot break a view; an ``unknown`` state counts as alive, so a folder that a writer has not yet given a
-    status.json is watched until it has one. No symbolic link is followed: a linked ``metrics.jsonl`` has no
+    watched is not the page's to stop); :meth:`status` is cleaned (:func:`~lab.runs.catalog.clean_status`), so a
+    damaged status.json cannot break a view; an ``unknown`` state counts as alive, so a folder that a writer has not
+    yet given a status.json is watched until it has one. No symbolic link is followed: a linked ``metrics.jsonl`` has no
     records (:meth:`~lab.runs.store.Run.read_metrics`), a linked snapshot (or ``snapshots/``) is not there.
     """
 

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from scipy.stats import spearmanr
 
 from lab.analysis.rank_sweep import member_features, sweep_rank_metrics
 from lab.data.readers import write_digits_folder
@@ -103,6 +102,8 @@ def measure_rank(budget: str, seeds: int, store: RunStore, tick: Callable[[], No
     if budget not in SIZES:
         return [not_at_this_budget(c, FULL_SCALE["rank"] + FULL_SCALE["mae"], "the paper's scale (ViT-B/16 on "
                                    "ImageNet-100, ResNets on ImageNet) runs on GPU machines") for c in claims]
+    from scipy.stats import spearmanr  # imported here: scipy.stats takes a second, and every CLI command loads this
+
     sizes = SIZES[budget]
     start = time.perf_counter()
     rho, r, controls, commands, first = [], [], {"scaled_both": [], "scaled_branch": [], "decayed 0.6": []}, [], None
