@@ -17,14 +17,29 @@ from torch import Tensor
 
 
 def take_indices(count: int, indices: int | Sequence[int] | None) -> tuple[list[int], int]:
-    """``(absolute indices, largest index)`` of the states ``indices`` selects among ``count`` (timm's rule).
+    """``(absolute indices, largest index)`` of the states ``indices`` selects among ``count``.
+
+    timm's ``feature_take_indices``, rewritten (a test compares the two) because importing timm costs seconds, and
+    the analyses of models that need nothing else from timm (the residual MLP, the fully-connected ResNets) call
+    this first in every fresh process: a page's first frame, a notebook's first Jacobian.
 
     Raises:
         AssertionError: an index out of range (timm's error).
     """
-    from timm.models._features import feature_take_indices  # here: importing timm takes seconds
-
-    return feature_take_indices(count, indices)
+    if indices is None:
+        indices = count
+    if isinstance(indices, int):
+        if not 0 < indices <= count:
+            raise AssertionError(f"last-n ({indices}) is out of range (1 to {count})")
+        take = [count - indices + i for i in range(indices)]
+    else:
+        take = []
+        for i in indices:
+            idx = count + i if i < 0 else i
+            if not 0 <= idx < count:
+                raise AssertionError(f"feature index {idx} is out of range (0 to {count - 1})")
+            take.append(idx)
+    return take, max(take)
 
 
 def collect(stream: Iterator[Tensor], count: int, indices: int | Sequence[int] | None,

@@ -34,11 +34,11 @@ def param_groups(model: nn.Module, weight_decay: float, on: str = "weights") -> 
     Returns:
         ``[{"params": [...], "weight_decay": λ or 0.0}, ...]``.
     """
-    if on == "all":
-        return [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": weight_decay}]
-    if on != "weights":
+    if on not in ("weights", "all"):
         raise ValueError(f"unknown weight-decay rule {on!r}; valid: weights, all")
-    from timm.optim import param_groups_weight_decay  # here: importing timm takes seconds
+    if on == "all" or not weight_decay:  # timm's groups too when λ = 0: one, every parameter, undecayed
+        return [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": weight_decay}]
+    from timm.optim import param_groups_weight_decay  # here: importing timm takes seconds (not needed for λ = 0)
 
     skip = tuple(model.no_weight_decay()) if hasattr(model, "no_weight_decay") else ()
     groups = param_groups_weight_decay(model, weight_decay, no_weight_decay_list=skip)

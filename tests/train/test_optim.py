@@ -46,10 +46,14 @@ def test_all_rule_decays_every_parameter_in_one_group():
     assert all(decayed(model, "all").values())
 
 
-def test_no_decay_is_one_group_in_module_order():
+def test_no_decay_is_one_group_in_module_order_as_timms():
+    from timm.optim import param_groups_weight_decay
+
     model = _Tiny()
     (group,) = make_optimizer(model, ExperimentConfig().train).param_groups
     assert group["weight_decay"] == 0.0 and [id(p) for p in group["params"]] == [id(p) for p in model.parameters()]
+    (timms,) = param_groups_weight_decay(model, 0.0, no_weight_decay_list=model.no_weight_decay())
+    assert timms["weight_decay"] == 0.0 and [id(p) for p in timms["params"]] == [id(p) for p in group["params"]]
 
 
 def _cfg(engine: str, rule: str) -> ExperimentConfig:
