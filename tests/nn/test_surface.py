@@ -32,8 +32,12 @@ MODELS = {
 }
 
 
+# diffusion models take a noise level with their input; their surface is tested in tests/nn/test_diffusion.py
+DIFFUSION = ("uvit_mid", "uvit_small", "uvit_tiny")
+
+
 def test_every_registered_model_is_covered():
-    assert sorted(MODELS) == list_models()
+    assert sorted([*MODELS, *DIFFUSION]) == list_models()
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -81,3 +85,25 @@ def test_mae_intermediates_as_a_patch_grid_after_the_final_norm():
         torch.testing.assert_close(grid[:, :, 1, 2], model.norm(h)[:, 1 + 1 * 4 + 2])
     with pytest.raises(ValueError, match="output_fmt must be one of NLC, NCHW"):
         model.forward_intermediates(x, output_fmt="NHWC")
+
+
+@pytest.mark.parametrize("indices", [None, 1, 3, 5, [0], [-1], [0, 2, -1], (4, 1)])
+def test_take_indices_is_timms_rule(indices):
+    from timm.models._features import feature_take_indices
+
+    from lab.nn.intermediates import take_indices
+
+    assert take_indices(5, indices) == feature_take_indices(5, indices)
+
+
+@pytest.mark.parametrize("indices", [0, 6, [5], [-6]])
+def test_take_indices_refuses_what_timm_refuses(indices):
+    from timm.models._features import feature_take_indices
+
+    from lab.nn.intermediates import take_indices
+
+    with pytest.raises(AssertionError) as ours:
+        take_indices(5, indices)
+    with pytest.raises(AssertionError) as timms:
+        feature_take_indices(5, indices)
+    assert str(ours.value) == str(timms.value)
