@@ -39,12 +39,13 @@ T = TypeVar("T")
 
 DROPPATH_MODES = ("off", "droppath", "residual_droppath")
 OPTIMIZERS = ("adam", "adamw", "sgd")
-LR_SCHEDULES = ("constant", "cosine", "warmup_cosine")
-TASKS = ("classify", "mae")
+LR_SCHEDULES = ("constant", "cosine", "warmup_cosine", "warmup_constant")
+TASKS = ("classify", "mae", "diffusion")
+GENERATIVE = {"mae": "mae_", "diffusion": "uvit_"}  # tasks whose model computes its own loss: model name prefix
 ENGINES = ("auto", "tensor", "loader")
 PRECISIONS = ("auto", "fp32", "bf16")
 WEIGHT_DECAY_ON = ("weights", "all")
-AUGMENTS = ("none", "mae", "resized_crop", "crop_flip", "timm")
+AUGMENTS = ("none", "flip", "mae", "resized_crop", "crop_flip", "timm")
 DATASETS = (*TOY_DATASETS, *IMAGE_DATASETS)
 
 
@@ -146,7 +147,8 @@ class ModelConfig:
     zero_init: bool | None = _field(None, doc="zero-initialise each branch's output layer (Residual Connections Harm "
                                               "Generative Representation Learning, §3.2)")
     in_dim: int | None = _field(None, lo=1, doc="input features (default: from the data)")
-    num_classes: int | None = _field(None, lo=1, doc="classes (default: from the data)")
+    num_classes: int | None = _field(None, lo=0, doc="classes (default: from the data); 0: an unconditional "
+                                                     "diffusion model")
     seed: int = _field(0, lo=0, doc="initialisation seed, kept apart from data and batch seeds")
     extra: tuple[tuple[str, Any], ...] = field(default=(), metadata={"doc": "other builder arguments, by name"})
 
@@ -223,7 +225,8 @@ class DataConfig:
     max_per_class: int = _field(0, lo=0, doc="image sets: at most N training images per class (0 = all)")
     image_size: int = _field(0, lo=0, hi=4096, doc="digits and image folders: resize to N × N (0 = 8 for digits, "
                                                     "32 for image folders)")
-    augment: str = _field("none", choices=AUGMENTS, doc="loader engine, training images: mae = RandomResizedCrop "
+    augment: str = _field("none", choices=AUGMENTS, doc="loader engine, training images: flip = horizontal flips "
+                                                         "(diffusion on CIFAR); mae = RandomResizedCrop "
                                                          "(scale 0.2-1) + flip as MAE pretraining; resized_crop = "
                                                          "scale 0.08-1 + flip (ImageNet classification); crop_flip "
                                                          "= padded random crop + flip (CIFAR); timm = timm's "
@@ -259,7 +262,7 @@ class TrainConfig:
                                                                         "parameter (Residual Alignment, Eq. 1)")
     momentum: float = _field(0.9, lo=0.0, hi=1.0, doc="SGD only")
     lr_schedule: str = _field("constant", choices=LR_SCHEDULES, doc="learning rate per step (lab.train.schedule)")
-    warmup_steps: int = _field(0, lo=0, doc="warmup_cosine: linear warmup from 0 over these steps")
+    warmup_steps: int = _field(0, lo=0, doc="warmup_*: linear warmup from 0 over these steps")
     min_lr: float = _field(0.0, lo=0.0, doc="cosine schedules: the learning rate they end at")
     batch_size: int = _field(256, lo=1)
     epochs: int = _field(6, lo=1)
@@ -274,13 +277,15 @@ class TrainConfig:
     threads: int = _field(1, lo=0, doc="torch CPU threads; the toy models' small matmuls run fastest on one "
                                        "(and leave a core to a server); 0 keeps torch's default")
     task: str = _field("classify", choices=TASKS, doc="classify: cross-entropy on labels; mae: the model's own "
-                                                       "masked-reconstruction loss (MAE pretraining)")
+                                                       "masked-reconstruction loss (MAE pretraining); diffusion: "
+                                                       "the ε-prediction loss of a U-ViT diffusion model")
     engine: str = _field("auto", choices=ENGINES, doc="tensor: whole data sets as tensors (toy and small image "
                                                        "sets); loader: a DataLoader per process, DDP under "
-                                                       "torchrun; auto: loader for mae or under torchrun")
+                                                       "torchrun; auto: loader for mae, diffusion or under "
+                                                       "torchrun")
     lr_scaling: str = _field("none", choices=("none", "batch256"), doc="batch256: the rate used is train.lr × "
                                                                       "global batch / 256 (MAE's base lr rule)")
-    warmup_epochs: int = _field(0, lo=0, doc="warmup_cosine: warmup length in epochs (adds to warmup_steps)")
+    warmup_epochs: int = _field(0, lo=0, doc="warmup_*: warmup length in epochs (adds to warmup_steps)")
     accum_steps: int = _field(1, lo=1, hi=4096, doc="loader engine: micro-batches accumulated per update; "
                                                     "global batch = batch_size × accum_steps × processes")
     precision: str = _field("auto", choices=PRECISIONS, doc="loader engine: bf16 autocast (auto: on CUDA only)")
@@ -292,15 +297,25 @@ class TrainConfig:
                                                               "cross-entropy (0.1 is timm's training default)")
     rank_inputs: int = _field(256, lo=2, doc="loader engine, mae: held-out images whose bottleneck features give "
                                              "the effective rank at each evaluation")
+    ema: float = _field(0.0, lo=0.0, hi=1.0, doc="loader engine: decay of an exponential moving average of the "
+                                                 "weights kept beside them (timm's ModelEmaV3; 0 = none); a "
+                                                 "diffusion model samples with it (0.9999 in U-ViT)")
+    samples: int = _field(64, lo=0, hi=1024, doc="loader engine, diffusion: images of the sample grid saved at each "
+                                                 "evaluation (figures/samples-<step>.png; 0 = none)")
+    sample_steps: int = _field(50, lo=1, doc="loader engine, diffusion: steps of the probability-flow ODE sampler "
+                                             "of that grid (50, as the reference's training grids)")
 
     def __post_init__(self) -> None:
         if len(self.betas) != 2:
             raise ConfigError(f"train.betas must have two values; got {list(self.betas)}")
         _validate(self)
-        if self.lr_schedule == "warmup_cosine" and self.warmup_steps == 0 and self.warmup_epochs == 0:
-            raise ConfigError("train.lr_schedule=warmup_cosine needs train.warmup_steps > 0 or train.warmup_epochs > 0")
-        if self.task == "mae" and self.engine == "tensor":
-            raise ConfigError("train.task=mae trains with the loader engine: set train.engine=loader or auto")
+        if self.lr_schedule.startswith("warmup_") and self.warmup_steps == 0 and self.warmup_epochs == 0:
+            raise ConfigError(f"train.lr_schedule={self.lr_schedule} needs train.warmup_steps > 0 or "
+                              "train.warmup_epochs > 0")
+        if self.task in GENERATIVE and self.engine == "tensor":
+            raise ConfigError(f"train.task={self.task} trains with the loader engine: set train.engine=loader or auto")
+        if self.ema >= 1.0:
+            raise ConfigError("train.ema must be below 1 (1 would never move the average)")
         if self.droppath == "residual_droppath" and self.accum_steps > 1:
             raise ConfigError("train.droppath=residual_droppath reuses one batch's masks in the next update, so it "
                               "cannot accumulate micro-batches: set train.accum_steps=1")
@@ -312,7 +327,7 @@ class TrainConfig:
 
 LOADER_ONLY: dict[str, tuple[Any, ...]] = {
     "train.accum_steps": (1,), "train.precision": ("auto", "fp32"), "train.compile": (False,),
-    "data.augment": ("none",), "train.probe_every": (0,), "train.label_smoothing": (0.0,),
+    "data.augment": ("none",), "train.probe_every": (0,), "train.label_smoothing": (0.0,), "train.ema": (0.0,),
 }
 """Settings only the loader engine reads, with the values a tensor run accepts: any other value would be silently
 ignored by the tensor engine, so a tensor run given one is refused (``lab.jobs.runner.resolved``). The schedule's
@@ -332,13 +347,17 @@ class ExperimentConfig:
     def __post_init__(self) -> None:
         if not self.name or any(c in self.name for c in "/\\\0"):
             raise ConfigError(f"name must be non-empty and free of path separators; got {self.name!r}")
-        mae = self.model.name.startswith("mae_")
-        if self.train.task == "mae" and not mae:
-            raise ConfigError(f"train.task=mae pretrains a masked autoencoder (model.name=mae_…); {self.model.name} "
-                              "is a classifier: set train.task=classify")
-        if self.train.task == "classify" and mae:
-            raise ConfigError(f"{self.model.name} is a masked autoencoder with no classifier head: set "
-                              "train.task=mae (and probe it afterwards with `python -m lab probe RUN`)")
+        task, name = self.train.task, self.model.name
+        needed = next((t for t, prefix in GENERATIVE.items() if name.startswith(prefix)), "classify")
+        if task != needed:
+            what = {"classify": "a classifier", "mae": "a masked autoencoder with no classifier head",
+                    "diffusion": "a diffusion model with no classifier head"}[needed]
+            probe = " (and probe it afterwards with `python -m lab probe RUN`)" if needed == "mae" else ""
+            raise ConfigError(f"train.task={task} cannot train {name}, which is {what}: set train.task={needed}"
+                              f"{probe}")
+        if self.model.num_classes == 0 and task != "diffusion":
+            raise ConfigError(f"model.num_classes=0 means an unconditional diffusion model; {name} needs >= 1 (or "
+                              "leave it unset: it is read off the data)")
         if self.train.droppath != "off" and "drop_path_rate" not in model_parameters(self.model.name)[0]:
             raise ConfigError(f"model {self.model.name} has no drop paths: train.droppath={self.train.droppath} "
                               "would do nothing")

@@ -214,6 +214,17 @@ def test_the_task_fits_the_model_and_droppath_needs_drop_paths():
         load_config(None, {"train.task": "mae", "model.name": "timm_resnet18"})
     with pytest.raises(ConfigError, match="no classifier head"):
         load_config(None, {"model.name": "mae_vit_tiny_patch4_32"})
+    with pytest.raises(ConfigError, match="train.task=mae cannot train uvit_tiny, which is a diffusion model"):
+        load_config(None, {"model.name": "uvit_tiny", "train.task": "mae"})
+    with pytest.raises(ConfigError, match="which is a classifier: set train.task=classify"):
+        load_config(None, {"train.task": "diffusion"})
+    with pytest.raises(ConfigError, match="model.num_classes=0 means an unconditional diffusion model"):
+        load_config(None, {"model.num_classes": 0})
+    with pytest.raises(ConfigError, match="train.task=diffusion trains with the loader engine"):
+        load_config("configs/uvit_tiny_digits.yaml", {"train.engine": "tensor"})
+    with pytest.raises(ConfigError, match="train.ema must be below 1"):
+        load_config(None, {"train.ema": 1.0})
+    assert load_config("configs/uvit_tiny_digits.yaml").model.num_classes == 0
     with pytest.raises(ConfigError, match="has no drop paths"):
         load_config(None, {"model.name": "mae_vit_tiny_patch4_32", "train.task": "mae",
                            "train.droppath": "residual_droppath", "train.drop_path_rate": 0.1})

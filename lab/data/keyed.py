@@ -46,12 +46,14 @@ def _augmentations(size: int, augment: str) -> list[Callable]:
     if augment == "crop_flip":  # CIFAR's padded random crop and flip
         return [v2.Resize(size, antialias=True), v2.CenterCrop(size), v2.RandomCrop(size, padding=size // 8),
                 v2.RandomHorizontalFlip()]
+    if augment == "flip":  # diffusion on CIFAR (U-ViT): random horizontal flips only
+        return [v2.Resize(size, antialias=True), v2.CenterCrop(size), v2.RandomHorizontalFlip()]
     if augment == "none":
         return [v2.Resize(size, antialias=True), v2.CenterCrop(size)]
     if augment == "timm":
         raise ValueError("data.augment=timm is timm's transform of image files (PIL images): it applies to "
                          "data.name=image_folder, not to sets held in memory")
-    raise ValueError(f"unknown augmentation {augment!r}; valid: mae, resized_crop, crop_flip, timm, none")
+    raise ValueError(f"unknown augmentation {augment!r}; valid: flip, mae, resized_crop, crop_flip, timm, none")
 
 
 def _normalise() -> list[Callable]:
@@ -61,8 +63,8 @@ def _normalise() -> list[Callable]:
 
 
 def train_transform(size: int, augment: str) -> Callable[[Image.Image], torch.Tensor]:
-    """PIL image → ``[3, size, size]`` float tensor, augmented (``mae``, ``resized_crop``, ``crop_flip``, ``timm``
-    or ``none``), normalised.
+    """PIL image → ``[3, size, size]`` float tensor, augmented (``flip``, ``mae``, ``resized_crop``, ``crop_flip``,
+    ``timm`` or ``none``), normalised.
 
     ``timm`` is timm's own training transform with the defaults of its training script
     (``timm.data.create_transform``: random resized crop 0.08–1 with a random choice of bilinear or bicubic

@@ -20,6 +20,7 @@ import numpy as np
 
 from lab.config import ExperimentConfig, save_config
 from lab.jobs.job import Job
+from lab.jobs.runner import uses_loader
 from lab.runs import layout
 from lab.runs.stop import STOP_FILE
 from lab.runs.store import FINISHED, Run
@@ -75,7 +76,7 @@ class ProcessJob(AttachedJob):
                 save_config(cfg, run.path / layout.CONFIG_YAML)
                 command = [sys.executable, "-m", "lab", "train", str(run.path / layout.CONFIG_YAML),
                            "--run-dir", str(run.path), "--no-progress"]
-                if cfg.train.engine != "loader" and cfg.train.task != "mae":  # loader runs record no snapshots
+                if not uses_loader(cfg):  # loader runs record no snapshots
                     command += ["--snapshot-every", "50"]
             else:
                 raise ValueError("ProcessJob needs a command or a config")

@@ -8,7 +8,7 @@ import traceback
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from lab.config import LOADER_ONLY, ConfigError, ExperimentConfig, apply_overrides, to_dict
+from lab.config import GENERATIVE, LOADER_ONLY, ConfigError, ExperimentConfig, apply_overrides, to_dict
 from lab.data.toy2d import ToyData
 from lab.runs import layout
 from lab.runs.lock import RunLock, RunLocked
@@ -24,11 +24,11 @@ from lab.train.tensor import Trainer
 
 
 def uses_loader(cfg: ExperimentConfig) -> bool:
-    """Whether ``cfg`` trains with the loader engine (:mod:`lab.train.loader`): asked for, or ``auto`` with MAE
-    pretraining or under ``torchrun``. A run's saved config names its engine (:func:`resolved`), so a run resumes
-    with the engine it was trained with."""
+    """Whether ``cfg`` trains with the loader engine (:mod:`lab.train.loader`): asked for, or ``auto`` with a
+    generative task (MAE, diffusion) or under ``torchrun``. A run's saved config names its engine
+    (:func:`resolved`), so a run resumes with the engine it was trained with."""
     engine = cfg.train.engine
-    return engine == "loader" or (engine == "auto" and (cfg.train.task == "mae" or launched_by_torchrun()))
+    return engine == "loader" or (engine == "auto" and (cfg.train.task in GENERATIVE or launched_by_torchrun()))
 
 
 def resolved(cfg: ExperimentConfig) -> ExperimentConfig:

@@ -13,7 +13,10 @@ Connections* — stream images from disk through worker processes into DDP repli
   what a model's ``no_weight_decay()`` names (timm's ``param_groups_weight_decay``); the MAE's cls and mask tokens
   are decayed, as in the reference MAE code, and its position embeddings are fixed;
 - classifiers train on cross-entropy, or timm's ``LabelSmoothingCrossEntropy`` with ``train.label_smoothing``
-  (evaluation reports the plain cross-entropy);
+  (evaluation reports the plain cross-entropy); generative models (task ``mae``, ``diffusion``) compute their own
+  loss, a diffusion model from the images and their labels;
+- with ``train.ema``, an exponential moving average of the weights (timm's ``ModelEmaV3``) follows every update
+  and is checkpointed with them; a diffusion model draws its sample grids with it, as U-ViT does;
 - bf16 autocast on CUDA (``train.precision``), ``torch.compile`` as an option;
 - every random draw of a step (crops, masks, drop paths) is a function of (seed, step, rank), so a run stopped and
   resumed continues exactly as it would have gone on;
@@ -100,7 +103,8 @@ class LoaderTrainer:
 
     Args:
         model: a classifier ``[B, C, H, W] -> [B, classes]`` (task ``classify``) or a model whose forward returns
-            ``(loss, …)`` (task ``mae``); moved to the world's device.
+            ``(loss, …)``: ``model(x)`` (task ``mae``), ``model(x, y)`` (task ``diffusion``); moved to the world's
+            device.
         data: the data sets.
         cfg: the train section.
         data_cfg: the data section (loader workers).
@@ -108,7 +112,8 @@ class LoaderTrainer:
         callbacks: subscribers: those that write (the run recorder, a progress bar) on rank 0 only; stop checks on
             every rank (a stop any rank sees stops all).
         alpha_min: the model's alpha_min, only to word the divergence message.
-        figures: folder for reconstruction pictures (MAE; rank 0), or None for none.
+        figures: folder for reconstruction pictures (MAE) and sample grids (diffusion), written by rank 0; None for
+            none.
     """
 
     def __init__(self, model: nn.Module, data: LoaderData, cfg: TrainConfig, data_cfg: DataConfig, world: World,
@@ -128,6 +133,11 @@ class LoaderTrainer:
         runner = self.ddp if self.ddp is not None else self.model
         self.forward = torch.compile(runner) if cfg.compile else runner
         self.optimizer = make_optimizer(self.model, cfg)
+        self.ema = None
+        if cfg.ema > 0:
+            from timm.utils import ModelEmaV3  # imported here: timm takes seconds to import
+
+            self.ema = ModelEmaV3(self.model, decay=cfg.ema)
         self.criterion = F.cross_entropy
         if cfg.label_smoothing > 0:  # timm's own loss, as its training script builds it
             from timm.loss import LabelSmoothingCrossEntropy
@@ -175,6 +185,8 @@ class LoaderTrainer:
         with self._autocast():
             if self.cfg.task == "mae":
                 return self.forward(x)[0]
+            if self.cfg.task == "diffusion":
+                return self.forward(x, y)[0]
             return self.criterion(self.forward(x), y)
 
     def train_step(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
@@ -207,6 +219,8 @@ class LoaderTrainer:
             raise Diverged(self.step, value, divergence_hint(self.cfg, self.alpha_min))
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            self.ema.update(self.model)
         return value
 
     def _batches(self) -> Iterator[list[tuple[torch.Tensor, torch.Tensor]]]:
@@ -285,8 +299,9 @@ class LoaderTrainer:
     def evaluate(self) -> dict[str, float]:
         """Held-out loss (and top-1/top-5 accuracy for classifiers) over every test sample, shared among the
         processes; for MAE on rank 0 also the bottleneck rank, the reconstruction picture and, at epoch ends
-        every ``train.probe_every`` epochs, a quick probe. ``train_loss`` is the mean training loss since the
-        previous evaluation."""
+        every ``train.probe_every`` epochs, a quick probe; for diffusion on rank 0 a grid of samples. The
+        generative losses are drawn with the same masks, noise levels and noise at every evaluation, so they
+        compare over training. ``train_loss`` is the mean training loss since the previous evaluation."""
         out: dict[str, float] = {}
         if self._losses:
             out["train_loss"] = sum(self._losses) / len(self._losses)
@@ -305,6 +320,8 @@ class LoaderTrainer:
                 x, y = x.to(self.device), y.to(self.device)
                 if self.cfg.task == "mae":
                     sums[0] += self.model(x, generator=generator)[0].float().item() * len(x)
+                elif self.cfg.task == "diffusion":
+                    sums[0] += self.model(x, y, generator=generator)[0].float().item() * len(x)
                 else:
                     logits = self.model(x).float()
                     sums[0] += F.cross_entropy(logits, y, reduction="sum").item()
@@ -319,6 +336,8 @@ class LoaderTrainer:
                 out["test_acc"], out["test_top5"] = top1 / n, top5 / n
         if self.cfg.task == "mae" and self.world.main:
             out.update(self._pretraining_measures())
+        if self.cfg.task == "diffusion" and self.world.main and self.figures is not None and self.cfg.samples:
+            self._save_samples()
         if self.throughput is not None:
             out["train_images_per_s"] = self.throughput
         self.last_eval, self.last_eval_step = out, self.step
@@ -342,6 +361,14 @@ class LoaderTrainer:
                 out.update(pretrain_eval.quick_probe(train, test, self.data.num_classes, seed=self.cfg.seed))
         return out
 
+    def _save_samples(self) -> None:
+        """``figures/samples-<step>.png``: ``train.samples`` images from the noise of ``train.seed``, drawn with
+        the weights' moving average when there is one (:func:`~lab.train.pretrain_eval.save_samples`)."""
+        model = self.ema.module if self.ema is not None else self.model
+        with self._autocast():
+            pretrain_eval.save_samples(model, self.figures / f"samples-{self.step:09d}.png", num=self.cfg.samples,
+                                       steps=self.cfg.sample_steps, seed=self.cfg.seed, device=self.device)
+
     def _eval_and_emit(self) -> None:
         metrics = self.evaluate()
         check_finite(metrics, self.step, "test_loss", self.cfg, self.alpha_min)
@@ -349,11 +376,14 @@ class LoaderTrainer:
 
     # -- state ------------------------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Model, optimizer, step, and the last ResidualDroppath masks (a run resumed before an odd step needs
-        the even step's)."""
+        """Model, optimizer, step, the weights' moving average (``train.ema``), and the last ResidualDroppath masks
+        (a run resumed before an odd step needs the even step's)."""
         masks = [dp.mask.cpu() if dp.mask is not None else torch.empty(0) for dp in drop_paths(self.model)]
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
-                "droppath_masks": masks, "global_batch": self.global_batch, "steps_per_epoch": self.steps_per_epoch}
+        state = {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "step": self.step,
+                 "droppath_masks": masks, "global_batch": self.global_batch, "steps_per_epoch": self.steps_per_epoch}
+        if self.ema is not None:
+            state["ema"] = self.ema.module.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` saved.
@@ -373,6 +403,8 @@ class LoaderTrainer:
                 f"which would change its schedule.{hint}")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.ema is not None:  # a checkpoint written without an average starts one from its weights
+            self.ema.module.load_state_dict(state.get("ema", state["model"]))
         self.step = int(state["step"])
         for dp, mask in zip(drop_paths(self.model), state.get("droppath_masks", []), strict=False):
             dp.mask = mask.to(self.device) if mask.numel() else None

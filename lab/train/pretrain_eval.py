@@ -1,12 +1,15 @@
-"""What an MAE pretraining run measures while it trains: the rank of its bottleneck features, a quick linear probe,
-and a reconstruction picture — so Figure 6 (rank and probe accuracy over training, across α_min) and Figure 8
-(reconstructions) of *Residual Connections Harm Generative Representation Learning* come from the run folders.
+"""What a generative pretraining run measures while it trains: for an MAE the rank of its bottleneck features, a
+quick linear probe and a reconstruction picture — so Figure 6 (rank and probe accuracy over training, across α_min)
+and Figure 8 (reconstructions) of *Residual Connections Harm Generative Representation Learning* come from the run
+folders —, for a diffusion model a grid of samples.
 
 Pure functions of a model and tensors; the loader engine calls them on rank 0 at each evaluation.
 """
 
 from __future__ import annotations
 
+import io
+import math
 from pathlib import Path
 
 import torch
@@ -79,4 +82,27 @@ def save_reconstruction(model: nn.Module, images: torch.Tensor, path: Path, *, s
     grid = torch.cat([images, visible, pasted]).float().cpu()
     path.parent.mkdir(parents=True, exist_ok=True)
     save_image(grid, path, nrow=len(images), normalize=True, scale_each=True, padding=1)
+    return path
+
+
+def grid_png(images: torch.Tensor) -> bytes:
+    """PNG bytes of a square-ish grid of ``images [n, C, H, W]``, scaled together to [0, 1] (their own range)."""
+    from torchvision.utils import save_image
+
+    buffer = io.BytesIO()
+    save_image(images.float().cpu(), buffer, format="png", nrow=math.ceil(math.sqrt(len(images))), normalize=True,
+               padding=1)
+    return buffer.getvalue()
+
+
+@torch.no_grad()
+def save_samples(model: nn.Module, path: Path, *, num: int, steps: int, seed: int = 0,
+                 device: torch.device | str = "cpu") -> Path:
+    """A grid of ``num`` samples of a diffusion model (probability-flow ODE, ``steps`` steps) from the noise of
+    ``seed``: the same noise at every evaluation, so successive grids show the same samples improving."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with eval_mode(model):
+        images = model.sample(num, steps=steps, generator=generator, device=device)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(grid_png(images))
     return path

@@ -109,3 +109,14 @@ def test_timm_augmentation_is_timms_training_transform_keyed_like_the_others(fol
         from lab.data.keyed import tensor_transform
 
         tensor_transform(16, "timm")
+
+
+def test_flip_augmentation_only_mirrors_some_images():
+    from lab.data.keyed import tensor_transform
+
+    flip = tensor_transform(8, "flip")
+    images = torch.randn(64, 1, 8, 8)
+    out = torch.stack([flip(x) for x in images])
+    same = (out == images).flatten(1).all(1)
+    mirrored = (out == images.flip(-1)).flatten(1).all(1)
+    assert (same | mirrored).all() and same.any() and mirrored.any()

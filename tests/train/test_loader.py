@@ -153,3 +153,25 @@ def test_table_1_configs_carry_the_timm_defaults_they_claim():
     net = create_model(model.name, num_classes=10, in_chans=1, **model.builder_kwargs())
     last_norms = [m.bn3 for m in net.modules() if hasattr(m, "bn3")]  # timm's zero_init_last: each block's last norm
     assert len(last_norms) == 16 and not any(bn.weight.any() for bn in last_norms)
+
+
+TINY_UVIT = ["configs/uvit_tiny_digits.yaml", "model.embed_dim=16", "model.depth=2", "model.num_heads=2",
+             "train.batch_size=32", "train.max_steps=10", "train.eval_every=5", "train.warmup_steps=2",
+             "train.samples=4", "train.sample_steps=3", "train.log_every=1", "--no-progress"]
+
+
+def test_a_diffusion_run_records_samples_and_resumes_with_its_moving_average_exactly(tmp_path):
+    """The ε-loss and held-out loss are recorded, a sample grid at each evaluation, the EMA weights in every
+    checkpoint; a run stopped and resumed continues with the same losses and ends with the same average."""
+    assert main(["train", *TINY_UVIT, "--runs-dir", str(tmp_path / "a")]) == 0
+    assert main(["train", *TINY_UVIT, "--runs-dir", str(tmp_path / "b"), "--steps", "4"]) == 0
+    (a,), (b,) = (list((tmp_path / d).iterdir()) for d in ("a", "b"))
+    assert main(["resume", str(b), "--no-progress"]) == 0
+    assert _steps(b) == _steps(a) and len(_steps(a)) == 10
+    evals = [json.loads(line) for line in (a / "metrics.jsonl").read_text().splitlines() if '"eval"' in line]
+    assert [e["step"] for e in evals] == [5, 10] and all(math.isfinite(e["test_loss"]) for e in evals)
+    assert sorted(p.name for p in (a / "figures").iterdir()) == ["samples-000000005.png", "samples-000000010.png"]
+    (ea, ma), (eb, mb) = ((s["ema"], s["model"]) for s in
+                          (torch.load(r / "checkpoints" / "last.pt", weights_only=True) for r in (a, b)))
+    assert ea.keys() == ma.keys() and all(torch.equal(ea[k], eb[k]) and torch.equal(ma[k], mb[k]) for k in ea)
+    assert any(not torch.equal(ea[k], ma[k]) for k in ea)  # the average lags the weights

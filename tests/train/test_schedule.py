@@ -19,6 +19,12 @@ def test_constant_cosine_and_warmup_cosine():
     assert learning_rate(warm, 110, 110) == pytest.approx(0.0, abs=1e-12)
 
 
+def test_warmup_constant_rises_as_warmup_cosine_then_stays_at_the_peak():
+    cfg = TrainConfig(lr=0.2, lr_schedule="warmup_constant", warmup_steps=10)
+    assert [learning_rate(cfg, s, 110) for s in (0, 4, 9, 10, 60, 110)] == pytest.approx([0.02, 0.1, 0.2, 0.2, 0.2,
+                                                                                           0.2])
+
+
 def test_warmup_in_epochs_and_a_peak_scaled_by_the_global_batch():
     cfg = TrainConfig(lr=1e-3, lr_scaling="batch256", lr_schedule="warmup_cosine", warmup_epochs=2, warmup_steps=1)
     # W = 1 + 2 epochs of 5 steps = 11; peak = 1e-3 × 1024 / 256
