@@ -23,6 +23,7 @@ from lab.jobs.publish import DiskSink, Publisher
 from lab.jobs.runner import checked_data, resolved, train_and_evaluate, uses_loader
 from lab.reports.alignment import alignment_report, format_alignment
 from lab.reports.probe import format_probe, probe_report
+from lab.reports.samples import format_samples, sample_report
 from lab.reproduce import BUDGETS, PAPERS, reproduce
 from lab.runs import layout
 from lab.runs.lock import RunLocked
@@ -108,6 +109,25 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument("--limit", type=int, default=None, metavar="N", help="at most N samples of each split")
     probe.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:i]")
     probe.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sample = sub.add_parser("sample", help="draw images from a diffusion run into <run>/analysis/samples-*.png and "
+                                           ".npz")
+    sample.add_argument("run", help="run id (in the runs folder) or a run folder's path")
+    sample.add_argument("--runs-dir", default=None)
+    sample.add_argument("--num", type=int, default=64, help="how many samples (default 64)")
+    sample.add_argument("--steps", type=int, default=50, help="sampler steps (default 50)")
+    sample.add_argument("--sampler", default="ode", choices=["ode", "sde"],
+                        help="ode: probability flow, Euler (default; the reference's training grids); sde: "
+                             "Euler-Maruyama (the reference's FID samples, with --steps 1000)")
+    sample.add_argument("--guidance", type=float, default=0.0,
+                        help="classifier-free guidance scale w of a class-conditional run (default 0: none)")
+    sample.add_argument("--checkpoint", default="last", choices=["last", "best"])
+    weights = sample.add_mutually_exclusive_group()
+    weights.add_argument("--ema", dest="ema", action="store_true", default=None,
+                         help="the weights' moving average (default when the run kept one)")
+    weights.add_argument("--no-ema", dest="ema", action="store_false", help="the trained weights themselves")
+    sample.add_argument("--seed", type=int, default=0, help="seed of the initial noise (default 0)")
+    sample.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:i]")
+    sample.add_argument("--no-progress", action="store_true", help="no progress bar")
     sweep = sub.add_parser("sweep", help="train a sweep (comma lists; two lists sweep their product) into one "
                                          "folder of ordinary run folders, as few ensembles as possible")
     sweep.add_argument("config", help="YAML config of a residual_mlp, e.g. configs/spiral.yaml")
@@ -179,6 +199,20 @@ def _probe(args: argparse.Namespace, store: RunStore) -> int:
         return 2
     print(format_probe(summary))
     print(f"wrote {run.path / layout.ANALYSIS / 'probe.json'}", file=sys.stderr)
+    return 0
+
+
+def _sample(args: argparse.Namespace, store: RunStore) -> int:
+    try:
+        run = find_run(args.run, store)
+        summary = sample_report(run, num=args.num, steps=args.steps, sampler=args.sampler, guidance=args.guidance,
+                                checkpoint=args.checkpoint, ema=args.ema, seed=args.seed, device=args.device,
+                                progress=not args.no_progress)
+    except (ConfigError, FileNotFoundError, CheckpointError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(format_samples(summary))
+    print(f"wrote {summary['png']} and {summary['npz'].name}", file=sys.stderr)
     return 0
 
 
@@ -263,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         return _analyze(args, store)
     if args.command == "probe":
         return _probe(args, store)
+    if args.command == "sample":
+        return _sample(args, store)
     if args.command == "sweep":
         return _sweep(args, store)
     if args.command == "reproduce":

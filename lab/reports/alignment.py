@@ -22,7 +22,7 @@ from lab.train.build import build_data, build_model, loader_data
 from lab.train.loader import LoaderData
 
 
-def load_trained(run: Run, checkpoint: str = "last", *, loader: bool = False
+def load_trained(run: Run, checkpoint: str = "last", *, loader: bool = False, weights: str = "model"
                  ) -> tuple[ExperimentConfig, nn.Module, ToyData | LoaderData, int]:
     """The run's config, its model with the checkpoint's weights (eval mode, CPU), its data and the checkpoint's
     step.
@@ -32,16 +32,20 @@ def load_trained(run: Run, checkpoint: str = "last", *, loader: bool = False
         checkpoint: ``last`` or ``best``.
         loader: the data as the loader engine reads it (:func:`~lab.train.build.loader_data`: an image folder
             file by file) rather than as whole tensors (:func:`~lab.train.build.build_data`).
+        weights: ``model`` (the trained weights) or ``ema`` (their moving average, ``train.ema``).
 
     Raises:
-        CheckpointError: the checkpoint is missing, corrupt, or does not fit the config's model.
+        CheckpointError: the checkpoint is missing, corrupt, holds no such weights, or does not fit the model.
     """
     cfg = config_of_run(run)
     data = loader_data(cfg) if loader else build_data(cfg)
     model = build_model(cfg, data)
     state = run.load_checkpoint(checkpoint)
+    if weights not in state:
+        raise CheckpointError(f"checkpoint {run.checkpoint_path(checkpoint)} holds no {weights!r} weights"
+                              + (" (the run was trained without train.ema)" if weights == "ema" else ""))
     try:
-        model.load_state_dict(state["model"])
+        model.load_state_dict(state[weights])
     except (KeyError, RuntimeError) as err:
         raise CheckpointError(f"checkpoint {run.checkpoint_path(checkpoint)} does not fit the run's model: "
                               f"{err}") from None

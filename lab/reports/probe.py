@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from lab.analysis.probing import PROTOCOLS, protocol_probe
 from lab.reports.alignment import load_trained
 from lab.runs import layout
-from lab.runs.store import Run, atomic_write_bytes, atomic_write_json
+from lab.runs.store import Run, atomic_write_bytes, atomic_write_json, config_of_run
 from lab.train.core import resolve_device
 from lab.train.loader import LoaderData
 from lab.train.pretrain_eval import features
@@ -170,6 +170,10 @@ def probe_report(run: Run, *, layer: str = "bottleneck", checkpoint: str = "last
         dev = resolve_device(device)
     except RuntimeError as err:  # an unknown name, or CUDA asked for where there is none
         raise ValueError(f"device {device!r}: {err}") from None
+    cfg = config_of_run(run)
+    if cfg.train.task == "diffusion":
+        raise ValueError(f"{run.path.name} is a diffusion run: its features depend on a noise level, which this probe "
+                         "does not take (it probes noise-free features of classifiers and MAEs)")
     cfg, model, data, step = load_trained(run, checkpoint, loader=True)
     spec = PROTOCOLS[protocol or ("authors" if cfg.train.task == "mae" else "mae")]
     if block is not None or spec.features == "last_block_mean":

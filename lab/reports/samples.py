@@ -1,0 +1,100 @@
+"""Samples of a diffusion run's checkpoint: a PNG grid and the samples themselves, under ``<run>/analysis/``.
+
+The model is rebuilt from the run's config and loaded from a checkpoint (``weights_only=True``), with the weights'
+moving average when the run kept one (as U-ViT samples with its EMA model). The initial noise comes from ``seed``,
+so the same command gives the same samples, and two checkpoints of a run can be compared on the same noise.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from lab.nn.vpsde import SAMPLERS
+from lab.reports.alignment import load_trained
+from lab.runs import layout
+from lab.runs.store import Run, atomic_write_bytes, config_of_run
+from lab.train.core import resolve_device
+from lab.train.pretrain_eval import grid_png
+
+
+def sample_report(run: Run, *, num: int = 64, steps: int = 50, sampler: str = "ode", guidance: float = 0.0,
+                  checkpoint: str = "last", ema: bool | None = None, seed: int = 0, batch_size: int = 256,
+                  device: str = "auto", progress: bool = True) -> dict[str, Any]:
+    """Draw ``num`` samples from a diffusion run and write ``analysis/samples-<step>-<settings>.png`` and ``.npz``.
+
+    Args:
+        run: a run of ``train.task=diffusion``.
+        num: how many samples (a conditional model cycles through its classes: 0, 1, 2, …).
+        steps: sampler steps.
+        sampler: ``ode`` (probability flow, Euler) or ``sde`` (Euler–Maruyama, the reference's FID sampler).
+        guidance: classifier-free guidance scale w: ε̃ = (1 + w) ε(x, y) − w ε(x, ∅) (class-conditional runs).
+        checkpoint: ``last`` or ``best``.
+        ema: sample with the weights' moving average; None: when the run kept one.
+        seed: the initial noise (and the SDE's noise).
+        batch_size: samples drawn at once.
+        device: ``auto`` (CUDA when present), ``cpu`` or ``cuda[:i]``.
+        progress: show a progress bar.
+
+    Returns:
+        ``{"png", "npz"}`` paths and the settings: ``step``, ``num``, ``steps``, ``sampler``, ``guidance``,
+        ``weights``, ``seed``. The ``.npz`` holds ``samples [num, C, H, W]`` float32 in the training data's scale
+        (standardised as the model saw it) and ``labels [num]`` (−1 for an unconditional model).
+
+    Raises:
+        ValueError: not a diffusion run, or a setting out of range.
+        CheckpointError: the checkpoint is missing, corrupt, or has no moving average when ``ema=True``.
+    """
+    if num < 1 or steps < 1 or batch_size < 1 or guidance < 0:
+        raise ValueError(f"need num, steps and batch_size >= 1 and guidance >= 0; got num={num}, steps={steps}, "
+                         f"batch_size={batch_size}, guidance={guidance}")
+    if sampler not in SAMPLERS:
+        raise ValueError(f"unknown sampler {sampler!r}; valid: {', '.join(SAMPLERS)}")
+    cfg = config_of_run(run)
+    if cfg.train.task != "diffusion":
+        raise ValueError(f"{run.path.name} trained train.task={cfg.train.task}: only diffusion runs sample images")
+    if ema is None:
+        ema = cfg.train.ema > 0
+    try:
+        dev = resolve_device(device)
+    except RuntimeError as err:
+        raise ValueError(f"device {device!r}: {err}") from None
+    weights = "ema" if ema else "model"
+    _, model, _, step = load_trained(run, checkpoint, loader=True, weights=weights)
+    if guidance and (not model.conditional or model.net.null_class is None):
+        raise ValueError("--guidance needs a class-conditional run trained with label dropout (model.num_classes "
+                         "> 0, model.p_uncond > 0)")
+    model.to(dev)
+    generator = torch.Generator(device=dev).manual_seed(seed)
+    labels = (torch.arange(num) % model.net.num_classes) if model.conditional else None
+    chunks = []
+    with tqdm(total=num, desc="sampling", unit="img", disable=not progress, dynamic_ncols=True) as bar:
+        for start in range(0, num, batch_size):
+            n = min(batch_size, num - start)
+            y = labels[start:start + n].to(dev) if labels is not None else None
+            chunks.append(model.sample(n, steps=steps, sampler=sampler, y=y, guidance=guidance,
+                                       generator=generator, device=dev).float().cpu())
+            bar.update(n)
+    images = torch.cat(chunks)
+    settings = f"{sampler}{steps}" + (f"-w{guidance:g}" if guidance else "") + f"-{weights}-seed{seed}"
+    folder = run.path / layout.ANALYSIS
+    png, npz = (folder / f"samples-{step}-{settings}.{ext}" for ext in ("png", "npz"))
+    atomic_write_bytes(png, grid_png(images))
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, samples=images.numpy(),
+                        labels=(labels if labels is not None else torch.full((num,), -1)).numpy())
+    atomic_write_bytes(npz, buffer.getvalue())
+    return {"png": png, "npz": npz, "step": step, "num": num, "steps": steps, "sampler": sampler,
+            "guidance": guidance, "weights": weights, "seed": seed}
+
+
+def format_samples(summary: dict[str, Any]) -> str:
+    """One line for the command line."""
+    guided = f", guidance {summary['guidance']:g}" if summary["guidance"] else ""
+    return (f"{summary['num']} samples of step {summary['step']} ({summary['sampler']} sampler, {summary['steps']} "
+            f"steps{guided}, {summary['weights']} weights, seed {summary['seed']}): {Path(summary['png']).name}")
