@@ -302,8 +302,12 @@ class TrainConfig:
                                                  "diffusion model samples with it (0.9999 in U-ViT)")
     samples: int = _field(64, lo=0, hi=1024, doc="loader engine, diffusion: images of the sample grid saved at each "
                                                  "evaluation (figures/samples-<step>.png; 0 = none)")
-    sample_steps: int = _field(50, lo=1, doc="loader engine, diffusion: steps of the probability-flow ODE sampler "
-                                             "of that grid (50, as the reference's training grids)")
+    sampler: str = _field("ode", choices=("ode", "sde"), doc="loader engine, diffusion: the sampler of that grid: "
+                                                           "ode = probability flow (the reference's training "
+                                                           "grids), sde = Euler-Maruyama (steadier for an "
+                                                           "undertrained model)")
+    sample_steps: int = _field(50, lo=1, doc="loader engine, diffusion: steps of that sampler (50, as the "
+                                             "reference's training grids)")
 
     def __post_init__(self) -> None:
         if len(self.betas) != 2:

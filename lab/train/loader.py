@@ -367,7 +367,8 @@ class LoaderTrainer:
         model = self.ema.module if self.ema is not None else self.model
         with self._autocast():
             pretrain_eval.save_samples(model, self.figures / f"samples-{self.step:09d}.png", num=self.cfg.samples,
-                                       steps=self.cfg.sample_steps, seed=self.cfg.seed, device=self.device)
+                                       steps=self.cfg.sample_steps, sampler=self.cfg.sampler, seed=self.cfg.seed,
+                                       device=self.device)
 
     def _eval_and_emit(self) -> None:
         metrics = self.evaluate()

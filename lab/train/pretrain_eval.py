@@ -86,23 +86,27 @@ def save_reconstruction(model: nn.Module, images: torch.Tensor, path: Path, *, s
 
 
 def grid_png(images: torch.Tensor) -> bytes:
-    """PNG bytes of a square-ish grid of ``images [n, C, H, W]``, scaled together to [0, 1] (their own range)."""
+    """PNG bytes of a square-ish grid of ``images [n, C, H, W]``, their 1st–99th percentile of values mapped to
+    [0, 1] and clamped (as the U-ViT reference clamps its samples to the pixel range): a few stray pixels of an
+    undertrained model do not grey out the whole grid."""
     from torchvision.utils import save_image
 
+    images = images.float().cpu()
+    lo, hi = torch.quantile(images.flatten()[:1_000_000], torch.tensor([0.01, 0.99])).tolist()
+    scaled = ((images - lo) / max(hi - lo, 1e-12)).clamp(0.0, 1.0)
     buffer = io.BytesIO()
-    save_image(images.float().cpu(), buffer, format="png", nrow=math.ceil(math.sqrt(len(images))), normalize=True,
-               padding=1)
+    save_image(scaled, buffer, format="png", nrow=math.ceil(math.sqrt(len(images))), padding=1)
     return buffer.getvalue()
 
 
 @torch.no_grad()
-def save_samples(model: nn.Module, path: Path, *, num: int, steps: int, seed: int = 0,
+def save_samples(model: nn.Module, path: Path, *, num: int, steps: int, sampler: str = "ode", seed: int = 0,
                  device: torch.device | str = "cpu") -> Path:
-    """A grid of ``num`` samples of a diffusion model (probability-flow ODE, ``steps`` steps) from the noise of
-    ``seed``: the same noise at every evaluation, so successive grids show the same samples improving."""
+    """A grid of ``num`` samples of a diffusion model (``sampler``, ``steps`` steps) from the noise of ``seed``: the
+    same noise at every evaluation, so successive grids show the same samples improving."""
     generator = torch.Generator(device=device).manual_seed(seed)
     with eval_mode(model):
-        images = model.sample(num, steps=steps, generator=generator, device=device)
+        images = model.sample(num, steps=steps, sampler=sampler, generator=generator, device=device)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(grid_png(images))
     return path

@@ -1,6 +1,6 @@
 """``torchrun --nproc_per_node=2 -m lab train`` for real, with gloo on this CPU: a tiny MAE pretrains on an image
-folder, rank 0 alone writes the run, a resumed run goes on as if never stopped, and data-parallel gradients are
-those of one process on the same global batch."""
+folder, rank 0 alone writes the run, a resumed run goes on as if never stopped, data-parallel gradients are those
+of one process on the same global batch, and a tiny U-ViT stops cleanly on SIGTERM."""
 
 import json
 import os
@@ -99,14 +99,15 @@ def test_data_parallel_gradients_are_those_of_one_process_on_the_global_batch(tm
     assert max((a[k] - start[k]).abs().max().item() for k in a) > 1e-3  # the step did move the weights
 
 
-def test_sigterm_to_torchrun_stops_every_process_at_one_step_with_a_checkpoint(images, tmp_path):
+def test_sigterm_to_torchrun_stops_every_process_at_one_step_with_a_checkpoint(tmp_path):
     """What a cluster scheduler does at a job's time limit: torchrun passes SIGTERM on to its workers' process
-    groups; they finish the step, agree to stop, and rank 0 leaves a resumable checkpoint and the state
-    ``stopped``."""
+    groups; they finish the step, agree to stop, and rank 0 leaves a resumable checkpoint (with the weights' moving
+    average) and the state ``stopped``. The run is the tiny U-ViT diffusion config, so diffusion trains under
+    torchrun too."""
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     # loader workers too: they get the signal as well, and must not fail the run by dying
-    args = ["configs/mae_tiny.yaml", f"data.root={images}", *TINY_MAE, "train.epochs=200", "train.eval_every=1000",
-            "data.workers=1"]
+    args = ["configs/uvit_tiny_digits.yaml", "model.embed_dim=16", "model.depth=2", "model.num_heads=2",
+            "train.batch_size=16", "train.eval_every=1000", "train.log_every=1", "train.threads=1", "data.workers=1"]
     proc = subprocess.Popen([*launcher, "-m", "lab", "train", *args, "--runs-dir", str(tmp_path), "--no-progress"],
                             cwd=Path(__file__).resolve().parents[2], env={**os.environ, "OMP_NUM_THREADS": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -128,6 +129,7 @@ def test_sigterm_to_torchrun_stops_every_process_at_one_step_with_a_checkpoint(i
     assert status["state"] == "stopped", (status, out[-2000:])
     state = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
     assert state["step"] == status["step"] >= 3 and status["step"] < status["total_steps"]
+    assert state["ema"].keys() == state["model"].keys() and state["global_batch"] == 32
 
 
 def test_every_rank_refuses_a_run_another_process_trains(mae_runs):
