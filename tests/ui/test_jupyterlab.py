@@ -200,7 +200,9 @@ JS_SUMMARY_STEPS = """() => { if (!window.Bokeh) return [];
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @needs_chromium
-def test_alignment_page_trains_both_networks_in_jupyterlab_offline(jupyter):
+def test_alignment_page_draws_both_networks_in_jupyterlab_offline(jupyter):
+    """The two columns' frames in a notebook cell, drawn in full (training them in lockstep is the served page's
+    browser test and the page's own tests: the cell adds nothing to it but minutes)."""
     url, root, _, new_runs = jupyter
     write_notebook(root / "alignment.ipynb", [
         "import lab.ui as ui\nui.extension()",
@@ -212,16 +214,15 @@ def test_alignment_page_trains_both_networks_in_jupyterlab_offline(jupyter):
         page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
         # the untrained networks are drawn: both columns' summaries say step 0
         page.wait_for_function(f"() => ({JS_SUMMARY_STEPS})().length === 2", timeout=120_000)
-        page.get_by_role("button", name="Start / pause").click()
-        page.wait_for_function(f"() => {{ const s = ({JS_SUMMARY_STEPS})(); return s.length === 2 && "
-                               "s.every(v => v >= 10); }", timeout=120_000)
-        page.get_by_role("button", name="Start / pause").click()
         page.wait_for_timeout(500)
-        # in the cell as when served: the mosaics and pairs coloured, every frame at full size, nothing cut
+        # in the cell as when served: the mosaics and pairs coloured, every frame at full size, nothing cut (the
+        # loss and accuracy curves are there, empty until training)
         plots = page.evaluate(JS_PIXELS)
         print(f"\nAlignment page in a JupyterLab cell:\n{pixel_report(plots)}")
-        assert len(plots) == 2 * (6 + 2) and not pixel_problems(plots), pixel_problems(plots)
-    assert len([p for p in new_runs() if p.is_dir()]) == 2, "a run with skips and one without"
+        frames = [p for p in plots if p["title"] not in ("Loss", "Accuracy")]
+        assert len(plots) == 2 * (6 + 2) and len(frames) == 2 * 6, pixel_report(plots)
+        assert not pixel_problems(frames), pixel_problems(frames)
+    assert not new_runs(), "nothing trains until Start"
     assert not seen.external and not seen.errors, seen
 
 
