@@ -22,6 +22,7 @@ from lab.jobs.builders import alignment_builder
 from lab.jobs.publish import DiskSink, Publisher
 from lab.jobs.runner import checked_data, resolved, train_and_evaluate, uses_loader
 from lab.reports.alignment import alignment_report, format_alignment
+from lab.reports.diffusion_probe import diffusion_probe_report, format_diffusion_probe
 from lab.reports.probe import format_probe, probe_report
 from lab.reports.samples import format_samples, sample_report
 from lab.reproduce import BUDGETS, PAPERS, reproduce
@@ -34,6 +35,7 @@ from lab.sweeps import create_sweep, plan_sweep, train_sweep
 from lab.train.core import Callback, TrainerView
 from lab.train.distributed import broadcast, close_world, init_world
 from lab.train.loader import ResumeMismatch
+from lab.train.pretrain_eval import PROBE_TIMES
 
 
 class _Terminate(Callback):
@@ -103,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
                        help="authors: the released code's probe (mean of the last block's tokens, linear layer, "
                             "AdamW; default for MAE runs); mae: MAE's BatchNorm head with SGD on forward_features "
                             "(default for classifiers)")
+    probe.add_argument("--noise-levels", default=None, metavar="T,T,…",
+                       help="diffusion runs: the noise levels t in (0, 1] at which every block is probed (default "
+                            "0.02,0.05,0.1,0.2,0.3); the best (block, t) is reported with the whole grid")
     probe.add_argument("--epochs", type=int, default=200, help="probe epochs (default 200)")
     probe.add_argument("--lr", type=float, default=1e-2, help="peak learning rate, cosine-decayed to 0 (1e-2)")
     probe.add_argument("--batch-size", type=int, default=1024, help="probe batch size (default 1024)")
@@ -190,6 +195,14 @@ def _probe(args: argparse.Namespace, store: RunStore) -> int:
         return 2
     try:
         run = find_run(args.run, store)
+        if config_of_run(run).train.task == "diffusion":
+            times = tuple(float(t) for t in args.noise_levels.split(",")) if args.noise_levels else PROBE_TIMES
+            summary = diffusion_probe_report(run, times=times, checkpoint=args.checkpoint, epochs=args.epochs,
+                                             lr=args.lr, batch_size=args.batch_size, limit=args.limit,
+                                             device=args.device)
+            print(format_diffusion_probe(summary))
+            print(f"wrote {run.path / layout.ANALYSIS / 'probe.json'}", file=sys.stderr)
+            return 0
         summary = probe_report(run, layer=args.layer, checkpoint=args.checkpoint, protocol=args.protocol,
                                epochs=args.epochs, lr=args.lr,
                                batch_size=args.batch_size, limit=args.limit, device=args.device,

@@ -292,7 +292,8 @@ class TrainConfig:
     compile: bool = _field(False, doc="loader engine: torch.compile the model")
     checkpoint_every: int = _field(1, lo=1, doc="loader engine: write checkpoints/last.pt every N epochs (and on "
                                                 "stop)")
-    probe_every: int = _field(0, lo=0, doc="loader engine, mae: a quick linear probe every N epochs (0 = never)")
+    probe_every: int = _field(0, lo=0, doc="loader engine, mae and diffusion: a quick linear probe every N epochs "
+                                           "(diffusion: the best over noise levels and blocks; 0 = never)")
     label_smoothing: float = _field(0.0, lo=0.0, hi=1.0, doc="loader engine, classify: timm's label-smoothing "
                                                               "cross-entropy (0.1 is timm's training default)")
     rank_inputs: int = _field(256, lo=2, doc="loader engine, mae: held-out images whose bottleneck features give "

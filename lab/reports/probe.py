@@ -172,8 +172,8 @@ def probe_report(run: Run, *, layer: str = "bottleneck", checkpoint: str = "last
         raise ValueError(f"device {device!r}: {err}") from None
     cfg = config_of_run(run)
     if cfg.train.task == "diffusion":
-        raise ValueError(f"{run.path.name} is a diffusion run: its features depend on a noise level, which this probe "
-                         "does not take (it probes noise-free features of classifiers and MAEs)")
+        raise ValueError(f"{run.path.name} is a diffusion run: its features depend on a noise level; "
+                         "lab.reports.diffusion_probe probes it over (noise level, block)")
     cfg, model, data, step = load_trained(run, checkpoint, loader=True)
     spec = PROTOCOLS[protocol or ("authors" if cfg.train.task == "mae" else "mae")]
     if block is not None or spec.features == "last_block_mean":

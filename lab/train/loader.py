@@ -336,8 +336,8 @@ class LoaderTrainer:
                 out["test_acc"], out["test_top5"] = top1 / n, top5 / n
         if self.cfg.task == "mae" and self.world.main:
             out.update(self._pretraining_measures())
-        if self.cfg.task == "diffusion" and self.world.main and self.figures is not None and self.cfg.samples:
-            self._save_samples()
+        if self.cfg.task == "diffusion" and self.world.main:
+            out.update(self._diffusion_measures())
         if self.throughput is not None:
             out["train_images_per_s"] = self.throughput
         self.last_eval, self.last_eval_step = out, self.step
@@ -353,22 +353,35 @@ class LoaderTrainer:
                 pretrain_eval.save_reconstruction(self.model, self._fixed[:8].to(self.device),
                                                   self.figures / f"reconstruction-{self.step:09d}.png",
                                                   seed=self.cfg.seed)
-        epoch_end = self.step % self.steps_per_epoch == 0
-        if self.cfg.probe_every and epoch_end and self.epoch % self.cfg.probe_every == 0:
+        if self._probes_now():
             train, test = (pretrain_eval.features(self.model, d, limit=5000, device=self.device, workers=self.workers)
                            for d in (self.data.train_eval, self.data.test))
             with torch.enable_grad():  # the probe trains its head (evaluate runs without gradients)
                 out.update(pretrain_eval.quick_probe(train, test, self.data.num_classes, seed=self.cfg.seed))
         return out
 
-    def _save_samples(self) -> None:
-        """``figures/samples-<step>.png``: ``train.samples`` images from the noise of ``train.seed``, drawn with
-        the weights' moving average when there is one (:func:`~lab.train.pretrain_eval.save_samples`)."""
+    def _probes_now(self) -> bool:
+        """Whether this evaluation ends an epoch on which ``train.probe_every`` asks for a quick probe."""
+        epoch_end = self.step % self.steps_per_epoch == 0
+        return bool(self.cfg.probe_every) and epoch_end and self.epoch % self.cfg.probe_every == 0
+
+    def _diffusion_measures(self) -> dict[str, float]:
+        """``figures/samples-<step>.png`` (``train.samples`` images from the noise of ``train.seed``) and, every
+        ``train.probe_every`` epochs, the best linear probe over (noise level, block); both with the weights'
+        moving average when there is one (:mod:`lab.train.pretrain_eval`)."""
         model = self.ema.module if self.ema is not None else self.model
-        with self._autocast():
-            pretrain_eval.save_samples(model, self.figures / f"samples-{self.step:09d}.png", num=self.cfg.samples,
-                                       steps=self.cfg.sample_steps, sampler=self.cfg.sampler, seed=self.cfg.seed,
-                                       device=self.device)
+        if self.figures is not None and self.cfg.samples:
+            with self._autocast():
+                pretrain_eval.save_samples(model, self.figures / f"samples-{self.step:09d}.png", num=self.cfg.samples,
+                                           steps=self.cfg.sample_steps, sampler=self.cfg.sampler,
+                                           seed=self.cfg.seed, device=self.device)
+        if not self._probes_now():
+            return {}
+        train, test = (pretrain_eval.diffusion_features(model, d, limit=2000, seed=self.cfg.seed, device=self.device,
+                                                        workers=self.workers)
+                       for d in (self.data.train_eval, self.data.test))
+        with torch.enable_grad():
+            return pretrain_eval.quick_diffusion_probe(train, test, self.data.num_classes, seed=self.cfg.seed)
 
     def _eval_and_emit(self) -> None:
         metrics = self.evaluate()

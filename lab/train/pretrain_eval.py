@@ -1,7 +1,7 @@
 """What a generative pretraining run measures while it trains: for an MAE the rank of its bottleneck features, a
 quick linear probe and a reconstruction picture — so Figure 6 (rank and probe accuracy over training, across α_min)
 and Figure 8 (reconstructions) of *Residual Connections Harm Generative Representation Learning* come from the run
-folders —, for a diffusion model a grid of samples.
+folders —, for a diffusion model a grid of samples and linear probes over (noise level, block).
 
 Pure functions of a model and tensors; the loader engine calls them on rank 0 at each evaluation.
 """
@@ -110,3 +110,74 @@ def save_samples(model: nn.Module, path: Path, *, num: int, steps: int, sampler:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(grid_png(images))
     return path
+
+
+PROBE_TIMES = (0.02, 0.05, 0.1, 0.2, 0.3)
+"""Noise levels t of the VP-SDE at which a diffusion model's features are probed (ᾱ(t) from 0.99 to 0.45: the
+clean end of the process, where such probes find their best layers)."""
+
+
+@torch.no_grad()
+def diffusion_features(model: nn.Module, dataset: Dataset, times: tuple[float, ...] = PROBE_TIMES, *,
+                       limit: int | None = None, batch_size: int = 256, seed: int = 0,
+                       device: torch.device | str = "cpu", workers: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The token mean of every block's output of a diffusion model on noised images, at each noise level.
+
+    Each image x₀ of ``limit`` samples (the fixed shuffled order of :func:`features`) is noised to
+    x_t = √ᾱ(t) x₀ + √(1 − ᾱ(t)) ε with one ε per image (seeded by ``seed``) for every t, and passed through the
+    network at t, unconditionally (a class-conditional model gets its null class: the labels the probe predicts
+    must not be its input).
+
+    Returns:
+        ``(features [len(times), L, n, D] float32 on the CPU, labels [n])`` for the L blocks.
+
+    Raises:
+        ValueError: a class-conditional model without a null class (trained without label dropout).
+    """
+    net = model.net
+    if net.num_classes and net.null_class is None:
+        raise ValueError("probing a class-conditional model needs its null class (train it with model.p_uncond > 0): "
+                         "its features must not be given the labels they are probed for")
+    n = len(dataset) if limit is None else min(limit, len(dataset))
+    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(0))[:n]
+    loader = DataLoader(torch.utils.data.Subset(dataset, order.tolist()), batch_size=batch_size,
+                        num_workers=workers, shuffle=False)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    feats: list[list[torch.Tensor]] = [[] for _ in times]
+    labels = []
+    with eval_mode(model):
+        for x, y in loader:
+            x = x.to(device)
+            noise = torch.randn(x.shape, device=device, dtype=x.dtype, generator=generator)
+            null = torch.full((len(x),), net.null_class, device=device) if net.num_classes else None
+            for i, t in enumerate(times):
+                tt = torch.full((len(x),), float(t), device=device)
+                states = model.forward_intermediates(model.sde.perturb(x, tt, noise), tt, null,
+                                                     intermediates_only=True)
+                feats[i].append(torch.stack([h.mean(dim=1) for h in states[1:]]).float().cpu())  # [L, B, D]
+            labels.append(torch.as_tensor(y))
+    return torch.stack([torch.cat(f, dim=1) for f in feats]), torch.cat(labels)
+
+
+def probe_grid(train: tuple[torch.Tensor, torch.Tensor], test: tuple[torch.Tensor, torch.Tensor], num_classes: int,
+               *, epochs: int = 30, seed: int = 0, **probe_kwargs) -> torch.Tensor:
+    """Test accuracy ``[T, L]`` of a linear probe (:func:`lab.analysis.probing.linear_probe`) on each (noise level,
+    block) of :func:`diffusion_features`' ``[T, L, n, D]`` training and test features."""
+    (xtr, ytr), (xte, yte) = train, test
+    grid = torch.zeros(xtr.shape[:2])
+    for i in range(xtr.shape[0]):
+        for j in range(xtr.shape[1]):
+            out = linear_probe(xtr[i, j], ytr, xte[i, j], yte, epochs=epochs, num_classes=num_classes, seed=seed,
+                               **probe_kwargs)
+            grid[i, j] = float(out["test_acc"])
+    return grid
+
+
+def quick_diffusion_probe(train: tuple[torch.Tensor, torch.Tensor], test: tuple[torch.Tensor, torch.Tensor],
+                          num_classes: int, times: tuple[float, ...] = PROBE_TIMES, *,
+                          seed: int = 0) -> dict[str, float]:
+    """The best cell of :func:`probe_grid`, as the paper reports "the best configuration, including the choices of
+    layer index and noise level": ``probe_top1``, its block ``probe_block`` (0-based) and noise level ``probe_t``."""
+    grid = probe_grid(train, test, num_classes, seed=seed)
+    i, j = divmod(int(grid.argmax()), grid.shape[1])
+    return {"probe_top1": float(grid[i, j]), "probe_block": float(j), "probe_t": float(times[i])}
