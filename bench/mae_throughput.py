@@ -54,6 +54,24 @@ def _images_per_s(step, batch: int, steps: int, repeats: int, device: torch.devi
     return median(rates)
 
 
+def engine_rows(cfg, data: LoaderData, batch: tuple[torch.Tensor, torch.Tensor], reference: float,
+                args: argparse.Namespace, device: torch.device) -> list[list]:
+    """``[what, images/s, × plain]`` of the loader engine's step on ``batch``: float32, bf16 autocast on CUDA, and
+    compiled with ``args.compile``."""
+    variants = [("engine step, fp32", "fp32", False)]
+    if device.type == "cuda":
+        variants.append(("engine step, bf16 autocast", "bf16", False))
+    if args.compile:
+        variants.append(("engine step, compiled", "bf16" if device.type == "cuda" else "fp32", True))
+    rows = []
+    for label, precision, compiled in variants:
+        c = apply_overrides(cfg, {"train.precision": precision, "train.compile": compiled})
+        trainer = LoaderTrainer(build_model(c, data), data, c.train, c.data, World(device=device))
+        rate = _images_per_s(lambda t=trainer: t.train_step([batch]), args.batch, args.steps, args.repeats, device)
+        rows.append([label, rate, rate / reference])
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     cuda = torch.cuda.is_available()
@@ -90,16 +108,7 @@ def main() -> None:
 
     reference = _images_per_s(plain, args.batch, args.steps, args.repeats, device)
     rows.append(["plain loop, fp32", reference, 1.0])
-    variants = [("engine step, fp32", cfg.train.precision, False)]
-    if cuda:
-        variants.append(("engine step, bf16 autocast", "bf16", False))
-    if args.compile:
-        variants.append(("engine step, compiled", "bf16" if cuda else "fp32", True))
-    for label, precision, compiled in variants:
-        c = apply_overrides(cfg, {"train.precision": precision, "train.compile": compiled})
-        trainer = LoaderTrainer(build_model(c, data), data, c.train, c.data, World(device=device))
-        rate = _images_per_s(lambda t=trainer: t.train_step([(x, y)]), args.batch, args.steps, args.repeats, device)
-        rows.append([label, rate, rate / reference])
+    rows += engine_rows(cfg, data, (x, y), reference, args, device)
     if args.data:
         c = apply_overrides(cfg, {"data.root": args.data, "data.workers": args.workers})
         folder = loader_data(c)

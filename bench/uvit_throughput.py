@@ -26,12 +26,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import table  # noqa: E402
-from bench.mae_throughput import _images_per_s  # noqa: E402
-from lab.config import apply_overrides, load_config  # noqa: E402
+from bench.mae_throughput import _images_per_s, engine_rows  # noqa: E402
+from lab.config import load_config  # noqa: E402
 from lab.nn.registry import model_parameters  # noqa: E402
 from lab.train.build import build_model  # noqa: E402
-from lab.train.distributed import World  # noqa: E402
-from lab.train.loader import LoaderData, LoaderTrainer  # noqa: E402
+from lab.train.loader import LoaderData  # noqa: E402
 from lab.train.optim import make_optimizer  # noqa: E402
 
 
@@ -74,16 +73,7 @@ def main() -> None:
 
     reference = _images_per_s(plain, args.batch, args.steps, args.repeats, device)
     rows.append(["plain loop, fp32", reference, 1.0])
-    variants = [("engine step, fp32", "fp32", False)]
-    if cuda:
-        variants.append(("engine step, bf16 autocast", "bf16", False))
-    if args.compile:
-        variants.append(("engine step, compiled", "bf16" if cuda else "fp32", True))
-    for label, precision, compiled in variants:
-        c = apply_overrides(cfg, {"train.precision": precision, "train.compile": compiled})
-        trainer = LoaderTrainer(build_model(c, data), data, c.train, c.data, World(device=device))
-        rate = _images_per_s(lambda t=trainer: t.train_step([(x, y)]), args.batch, args.steps, args.repeats, device)
-        rows.append([label, rate, rate / reference])
+    rows += engine_rows(cfg, data, (x, y), reference, args, device)
 
     params = sum(p.numel() for p in model.parameters()) / 1e6
     print(f"{args.model} ({params:.1f} M parameters), images {list(shape)}, batch {args.batch}, {device.type}"
