@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything the tests need on a fresh machine (venv, packages, Debian's chromium), then run them all.
 # Extra arguments go to pytest (e.g. `-m "not slow"`, or `-n 0` for one process). The tests run on two workers;
-# --dist loadgroup keeps the server and browser tests on one of them and the torchrun tests together (tests/conftest.py).
+# --dist loadgroup keeps each file's tests on one worker, the server and browser tests together and the torchrun tests
+# together (tests/conftest.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test

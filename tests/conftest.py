@@ -1,8 +1,9 @@
 """Shared fixtures: a private runs folder per test, one torch thread, and GPU tests skipped without CUDA.
 
-Run in parallel (``pytest -n 2 --dist loadgroup``, as ``scripts/test.sh`` does), the tests that start a lab server
-or a browser share one worker, and the ``torchrun`` tests another: each of them starts several processes of its
-own, and its module-scoped fixtures (one JupyterLab, one set of ``torchrun`` runs) are then made once.
+Run in parallel (``pytest -n 2 --dist loadgroup``, as ``scripts/test.sh`` does), each file's tests run on one
+worker, the tests that start a lab server or a browser share one worker, and the ``torchrun`` tests another: each of
+them starts several processes of its own, and module- and session-scoped fixtures (one JupyterLab, one set of
+``torchrun`` runs, one reproduction, the tiny diffusion runs) are then made once.
 """
 
 from __future__ import annotations
@@ -24,23 +25,26 @@ with contextlib.suppress(ImportError):  # numpy's BLAS, had it been loaded befor
 
     threadpool_limits(1)
 
-# the test files whose tests run on one worker, one after another, under `--dist loadgroup`; every other test goes
-# to whichever worker is free
+# files whose tests run on one worker, one after another, under `--dist loadgroup`, as one group; every other file
+# is a group of its own, so a module-scoped fixture (a trained run, a reproduction) is made once, not once per worker
 GROUPS = {"tests/ui/test_server.py": "ui", "tests/ui/test_jupyterlab.py": "ui", "tests/ui/test_injection.py": "ui",
-          "tests/train/test_torchrun.py": "torchrun"}
+          "tests/train/test_torchrun.py": "torchrun",
+          "tests/reports/test_samples.py": "diffusion-runs", "tests/reports/test_diffusion_probe.py": "diffusion-runs"}
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """``--dist loadgroup`` by file, as :data:`GROUPS` says. (pytest-xdist's own grouping renames each test with its
-    ``xdist_group`` mark, which pytest 9 no longer lets a plugin do: its groups would silently fall apart.)"""
+    """``--dist loadgroup`` by file: the files :data:`GROUPS` names together, every other file on its own.
+    (pytest-xdist's own grouping renames each test with its ``xdist_group`` mark, which pytest 9 no longer lets a
+    plugin do: its groups would silently fall apart.)"""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class FileGroups(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return GROUPS.get(nodeid.split("::")[0], nodeid)
+            path = nodeid.split("::")[0]
+            return GROUPS.get(path, path)
 
     return FileGroups(config, log)
 
