@@ -51,8 +51,8 @@ def pytest_xdist_make_scheduler(config, log):
     return FileGroups(config, log)
 
 
-# the two long groups, started first under xdist, one on each worker (each worker keeps two files queued, so a
-# third long file here would be queued behind one of them): a long group started last leaves the other worker idle
+# the two long groups, started first under xdist, one on each worker (a worker is given its next file only when
+# its own is nearly done): a long group started last leaves the other worker idle while it runs
 FIRST = ("tests/ui/test_jupyterlab.py", "tests/ui/test_server.py", "tests/ui/test_injection.py",
          "tests/train/test_torchrun.py")
 
