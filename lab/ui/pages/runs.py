@@ -8,7 +8,7 @@ started (paths separated by ``os.pathsep``, as ``LAB_DATA_DIRS``); anything else
 folders (``sweep.json``) list their members.
 
 The table shows per run its model, state (``running (stale)`` when its heartbeat is old), progress, newest metrics
-and heartbeat age, and what is wrong with a damaged folder; it is refreshed every ``refresh_s`` seconds from file
+and the time of its last heartbeat, and what is wrong with a damaged folder; it is refreshed every ``refresh_s`` seconds from file
 sizes and mtimes (:class:`~lab.runs.catalog.RunCatalog`: unchanged files are not read again). Opening a run (a row,
 or ``?run=`` in the URL) follows it read-only (:class:`~lab.runs.catalog.WatchedRun` through the page's
 :class:`~lab.ui.follower.JobFollower`): status line, progress, alert with the reason of a failed or diverged run,

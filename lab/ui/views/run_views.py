@@ -41,6 +41,20 @@ def format_age(seconds: float | None) -> str:
     return f"{int(seconds)} s ago"
 
 
+def format_clock(when: float | None, now: float | None = None) -> str:
+    """The local time of ``when`` (Unix seconds): ``18:42:05`` on the day of ``now``, ``2026-11-30 18:42`` before
+    it; ``never`` for None.
+
+    The run table shows its heartbeats this way rather than as an age: a cell that changed every second would
+    replace the table's rows on every refresh, and a click landing while the browser redraws them would be lost.
+    """
+    if when is None:
+        return "never"
+    moment = datetime.fromtimestamp(when)
+    today = datetime.fromtimestamp(time.time() if now is None else now).date()
+    return moment.strftime("%H:%M:%S" if moment.date() == today else "%Y-%m-%d %H:%M")
+
+
 def format_progress(step: int | None, total: int | None) -> str:
     """``120 / 400 (30%)``, ``step 120`` without a total, empty before the first step."""
     if step is None:
@@ -66,12 +80,12 @@ def format_state(summary: dict[str, Any]) -> str:
     return f"{summary['state']} (stale)" if summary.get("stale") else summary["state"]
 
 
-def table_frame(summaries: Sequence[dict[str, Any]], keys: Sequence[str]) -> pd.DataFrame:
+def table_frame(summaries: Sequence[dict[str, Any]], keys: Sequence[str], now: float | None = None) -> pd.DataFrame:
     """One row per run (:func:`lab.runs.catalog.RunReader.summary`), named by ``keys``; the columns of
-    :data:`COLUMNS`, as text."""
+    :data:`COLUMNS`, as text. A row changes only when its run's files do (the heartbeat as a time, not an age)."""
     rows = [{"run": key, "model": s["model"], "state": format_state(s),
              "progress": format_progress(s["step"], s["total_steps"]), "metrics": format_metrics(s["metrics"], limit=2),
-             "heartbeat": format_age(s["age_s"]), "problems": "; ".join(s["problems"])}
+             "heartbeat": format_clock(s["heartbeat"], now), "problems": "; ".join(s["problems"])}
             for key, s in zip(keys, summaries, strict=True)]
     return pd.DataFrame(rows, columns=list(COLUMNS))
 

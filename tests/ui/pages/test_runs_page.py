@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import panel as pn
@@ -15,7 +16,7 @@ import pytest
 from lab.runs.stop import STOP_FILE
 from lab.runs.store import Run, RunStore, atomic_write_json
 from lab.ui.pages.runs import EMPTY, RunsPage
-from lab.ui.views.run_views import COLUMNS, format_age, format_metrics, format_progress
+from lab.ui.views.run_views import COLUMNS, format_age, format_clock, format_metrics, format_progress
 from tests.jobs.helpers import tiny
 from tests.ui.driving import poll_until, shown
 
@@ -48,17 +49,21 @@ def _rows(page: RunsPage) -> dict[str, dict]:
 def test_formats():
     assert [format_age(s) for s in (None, 3.2, 125, 7300, 200000)] == ["never", "3 s ago", "2 min ago", "2 h ago",
                                                                       "2 d ago"]
+    now = datetime(2026, 12, 1, 18, 42, 5).timestamp()
+    assert format_clock(now - 65, now) == "18:41:00" and format_clock(None) == "never"
+    assert format_clock(now - 86400, now) == "2026-11-30 18:42"
     assert format_progress(None, None) == "" and format_progress(5, None) == "step 5"
     assert format_progress(30, 120) == "30 / 120 (25%)"
     assert format_metrics({"lr": 1e-4, "test_acc": 0.9531, "zeta": 1.0, "loss": 0.01234}) == \
         "loss 0.01234 · test_acc 0.9531 · lr 1.000e-04"
 
 
-def test_the_table_lists_runs_and_sweep_members(manager):
+def test_the_table_lists_runs_and_sweep_members(manager, monkeypatch):
     store = manager.store
     done = _run(store, "done", step=100, total_steps=100, metrics={"test_acc": 0.9})
     done.append_metrics(*_records())
-    stale = _run(store, "stale", "running", step=30, total_steps=120, heartbeat=time.time() - 600)
+    stale_beat = time.time() - 600
+    stale = _run(store, "stale", "running", step=30, total_steps=120, heartbeat=stale_beat)
     fresh = _run(store, "fresh", "running", step=5)
     sweep = store.create("alpha-sweep")
     atomic_write_json(sweep.path / "sweep.json", {"members": []})
@@ -69,10 +74,16 @@ def test_the_table_lists_runs_and_sweep_members(manager):
     assert rows[done.id] == {"run": done.id, "model": "residual_mlp", "state": "completed",
                              "progress": "100 / 100 (100%)", "metrics": "loss 0.1667 · test_acc 0.75",
                              "heartbeat": rows[done.id]["heartbeat"], "problems": ""}
-    assert rows[stale.id]["state"] == "running (stale)" and rows[stale.id]["heartbeat"] == "10 min ago"
+    assert rows[stale.id]["state"] == "running (stale)" and rows[stale.id]["heartbeat"] == format_clock(stale_beat)
     assert rows[stale.id]["progress"] == "30 / 120 (25%)"
     assert rows[fresh.id]["state"] == "running" and rows[fresh.id]["progress"] == "step 5"
     assert rows[f"{sweep.id}/{members[0].id}"]["state"] == "queued"
+    # time passing alone changes no row, so the refresh leaves the table as it is (replaced rows are redrawn in the
+    # browser, and a click that lands during the redraw is lost)
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 30)
+    assert not page.refresh()
+    monkeypatch.undo()
     # the periodic refresh: a new run appears, a finished one changes in place
     later = _run(store, "later", "running", step=1, total_steps=10)
     fresh.write_status("completed", "done", step=50, total_steps=50)
