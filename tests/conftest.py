@@ -41,6 +41,8 @@ def pytest_xdist_make_scheduler(config, log):
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    config.option.loadscopereorder = False  # the order pytest_collection_modifyitems gives, not by test count
+
     class FileGroups(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::")[0]
@@ -49,7 +51,15 @@ def pytest_xdist_make_scheduler(config, log):
     return FileGroups(config, log)
 
 
+# the two long groups, started first under xdist, one on each worker (a worker is given its next file only when
+# its own is nearly done): a long group started last leaves the other worker idle while it runs
+FIRST = ("tests/ui/test_jupyterlab.py", "tests/ui/test_server.py", "tests/ui/test_injection.py",
+         "tests/train/test_torchrun.py")
+
+
 def pytest_collection_modifyitems(config, items):
+    rank = {path: i for i, path in enumerate(FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(FIRST)))  # stable: the rest keep their order
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device")
