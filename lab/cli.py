@@ -1,6 +1,7 @@
 """Command line: ``python -m lab train CONFIG [section.key=value ...] [--runs-dir DIR]``, ``resume RUN``,
 ``analyze alignment RUN [--inputs N] [--k K]``, ``probe RUN [--layer bottleneck|blocks.N] [--epochs N]`` (linear
-probing on frozen features) and ``sweep CONFIG key=v1,v2,... [section.key=value ...]``.
+probing on frozen features), ``sample RUN`` and ``fid RUN --reference DIR|digits`` (diffusion runs), ``sweep CONFIG
+key=v1,v2,... [section.key=value ...]`` and ``reproduce``.
 
 ``train`` and ``resume`` also run as the processes of ``torchrun --nproc_per_node=N -m lab train CONFIG``
 (data-parallel, the loader engine); ``--steps N`` trains a slice of a run and stops with a checkpoint."""
@@ -23,6 +24,7 @@ from lab.jobs.publish import DiskSink, Publisher
 from lab.jobs.runner import checked_data, resolved, train_and_evaluate, uses_loader
 from lab.reports.alignment import alignment_report, format_alignment
 from lab.reports.diffusion_probe import diffusion_probe_report, format_diffusion_probe
+from lab.reports.fid import FID_FILE, fid_report, format_fid
 from lab.reports.probe import format_probe, probe_report
 from lab.reports.samples import format_samples, sample_report
 from lab.reproduce import BUDGETS, PAPERS, reproduce
@@ -133,6 +135,34 @@ def _parser() -> argparse.ArgumentParser:
     sample.add_argument("--seed", type=int, default=0, help="seed of the initial noise (default 0)")
     sample.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:i]")
     sample.add_argument("--no-progress", action="store_true", help="no progress bar")
+    fid = sub.add_parser("fid", help="Fréchet distance of a diffusion run's samples from reference images (FID, or "
+                                     "digits-FD) appended to <run>/analysis/fid.json")
+    fid.add_argument("run", help="run id (in the runs folder) or a run folder's path")
+    fid.add_argument("--runs-dir", default=None)
+    fid.add_argument("--reference", required=True, metavar="DIR|digits",
+                     help="digits: the run's training digits; or a folder of image files (e.g. CIFAR-100's training "
+                          "images)")
+    fid.add_argument("--features", default="inception", choices=["inception", "digits-classifier"],
+                     help="inception: FID (needs --inception-weights); digits-classifier: digits-FD, in the features "
+                          "of a digits classifier the lab trains (digits only; not comparable with FID)")
+    fid.add_argument("--inception-weights", default=None, metavar="PATH",
+                     help="a local copy of torch-fidelity's weights-inception-2015-12-05-6726825d.pth")
+    fid.add_argument("--num", type=int, default=1000, help="samples drawn (default 1000; the reference's FID: 50000)")
+    fid.add_argument("--steps", type=int, default=None, help="sampler steps (default: the run's train.sample_steps)")
+    fid.add_argument("--sampler", default=None, choices=["ode", "sde"],
+                     help="default: the run's train.sampler (the reference's FID: sde with --steps 1000)")
+    fid.add_argument("--guidance", type=float, default=0.0,
+                     help="classifier-free guidance scale w of a class-conditional run (default 0: none)")
+    fid.add_argument("--checkpoint", default="last", choices=["last", "best"])
+    fid_weights = fid.add_mutually_exclusive_group()
+    fid_weights.add_argument("--ema", dest="ema", action="store_true", default=None,
+                             help="the weights' moving average (default when the run kept one)")
+    fid_weights.add_argument("--no-ema", dest="ema", action="store_false", help="the trained weights themselves")
+    fid.add_argument("--reference-limit", type=int, default=50_000, metavar="N",
+                     help="at most N reference images (default 50000)")
+    fid.add_argument("--seed", type=int, default=0, help="seed of the samples' noise (default 0)")
+    fid.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:i]")
+    fid.add_argument("--no-progress", action="store_true", help="no progress bar")
     sweep = sub.add_parser("sweep", help="train a sweep (comma lists; two lists sweep their product) into one "
                                          "folder of ordinary run folders, as few ensembles as possible")
     sweep.add_argument("config", help="YAML config of a residual_mlp, e.g. configs/spiral.yaml")
@@ -229,6 +259,22 @@ def _sample(args: argparse.Namespace, store: RunStore) -> int:
     return 0
 
 
+def _fid(args: argparse.Namespace, store: RunStore) -> int:
+    try:
+        run = find_run(args.run, store)
+        measurement = fid_report(run, reference=args.reference, features=args.features, num=args.num,
+                                 steps=args.steps, sampler=args.sampler, guidance=args.guidance,
+                                 checkpoint=args.checkpoint, ema=args.ema, inception_weights=args.inception_weights,
+                                 reference_limit=args.reference_limit, seed=args.seed, device=args.device,
+                                 progress=not args.no_progress)
+    except (ConfigError, FileNotFoundError, CheckpointError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(format_fid(measurement))
+    print(f"appended to {run.path / layout.ANALYSIS / FID_FILE}", file=sys.stderr)
+    return 0
+
+
 def _sweep(args: argparse.Namespace, store: RunStore) -> int:
     """``sweep``: 0 when no member failed and at least one completed or was stopped (a diverged member is a
     finding of the sweep: reported, not an error); 1 when every member diverged or one failed; 2 for bad input,
@@ -312,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         return _probe(args, store)
     if args.command == "sample":
         return _sample(args, store)
+    if args.command == "fid":
+        return _fid(args, store)
     if args.command == "sweep":
         return _sweep(args, store)
     if args.command == "reproduce":

@@ -29,7 +29,8 @@ with contextlib.suppress(ImportError):  # numpy's BLAS, had it been loaded befor
 # is a group of its own, so a module-scoped fixture (a trained run, a reproduction) is made once, not once per worker
 GROUPS = {"tests/ui/test_server.py": "ui", "tests/ui/test_jupyterlab.py": "ui", "tests/ui/test_injection.py": "ui",
           "tests/train/test_torchrun.py": "torchrun",
-          "tests/reports/test_samples.py": "diffusion-runs", "tests/reports/test_diffusion_probe.py": "diffusion-runs"}
+          "tests/reports/test_samples.py": "diffusion-runs", "tests/reports/test_diffusion_probe.py": "diffusion-runs",
+          "tests/reports/test_fid.py": "diffusion-runs"}
 
 
 @pytest.hookimpl(optionalhook=True)

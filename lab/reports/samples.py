@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
+from lab.config import ExperimentConfig
 from lab.nn.vpsde import SAMPLERS
 from lab.reports.alignment import load_trained
 from lab.runs import layout
@@ -23,10 +24,20 @@ from lab.train.core import resolve_device
 from lab.train.pretrain_eval import grid_png
 
 
-def sample_report(run: Run, *, num: int = 64, steps: int = 50, sampler: str = "ode", guidance: float = 0.0,
-                  checkpoint: str = "last", ema: bool | None = None, seed: int = 0, batch_size: int = 256,
-                  device: str = "auto", progress: bool = True) -> dict[str, Any]:
-    """Draw ``num`` samples from a diffusion run and write ``analysis/samples-<step>-<settings>.png`` and ``.npz``.
+class Drawn(NamedTuple):
+    """Samples of a diffusion run's checkpoint (:func:`draw_samples`)."""
+
+    images: torch.Tensor  # [num, C, H, W] float32 on the CPU, in the training data's scale
+    labels: torch.Tensor | None  # [num] the classes asked for, None for an unconditional model
+    config: ExperimentConfig  # the run's
+    step: int  # the checkpoint's
+    weights: str  # "ema" or "model"
+
+
+def draw_samples(run: Run, *, num: int = 64, steps: int = 50, sampler: str = "ode", guidance: float = 0.0,
+                 checkpoint: str = "last", ema: bool | None = None, seed: int = 0, batch_size: int = 256,
+                 device: str = "auto", progress: bool = True) -> Drawn:
+    """Draw ``num`` samples from a diffusion run's checkpoint.
 
     Args:
         run: a run of ``train.task=diffusion``.
@@ -40,11 +51,6 @@ def sample_report(run: Run, *, num: int = 64, steps: int = 50, sampler: str = "o
         batch_size: samples drawn at once.
         device: ``auto`` (CUDA when present), ``cpu`` or ``cuda[:i]``.
         progress: show a progress bar.
-
-    Returns:
-        ``{"png", "npz"}`` paths and the settings: ``step``, ``num``, ``steps``, ``sampler``, ``guidance``,
-        ``weights``, ``seed``. The ``.npz`` holds ``samples [num, C, H, W]`` float32 in the training data's scale
-        (standardised as the model saw it) and ``labels [num]`` (−1 for an unconditional model).
 
     Raises:
         ValueError: not a diffusion run, or a setting out of range.
@@ -80,17 +86,31 @@ def sample_report(run: Run, *, num: int = 64, steps: int = 50, sampler: str = "o
             chunks.append(model.sample(n, steps=steps, sampler=sampler, y=y, guidance=guidance,
                                        generator=generator, device=dev).float().cpu())
             bar.update(n)
-    images = torch.cat(chunks)
-    settings = f"{sampler}{steps}" + (f"-w{guidance:g}" if guidance else "") + f"-{weights}-seed{seed}"
+    return Drawn(torch.cat(chunks), labels, cfg, step, weights)
+
+
+def sample_report(run: Run, *, num: int = 64, steps: int = 50, sampler: str = "ode", guidance: float = 0.0,
+                  checkpoint: str = "last", ema: bool | None = None, seed: int = 0, batch_size: int = 256,
+                  device: str = "auto", progress: bool = True) -> dict[str, Any]:
+    """:func:`draw_samples` (its arguments), written as ``analysis/samples-<step>-<settings>.png`` and ``.npz``.
+
+    Returns:
+        ``{"png", "npz"}`` paths and the settings: ``step``, ``num``, ``steps``, ``sampler``, ``guidance``,
+        ``weights``, ``seed``. The ``.npz`` holds ``samples [num, C, H, W]`` float32 in the training data's scale
+        (standardised as the model saw it) and ``labels [num]`` (−1 for an unconditional model).
+    """
+    drawn = draw_samples(run, num=num, steps=steps, sampler=sampler, guidance=guidance, checkpoint=checkpoint,
+                         ema=ema, seed=seed, batch_size=batch_size, device=device, progress=progress)
+    settings = f"{sampler}{steps}" + (f"-w{guidance:g}" if guidance else "") + f"-{drawn.weights}-seed{seed}"
     folder = run.path / layout.ANALYSIS
-    png, npz = (folder / f"samples-{step}-{settings}.{ext}" for ext in ("png", "npz"))
-    atomic_write_bytes(png, grid_png(images))
+    png, npz = (folder / f"samples-{drawn.step}-{settings}.{ext}" for ext in ("png", "npz"))
+    atomic_write_bytes(png, grid_png(drawn.images))
     buffer = io.BytesIO()
-    np.savez_compressed(buffer, samples=images.numpy(),
-                        labels=(labels if labels is not None else torch.full((num,), -1)).numpy())
+    labels = drawn.labels if drawn.labels is not None else torch.full((num,), -1)
+    np.savez_compressed(buffer, samples=drawn.images.numpy(), labels=labels.numpy())
     atomic_write_bytes(npz, buffer.getvalue())
-    return {"png": png, "npz": npz, "step": step, "num": num, "steps": steps, "sampler": sampler,
-            "guidance": guidance, "weights": weights, "seed": seed}
+    return {"png": png, "npz": npz, "step": drawn.step, "num": num, "steps": steps, "sampler": sampler,
+            "guidance": guidance, "weights": drawn.weights, "seed": seed}
 
 
 def format_samples(summary: dict[str, Any]) -> str:

@@ -7,8 +7,17 @@ import math
 from torch import nn
 
 from lab.config import ExperimentConfig
+from lab.data.image_split import ImageSplit
 from lab.data.images import load_images
-from lab.data.keyed import FileDataset, TensorDataset, eval_transform, tensor_transform, train_transform
+from lab.data.keyed import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    FileDataset,
+    TensorDataset,
+    eval_transform,
+    tensor_transform,
+    train_transform,
+)
 from lab.data.readers import image_folder_files
 from lab.data.toy2d import TOY_DATASETS, ToyData, make_toy_data
 from lab.nn.registry import create_model, model_parameters
@@ -28,6 +37,20 @@ def build_data(cfg: ExperimentConfig) -> ToyData:
     d = cfg.data
     if d.name in TOY_DATASETS:
         return make_toy_data(d)
+    split = raw_images(cfg).standardize()
+    return ToyData(split.x_train, split.y_train, split.x_test, split.y_test, d.name)
+
+
+def raw_images(cfg: ExperimentConfig) -> ImageSplit:
+    """The image set of ``cfg.data`` as whole tensors of pixels in [0, 1] (:func:`build_data` standardises it).
+
+    Raises:
+        ValueError: a toy set, or ``data.root`` is needed but empty.
+        DatasetNotFoundError: the set's files are not under ``data.root``.
+    """
+    d = cfg.data
+    if d.name in TOY_DATASETS:
+        raise ValueError(f"data.name={d.name} is a toy set of points, not images")
     options: dict = {}
     if d.classes:
         options["classes"] = d.classes
@@ -36,8 +59,18 @@ def build_data(cfg: ExperimentConfig) -> ToyData:
     if d.name in ("digits", "image_folder"):  # the others come with their official split and size
         options.update(seed=d.seed, test_fraction=1.0 - d.train_fraction)
         options["image_size"] = d.image_size or (8 if d.name == "digits" else 32)
-    split = load_images(d.name, d.root or None, **options).standardize()
-    return ToyData(split.x_train, split.y_train, split.x_test, split.y_test, d.name)
+    return load_images(d.name, d.root or None, **options)
+
+
+def pixel_scale(cfg: ExperimentConfig) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """``(mean, std)`` per channel of the map from pixels in [0, 1] to what the loader engine gives a model of
+    ``cfg`` (x = (pixels − mean) / std): the training images' statistics (:func:`build_data`), or ImageNet's for
+    an ``image_folder`` read from its files (:mod:`lab.data.keyed`). A generative model's samples go back to
+    pixels with it."""
+    if cfg.data.name == "image_folder":
+        return IMAGENET_MEAN, IMAGENET_STD
+    split = raw_images(cfg).standardize()
+    return split.mean, split.std
 
 
 def loader_data(cfg: ExperimentConfig) -> LoaderData:

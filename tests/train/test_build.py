@@ -5,7 +5,9 @@ from lab.config import load_config
 from lab.data.images import DatasetNotFoundError
 from lab.jobs.runner import make_trainer
 from lab.nn.resnets import ConvResNet, FCResNet
+from lab.data.keyed import IMAGENET_MEAN, IMAGENET_STD
 from lab.train import build_data, build_model
+from lab.train.build import pixel_scale, raw_images
 
 
 def test_digits_are_standardised_and_size_the_model():
@@ -17,6 +19,18 @@ def test_digits_are_standardised_and_size_the_model():
     model = build_model(cfg, data)
     assert isinstance(model, FCResNet) and model.stem[1].in_features == 64 and model.head.out_features == 10
     assert model(data.x_test[:3]).shape == (3, 10)
+
+
+def test_pixel_scale_maps_the_raw_images_onto_what_the_model_sees():
+    cfg = load_config("configs/uvit_tiny_digits.yaml")
+    raw, data = raw_images(cfg), build_data(cfg)
+    mean, std = pixel_scale(cfg)
+    assert raw.x_train.min() >= 0 and raw.x_train.max() <= 1 and len(mean) == len(std) == 1
+    assert torch.allclose((raw.x_train - mean[0]) / std[0], data.x_train, atol=1e-6)
+    folder = load_config("configs/uvit_small_cifar100.yaml")
+    assert pixel_scale(folder) == (IMAGENET_MEAN, IMAGENET_STD), "files are read with ImageNet's statistics"
+    with pytest.raises(ValueError, match="toy set"):
+        raw_images(load_config())  # the default: the spiral
 
 
 def test_conv_model_reads_its_channels_off_the_data_and_takes_drop_path_from_train():
