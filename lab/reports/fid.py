@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from lab.config import ExperimentConfig
 from lab.runs import layout
-from lab.runs.store import Run, atomic_write_json
+from lab.runs.store import Run, atomic_write_json, config_of_run
 from lab.train.build import pixel_scale, raw_images
 from lab.train.core import resolve_device
 
@@ -81,11 +81,10 @@ def folder_pixels(folder: str | Path, channels: int, size: int, limit: int | Non
 
 def reference_pixels(cfg: ExperimentConfig, reference: str, channels: int, size: int,
                      limit: int | None = None) -> Tensor:
-    """The reference images of a run of ``cfg``: ``digits``, its training split of the digits (its classes, its
-    side); otherwise a folder of image files (:func:`folder_pixels`)."""
+    """The reference images of a run of ``cfg``: ``digits``, the training split of a digits run (its classes, its
+    side; :func:`fid_report` checks the run is one before it samples); otherwise a folder of image files
+    (:func:`folder_pixels`)."""
     if reference == "digits":
-        if cfg.data.name != "digits":
-            raise ValueError(f"--reference digits compares with the digits; this run trained on {cfg.data.name}")
         return raw_images(cfg).x_train[:limit]
     return folder_pixels(reference, channels, size, limit)
 
@@ -119,7 +118,8 @@ def inception_features(weights: str | Path | None) -> InceptionPixels:
     """
     if weights is None:
         raise ValueError(f"FID needs the Inception weights, and nothing is downloaded: pass --inception-weights PATH, "
-                         f"{INCEPTION_WEIGHTS}")
+                         f"{INCEPTION_WEIGHTS}; a model of the digits is measured without them by --features "
+                         "digits-classifier (digits-FD)")
     path = Path(weights).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"Inception weights {str(path)!r} do not exist ({INCEPTION_WEIGHTS})")
@@ -223,8 +223,6 @@ def fid_report(run: Run, *, reference: str = "digits", features: str = "digits-c
         dev = resolve_device(device)
     except RuntimeError as err:
         raise ValueError(f"device {device!r}: {err}") from None
-    from lab.runs.store import config_of_run
-
     cfg = config_of_run(run)
     if cfg.train.task != "diffusion":
         raise ValueError(f"{run.path.name} trained train.task={cfg.train.task}: only diffusion runs have samples to "
