@@ -57,7 +57,7 @@ def test_lab_fid_appends_digits_fd_measurements(diffusion_runs, tmp_path, capsys
     args = ["fid", str(run), "--features", "digits-classifier", "--num", "64", "--steps", "4", "--no-progress"]
     assert main([*args, "--reference", "digits"]) == 0
     out, err = capsys.readouterr()
-    assert out.startswith("digits-FD ") and f"at step {UNCOND_STEPS} (64 samples, sde 4 steps, ema weights" in out
+    assert out.startswith("digits-FD ") and f"at step {UNCOND_STEPS} (64 samples, ode 4 steps, ema weights" in out
     assert "fid.json" in err
     folder = write_digits_folder(tmp_path / "digits", image_size=8)
     assert main([*args, "--reference", str(folder / "train")]) == 0
