@@ -11,4 +11,7 @@ if ! [ -x /usr/bin/chromium ]; then
   $SUDO apt-get update -qq
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
-exec .venv/bin/python -m pytest -n 2 --dist loadgroup "$@"
+# Bytecode caches are written during the run even where PYTHONDONTWRITEBYTECODE is set: the suite starts dozens of
+# Python processes (workers, job children, kernels, torchrun ranks), each of which would otherwise compile the lab
+# from source again, and each worker would rewrite every test module's asserts again.
+exec env -u PYTHONDONTWRITEBYTECODE .venv/bin/python -m pytest -n 2 --dist loadgroup "$@"
