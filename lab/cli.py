@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from lab.analysis.residual_alignment import RA4_FIT_START
@@ -56,6 +57,21 @@ class _Terminate(Callback):
     def on_step_end(self, trainer: TrainerView, loss: float) -> None:
         if self.requested:
             trainer.should_stop = True
+
+
+def _sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """What every command that samples a diffusion run takes besides its sampler: guidance, the checkpoint and its
+    weights, the noise's seed, the device and the progress bar."""
+    parser.add_argument("--guidance", type=float, default=0.0,
+                        help="classifier-free guidance scale w of a class-conditional run (default 0: none)")
+    parser.add_argument("--checkpoint", default="last", choices=["last", "best"])
+    weights = parser.add_mutually_exclusive_group()
+    weights.add_argument("--ema", dest="ema", action="store_true", default=None,
+                         help="the weights' moving average (default when the run kept one)")
+    weights.add_argument("--no-ema", dest="ema", action="store_false", help="the trained weights themselves")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the samples' noise (default 0)")
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:i]")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -125,16 +141,7 @@ def _parser() -> argparse.ArgumentParser:
     sample.add_argument("--sampler", default="ode", choices=["ode", "sde"],
                         help="ode: probability flow, Euler (default; the reference's training grids); sde: "
                              "Euler-Maruyama (the reference's FID samples, with --steps 1000)")
-    sample.add_argument("--guidance", type=float, default=0.0,
-                        help="classifier-free guidance scale w of a class-conditional run (default 0: none)")
-    sample.add_argument("--checkpoint", default="last", choices=["last", "best"])
-    weights = sample.add_mutually_exclusive_group()
-    weights.add_argument("--ema", dest="ema", action="store_true", default=None,
-                         help="the weights' moving average (default when the run kept one)")
-    weights.add_argument("--no-ema", dest="ema", action="store_false", help="the trained weights themselves")
-    sample.add_argument("--seed", type=int, default=0, help="seed of the initial noise (default 0)")
-    sample.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:i]")
-    sample.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _sampling_arguments(sample)
     fid = sub.add_parser("fid", help="Fréchet distance of a diffusion run's samples from reference images (FID, or "
                                      "digits-FD) appended to <run>/analysis/fid.json")
     fid.add_argument("run", help="run id (in the runs folder) or a run folder's path")
@@ -151,18 +158,9 @@ def _parser() -> argparse.ArgumentParser:
     fid.add_argument("--steps", type=int, default=None, help="sampler steps (default: the run's train.sample_steps)")
     fid.add_argument("--sampler", default=None, choices=["ode", "sde"],
                      help="default: the run's train.sampler (the reference's FID: sde with --steps 1000)")
-    fid.add_argument("--guidance", type=float, default=0.0,
-                     help="classifier-free guidance scale w of a class-conditional run (default 0: none)")
-    fid.add_argument("--checkpoint", default="last", choices=["last", "best"])
-    fid_weights = fid.add_mutually_exclusive_group()
-    fid_weights.add_argument("--ema", dest="ema", action="store_true", default=None,
-                             help="the weights' moving average (default when the run kept one)")
-    fid_weights.add_argument("--no-ema", dest="ema", action="store_false", help="the trained weights themselves")
     fid.add_argument("--reference-limit", type=int, default=50_000, metavar="N",
                      help="at most N reference images (default 50000)")
-    fid.add_argument("--seed", type=int, default=0, help="seed of the samples' noise (default 0)")
-    fid.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:i]")
-    fid.add_argument("--no-progress", action="store_true", help="no progress bar")
+    _sampling_arguments(fid)
     sweep = sub.add_parser("sweep", help="train a sweep (comma lists; two lists sweep their product) into one "
                                          "folder of ordinary run folders, as few ensembles as possible")
     sweep.add_argument("config", help="YAML config of a residual_mlp, e.g. configs/spiral.yaml")
@@ -203,76 +201,74 @@ def _reproduce(args: argparse.Namespace, store: RunStore) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace, store: RunStore, measure: Callable[[Run], tuple[str, str]]) -> int:
+    """Run a report on the run ``args.run`` names: ``measure(run)`` returns its result line (printed) and what it
+    wrote (to stderr); a bad run, checkpoint or setting is an error line and exit status 2, with nothing written."""
+    try:
+        run = find_run(args.run, store)
+        result, wrote = measure(run)
+    except (ConfigError, FileNotFoundError, CheckpointError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(result)
+    print(wrote, file=sys.stderr)
+    return 0
+
+
 def _analyze(args: argparse.Namespace, store: RunStore) -> int:
     if args.inputs < 2 or (args.k is not None and args.k < 1) or args.nc_inputs < 2 or args.ra4_from < 1:
         print("error: --inputs and --nc-inputs must be >= 2, --k and --ra4-from >= 1", file=sys.stderr)
         return 2
-    try:
-        run = find_run(args.run, store)
+
+    def measure(run: Run) -> tuple[str, str]:
         summary = alignment_report(run, inputs=args.inputs, k=args.k, nc_inputs=args.nc_inputs,
                                    checkpoint=args.checkpoint, fit_start=args.ra4_from - 1)
-    except (ConfigError, FileNotFoundError, CheckpointError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(format_alignment(summary))
-    print(f"wrote {run.path / layout.ANALYSIS / 'alignment.json'} and alignment.npz", file=sys.stderr)
-    return 0
+        return format_alignment(summary), f"wrote {run.path / layout.ANALYSIS / 'alignment.json'} and alignment.npz"
+
+    return _report(args, store, measure)
 
 
 def _probe(args: argparse.Namespace, store: RunStore) -> int:
     if args.epochs < 1 or args.batch_size < 2 or args.lr <= 0 or (args.limit is not None and args.limit < 2):
         print("error: --epochs must be >= 1, --batch-size and --limit >= 2 and --lr > 0", file=sys.stderr)
         return 2
-    try:
-        run = find_run(args.run, store)
+
+    def measure(run: Run) -> tuple[str, str]:
+        wrote = f"wrote {run.path / layout.ANALYSIS / 'probe.json'}"
         if config_of_run(run).train.task == "diffusion":
             times = tuple(float(t) for t in args.noise_levels.split(",")) if args.noise_levels else PROBE_TIMES
             summary = diffusion_probe_report(run, times=times, checkpoint=args.checkpoint, epochs=args.epochs,
                                              lr=args.lr, batch_size=args.batch_size, limit=args.limit,
                                              device=args.device)
-            print(format_diffusion_probe(summary))
-            print(f"wrote {run.path / layout.ANALYSIS / 'probe.json'}", file=sys.stderr)
-            return 0
+            return format_diffusion_probe(summary), wrote
         summary = probe_report(run, layer=args.layer, checkpoint=args.checkpoint, protocol=args.protocol,
-                               epochs=args.epochs, lr=args.lr,
-                               batch_size=args.batch_size, limit=args.limit, device=args.device,
-                               progress=not args.no_progress)
-    except (ConfigError, FileNotFoundError, CheckpointError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(format_probe(summary))
-    print(f"wrote {run.path / layout.ANALYSIS / 'probe.json'}", file=sys.stderr)
-    return 0
+                               epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, limit=args.limit,
+                               device=args.device, progress=not args.no_progress)
+        return format_probe(summary), wrote
+
+    return _report(args, store, measure)
 
 
 def _sample(args: argparse.Namespace, store: RunStore) -> int:
-    try:
-        run = find_run(args.run, store)
+    def measure(run: Run) -> tuple[str, str]:
         summary = sample_report(run, num=args.num, steps=args.steps, sampler=args.sampler, guidance=args.guidance,
                                 checkpoint=args.checkpoint, ema=args.ema, seed=args.seed, device=args.device,
                                 progress=not args.no_progress)
-    except (ConfigError, FileNotFoundError, CheckpointError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(format_samples(summary))
-    print(f"wrote {summary['png']} and {summary['npz'].name}", file=sys.stderr)
-    return 0
+        return format_samples(summary), f"wrote {summary['png']} and {summary['npz'].name}"
+
+    return _report(args, store, measure)
 
 
 def _fid(args: argparse.Namespace, store: RunStore) -> int:
-    try:
-        run = find_run(args.run, store)
+    def measure(run: Run) -> tuple[str, str]:
         measurement = fid_report(run, reference=args.reference, features=args.features, num=args.num,
                                  steps=args.steps, sampler=args.sampler, guidance=args.guidance,
                                  checkpoint=args.checkpoint, ema=args.ema, inception_weights=args.inception_weights,
                                  reference_limit=args.reference_limit, seed=args.seed, device=args.device,
                                  progress=not args.no_progress)
-    except (ConfigError, FileNotFoundError, CheckpointError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(format_fid(measurement))
-    print(f"appended to {run.path / layout.ANALYSIS / FID_FILE}", file=sys.stderr)
-    return 0
+        return format_fid(measurement), f"appended to {run.path / layout.ANALYSIS / FID_FILE}"
+
+    return _report(args, store, measure)
 
 
 def _sweep(args: argparse.Namespace, store: RunStore) -> int:
