@@ -25,12 +25,12 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
 from lab.config import ExperimentConfig
+from lab.data.formats import IMAGE_SUFFIXES, read_images
 from lab.runs import layout
 from lab.runs.store import Run, atomic_write_json, config_of_run
 from lab.train.build import pixel_scale, raw_images
@@ -41,7 +41,6 @@ METRICS = {"inception": "FID", "digits-classifier": "digits-FD"}
 INCEPTION_WEIGHTS = ("torch-fidelity's weights-inception-2015-12-05-6726825d.pth (the TensorFlow FID Inception in "
                      "PyTorch), from https://github.com/toshas/torch-fidelity/releases/download/v0.2.0/"
                      "weights-inception-2015-12-05-6726825d.pth, copied onto this machine")
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 FID_FILE = "fid.json"
 
 
@@ -55,28 +54,21 @@ def to_pixels(images: Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -
 
 def folder_pixels(folder: str | Path, channels: int, size: int, limit: int | None = None) -> Tensor:
     """The image files under ``folder`` (recursively, sorted by path; at most ``limit``) as pixels
-    ``[n, channels, size, size]`` in [0, 1] (grey or RGB, resized with a bicubic filter where their side differs).
+    ``[n, channels, size, size]`` in [0, 1] (grey or RGB, resized where their side differs;
+    :func:`lab.data.formats.read_images`).
 
     Raises:
         FileNotFoundError: no such folder, or no image files in it.
+        FormatError: a file that is not a readable image.
     """
-    from PIL import Image
-
     root = Path(folder).expanduser()
     if not root.is_dir():
         raise FileNotFoundError(f"reference folder {str(root)!r} does not exist")
     files = sorted(p for p in root.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())[:limit]
     if not files:
         raise FileNotFoundError(f"reference folder {str(root)!r} holds no image files ({', '.join(IMAGE_SUFFIXES)})")
-    out = torch.empty(len(files), channels, size, size)
-    for i, path in enumerate(files):
-        with Image.open(path) as image:
-            image = image.convert("L" if channels == 1 else "RGB")
-            if image.size != (size, size):
-                image = image.resize((size, size), Image.Resampling.BICUBIC)
-            array = np.asarray(image, dtype=np.float32) / 255.0
-        out[i] = torch.from_numpy(array.reshape(size, size, channels)).permute(2, 0, 1)
-    return out
+    pixels = read_images(files, size=(size, size), grayscale=channels == 1)  # [n, H, W, C] uint8
+    return torch.from_numpy(pixels).permute(0, 3, 1, 2).float().div_(255.0)
 
 
 def reference_pixels(cfg: ExperimentConfig, reference: str, channels: int, size: int,
