@@ -132,10 +132,12 @@ JS_DEEP_DOM = """(selector) => {
 # What each plot on screen draws, measured on its pixels: every Bokeh plot view whose element is laid out, exported
 # as it paints (so a plot below the fold is measured as well), with its frame's size, the share of frame pixels that
 # are neither background (white) nor grid-line grey, its title's width in its own font, and its legends' boxes
-# against the canvas (a legend sticking out of its figure is cut).
-JS_PIXELS = """() => {
+# against the canvas (a legend sticking out of its figure is cut). Given an element (``page.evaluate(JS_PIXELS,
+# element)``), only the plots inside it: one notebook cell's.
+JS_PIXELS = """(scope) => {
   const out = [], measure = document.createElement("canvas").getContext("2d");
   for (const v of Bokeh.index.query(v => v.frame !== undefined && v.canvas_view !== undefined)) {
+    if (scope && !scope.contains(v.root.el)) continue;
     const r = v.el.getBoundingClientRect();
     if (r.width === 0 || r.height === 0 || !v.el.isConnected) continue;  // hidden (the twin's column switched off)
     const f = v.frame.bbox, layer = v.export("png", false), ctx = layer.canvas.getContext("2d");
