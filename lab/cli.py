@@ -23,6 +23,7 @@ from lab.data.toy2d import TOY_DATASETS, ToyData
 from lab.jobs.builders import alignment_builder
 from lab.jobs.publish import DiskSink, Publisher
 from lab.jobs.runner import checked_data, resolved, train_and_evaluate, uses_loader
+from lab.nn.diffusion import SAMPLERS
 from lab.reports.alignment import alignment_report, format_alignment
 from lab.reports.diffusion_probe import diffusion_probe_report, format_diffusion_probe
 from lab.reports.fid import FID_FILE, fid_report, format_fid
@@ -138,9 +139,10 @@ def _parser() -> argparse.ArgumentParser:
     sample.add_argument("--runs-dir", default=None)
     sample.add_argument("--num", type=int, default=64, help="how many samples (default 64)")
     sample.add_argument("--steps", type=int, default=50, help="sampler steps (default 50)")
-    sample.add_argument("--sampler", default="ode", choices=["ode", "sde"],
-                        help="ode: probability flow, Euler (default; the reference's training grids); sde: "
-                             "Euler-Maruyama (the reference's FID samples, with --steps 1000)")
+    sample.add_argument("--sampler", default=None, choices=SAMPLERS,
+                        help="default: the run's train.sampler. On the VP-SDE ode: probability flow, Euler (the "
+                             "reference's training grids); sde: Euler-Maruyama (its FID samples, with --steps 1000). "
+                             "On the discrete schedule dpm_solver: DPM-Solver++")
     _sampling_arguments(sample)
     fid = sub.add_parser("fid", help="Fréchet distance of a diffusion run's samples from reference images (FID, or "
                                      "digits-FD) appended to <run>/analysis/fid.json")
@@ -156,7 +158,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="a local copy of torch-fidelity's weights-inception-2015-12-05-6726825d.pth")
     fid.add_argument("--num", type=int, default=1000, help="samples drawn (default 1000; the reference's FID: 50000)")
     fid.add_argument("--steps", type=int, default=None, help="sampler steps (default: the run's train.sample_steps)")
-    fid.add_argument("--sampler", default=None, choices=["ode", "sde"],
+    fid.add_argument("--sampler", default=None, choices=SAMPLERS,
                      help="default: the run's train.sampler (the reference's FID: sde with --steps 1000)")
     fid.add_argument("--reference-limit", type=int, default=50_000, metavar="N",
                      help="at most N reference images (default 50000)")

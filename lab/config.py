@@ -303,10 +303,10 @@ class TrainConfig:
                                                  "diffusion model samples with it (0.9999 in U-ViT)")
     samples: int = _field(64, lo=0, hi=1024, doc="loader engine, diffusion: images of the sample grid saved at each "
                                                  "evaluation (figures/samples-<step>.png; 0 = none)")
-    sampler: str = _field("ode", choices=("ode", "sde"), doc="loader engine, diffusion: the sampler of that grid: "
-                                                           "ode = probability flow (the reference's training "
-                                                           "grids), sde = Euler-Maruyama (steadier for an "
-                                                           "undertrained model)")
+    sampler: str = _field("ode", choices=("ode", "sde", "dpm_solver"),
+                          doc="loader engine, diffusion: the sampler of that grid: on the VP-SDE ode = probability "
+                              "flow (the reference's training grids), sde = Euler-Maruyama (steadier for an "
+                              "undertrained model); on the discrete schedule dpm_solver (DPM-Solver++)")
     sample_steps: int = _field(50, lo=1, doc="loader engine, diffusion: steps of that sampler (50, as the "
                                              "reference's training grids)")
 

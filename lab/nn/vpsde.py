@@ -42,10 +42,16 @@ class VPSDE:
         beta_max: β₁.
     """
 
+    samplers = SAMPLERS
+
     def __init__(self, beta_min: float = 0.1, beta_max: float = 20.0) -> None:
         if not 0 < beta_min < beta_max:
             raise ValueError(f"the VP-SDE needs 0 < beta_min < beta_max; got {beta_min}, {beta_max}")
         self.beta_min, self.beta_max = float(beta_min), float(beta_max)
+
+    def net_time(self, t: Tensor) -> Tensor:
+        """The time the network sees: 999 t (the reference's ``ScoreModel.predict``)."""
+        return 999.0 * t
 
     def beta(self, t: Tensor) -> Tensor:
         """β(t) = β₀ + t (β₁ − β₀), the squared diffusion coefficient g(t)²."""
@@ -97,6 +103,11 @@ class VPSDE:
         noise = torch.randn(x0.shape, device=x0.device, dtype=x0.dtype, generator=generator)
         return (noise - eps_fn(self.perturb(x0, t, noise), t)).pow(2).flatten(1).mean(1)
 
+
+    def sample(self, eps_fn: EpsFn, x_init: Tensor, steps: int, *, sampler: str = "ode",
+               generator: torch.Generator | None = None) -> Tensor:
+        """:func:`sample` on this SDE."""
+        return sample(self, eps_fn, x_init, steps, sampler=sampler, generator=generator)
 
 @torch.no_grad()
 def sample(sde: VPSDE, eps_fn: EpsFn, x_init: Tensor, steps: int, *, sampler: str = "ode", eps: float = 1e-3,

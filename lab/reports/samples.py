@@ -16,7 +16,7 @@ import torch
 from tqdm import tqdm
 
 from lab.config import ExperimentConfig
-from lab.nn.vpsde import SAMPLERS
+from lab.nn.diffusion import SAMPLERS
 from lab.reports.alignment import load_trained
 from lab.runs import layout
 from lab.runs.store import Run, atomic_write_bytes, config_of_run
@@ -34,7 +34,7 @@ class Drawn(NamedTuple):
     weights: str  # "ema" or "model"
 
 
-def draw_samples(run: Run, *, num: int = 64, steps: int = 50, sampler: str = "ode", guidance: float = 0.0,
+def draw_samples(run: Run, *, num: int = 64, steps: int = 50, sampler: str | None = None, guidance: float = 0.0,
                  checkpoint: str = "last", ema: bool | None = None, seed: int = 0, batch_size: int = 256,
                  device: str = "auto", progress: bool = True) -> Drawn:
     """Draw ``num`` samples from a diffusion run's checkpoint.
@@ -43,7 +43,8 @@ def draw_samples(run: Run, *, num: int = 64, steps: int = 50, sampler: str = "od
         run: a run of ``train.task=diffusion``.
         num: how many samples (a conditional model cycles through its classes: 0, 1, 2, …).
         steps: sampler steps.
-        sampler: ``ode`` (probability flow, Euler) or ``sde`` (Euler–Maruyama, the reference's FID sampler).
+        sampler: on the VP-SDE ``ode`` (probability flow, Euler) or ``sde`` (Euler–Maruyama, the reference's FID
+            sampler); on the discrete schedule ``dpm_solver``; None: the run's ``train.sampler``.
         guidance: classifier-free guidance scale w: ε̃ = (1 + w) ε(x, y) − w ε(x, ∅) (class-conditional runs).
         checkpoint: ``last`` or ``best``.
         ema: sample with the weights' moving average; None: when the run kept one.
@@ -59,9 +60,10 @@ def draw_samples(run: Run, *, num: int = 64, steps: int = 50, sampler: str = "od
     if num < 1 or steps < 1 or batch_size < 1 or guidance < 0:
         raise ValueError(f"need num, steps and batch_size >= 1 and guidance >= 0; got num={num}, steps={steps}, "
                          f"batch_size={batch_size}, guidance={guidance}")
-    if sampler not in SAMPLERS:
+    if sampler is not None and sampler not in SAMPLERS:
         raise ValueError(f"unknown sampler {sampler!r}; valid: {', '.join(SAMPLERS)}")
     cfg = config_of_run(run)
+    sampler = sampler or cfg.train.sampler
     if cfg.train.task != "diffusion":
         raise ValueError(f"{run.path.name} trained train.task={cfg.train.task}: only diffusion runs sample images")
     if ema is None:
@@ -72,6 +74,8 @@ def draw_samples(run: Run, *, num: int = 64, steps: int = 50, sampler: str = "od
         raise ValueError(f"device {device!r}: {err}") from None
     weights = "ema" if ema else "model"
     _, model, _, step = load_trained(run, checkpoint, loader=True, weights=weights)
+    if sampler not in model.samplers:
+        raise ValueError(f"sampler {sampler!r} does not sample this run's schedule; valid: {', '.join(model.samplers)}")
     if guidance and (not model.conditional or model.net.null_class is None):
         raise ValueError("--guidance needs a class-conditional run trained with label dropout (model.num_classes "
                          "> 0, model.p_uncond > 0)")
@@ -89,7 +93,7 @@ def draw_samples(run: Run, *, num: int = 64, steps: int = 50, sampler: str = "od
     return Drawn(torch.cat(chunks), labels, cfg, step, weights)
 
 
-def sample_report(run: Run, *, num: int = 64, steps: int = 50, sampler: str = "ode", guidance: float = 0.0,
+def sample_report(run: Run, *, num: int = 64, steps: int = 50, sampler: str | None = None, guidance: float = 0.0,
                   checkpoint: str = "last", ema: bool | None = None, seed: int = 0, batch_size: int = 256,
                   device: str = "auto", progress: bool = True) -> dict[str, Any]:
     """:func:`draw_samples` (its arguments), written as ``analysis/samples-<step>-<settings>.png`` and ``.npz``.
@@ -101,6 +105,7 @@ def sample_report(run: Run, *, num: int = 64, steps: int = 50, sampler: str = "o
     """
     drawn = draw_samples(run, num=num, steps=steps, sampler=sampler, guidance=guidance, checkpoint=checkpoint,
                          ema=ema, seed=seed, batch_size=batch_size, device=device, progress=progress)
+    sampler = sampler or drawn.config.train.sampler
     settings = f"{sampler}{steps}" + (f"-w{guidance:g}" if guidance else "") + f"-{drawn.weights}-seed{seed}"
     folder = run.path / layout.ANALYSIS
     png, npz = (folder / f"samples-{drawn.step}-{settings}.{ext}" for ext in ("png", "npz"))

@@ -152,7 +152,7 @@ def diffusion_features(model: nn.Module, dataset: Dataset, times: tuple[float, .
             null = torch.full((len(x),), net.null_class, device=device) if net.num_classes else None
             for i, t in enumerate(times):
                 tt = torch.full((len(x),), float(t), device=device)
-                states = model.forward_intermediates(model.sde.perturb(x, tt, noise), tt, null,
+                states = model.forward_intermediates(model.process.perturb(x, tt, noise), tt, null,
                                                      intermediates_only=True)
                 feats[i].append(torch.stack([h.mean(dim=1) for h in states[1:]]).float().cpu())  # [L, B, D]
             labels.append(torch.as_tensor(y))

@@ -21,7 +21,7 @@ def test_features_are_token_means_of_every_block_on_noised_images_without_labels
     noise = torch.cat([torch.randn(4, 1, 8, 8, generator=(g := torch.Generator().manual_seed(3))),
                        torch.randn(2, 1, 8, 8, generator=g)])
     t = torch.full((6,), 0.5)
-    states = model.forward_intermediates(model.sde.perturb(x[order], t, noise), t, torch.full((6,), 10),
+    states = model.forward_intermediates(model.process.perturb(x[order], t, noise), t, torch.full((6,), 10),
                                          intermediates_only=True)
     expected = torch.stack([h.mean(dim=1) for h in states[1:]])
     torch.testing.assert_close(feats[1], expected, atol=1e-5, rtol=1e-5)

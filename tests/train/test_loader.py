@@ -175,3 +175,19 @@ def test_a_diffusion_run_records_samples_and_resumes_with_its_moving_average_exa
                           (torch.load(r / "checkpoints" / "last.pt", weights_only=True) for r in (a, b)))
     assert ea.keys() == ma.keys() and all(torch.equal(ea[k], eb[k]) and torch.equal(ma[k], mb[k]) for k in ea)
     assert any(not torch.equal(ea[k], ma[k]) for k in ea)  # the average lags the weights
+
+
+def test_a_discrete_schedule_run_samples_with_dpm_solver_and_refuses_another_sampler_before_any_folder(tmp_path,
+                                                                                                        capsys):
+    from lab.reports.samples import sample_report
+    from lab.runs.store import Run
+
+    discrete = [*TINY_UVIT, "model.schedule=discrete", "train.max_steps=5", "--runs-dir", str(tmp_path)]
+    assert main(["train", *discrete]) == 2  # the config's sampler is the VP-SDE's
+    assert "train.sampler=ode does not sample the discrete schedule" in capsys.readouterr().err
+    assert not tmp_path.exists() or not list(tmp_path.iterdir())
+    assert main(["train", *discrete, "train.sampler=dpm_solver"]) == 0
+    (run,) = tmp_path.iterdir()
+    assert [p.name for p in (run / "figures").iterdir()] == ["samples-000000005.png"]
+    summary = sample_report(Run(run), num=2, steps=3, progress=False)  # the run's sampler by default
+    assert summary["sampler"] == "dpm_solver" and summary["png"].name == "samples-5-dpm_solver3-ema-seed0.png"
