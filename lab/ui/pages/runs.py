@@ -10,10 +10,10 @@ folders (``sweep.json``) list their members.
 The table shows per run its model, state (``running (stale)`` when its heartbeat is old), progress, newest metrics
 and the time of its last heartbeat, and what is wrong with a damaged folder; it is refreshed every ``refresh_s``
 seconds from file sizes and mtimes (:class:`~lab.runs.catalog.RunCatalog`: unchanged files are not read again).
-Opening a run (a row, or ``?run=`` in the URL) follows it read-only (:class:`~lab.runs.catalog.WatchedRun`
-through the page's :class:`~lab.ui.follower.JobFollower`): status line, progress, alert with the reason of a failed or diverged run,
-and its curves growing as ``metrics.jsonl`` grows; beside them its config and checkpoints. A run that this server's
-job manager trains can be stopped; any other run is watch-only.
+Opening a run (a row, or ``?run=`` in the URL) follows it read-only (:class:`~lab.runs.catalog.WatchedRun` through
+the page's :class:`~lab.ui.follower.JobFollower`): status line, progress, alert with the reason of a failed or
+diverged run, and its curves growing as ``metrics.jsonl`` grows; beside them its config and checkpoints. A run that
+this server's job manager trains can be stopped; any other run is watch-only.
 
 Everything read from a run folder (its name, status message, config, metric keys, checkpoint names, problems) and
 everything typed (the added folder, ``?run=``) is shown as text (:mod:`lab.ui.text`): run folders come from
