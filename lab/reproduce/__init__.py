@@ -40,6 +40,8 @@ def _experiments(budget: str, seeds: int, store: RunStore, out: Path
          lambda tick: decayed.measure_rank(budget, seeds, store, tick)),
         ("decayed", [decayed.CLAIMS["mae"]], 2 * seeds,
          lambda tick: decayed.measure_mae(budget, seeds, store, out, tick)),
+        ("decayed", [decayed.CLAIMS[k] for k in ("diffusion_fid", "diffusion_probe")], 2 * seeds,
+         lambda tick: decayed.measure_diffusion(budget, seeds, store, tick)),
         ("droppath", [droppath.CLAIMS["figure3"]], 2 * seeds,
          lambda tick: droppath.measure_figure3(budget, seeds, store, tick)),
         ("droppath", [droppath.CLAIMS["table1"]], 3 * table_seeds,

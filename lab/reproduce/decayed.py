@@ -1,6 +1,6 @@
 """*Residual Connections Harm Generative Representation Learning*, reproduced at toy scale.
 
-Two experiments:
+Three experiments:
 
 - **Rank against α_min** (the supervised analogue of the paper, its Figure 9, and the correlation of its Figure 6c):
   ``lab sweep`` trains the 32-wide residual MLP on the spiral with shortcuts decayed linearly to α_min for
@@ -10,6 +10,11 @@ Two experiments:
 - **The MAE and its probe** (Table 2): a tiny MAE with decayed encoder shortcuts and U-Net skips, pretrained on
   scikit-learn's digits written as an image folder, for α_min 1.0 and 0.6, then probed with the authors' protocol
   (``lab probe --protocol authors``).
+- **Diffusion** (Table 4): the tiny U-ViT of ``configs/uvit_tiny_digits.yaml`` generating digits, shortcuts decayed
+  per residual sub-layer to α_min 0.7 at the decoder's end against the standard U-ViT (α_min 1.0); each run's
+  samples scored by digits-FD (:mod:`lab.reports.fid`, in a digits classifier's features: not comparable with a
+  published FID) and its features by the diffusion probe's best (block, noise level) (:mod:`lab.reports.
+  diffusion_probe`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import torch
 
 from lab.analysis.rank_sweep import member_features, sweep_rank_metrics
 from lab.data.readers import write_digits_folder
+from lab.reports.diffusion_probe import diffusion_probe_report
+from lab.reports.fid import fid_report
 from lab.reports.probe import probe_report
 from lab.reproduce.claims import Claim, Curves, Result, mean_sd, not_at_this_budget
 from lab.reproduce.runs import CONFIGS, ReproductionError, command, train
@@ -48,12 +55,24 @@ CLAIMS = {
     "mae": Claim("decayed.mae_probe", P, "Table 2", "MAE's linear-probe accuracy rises as α_min falls to 0.5–0.6",
                  "ViT-B/16 on ImageNet-100: 76.5 at α_min 1.0, 83.6 at 0.6",
                  "probe accuracy (authors' protocol) of a tiny MAE pretrained on digits, α_min 0.6 minus α_min 1.0"),
+    "diffusion_fid": Claim("decayed.diffusion_fid", P, "Table 4", "decaying the shortcuts of a diffusion model up to "
+                           "the end of the decoder improves its samples", "FID 14.3 at α_min 1.0, 9.0 at 0.7 (U-ViT, "
+                           "unconditional CIFAR-100)", "digits-FD of a tiny U-ViT's samples of digits, α_min 0.7 "
+                           "minus α_min 1.0 (negative: better)"),
+    "diffusion_probe": Claim("decayed.diffusion_probe", P, "Table 4", "... and raises the linear-probe accuracy of its "
+                             "features", "62.5 % at α_min 1.0, 66.9 % at 0.7 (best layer and noise level)",
+                             "the diffusion probe's best (block, t) accuracy of the same runs, α_min 0.7 minus "
+                             "α_min 1.0"),
 }
 SIZES = {
     "smoke": {"alphas": [1.0, 0.7, 0.5], "n": 1024, "epochs": 2, "depth": 6, "width": 8, "points": 256,
-              "mae_epochs": 1, "mae_every": 8, "probe_epochs": 5},
+              "mae_epochs": 1, "mae_every": 8, "probe_epochs": 5,
+              "uvit": ["model.embed_dim=16", "model.depth=2", "model.num_heads=2", "train.max_steps=10",
+                       "train.eval_every=10", "train.warmup_steps=2", "train.samples=4", "train.sample_steps=3"],
+              "fid_num": 64, "diffusion_probe": {"times": (0.02, 0.2), "epochs": 5, "limit": 400}},
     "cpu": {"alphas": [1.0, 0.9, 0.8, 0.7, 0.6, 0.5], "n": 8192, "epochs": 6, "depth": 32, "width": 32,
-            "points": 1024, "mae_epochs": 8, "mae_every": 1, "probe_epochs": 200},
+            "points": 1024, "mae_epochs": 8, "mae_every": 1, "probe_epochs": 200,
+            "uvit": ["train.max_steps=400", "train.eval_every=400"], "fid_num": 500, "diffusion_probe": {}},
 }
 MAE_MODEL = ["model.embed_dim=64", "model.depth=4", "model.num_heads=4", "model.decoder_embed_dim=64",
              "model.decoder_depth=2", "model.decoder_num_heads=4", "model.global_pool=avg"]
@@ -64,6 +83,11 @@ FULL_SCALE = {
     "mae": ["for a in 1.0 0.9 0.8 0.7 0.6 0.5; do torchrun --nproc_per_node=4 -m lab train "
             "configs/mae_vit_b16_in100.yaml data.root=/data/imagenet100 model.alpha_min=$a; done",
             command("probe", "RUN", "--protocol", "authors")],
+    "diffusion": ["for a in 1.0 0.7; do torchrun --nproc_per_node=8 -m lab train configs/uvit_small_cifar100.yaml "
+                  "data.root=/data/cifar100_png model.alpha_min=$a; done",
+                  command("fid", "RUN", "--reference", "/data/cifar100_png/train", "--inception-weights", "FILE",
+                          "--num", "50000", "--sampler", "sde", "--steps", "1000"),
+                  command("probe", "RUN")],
 }
 
 
@@ -193,3 +217,49 @@ def measure_mae(budget: str, seeds: int, store: RunStore, work: Path,
                    "α_min 0.6 does not probe better in every seed; a 4-block MAE pretrained for minutes on 1,347 "
                    "8 × 8 digits is far from the paper's 12-block ViT-B/16 on ImageNet-100",
                    commands, time.perf_counter() - start)]
+
+
+def measure_diffusion(budget: str, seeds: int, store: RunStore,
+                      tick: Callable[[], None] = lambda: None) -> list[Result]:
+    """Table 4 at toy scale: the tiny U-ViT on digits at α_min 1.0 and 0.7, digits-FD and the diffusion probe."""
+    claims = [CLAIMS["diffusion_fid"], CLAIMS["diffusion_probe"]]
+    if budget not in SIZES:
+        return [not_at_this_budget(c, FULL_SCALE["diffusion"], "U-ViT-S on CIFAR-100 trains for 500,000 steps on "
+                                   "GPUs, and FID needs 50,000 samples and the FID Inception's weights")
+                for c in claims]
+    sizes = SIZES[budget]
+    start = time.perf_counter()
+    fds: dict[float, list[float]] = {1.0: [], 0.7: []}
+    probes: dict[float, list[float]] = {1.0: [], 0.7: []}
+    commands = []
+    for seed in range(seeds):
+        for alpha in fds:
+            overrides = [f"model.alpha_min={alpha:g}", *sizes["uvit"], f"model.seed={seed}", f"train.seed={seed}"]
+            run, line = train("uvit_tiny_digits", overrides, store, f"uvit-a{alpha:g}-s{seed}")
+            fid = fid_report(run, reference="digits", features="digits-classifier", num=sizes["fid_num"],
+                             device="cpu", progress=False)
+            probe = diffusion_probe_report(run, device="cpu", **sizes["diffusion_probe"])
+            fds[alpha].append(fid["value"])
+            probes[alpha].append(probe["top1"])
+            if seed == 0:
+                commands += [line, command("fid", run.id, "--reference", "digits", "--features", "digits-classifier",
+                                           "--num", str(sizes["fid_num"])), command("probe", run.id)]
+            tick()
+    seconds = time.perf_counter() - start
+    fd_gain = [b - a for a, b in zip(fds[1.0], fds[0.7], strict=True)]
+    probe_gain = [b - a for a, b in zip(probes[1.0], probes[0.7], strict=True)]
+    scale = ("a 0.3 M-parameter U-ViT trained for minutes on 1,617 8 × 8 digits is far from U-ViT-S trained for "
+             "500,000 steps on CIFAR-100")
+    fid_holds, probe_holds = max(fd_gain) < 0, min(probe_gain) > 0
+    return [
+        Result(claims[0], {"α_min 1.0": fds[1.0], "α_min 0.7": fds[0.7], "change": fd_gain},
+               f"digits-FD {mean_sd(fds[1.0])} at α_min 1.0, {mean_sd(fds[0.7])} at 0.7 (change {mean_sd(fd_gain)})",
+               "holds" if fid_holds else "differs",
+               "α_min 0.7 scores a lower digits-FD in every seed" if fid_holds else
+               f"α_min 0.7 does not score a lower digits-FD in every seed; {scale}", commands, seconds),
+        Result(claims[1], {"α_min 1.0": probes[1.0], "α_min 0.7": probes[0.7], "gain": probe_gain},
+               f"best probe {mean_sd(probes[1.0])} at α_min 1.0, {mean_sd(probes[0.7])} at 0.7 (gain "
+               f"{mean_sd(probe_gain)})", "holds" if probe_holds else "differs",
+               "α_min 0.7 probes better in every seed" if probe_holds else
+               f"α_min 0.7 does not probe better in every seed; {scale}", commands, seconds),
+    ]

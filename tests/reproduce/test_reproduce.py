@@ -30,7 +30,7 @@ def test_smoke_reports_every_claim_with_a_verdict_commands_and_time(smoke):
     record = json.loads((smoke / "claims.json").read_text())
     assert record["budget"] == "smoke" and record["seeds"] == 1
     claims = {c["id"]: c for c in record["claims"]}
-    assert list(claims) == EVERY_CLAIM and len(EVERY_CLAIM) == 16
+    assert list(claims) == EVERY_CLAIM and len(EVERY_CLAIM) == 18
     for claim in claims.values():
         assert claim["verdict"] in ("holds", "differs"), claim  # smoke measures everything it lists
         assert claim["commands"] and claim["commands"][0].startswith("python -m lab ")
@@ -40,13 +40,13 @@ def test_smoke_reports_every_claim_with_a_verdict_commands_and_time(smoke):
     folders = list((smoke / "runs").iterdir())
     runs = [p for p in folders if (p / "status.json").exists()]
     sweeps = [p for p in folders if (p / "sweep.json").exists()]  # the rank sweep and its controls
-    assert (len(runs), len(sweeps)) == (11, 2)
+    assert (len(runs), len(sweeps)) == (13, 2)
     assert all(json.loads((p / "status.json").read_text())["state"] == "completed" for p in runs)
     md = (smoke / "report.md").read_text()
-    assert "Smoke budget" in md and md.count("\n| ") == 1 + 16  # header and one row per claim
+    assert "Smoke budget" in md and md.count("\n| ") == 1 + 18  # header and one row per claim
     page = (smoke / "report.html").read_text()
     assert not re.search(r"<(script|link)[^>]+(src|href)=['\"]?https?:", page)  # nothing fetched: opens offline
-    assert page.count("class='holds'") + page.count("class='differs'") == 16
+    assert page.count("class='holds'") + page.count("class='differs'") == 18
 
 
 def test_the_gpu_budget_lists_the_full_scale_commands_and_measures_nothing(tmp_path):
