@@ -17,8 +17,11 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import torch
+
 from lab.analysis.residual_alignment import RA4_FIT_START
 from lab.config import ConfigError, ExperimentConfig, load_config
+from lab.data.latents import encode_image_folder
 from lab.data.toy2d import TOY_DATASETS, ToyData
 from lab.jobs.builders import alignment_builder
 from lab.jobs.publish import DiskSink, Publisher
@@ -36,8 +39,8 @@ from lab.runs.resume import RESUME_KEYS, ResumePlan, ResumeRefused, find_run, pl
 from lab.runs.stop import StopFile
 from lab.runs.store import CheckpointError, Run, RunFolderError, RunStore, config_of_run, default_runs_dir
 from lab.sweeps import create_sweep, plan_sweep, train_sweep
-from lab.train.core import Callback, TrainerView
-from lab.train.distributed import broadcast, close_world, init_world
+from lab.train.core import Callback, TrainerView, resolve_device
+from lab.train.distributed import broadcast, close_world, init_world, launched_by_torchrun
 from lab.train.loader import ResumeMismatch
 from lab.train.pretrain_eval import PROBE_TIMES
 
@@ -170,6 +173,23 @@ def _parser() -> argparse.ArgumentParser:
                                                    "model.alpha_min=1.0,0.8,0.6,0.5 train.seed=0,1")
     sweep.add_argument("--runs-dir", default=None, help="runs folder (default: $LAB_RUNS_DIR or ./runs)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
+    latents = sub.add_parser("latents", help="encode an image folder with a local VAE into a latent folder "
+                                             "(data.name=latent_folder); under torchrun each process encodes its share")
+    latents.add_argument("images", help="the image folder: IMAGES/<class>/* or IMAGES/train|val/<class>/*")
+    latents.add_argument("--vae", required=True, metavar="DIR",
+                         help="a diffusers AutoencoderKL saved in DIR (config.json and weights), e.g. a local copy of "
+                              "stabilityai/sd-vae-ft-mse; nothing is downloaded")
+    latents.add_argument("--out", required=True, metavar="DIR", help="the latent folder (files already there are kept)")
+    latents.add_argument("--image-size", type=int, default=256, help="side of the centre crop (default 256: 32 × 32 "
+                                                                     "latents)")
+    latents.add_argument("--classes", type=int, default=0, help="keep the first N classes (default all)")
+    latents.add_argument("--max-per-class", type=int, default=0, help="at most N images per class (default all)")
+    latents.add_argument("--train-fraction", type=float, default=0.8,
+                         help="share kept for training, for a folder without train/val (default 0.8)")
+    latents.add_argument("--seed", type=int, default=0, help="seeds that split (default 0)")
+    latents.add_argument("--batch-size", type=int, default=32, help="images encoded at once (default 32)")
+    latents.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:i]")
+    latents.add_argument("--no-progress", action="store_true", help="no progress bar")
     reproduce = sub.add_parser("reproduce", help="measure the papers' claims and write OUT/report.html, report.md "
                                                  "and claims.json")
     reproduce.add_argument("--paper", action="append", choices=list(PAPERS), default=None,
@@ -183,6 +203,27 @@ def _parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--runs-dir", default=None)
     reproduce.add_argument("--no-progress", action="store_true", help="no progress bar")
     return parser
+
+
+def _latents(args: argparse.Namespace) -> int:
+    """``latents``: 0 when the latent folder is complete, 2 for bad input (a missing VAE or image folder)."""
+    if args.image_size < 8 or args.batch_size < 1 or not 0 < args.train_fraction < 1:
+        print("error: --image-size must be >= 8, --batch-size >= 1 and --train-fraction in (0, 1)", file=sys.stderr)
+        return 2
+    device = resolve_device(args.device)
+    if device.type == "cuda" and launched_by_torchrun():
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    try:
+        out = encode_image_folder(args.images, args.vae, args.out, image_size=args.image_size, classes=args.classes,
+                                  max_per_class=args.max_per_class, train_fraction=args.train_fraction,
+                                  seed=args.seed, batch_size=args.batch_size, device=device,
+                                  progress=not args.no_progress)
+    except (FileNotFoundError, ValueError) as err:  # VAENotFoundError, DatasetNotFoundError
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if (out / "latents.json").is_file():
+        print(f"latent folder: {out} (train with data.name=latent_folder data.root={out})", file=sys.stderr)
+    return 0
 
 
 def _reproduce(args: argparse.Namespace, store: RunStore) -> int:
@@ -349,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 completed or stopped, 1 diverged or failed, 2 bad input or a refused
     resume, with nothing written; a sweep counts as :func:`_sweep` says)."""
     args = _parse(argv)
+    if args.command == "latents":  # writes no run folder
+        return _latents(args)
     store = RunStore(args.runs_dir or default_runs_dir())
     if args.command == "analyze":
         return _analyze(args, store)

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 import yaml
 
 from lab.data.images import IMAGE_DATASETS
+from lab.data.latents import LATENT_FOLDER
 from lab.data.toy2d import TOY_DATASETS
 from lab.nn.mlp import ACTIVATIONS
 from lab.nn.registry import model_parameters
@@ -46,7 +47,7 @@ ENGINES = ("auto", "tensor", "loader")
 PRECISIONS = ("auto", "fp32", "bf16")
 WEIGHT_DECAY_ON = ("weights", "all")
 AUGMENTS = ("none", "flip", "mae", "resized_crop", "crop_flip", "timm")
-DATASETS = (*TOY_DATASETS, *IMAGE_DATASETS)
+DATASETS = (*TOY_DATASETS, *IMAGE_DATASETS, LATENT_FOLDER)
 
 
 class ConfigError(ValueError):
@@ -220,7 +221,8 @@ class DataConfig:
     train_fraction: float = _field(0.8, lo=0.0, hi=1.0, lo_open=True, doc="share kept for training (toy sets, "
                                                                           "digits, image folders)")
     seed: int = _field(0, lo=0, doc="seed for sampling the data and splitting it")
-    root: str = _field("", doc="image sets other than digits: the local folder holding the files")
+    root: str = _field("", doc="image sets other than digits: the local folder holding the files (latent_folder: "
+                               "the folder `python -m lab latents` wrote)")
     classes: int = _field(0, lo=0, doc="image sets: keep the first N classes (0 = all)")
     max_per_class: int = _field(0, lo=0, doc="image sets: at most N training images per class (0 = all)")
     image_size: int = _field(0, lo=0, hi=4096, doc="digits and image folders: resize to N × N (0 = 8 for digits, "
@@ -243,6 +245,11 @@ class DataConfig:
         if (self.classes or self.max_per_class) and self.name in TOY_DATASETS:
             raise ConfigError(f"data.classes and data.max_per_class apply to image sets; {self.name} has two "
                               "classes and data.n samples")
+        if self.name == LATENT_FOLDER and (self.image_size or self.classes or self.max_per_class
+                                           or self.augment != "none"):
+            raise ConfigError(f"data.image_size, data.classes, data.max_per_class and data.augment are chosen when a "
+                              f"{LATENT_FOLDER} is encoded (python -m lab latents; mirror images are in it); leave "
+                              "them unset")
         if self.max_per_class and self.name == "digits":
             raise ConfigError("data.max_per_class applies to image sets read from files; digits has ~180 images "
                               "per class: use data.train_fraction")

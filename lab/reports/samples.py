@@ -20,6 +20,7 @@ from lab.nn.diffusion import SAMPLERS
 from lab.reports.alignment import load_trained
 from lab.runs import layout
 from lab.runs.store import Run, atomic_write_bytes, config_of_run
+from lab.train.build import sample_decoder
 from lab.train.core import resolve_device
 from lab.train.pretrain_eval import grid_png
 
@@ -27,7 +28,7 @@ from lab.train.pretrain_eval import grid_png
 class Drawn(NamedTuple):
     """Samples of a diffusion run's checkpoint (:func:`draw_samples`)."""
 
-    images: torch.Tensor  # [num, C, H, W] float32 on the CPU, in the training data's scale
+    images: torch.Tensor  # [num, C, H, W] float32 on the CPU, in the training data's scale (a VAE's: decoded)
     labels: torch.Tensor | None  # [num] the classes asked for, None for an unconditional model
     config: ExperimentConfig  # the run's
     step: int  # the checkpoint's
@@ -80,6 +81,7 @@ def draw_samples(run: Run, *, num: int = 64, steps: int = 50, sampler: str | Non
         raise ValueError("--guidance needs a class-conditional run trained with label dropout (model.num_classes "
                          "> 0, model.p_uncond > 0)")
     model.to(dev)
+    decode = sample_decoder(cfg)  # latents back to images; None for a model of pixels
     generator = torch.Generator(device=dev).manual_seed(seed)
     labels = (torch.arange(num) % model.net.num_classes) if model.conditional else None
     chunks = []
@@ -87,8 +89,9 @@ def draw_samples(run: Run, *, num: int = 64, steps: int = 50, sampler: str | Non
         for start in range(0, num, batch_size):
             n = min(batch_size, num - start)
             y = labels[start:start + n].to(dev) if labels is not None else None
-            chunks.append(model.sample(n, steps=steps, sampler=sampler, y=y, guidance=guidance,
-                                       generator=generator, device=dev).float().cpu())
+            drawn = model.sample(n, steps=steps, sampler=sampler, y=y, guidance=guidance, generator=generator,
+                                 device=dev)
+            chunks.append((decode(drawn) if decode is not None else drawn).float().cpu())
             bar.update(n)
     return Drawn(torch.cat(chunks), labels, cfg, step, weights)
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
+import torch
 from torch import nn
 
 from lab.config import ExperimentConfig
@@ -18,6 +20,7 @@ from lab.data.keyed import (
     tensor_transform,
     train_transform,
 )
+from lab.data.latents import LATENT_FOLDER, LatentDataset, decoder, read_latent_folder
 from lab.data.readers import image_folder_files
 from lab.data.toy2d import TOY_DATASETS, ToyData, make_toy_data
 from lab.nn.registry import create_model, model_parameters
@@ -51,6 +54,9 @@ def raw_images(cfg: ExperimentConfig) -> ImageSplit:
     d = cfg.data
     if d.name in TOY_DATASETS:
         raise ValueError(f"data.name={d.name} is a toy set of points, not images")
+    if d.name == LATENT_FOLDER:
+        raise ValueError(f"data.name={LATENT_FOLDER} holds a VAE's latents, not images: it trains a diffusion model "
+                         "with the loader engine (train.task=diffusion)")
     options: dict = {}
     if d.classes:
         options["classes"] = d.classes
@@ -69,8 +75,16 @@ def pixel_scale(cfg: ExperimentConfig) -> tuple[tuple[float, ...], tuple[float, 
     pixels with it."""
     if cfg.data.name == "image_folder":
         return IMAGENET_MEAN, IMAGENET_STD
+    if cfg.data.name == LATENT_FOLDER:  # decoded by the VAE into [−1, 1]
+        return (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
     split = raw_images(cfg).standardize()
     return split.mean, split.std
+
+
+def sample_decoder(cfg: ExperimentConfig) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """How a generative model of ``cfg``'s data turns its samples into images: through the VAE a latent folder was
+    encoded with (:func:`lab.data.latents.decoder`, into [−1, 1]); None where the samples are images already."""
+    return decoder(cfg.data.root) if cfg.data.name == LATENT_FOLDER else None
 
 
 def loader_data(cfg: ExperimentConfig) -> LoaderData:
@@ -78,13 +92,24 @@ def loader_data(cfg: ExperimentConfig) -> LoaderData:
 
     ``image_folder`` is read from its files batch by batch (:mod:`lab.data.keyed`: ``data.augment`` on the
     training images, the evaluation transform on the others; sides ``data.image_size``, default 32), so a tree
-    the size of ImageNet never has to fit in memory. Every other set is :func:`build_data`'s tensors, with
-    ``data.augment`` applied per sample to images.
+    the size of ImageNet never has to fit in memory. A ``latent_folder`` gives a VAE's latents
+    (:mod:`lab.data.latents`), with the VAE's decoder for the samples. Every other set is :func:`build_data`'s
+    tensors, with ``data.augment`` applied per sample to images.
 
     Raises:
         DatasetNotFoundError: the folder is missing or holds no images (before any training starts).
+        VAENotFoundError: a latent folder's VAE is not where it was.
     """
     d = cfg.data
+    if d.name == LATENT_FOLDER:
+        if not d.root:
+            raise ValueError(f"data.name={LATENT_FOLDER} needs data.root, the folder `python -m lab latents` wrote")
+        index = read_latent_folder(d.root)
+        s = index["scaling_factor"]
+        train = LatentDataset(d.root, "train", s, sample=True, seed=cfg.train.seed)
+        test, train_eval = (LatentDataset(d.root, split, s, sample=False) for split in ("test", "train"))
+        return LoaderData(train, test, train_eval, len(index["classes"]), tuple(index["latent_shape"]),
+                          decode=sample_decoder(cfg))
     if d.name == "image_folder":
         if not d.root:
             raise ValueError("data.name=image_folder needs data.root, the folder holding the images")

@@ -33,7 +33,7 @@ import contextlib
 import math
 import signal
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,8 @@ class LoaderData:
         train_eval: the training samples without augmentation (for probes).
         num_classes: number of classes.
         image_shape: ``(C, H, W)`` of one input.
+        decode: a generative model's samples → images, when the inputs are not images (a VAE's latents,
+            :mod:`lab.data.latents`); None when they are.
     """
 
     train: Dataset
@@ -83,6 +85,7 @@ class LoaderData:
     train_eval: Dataset
     num_classes: int
     image_shape: tuple[int, ...]
+    decode: Callable[[torch.Tensor], torch.Tensor] | None = None
 
 
 def ignore_stop_signals(worker_id: int) -> None:
@@ -374,7 +377,7 @@ class LoaderTrainer:
             with self._autocast():
                 pretrain_eval.save_samples(model, self.figures / f"samples-{self.step:09d}.png", num=self.cfg.samples,
                                            steps=self.cfg.sample_steps, sampler=self.cfg.sampler,
-                                           seed=self.cfg.seed, device=self.device)
+                                           seed=self.cfg.seed, device=self.device, decode=self.data.decode)
         if not self._probes_now():
             return {}
         train, test = (pretrain_eval.diffusion_features(model, d, limit=2000, seed=self.cfg.seed, device=self.device,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -101,12 +102,16 @@ def grid_png(images: torch.Tensor) -> bytes:
 
 @torch.no_grad()
 def save_samples(model: nn.Module, path: Path, *, num: int, steps: int, sampler: str = "ode", seed: int = 0,
-                 device: torch.device | str = "cpu") -> Path:
+                 device: torch.device | str = "cpu", decode: Callable[[torch.Tensor], torch.Tensor] | None = None
+                 ) -> Path:
     """A grid of ``num`` samples of a diffusion model (``sampler``, ``steps`` steps) from the noise of ``seed``: the
-    same noise at every evaluation, so successive grids show the same samples improving."""
+    same noise at every evaluation, so successive grids show the same samples improving. ``decode`` turns samples
+    of latents into images (:attr:`lab.train.loader.LoaderData.decode`)."""
     generator = torch.Generator(device=device).manual_seed(seed)
     with eval_mode(model):
         images = model.sample(num, steps=steps, sampler=sampler, generator=generator, device=device)
+        if decode is not None:
+            images = decode(images)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(grid_png(images))
     return path
