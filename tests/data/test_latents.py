@@ -104,3 +104,16 @@ def test_a_latent_u_vit_trains_and_its_samples_are_decoded_into_images(latents, 
     assert main(["sample", str(run), "--num", "2", "--steps", "3", "--no-progress"]) == 0
     (npz,) = (run / "analysis").glob("*.npz")
     assert np.load(npz)["samples"].shape == (2, 3, 16, 16)  # decoded images, not 4 × 8 × 8 latents
+
+
+def test_under_torchrun_each_process_encodes_its_share_and_rank_0_writes_the_index(vae_dir, tmp_path, monkeypatch):
+    images = make_synthetic_image_folder(tmp_path / "images", classes=2, per_class=3, size=16)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    out = encode_image_folder(images, vae_dir, tmp_path / "latents", image_size=16, progress=False)
+    assert sorted(p.name for p in (out / "train").glob("*.npy")) == ["1.npy", "3.npy", "5.npy"]
+    assert not (out / "latents.json").exists()  # rank 0 writes it once every share is there
+    monkeypatch.setenv("RANK", "0")
+    encode_image_folder(images, vae_dir, out, image_size=16, progress=False, wait_s=5)
+    index = json.loads((out / "latents.json").read_text())
+    assert len(index["train"]) == 6 and len(list((out / "train").glob("*.npy"))) == 6
