@@ -155,10 +155,14 @@ def notebook(jupyterlab_server):
             _api(f"{url}/api/kernels/{kernel['id']}", "DELETE")
 
 
-@pytest.mark.ui
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-@needs_chromium
+def in_jupyterlab(test):
+    """The marks of a test that reads the notebook in Chromium: ui, slow, five minutes at most, Chromium needed."""
+    for mark in (needs_chromium, pytest.mark.timeout(300), pytest.mark.slow, pytest.mark.ui):
+        test = mark(test)
+    return test
+
+
+@in_jupyterlab
 def test_alignment_page_draws_both_networks_in_jupyterlab_offline(notebook):
     """The two columns' frames in a notebook cell, drawn in full (training them in lockstep is the served page's
     browser test and the page's own tests: the cell adds nothing to it but minutes)."""
@@ -178,10 +182,7 @@ def test_alignment_page_draws_both_networks_in_jupyterlab_offline(notebook):
     assert not notebook.seen.external and not notebook.seen.errors, notebook.seen
 
 
-@pytest.mark.ui
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-@needs_chromium
+@in_jupyterlab
 def test_runs_page_follows_a_run_in_jupyterlab_offline(notebook):
     page, run = notebook.page, notebook.run
     notebook.cell(RUNS).locator(".tabulator-cell", has_text=run.id).wait_for(timeout=120_000)  # the table
@@ -192,10 +193,7 @@ def test_runs_page_follows_a_run_in_jupyterlab_offline(notebook):
     assert not notebook.seen.external and not notebook.seen.errors, notebook.seen
 
 
-@pytest.mark.ui
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-@needs_chromium
+@in_jupyterlab
 def test_playground_trains_live_in_jupyterlab_offline(notebook):
     page, problems = notebook.page, []
     start = notebook.cell(PLAYGROUND).get_by_role("button", name="Start / pause")
