@@ -30,15 +30,16 @@ from lab.nn.vpsde import VPSDE
 
 __all__ = ["SAMPLERS", "SCHEDULES", "SCHEDULE_SAMPLERS", "ScoreDiffusion"]
 
-SCHEDULES = ("vpsde", "discrete")  # the reference's for pixels (CIFAR) and for latents (ImageNet)
+# the reference's schedules for pixels (CIFAR) and for latents (ImageNet), and their samplers
 SCHEDULE_SAMPLERS = {"vpsde": VPSDE.samplers, "discrete": DiscreteSchedule.samplers}
+SCHEDULES = tuple(SCHEDULE_SAMPLERS)
 SAMPLERS = (*VPSDE.samplers, *DiscreteSchedule.samplers)  # every schedule's: ode, sde, dpm_solver
 
 
 class ScoreDiffusion(nn.Module):
     """ε-prediction diffusion with a U-ViT, on the continuous VP-SDE (:mod:`lab.nn.vpsde`, the reference's for
     pixels) or on the discrete schedule (:mod:`lab.nn.discrete_schedule`, its for latents). Either way times are
-    continuous, t ∈ [0, 1], and the schedule says what the network sees (999 t or N t).
+    continuous, t ∈ [0, 1], and the schedule says what the network sees (999 t, or the step n = N t).
 
     Args:
         net: the noise predictor ``(x_t, time, y) -> ε̂``.

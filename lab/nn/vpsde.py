@@ -103,11 +103,11 @@ class VPSDE:
         noise = torch.randn(x0.shape, device=x0.device, dtype=x0.dtype, generator=generator)
         return (noise - eps_fn(self.perturb(x0, t, noise), t)).pow(2).flatten(1).mean(1)
 
-
     def sample(self, eps_fn: EpsFn, x_init: Tensor, steps: int, *, sampler: str = "ode",
                generator: torch.Generator | None = None) -> Tensor:
         """:func:`sample` on this SDE."""
         return sample(self, eps_fn, x_init, steps, sampler=sampler, generator=generator)
+
 
 @torch.no_grad()
 def sample(sde: VPSDE, eps_fn: EpsFn, x_init: Tensor, steps: int, *, sampler: str = "ode", eps: float = 1e-3,
