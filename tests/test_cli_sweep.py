@@ -1,8 +1,6 @@
 """``python -m lab sweep``: a folder of ordinary run folders, sweep.json, and exit statuses."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -77,13 +75,6 @@ def test_divergence_is_reported_and_only_all_diverged_fails(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "diverged" in err and "completed  test_acc=" in err
     assert sweep(tmp_path / "all", "train.optimizer=sgd", "train.lr=40,50") == 1
-
-
-def test_sweep_runs_as_a_module(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "lab", "sweep", "configs/spiral.yaml", *SMALL, "model.depth=2,3",
-                          "--runs-dir", str(tmp_path), "--no-progress"], capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert "(2 members in 2 ensembles)" in out.stderr
 
 
 def test_a_sweep_whose_data_cannot_train_is_refused_before_its_folder(tmp_path, capsys):

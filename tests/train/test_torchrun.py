@@ -1,8 +1,10 @@
-"""``torchrun --nproc_per_node=2 -m lab train`` for real, with gloo on this CPU: a tiny MAE pretrains on an image
-folder, rank 0 alone writes the run, a resumed run goes on as if never stopped, data-parallel gradients are those
-of one process on the same global batch, and a tiny U-ViT stops cleanly on SIGTERM."""
+"""``torchrun --nproc_per_node=2 -m lab train`` for real, with gloo on this CPU: a tiny U-ViT diffusion model trains
+with rank 0 alone writing the run, stops cleanly on SIGTERM and, resumed, goes on as if never stopped (losses and
+moving average); data-parallel gradients are those of one process on the same global batch; and every rank refuses
+a run another process trains. (The MAE trains under torchrun in notebook 04's smoke run.)"""
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -16,22 +18,22 @@ import torch
 
 from lab.cli import main
 from lab.config import load_config
-from lab.data.formats import make_synthetic_image_folder
 from lab.train.build import build_model
 
 pytestmark = pytest.mark.slow
 
-TINY_MAE = ["model.embed_dim=32", "model.depth=2", "model.num_heads=2", "model.decoder_embed_dim=32",
-            "model.decoder_depth=1", "model.decoder_num_heads=2", "train.batch_size=8", "train.epochs=3",
-            "data.workers=0", "train.warmup_epochs=1", "train.lr_scaling=none", "train.lr=1e-3",
-            "train.log_every=1", "train.threads=1", "train.rank_inputs=16"]
+# the tiny U-ViT diffusion config at its smallest: 40 steps of 2 × 16 digits, evaluated at the end; a loader worker per
+# process, as a real run has (it gets a scheduler's signal too, and must not fail the run by dying)
+TINY_UVIT = ["configs/uvit_tiny_digits.yaml", "model.embed_dim=16", "model.depth=2", "model.num_heads=2",
+             "train.batch_size=16", "train.max_steps=40", "train.eval_every=1000", "train.samples=4",
+             "train.sample_steps=3", "train.log_every=1", "train.threads=1", "data.workers=1"]
+LAUNCHER = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def _lab(*args: str, procs: int = 2, timeout: float = 240) -> subprocess.CompletedProcess:
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = subprocess.run([*launcher, "-m", "lab", *args, "--no-progress"], capture_output=True, text=True,
-                         timeout=timeout, env=env, cwd=Path(__file__).resolve().parents[2])
+def _lab(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    out = subprocess.run([*LAUNCHER, "-m", "lab", *args, "--no-progress"], capture_output=True, text=True,
+                         timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     return out
 
@@ -40,47 +42,61 @@ def _records(run: Path, kind: str) -> list[dict]:
     return [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == kind]
 
 
-@pytest.fixture(scope="module")
-def images(tmp_path_factory):
-    return make_synthetic_image_folder(tmp_path_factory.mktemp("data") / "stripes", classes=3, per_class=16, size=32)
+def _terminated(runs: Path) -> tuple[Path, str]:
+    """Train :data:`TINY_UVIT` under torchrun into ``runs`` and send torchrun SIGTERM once three steps are logged, as
+    a cluster scheduler does at a job's time limit; returns the run folder and the launch's output."""
+    proc = subprocess.Popen([*LAUNCHER, "-m", "lab", "train", *TINY_UVIT, "--runs-dir", str(runs), "--no-progress"],
+                            cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            found = list(runs.iterdir()) if runs.is_dir() else []
+            if found and (found[0] / "metrics.jsonl").is_file() and len(_records(found[0], "step")) >= 3:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the run never logged three steps")
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    (run,) = runs.iterdir()
+    return run, out
 
 
 @pytest.fixture(scope="module")
-def mae_runs(images, tmp_path_factory) -> dict:
-    """The tiny MAE trained whole under torchrun, and trained for 4 steps then resumed to the end; a copy of the
-    sliced run as it stood before the resume (stopped at step 4) for the lock test. Each launch costs seconds of
-    imports, so the tests below share these three."""
-    base = tmp_path_factory.mktemp("mae")
-    args = ["configs/mae_tiny.yaml", f"data.root={images}", *TINY_MAE]
-    _lab("train", *args, "--runs-dir", str(base / "whole"))
-    _lab("train", *args, "--runs-dir", str(base / "sliced"), "--steps", "4")
-    (sliced,) = (base / "sliced").iterdir()
-    stopped = json.loads((sliced / "status.json").read_text())["state"]
-    shutil.copytree(sliced, base / "stopped" / sliced.name)
-    _lab("resume", str(sliced))
+def uvit_runs(tmp_path_factory) -> dict:
+    """The tiny U-ViT trained whole under torchrun; the same stopped by SIGTERM (a copy kept as it stood, for the
+    lock test) and then resumed to the end. Each launch costs seconds of imports, so the tests below share them."""
+    base = tmp_path_factory.mktemp("uvit")
+    _lab("train", *TINY_UVIT, "--runs-dir", str(base / "whole"))
+    stopped, out = _terminated(base / "stopped")
+    status = json.loads((stopped / "status.json").read_text())
+    state = torch.load(stopped / "checkpoints" / "last.pt", weights_only=True)
+    shutil.copytree(stopped, base / "copy" / stopped.name)
+    _lab("resume", str(stopped))
     (whole,) = (base / "whole").iterdir()  # one folder: rank 1 wrote none of its own
-    return {"whole": whole, "sliced": sliced, "sliced_state": stopped, "stopped": base / "stopped" / sliced.name}
+    return {"whole": whole, "resumed": stopped, "stopped_status": status, "stopped_state": state, "output": out,
+            "copy": base / "copy" / stopped.name}
 
 
-def test_a_tiny_mae_pretrains_under_torchrun_and_resumes_exactly(mae_runs):
-    run = mae_runs["whole"]
+def test_a_tiny_u_vit_trains_under_torchrun_and_resumes_exactly(uvit_runs):
+    run = uvit_runs["whole"]
     assert len(list(run.parent.iterdir())) == 1  # rank 1 wrote no run folder of its own
     status = json.loads((run / "status.json").read_text())
-    assert status["state"] == "completed" and status["step"] == status["total_steps"] == 9  # 48 images / (8 × 2)
+    assert status["state"] == "completed" and status["step"] == status["total_steps"] == 40
     assert json.loads((run / "config.json").read_text())["world_size"] == 2
-    evals = _records(run, "eval")
-    assert [e["epoch"] for e in evals] == [1, 2, 3]
-    assert evals[-1]["test_loss"] < evals[0]["test_loss"]  # it learns
-    assert all(e["rank_effective"] >= 1.0 and "rank_entropy" in e for e in evals)
-    assert len(list((run / "figures").glob("reconstruction-*.png"))) == 3
-    assert (run / "checkpoints" / "last.pt").is_file()
-
-    sliced = mae_runs["sliced"]
-    assert mae_runs["sliced_state"] == "stopped"  # after --steps 4
-    assert json.loads((sliced / "status.json").read_text())["state"] == "completed"
-    whole, resumed = _records(run, "step"), _records(sliced, "step")
-    assert [r["step"] for r in resumed] == [r["step"] for r in whole] == list(range(1, 10))
-    assert [r["loss"] for r in resumed] == pytest.approx([r["loss"] for r in whole], rel=1e-6)  # step 5 on too
+    (final,) = _records(run, "eval")
+    assert final["step"] == 40 and math.isfinite(final["test_loss"])
+    assert [p.name for p in (run / "figures").iterdir()] == ["samples-000000040.png"]
+    resumed = uvit_runs["resumed"]
+    assert json.loads((resumed / "status.json").read_text())["state"] == "completed"
+    whole, again = _records(run, "step"), _records(resumed, "step")
+    assert [r["step"] for r in again] == [r["step"] for r in whole] == list(range(1, 41))
+    assert [r["loss"] for r in again] == pytest.approx([r["loss"] for r in whole], rel=1e-6)  # after the stop too
+    a, b = (torch.load(r / "checkpoints" / "last.pt", weights_only=True) for r in (run, resumed))
+    assert all(torch.equal(a["ema"][k], b["ema"][k]) for k in a["ema"])  # and the same moving average
 
 
 def test_data_parallel_gradients_are_those_of_one_process_on_the_global_batch(tmp_path):
@@ -101,52 +117,27 @@ def test_data_parallel_gradients_are_those_of_one_process_on_the_global_batch(tm
     assert max((a[k] - start[k]).abs().max().item() for k in a) > 1e-3  # the step did move the weights
 
 
-def test_sigterm_to_torchrun_stops_every_process_at_one_step_with_a_checkpoint(tmp_path):
+def test_sigterm_to_torchrun_stops_every_process_at_one_step_with_a_checkpoint(uvit_runs):
     """What a cluster scheduler does at a job's time limit: torchrun passes SIGTERM on to its workers' process
     groups; they finish the step, agree to stop, and rank 0 leaves a resumable checkpoint (with the weights' moving
-    average) and the state ``stopped``. The run is the tiny U-ViT diffusion config, so diffusion trains under
-    torchrun too."""
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    # loader workers too: they get the signal as well, and must not fail the run by dying
-    args = ["configs/uvit_tiny_digits.yaml", "model.embed_dim=16", "model.depth=2", "model.num_heads=2",
-            "train.batch_size=16", "train.eval_every=1000", "train.log_every=1", "train.threads=1", "data.workers=1"]
-    proc = subprocess.Popen([*launcher, "-m", "lab", "train", *args, "--runs-dir", str(tmp_path), "--no-progress"],
-                            cwd=Path(__file__).resolve().parents[2], env={**os.environ, "OMP_NUM_THREADS": "1"},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            runs = list(tmp_path.iterdir())
-            if runs and (runs[0] / "metrics.jsonl").is_file() and len(_records(runs[0], "step")) >= 3:
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail("the run never logged three steps")
-        proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    (run,) = tmp_path.iterdir()
-    status = json.loads((run / "status.json").read_text())
-    assert status["state"] == "stopped", (status, out[-2000:])
-    state = torch.load(run / "checkpoints" / "last.pt", weights_only=True)
+    average) and the state ``stopped`` (the resume of the test above continues from it)."""
+    status, state = uvit_runs["stopped_status"], uvit_runs["stopped_state"]
+    assert status["state"] == "stopped", (status, uvit_runs["output"][-2000:])
     assert state["step"] == status["step"] >= 3 and status["step"] < status["total_steps"]
     assert state["ema"].keys() == state["model"].keys() and state["global_batch"] == 32
 
 
-def test_every_rank_refuses_a_run_another_process_trains(mae_runs):
+def test_every_rank_refuses_a_run_another_process_trains(uvit_runs):
     """Rank 0 alone takes the lock; the other ranks learn its refusal, so no rank trains, waits or writes."""
     import socket
 
-    run = mae_runs["stopped"]  # stopped at step 4: a resume would train on
+    run = uvit_runs["copy"]  # stopped by SIGTERM: a resume would train on
     holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         (run / "lock").write_text(json.dumps({"host": socket.gethostname(), "pid": holder.pid, "since": 0}))
         before = {p.name: p.stat().st_mtime_ns for p in run.rglob("*")}
-        launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-        out = subprocess.run([*launcher, "-m", "lab", "resume", str(run), "--no-progress"], capture_output=True,
-                             text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                             cwd=Path(__file__).resolve().parents[2])
+        out = subprocess.run([*LAUNCHER, "-m", "lab", "resume", str(run), "--no-progress"], capture_output=True,
+                             text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=ROOT)
         assert out.returncode != 0 and out.stderr.count(f"being trained by process {holder.pid}") == 2
         assert "lab/" not in out.stderr  # no traceback through the lab's code (torchrun prints its own summary)
         assert {p.name: p.stat().st_mtime_ns for p in run.rglob("*")} == before  # nothing written, no failed-rank
