@@ -32,6 +32,7 @@ import yaml
 from lab.data.images import IMAGE_DATASETS
 from lab.data.latents import LATENT_FOLDER
 from lab.data.toy2d import TOY_DATASETS
+from lab.nn.diffusion import SAMPLERS, SCHEDULE_SAMPLERS
 from lab.nn.mlp import ACTIVATIONS
 from lab.nn.registry import model_parameters
 from lab.shortcuts import SCHEDULES
@@ -310,7 +311,7 @@ class TrainConfig:
                                                  "diffusion model samples with it (0.9999 in U-ViT)")
     samples: int = _field(64, lo=0, hi=1024, doc="loader engine, diffusion: images of the sample grid saved at each "
                                                  "evaluation (figures/samples-<step>.png; 0 = none)")
-    sampler: str = _field("ode", choices=("ode", "sde", "dpm_solver"),
+    sampler: str = _field("ode", choices=SAMPLERS,
                           doc="loader engine, diffusion: the sampler of that grid: on the VP-SDE ode = probability "
                               "flow (the reference's training grids), sde = Euler-Maruyama (steadier for an "
                               "undertrained model); on the discrete schedule dpm_solver (DPM-Solver++)")
@@ -370,6 +371,10 @@ class ExperimentConfig:
         if self.model.num_classes == 0 and task != "diffusion":
             raise ConfigError(f"model.num_classes=0 means an unconditional diffusion model; {name} needs >= 1 (or "
                               "leave it unset: it is read off the data)")
+        schedule = self.model.get("schedule")
+        if task == "diffusion" and self.train.sampler not in SCHEDULE_SAMPLERS[schedule]:
+            raise ConfigError(f"train.sampler={self.train.sampler} does not sample the {schedule} schedule of model "
+                              f"{name}; valid: {', '.join(SCHEDULE_SAMPLERS[schedule])}")
         if self.train.droppath != "off" and "drop_path_rate" not in model_parameters(self.model.name)[0]:
             raise ConfigError(f"model {self.model.name} has no drop paths: train.droppath={self.train.droppath} "
                               "would do nothing")

@@ -180,17 +180,16 @@ class LatentDataset(Dataset):
 
     Args:
         root: the latent folder.
+        index: its index (:func:`read_latent_folder`): the split's labels and the VAE's scaling factor s.
         split: ``train`` or ``test``.
-        scaling_factor: s, the VAE's.
         sample: draw z = s (μ + σ ε) from the image or its mirror, seeded by the key (training); else s μ of the
             image itself.
         seed: seeds each sample's draw with its key.
     """
 
-    def __init__(self, root: str | Path, split: str, scaling_factor: float, *, sample: bool, seed: int = 0) -> None:
-        index = read_latent_folder(root)
+    def __init__(self, root: str | Path, index: dict[str, Any], split: str, *, sample: bool, seed: int = 0) -> None:
         self.folder, self.labels = Path(root) / split, [int(y) for _, y in index[split]]
-        self.scaling_factor, self.sample, self.seed = scaling_factor, sample, seed
+        self.scaling_factor, self.sample, self.seed = float(index["scaling_factor"]), sample, seed
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -213,10 +212,9 @@ def _vae_on(path: str, device: str):
     return load_vae(path, device)
 
 
-def decoder(root: str | Path) -> Callable[[torch.Tensor], torch.Tensor]:
+def decoder(index: dict[str, Any]) -> Callable[[torch.Tensor], torch.Tensor]:
     """z ``[B, C, h, w]`` (a model's samples, scaled by s) → images ``[B, 3, H, W]`` in [−1, 1], through the VAE the
-    latent folder ``root`` was encoded with (loaded once per process and device)."""
-    index = read_latent_folder(root)
+    latent folder of ``index`` (:func:`read_latent_folder`) was encoded with (loaded once per process and device)."""
 
     @torch.no_grad()
     def decode(z: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,6 @@ from typing import Any
 
 from lab.config import GENERATIVE, LOADER_ONLY, ConfigError, ExperimentConfig, apply_overrides, to_dict
 from lab.data.toy2d import ToyData
-from lab.nn.diffusion import SAMPLERS, SCHEDULE_SAMPLERS
 from lab.runs import layout
 from lab.runs.lock import RunLock, RunLocked
 from lab.runs.recorder import RunRecorder
@@ -37,14 +36,9 @@ def resolved(cfg: ExperimentConfig) -> ExperimentConfig:
 
     Raises:
         ConfigError: a loader-only setting (gradient accumulation, bf16, compile, augmentation, probes) for the
-            tensor engine, the tensor engine under ``torchrun`` with several processes (each would train a copy of
-            its own), or a diffusion sampler of another schedule than the model's.
+            tensor engine, or the tensor engine under ``torchrun`` with several processes (each would train a
+            copy of its own).
     """
-    if cfg.train.task == "diffusion":
-        samplers = SCHEDULE_SAMPLERS.get(cfg.model.get("schedule"), SAMPLERS)
-        if cfg.train.sampler not in samplers:
-            raise ConfigError(f"train.sampler={cfg.train.sampler} does not sample the {cfg.model.get('schedule')} "
-                              f"schedule of model {cfg.model.name}; valid: {', '.join(samplers)}")
     engine = "loader" if uses_loader(cfg) else "tensor"
     if engine == "tensor":
         for key, plain in LOADER_ONLY.items():

@@ -224,7 +224,6 @@ def fid_report(run: Run, *, reference: str = "digits", features: str = "digits-c
                          "folder of its reference images")
     if reference != "digits" and not Path(reference).expanduser().is_dir():
         raise FileNotFoundError(f"reference folder {reference!r} does not exist")
-    sampler = sampler or cfg.train.sampler
     steps = steps or cfg.train.sample_steps
     extra: dict[str, Any] = {}
     extractor = inception_features(inception_weights) if features == "inception" else None  # before the sampling
@@ -251,8 +250,8 @@ def fid_report(run: Run, *, reference: str = "digits", features: str = "digits-c
         value = frechet_distance(extractor, tracked(real), tracked(fake), device=dev)
     measurement = {"metric": METRICS[features], "value": value, "features": features,
                    "reference": reference if reference == "digits" else str(Path(reference).expanduser().resolve()),
-                   "reference_images": len(real), "num": num, "step": drawn.step, "sampler": sampler, "steps": steps,
-                   "guidance": guidance, "weights": drawn.weights, "seed": seed,
+                   "reference_images": len(real), "num": num, "step": drawn.step, "sampler": drawn.sampler,
+                   "steps": steps, "guidance": guidance, "weights": drawn.weights, "seed": seed,
                    "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra}
     atomic_write_json(run.path / layout.ANALYSIS / FID_FILE, {"measurements": [*earlier, measurement]})
     return measurement

@@ -16,7 +16,7 @@ import torch
 from tqdm import tqdm
 
 from lab.config import ExperimentConfig
-from lab.nn.diffusion import SAMPLERS
+from lab.nn.diffusion import SCHEDULE_SAMPLERS
 from lab.reports.alignment import load_trained
 from lab.runs import layout
 from lab.runs.store import Run, atomic_write_bytes, config_of_run
@@ -33,6 +33,7 @@ class Drawn(NamedTuple):
     config: ExperimentConfig  # the run's
     step: int  # the checkpoint's
     weights: str  # "ema" or "model"
+    sampler: str  # the sampler that drew them
 
 
 def draw_samples(run: Run, *, num: int = 64, steps: int = 50, sampler: str | None = None, guidance: float = 0.0,
@@ -61,12 +62,13 @@ def draw_samples(run: Run, *, num: int = 64, steps: int = 50, sampler: str | Non
     if num < 1 or steps < 1 or batch_size < 1 or guidance < 0:
         raise ValueError(f"need num, steps and batch_size >= 1 and guidance >= 0; got num={num}, steps={steps}, "
                          f"batch_size={batch_size}, guidance={guidance}")
-    if sampler is not None and sampler not in SAMPLERS:
-        raise ValueError(f"unknown sampler {sampler!r}; valid: {', '.join(SAMPLERS)}")
     cfg = config_of_run(run)
-    sampler = sampler or cfg.train.sampler
     if cfg.train.task != "diffusion":
         raise ValueError(f"{run.path.name} trained train.task={cfg.train.task}: only diffusion runs sample images")
+    sampler, schedule = sampler or cfg.train.sampler, cfg.model.get("schedule")
+    if sampler not in SCHEDULE_SAMPLERS[schedule]:
+        raise ValueError(f"sampler {sampler!r} does not sample this run's {schedule} schedule; valid: "
+                         f"{', '.join(SCHEDULE_SAMPLERS[schedule])}")
     if ema is None:
         ema = cfg.train.ema > 0
     try:
@@ -75,8 +77,6 @@ def draw_samples(run: Run, *, num: int = 64, steps: int = 50, sampler: str | Non
         raise ValueError(f"device {device!r}: {err}") from None
     weights = "ema" if ema else "model"
     _, model, _, step = load_trained(run, checkpoint, loader=True, weights=weights)
-    if sampler not in model.samplers:
-        raise ValueError(f"sampler {sampler!r} does not sample this run's schedule; valid: {', '.join(model.samplers)}")
     if guidance and (not model.conditional or model.net.null_class is None):
         raise ValueError("--guidance needs a class-conditional run trained with label dropout (model.num_classes "
                          "> 0, model.p_uncond > 0)")
@@ -93,7 +93,7 @@ def draw_samples(run: Run, *, num: int = 64, steps: int = 50, sampler: str | Non
                                  device=dev)
             chunks.append((decode(drawn) if decode is not None else drawn).float().cpu())
             bar.update(n)
-    return Drawn(torch.cat(chunks), labels, cfg, step, weights)
+    return Drawn(torch.cat(chunks), labels, cfg, step, weights, sampler)
 
 
 def sample_report(run: Run, *, num: int = 64, steps: int = 50, sampler: str | None = None, guidance: float = 0.0,
@@ -108,8 +108,7 @@ def sample_report(run: Run, *, num: int = 64, steps: int = 50, sampler: str | No
     """
     drawn = draw_samples(run, num=num, steps=steps, sampler=sampler, guidance=guidance, checkpoint=checkpoint,
                          ema=ema, seed=seed, batch_size=batch_size, device=device, progress=progress)
-    sampler = sampler or drawn.config.train.sampler
-    settings = f"{sampler}{steps}" + (f"-w{guidance:g}" if guidance else "") + f"-{drawn.weights}-seed{seed}"
+    settings = f"{drawn.sampler}{steps}" + (f"-w{guidance:g}" if guidance else "") + f"-{drawn.weights}-seed{seed}"
     folder = run.path / layout.ANALYSIS
     png, npz = (folder / f"samples-{drawn.step}-{settings}.{ext}" for ext in ("png", "npz"))
     atomic_write_bytes(png, grid_png(drawn.images))
@@ -117,7 +116,7 @@ def sample_report(run: Run, *, num: int = 64, steps: int = 50, sampler: str | No
     labels = drawn.labels if drawn.labels is not None else torch.full((num,), -1)
     np.savez_compressed(buffer, samples=drawn.images.numpy(), labels=labels.numpy())
     atomic_write_bytes(npz, buffer.getvalue())
-    return {"png": png, "npz": npz, "step": drawn.step, "num": num, "steps": steps, "sampler": sampler,
+    return {"png": png, "npz": npz, "step": drawn.step, "num": num, "steps": steps, "sampler": drawn.sampler,
             "guidance": guidance, "weights": drawn.weights, "seed": seed}
 
 

@@ -84,7 +84,7 @@ def pixel_scale(cfg: ExperimentConfig) -> tuple[tuple[float, ...], tuple[float, 
 def sample_decoder(cfg: ExperimentConfig) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """How a generative model of ``cfg``'s data turns its samples into images: through the VAE a latent folder was
     encoded with (:func:`lab.data.latents.decoder`, into [−1, 1]); None where the samples are images already."""
-    return decoder(cfg.data.root) if cfg.data.name == LATENT_FOLDER else None
+    return decoder(read_latent_folder(cfg.data.root)) if cfg.data.name == LATENT_FOLDER else None
 
 
 def loader_data(cfg: ExperimentConfig) -> LoaderData:
@@ -104,12 +104,11 @@ def loader_data(cfg: ExperimentConfig) -> LoaderData:
     if d.name == LATENT_FOLDER:
         if not d.root:
             raise ValueError(f"data.name={LATENT_FOLDER} needs data.root, the folder `python -m lab latents` wrote")
-        index = read_latent_folder(d.root)
-        s = index["scaling_factor"]
-        train = LatentDataset(d.root, "train", s, sample=True, seed=cfg.train.seed)
-        test, train_eval = (LatentDataset(d.root, split, s, sample=False) for split in ("test", "train"))
+        index = read_latent_folder(d.root)  # read once: an ImageNet index lists every file
+        train = LatentDataset(d.root, index, "train", sample=True, seed=cfg.train.seed)
+        test, train_eval = (LatentDataset(d.root, index, split, sample=False) for split in ("test", "train"))
         return LoaderData(train, test, train_eval, len(index["classes"]), tuple(index["latent_shape"]),
-                          decode=sample_decoder(cfg))
+                          decode=decoder(index))
     if d.name == "image_folder":
         if not d.root:
             raise ValueError("data.name=image_folder needs data.root, the folder holding the images")

@@ -11,7 +11,14 @@ from PIL import Image
 
 from lab.cli import main
 from lab.data.formats import make_synthetic_image_folder
-from lab.data.latents import LatentDataset, VAENotFoundError, encode_image_folder, image_transform, load_vae
+from lab.data.latents import (
+    LatentDataset,
+    VAENotFoundError,
+    encode_image_folder,
+    image_transform,
+    load_vae,
+    read_latent_folder,
+)
 from lab.runs.store import Run, config_of_run
 
 
@@ -58,8 +65,9 @@ def test_encoding_keeps_the_moments_of_each_image_and_its_mirror(latents, vae_di
 
 def test_training_samples_are_draws_from_the_moments_of_the_image_or_its_mirror(latents):
     s = 0.18215
-    train = LatentDataset(latents, "train", s, sample=True, seed=3)
-    held_out = LatentDataset(latents, "test", s, sample=False)
+    index = read_latent_folder(latents)
+    train = LatentDataset(latents, index, "train", sample=True, seed=3)
+    held_out = LatentDataset(latents, index, "test", sample=False)
     moments = torch.from_numpy(np.load(latents / "train" / "2.npy"))
     (mu0, logvar0), (mu1, logvar1) = (m.chunk(2) for m in moments)
     z, label = train[(0, 2)]
