@@ -42,7 +42,8 @@ T = TypeVar("T")
 DROPPATH_MODES = ("off", "droppath", "residual_droppath")
 OPTIMIZERS = ("adam", "adamw", "sgd")
 LR_SCHEDULES = ("constant", "cosine", "warmup_cosine", "warmup_constant")
-TASKS = ("classify", "mae", "diffusion")
+TASKS = ("classify", "masked", "denoise", "mae", "diffusion")
+PIXEL_TASKS = ("masked", "denoise")  # the residual MLP's generative tasks on flattened images (lab.train.tasks)
 GENERATIVE = {"mae": "mae_", "diffusion": "uvit_"}  # tasks whose model computes its own loss: model name prefix
 ENGINES = ("auto", "tensor", "loader")
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -284,9 +285,13 @@ class TrainConfig:
     device: str = _field("auto", doc="'auto' (CUDA when present), 'cpu' or 'cuda[:i]'")
     threads: int = _field(1, lo=0, doc="torch CPU threads; the toy models' small matmuls run fastest on one "
                                        "(and leave a core to a server); 0 keeps torch's default")
-    task: str = _field("classify", choices=TASKS, doc="classify: cross-entropy on labels; mae: the model's own "
-                                                       "masked-reconstruction loss (MAE pretraining); diffusion: "
-                                                       "the ε-prediction loss of a U-ViT diffusion model")
+    task: str = _field("classify", choices=TASKS, doc="classify: cross-entropy on labels; masked, denoise: a "
+                                                       "residual MLP reconstructs hidden pixels or predicts the "
+                                                       "noise of an image set (lab.train.tasks); mae: the model's "
+                                                       "own masked-reconstruction loss (MAE pretraining); "
+                                                       "diffusion: the ε-prediction loss of a U-ViT diffusion "
+                                                       "model")
+    mask_ratio: float = _field(0.5, lo=0.0, hi=1.0, doc="task=masked: the share of each image's pixels hidden")
     engine: str = _field("auto", choices=ENGINES, doc="tensor: whole data sets as tensors (toy and small image "
                                                        "sets); loader: a DataLoader per process, DDP under "
                                                        "torchrun; auto: loader for mae, diffusion or under "
@@ -317,6 +322,11 @@ class TrainConfig:
                               "undertrained model); on the discrete schedule dpm_solver (DPM-Solver++)")
     sample_steps: int = _field(50, lo=1, doc="loader engine, diffusion: steps of that sampler (50, as the "
                                              "reference's training grids)")
+    fd_samples: int = _field(0, lo=0, hi=50_000, doc="loader engine, diffusion of digits: digits-FD of this many "
+                                                     "samples (that sampler and steps) against the training digits "
+                                                     "at each evaluation (metric digits_fd; 0 = none)")
+    probe_samples: int = _field(0, lo=0, doc="loader engine: images of each split the quick probes read (0: 5000 for "
+                                             "mae, 2000 for diffusion)")
 
     def __post_init__(self) -> None:
         if len(self.betas) != 2:
@@ -341,6 +351,7 @@ class TrainConfig:
 LOADER_ONLY: dict[str, tuple[Any, ...]] = {
     "train.accum_steps": (1,), "train.precision": ("auto", "fp32"), "train.compile": (False,),
     "data.augment": ("none",), "train.probe_every": (0,), "train.label_smoothing": (0.0,), "train.ema": (0.0,),
+    "train.fd_samples": (0,), "train.probe_samples": (0,),
 }
 """Settings only the loader engine reads, with the values a tensor run accepts: any other value would be silently
 ignored by the tensor engine, so a tensor run given one is refused (``lab.jobs.runner.resolved``). The schedule's
@@ -362,7 +373,13 @@ class ExperimentConfig:
             raise ConfigError(f"name must be non-empty and free of path separators; got {self.name!r}")
         task, name = self.train.task, self.model.name
         needed = next((t for t, prefix in GENERATIVE.items() if name.startswith(prefix)), "classify")
-        if task != needed:
+        if task in PIXEL_TASKS:
+            if name != "residual_mlp" or self.data.name in TOY_DATASETS or self.data.name == LATENT_FOLDER:
+                raise ConfigError(f"train.task={task} trains model.name=residual_mlp on an image set such as "
+                                  f"data.name=digits; this is {name} on {self.data.name}")
+            if self.train.engine == "loader":
+                raise ConfigError(f"train.task={task} trains with the tensor engine: set train.engine=tensor or auto")
+        elif task != needed:
             what = {"classify": "a classifier", "mae": "a masked autoencoder with no classifier head",
                     "diffusion": "a diffusion model with no classifier head"}[needed]
             probe = " (and probe it afterwards with `python -m lab probe RUN`)" if needed == "mae" else ""
@@ -375,6 +392,10 @@ class ExperimentConfig:
         if task == "diffusion" and self.train.sampler not in SCHEDULE_SAMPLERS[schedule]:
             raise ConfigError(f"train.sampler={self.train.sampler} does not sample the {schedule} schedule of model "
                               f"{name}; valid: {', '.join(SCHEDULE_SAMPLERS[schedule])}")
+        if self.train.fd_samples and (task != "diffusion" or self.data.name != "digits"):
+            raise ConfigError(f"train.fd_samples measures digits-FD, of a diffusion model of the digits; this is "
+                              f"train.task={task} on data.name={self.data.name}: set train.fd_samples=0 (and use "
+                              "`python -m lab fid` with a reference folder)")
         if self.train.droppath != "off" and "drop_path_rate" not in model_parameters(self.model.name)[0]:
             raise ConfigError(f"model {self.model.name} has no drop paths: train.droppath={self.train.droppath} "
                               "would do nothing")
@@ -479,6 +500,18 @@ def to_dict(cfg: Any) -> dict[str, Any]:
         return v
 
     return plain(cfg)
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config dict (:func:`to_dict`, or ``config.json``'s section) as dotted keys:
+    ``{"model": {"alpha_min": 0.7}}`` → ``{"model.alpha_min": 0.7}`` (lists stay values)."""
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def parse_override(text: str) -> tuple[str, Any]:

@@ -32,7 +32,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from lab.config import ConfigError, ExperimentConfig, load_config, parse_override, to_dict
+from lab.config import PIXEL_TASKS, ConfigError, ExperimentConfig, load_config, parse_override, to_dict
 from lab.data.toy2d import TOY_DATASETS
 from lab.runs import layout
 from lab.runs.lock import RunLock
@@ -88,19 +88,23 @@ def split_values(text: str) -> list[str]:
 def _member_name(index: int, texts: dict[str, str]) -> str:
     leaves = [key.rpartition(".")[2] for key in texts]
     labels = leaves if len(set(leaves)) == len(leaves) else list(texts)
-    return f"{index:02d}-" + "-".join(f"{label}-{text}" for label, text in zip(labels, texts.values(), strict=True))
+    return "-".join([f"{index:02d}", *(f"{label}-{text}" for label, text in zip(labels, texts.values(), strict=True))])
 
 
-def plan_sweep(config: str | Path, overrides: Sequence[str]) -> SweepPlan:
+def plan_sweep(config: str | Path, overrides: Sequence[str], *, ensemble: bool = True) -> SweepPlan:
     """Parse and validate a sweep: every member's config is built (and so checked) before anything is written.
 
     Args:
         config: the YAML config.
         overrides: dotted overrides; a value with top-level commas (``model.alpha_min=1.0,0.8``) is swept.
+        ensemble: the members train as ensembles of residual MLPs (:func:`train_sweep`); False for members that
+            each train as their own run, of any model (:mod:`lab.jobs.submit`: one cluster job each), where a
+            plan without a comma list is one member.
 
     Raises:
-        ConfigError: a malformed override, an invalid member config (the message names the key), no swept key, a
-            key swept twice, a model other than the residual MLP, or a data set that is not a toy set.
+        ConfigError: a malformed override, an invalid member config (the message names the key), a key swept
+            twice; for an ensemble also no swept key, a model other than the residual MLP, or a data set that is
+            not a toy set.
     """
     fixed: list[str] = []
     swept: dict[str, list[str]] = {}
@@ -117,22 +121,23 @@ def plan_sweep(config: str | Path, overrides: Sequence[str]) -> SweepPlan:
         if any(not v for v in values):
             raise ConfigError(f"override {text!r} has an empty value in its comma list")
         swept[key] = values
-    if not swept:
+    if not swept and ensemble:
         raise ConfigError("nothing to sweep: give at least one comma list, such as model.alpha_min=1.0,0.8,0.6")
     members = []
     for index, combo in enumerate(itertools.product(*swept.values())):
         texts = dict(zip(swept, combo, strict=True))
         cfg = load_config(config, [*fixed, *(f"{k}={v}" for k, v in texts.items())])
-        if cfg.model.name != MODEL:
+        if ensemble and cfg.model.name != MODEL:
             raise ConfigError(f"a sweep trains {MODEL} models in one ensemble; model.name is {cfg.model.name}")
-        if cfg.data.name not in TOY_DATASETS:
-            raise ConfigError(f"{MODEL} takes 2-D points; data.name={cfg.data.name} is not a toy set "
-                              f"({', '.join(TOY_DATASETS)})")
+        if ensemble and cfg.data.name not in TOY_DATASETS and cfg.train.task not in PIXEL_TASKS:
+            raise ConfigError(f"{MODEL} classifies 2-D points; data.name={cfg.data.name} is not a toy set "
+                              f"({', '.join(TOY_DATASETS)}): on images it learns train.task=masked or denoise")
         values = {k: parse_override(f"{k}={v}")[1] for k, v in texts.items()}
         members.append(SweepMember(_member_name(index, texts), texts, values, cfg))
     configs = [m.config for m in members]
     parsed = {k: [parse_override(f"{k}={v}")[1] for v in vs] for k, vs in swept.items()}
-    return SweepPlan(configs[0].name, str(config), tuple(fixed), parsed, members, ensemble_groups(configs))
+    groups = ensemble_groups(configs) if ensemble else [[i] for i in range(len(members))]
+    return SweepPlan(configs[0].name, str(config), tuple(fixed), parsed, members, groups)
 
 
 class _Progress(EnsembleCallback):
@@ -178,13 +183,16 @@ def final_status(run: Run, member: EnsembleMember) -> dict[str, Any]:
                             metrics=member.last_eval)
 
 
-def _write_sweep_file(folder: Run, plan: SweepPlan, runs: list[Run], statuses: list[dict[str, Any]]) -> None:
+def write_sweep_file(folder: Run, plan: SweepPlan, runs: list[Run], statuses: list[dict[str, Any]],
+                     jobs: list[dict[str, str]] | None = None) -> None:
+    """Write sweep.json: the plan, and per member its run folder, values, group and state (and, for members sent
+    to a cluster, ``jobs``: each one's job id and log files)."""
     group_of = {i: g for g, members in enumerate(plan.groups) for i in members}
     atomic_write_json(folder.path / layout.SWEEP, {
         "name": plan.name, "config": plan.config_path, "overrides": list(plan.fixed), "swept": plan.swept,
         "groups": plan.groups,
         "members": [{"run": run.id, "values": m.values, "group": group_of[i], "state": s["state"],
-                     "message": s.get("message", "")}
+                     "message": s.get("message", ""), **(jobs[i] if jobs else {})}
                     for i, (m, run, s) in enumerate(zip(plan.members, runs, statuses, strict=True))],
     })
 
@@ -194,9 +202,9 @@ def read_sweep(folder: str | Path) -> dict[str, Any]:
     return json.loads((Path(folder) / layout.SWEEP).read_text())
 
 
-def create_sweep(plan: SweepPlan, store: RunStore) -> tuple[Run, list[Run]]:
-    """Write a new sweep folder in ``store``: every member's run folder (config.json, status ``queued``) and
-    sweep.json.
+def create_sweep(plan: SweepPlan, store: RunStore, waiting: str = "waiting for its ensemble") -> tuple[Run, list[Run]]:
+    """Write a new sweep folder in ``store``: every member's run folder (config.json, status ``queued`` with the
+    message ``waiting``) and sweep.json.
 
     Returns:
         The sweep folder (a :class:`Run` for its path; not itself a run) and the members' run folders.
@@ -210,8 +218,8 @@ def create_sweep(plan: SweepPlan, store: RunStore) -> tuple[Run, list[Run]]:
         run = members_store.create(member.name)
         run.write_config(to_dict(member.config))
         runs.append(run)
-    statuses = [run.write_status("queued", "waiting for its ensemble") for run in runs]
-    _write_sweep_file(folder, plan, runs, statuses)
+    statuses = [run.write_status("queued", waiting) for run in runs]
+    write_sweep_file(folder, plan, runs, statuses)
     return folder, runs
 
 
@@ -274,13 +282,13 @@ def _train_groups(plan: SweepPlan, folder: Run, runs: list[Run], progress: bool,
             for later in plan.groups[g + 1:]:
                 for i in later:
                     statuses[i] = runs[i].write_status("stopped", "not started: the sweep ended with an error")
-            _write_sweep_file(folder, plan, runs, statuses)
+            write_sweep_file(folder, plan, runs, statuses)
             raise
         finally:
             for rec in recorders:
                 rec.close()
         for j, i in enumerate(group):
             statuses[i] = final_status(runs[i], ensemble.members[j])
-        _write_sweep_file(folder, plan, runs, statuses)
-    _write_sweep_file(folder, plan, runs, statuses)
+        write_sweep_file(folder, plan, runs, statuses)
+    write_sweep_file(folder, plan, runs, statuses)
     return statuses

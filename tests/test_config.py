@@ -238,3 +238,12 @@ def test_weight_decay_spares_norms_and_biases_unless_a_config_asks_for_all():
         assert load_config(f"configs/{name}.yaml").train.weight_decay_on == "all", name
     for name in ("mae_tiny", "resnet50d_rdp_cifar10", "spiral"):
         assert load_config(f"configs/{name}.yaml").train.weight_decay_on == "weights", name
+
+
+@pytest.mark.parametrize("overrides", [{"data.name": "mnist", "data.image_size": 0},
+                                       {"data.name": "image_folder", "data.root": "x"}])
+def test_digits_fd_during_training_is_only_for_diffusion_models_of_the_digits(overrides):
+    base = load_config("configs/uvit_tiny_digits.yaml")
+    assert apply_overrides(base, {"train.fd_samples": 100}).train.fd_samples == 100
+    with pytest.raises(ConfigError, match="train.fd_samples measures digits-FD, of a diffusion model of the digits"):
+        apply_overrides(base, {**overrides, "train.fd_samples": 100})

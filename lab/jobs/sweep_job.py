@@ -18,15 +18,13 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
-import torch
 import yaml
 
-from lab.analysis.rank_sweep import member_features, sweep_rank_metrics
-from lab.config import ExperimentConfig, to_dict
-from lab.data.toy2d import ToyData
+from lab.config import ExperimentConfig, flatten, to_dict
 from lab.jobs.cadence import Cadence
 from lab.jobs.job import InProcessJob
 from lab.nn.mlp import ResidualMLP
+from lab.reports.sweep_frame import rank_frame
 from lab.runs.snapshot import Snapshot
 from lab.runs.store import Run
 from lab.sweeps import SweepPlan, final_status, plan_sweep, train_sweep
@@ -56,14 +54,8 @@ def plan_from_config(cfg: ExperimentConfig, values: Mapping[str, Sequence[Any]])
     Raises:
         ConfigError: as :func:`~lab.sweeps.plan_sweep` (a key with fewer than two values is not swept).
     """
-    def flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in tree.items():
-            out.update(flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
-        return out
-
-    defaults = flat(to_dict(ExperimentConfig()))
-    fixed = [f"{k}={_text(v)}" for k, v in flat(to_dict(cfg)).items() if k not in values and defaults.get(k) != v]
+    defaults = flatten(to_dict(ExperimentConfig()))
+    fixed = [f"{k}={_text(v)}" for k, v in flatten(to_dict(cfg)).items() if k not in values and defaults.get(k) != v]
     swept = [f"{k}={','.join(_text(v) for v in vs)}" for k, vs in values.items()]
     return replace(plan_sweep(None, [*fixed, *swept]), config_path="")
 
@@ -110,6 +102,32 @@ class _Driver(EnsembleCallback):
         self.job._publish(force=True)
 
 
+class MemberRecords:
+    """The metric records of a sweep's members, read incrementally from their run folders as one list.
+
+    Each record is tagged ``{"member": k, ...}``. The cursor of :meth:`since` is a count of records, not a byte
+    offset (each member has its own metrics.jsonl): every read's new records are appended ordered by step (then
+    member), and :meth:`since` returns the records from index ``cursor`` on with the list's length, the next cursor.
+    Start with 0. Any thread may read; whoever trains the members (this process or a child) only writes the files.
+    """
+
+    def __init__(self, runs: Sequence[Run]) -> None:
+        self.runs = list(runs)
+        self._lock = threading.Lock()
+        self._offsets = [0] * len(self.runs)
+        self._records: list[dict[str, Any]] = []
+
+    def since(self, cursor: int = 0) -> tuple[list[dict[str, Any]], int]:
+        with self._lock:
+            new = []
+            for k, run in enumerate(self.runs):
+                records, self._offsets[k] = run.read_metrics(self._offsets[k])
+                new.extend({"member": k, **r} for r in records)
+            new.sort(key=lambda r: r.get("step", 0))  # stable: members stay in order within a step
+            self._records.extend(new)
+            return self._records[cursor:], len(self._records)
+
+
 class SweepJob(InProcessJob):
     """Train a one-group sweep plan in this process, in a daemon thread, into a :func:`~lab.sweeps.create_sweep`
     folder, publishing ``rank`` frames.
@@ -127,8 +145,9 @@ class SweepJob(InProcessJob):
     ``probe_acc`` [K, L+1], ``pearson_r_effective_rank``, ``pearson_r_eq6_entropy`` (diverged members left out),
     ``pca`` [K, m, 2], ``labels`` [m] — on the first ``points`` test points, the probe fitted on the first
     ``points`` training points; and ``alpha_min`` [K], ``alphas`` [K, L] (every member's α per block),
-    ``member_names`` [K] (str), ``train_acc`` and ``test_acc`` [K] (each member's latest evaluation; NaN before
-    its first), ``eval_step`` [K] (the step of that evaluation, −1 before the first), ``diverged`` [K] (bool) and
+    ``member_names`` [K] (str), ``train_acc``, ``test_acc``, ``train_loss`` and ``test_loss`` [K] (each member's
+    latest evaluation; NaN before its first), ``task``, ``eval_step`` [K] (the step of that evaluation, −1 before
+    the first), ``diverged`` [K] (bool) and
     ``step``. A diverged member's rows describe its last finite parameters.
 
     Frames are built between steps, after the step and before its evaluation (so a frame at an evaluation step
@@ -176,9 +195,7 @@ class SweepJob(InProcessJob):
         self._slot: tuple[int, Snapshot] | None = None
         self._thread = threading.Thread(target=self._main, name=f"lab-sweep-{folder.id}", daemon=True)
         self.error: BaseException | None = None
-        self._metrics_lock = threading.Lock()
-        self._offsets = [0] * len(self.runs)
-        self._records: list[dict[str, Any]] = []
+        self._records = MemberRecords(self.runs)
         # training thread only
         self._ensemble: EnsembleTrainer | None = None
         self._models: list[ResidualMLP] | None = None
@@ -201,22 +218,14 @@ class SweepJob(InProcessJob):
         with self._lock:
             return self._slot if kind == RANK else None
 
-    def metrics_since(self, cursor: int = 0) -> tuple[list[dict[str, Any]], int]:
-        """New metric records of every member since ``cursor``, each tagged ``{"member": k, ...}``.
+    def kinds(self) -> list[str]:
+        """The snapshot kinds published so far."""
+        with self._lock:
+            return [] if self._slot is None else [RANK]
 
-        The cursor is a count of records, not a byte offset (each member has its own metrics.jsonl): the job reads
-        every member's file incrementally into one append-only list, each read's new records ordered by step (then
-        member), and returns the records from index ``cursor`` on together with the list's length, the next
-        cursor. Start with 0.
-        """
-        with self._metrics_lock:
-            new = []
-            for k, run in enumerate(self.runs):
-                records, self._offsets[k] = run.read_metrics(self._offsets[k])
-                new.extend({"member": k, **r} for r in records)
-            new.sort(key=lambda r: r.get("step", 0))  # stable: members stay in order within a step
-            self._records.extend(new)
-            return self._records[cursor:], len(self._records)
+    def metrics_since(self, cursor: int = 0) -> tuple[list[dict[str, Any]], int]:
+        """New metric records of every member since ``cursor`` (see :class:`MemberRecords`)."""
+        return self._records.since(cursor)
 
     # -- the training thread ----------------------------------------------------------------------------------
     def _main(self) -> None:
@@ -327,48 +336,6 @@ class SweepJob(InProcessJob):
                 model.load_state_dict(ensemble.member_state_dict(m.index)["model"])
         return rank_frame(self._models, ensemble.data, names=self.member_names, points=self.points, ridge=self.ridge,
                           diverged=[m.diverged is not None for m in members],
-                          evals=[(m.last_eval, m.last_eval_step) for m in members], step=ensemble.step)
+                          evals=[(m.last_eval, m.last_eval_step) for m in members], step=ensemble.step,
+                          task=ensemble.task)
 
-
-def rank_frame(models: Sequence[ResidualMLP], data: ToyData, *, names: Sequence[str], points: int = 512,
-               ridge: float = 1e-3, diverged: Sequence[bool] | None = None,
-               evals: Sequence[tuple[dict[str, float], int]] | None = None, step: int = 0) -> dict[str, np.ndarray]:
-    """A ``rank`` frame of the members' models: :func:`~lab.analysis.rank_sweep.sweep_rank_metrics` on the first
-    ``points`` training and test points, and what a page shows beside it.
-
-    Args:
-        models: the K members' models.
-        data: their (shared) data.
-        names: member names.
-        points: training points (probe fit) and test points (ranks, probe score) used.
-        ridge: the probe's ridge.
-        diverged: which members diverged (left out of the correlation); default none.
-        evals: per member, its last evaluation's metrics and step (default: none yet).
-        step: the training step.
-
-    Returns:
-        The metrics plus ``alpha_min [K]``, ``alphas [K, L]``, ``member_names [K]``, ``train_acc``, ``test_acc
-        [K]`` (NaN before an evaluation), ``eval_step [K]`` (-1 before one), ``diverged [K]``, ``final_features
-        [K, m, H]`` (last layer, test points, for embeddings) and ``step``.
-    """
-    K = len(models)
-    diverged = np.zeros(K, bool) if diverged is None else np.asarray(diverged, bool)
-    evals = [({}, -1)] * K if evals is None else list(evals)
-    x_train, y_train = data.x_train[:points], data.y_train[:points]
-    x_test, y_test = data.x_test[:points], data.y_test[:points]
-    features = member_features(models, torch.cat([x_train, x_test]))  # one forward per member
-    frame = sweep_rank_metrics(features[:, :, :len(x_train)], y_train, features[:, :, len(x_train):], y_test,
-                               ridge=ridge, num_classes=data.num_classes, correlate=~diverged)
-    nan = float("nan")
-    frame.update(
-        alpha_min=np.array([model.alpha_min for model in models], np.float32),
-        alphas=np.array([[b.alpha for b in model.blocks] for model in models], np.float32),
-        member_names=np.array(list(names)),
-        train_acc=np.array([metrics.get("train_acc", nan) for metrics, _ in evals], np.float32),
-        test_acc=np.array([metrics.get("test_acc", nan) for metrics, _ in evals], np.float32),
-        eval_step=np.array([at for _, at in evals], np.int64),
-        diverged=diverged,
-        final_features=features[:, -1, len(x_train):].float().numpy(),
-        step=np.int64(step),
-    )
-    return frame

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
 import torch
 from torch import nn
 
-from lab.config import ExperimentConfig
+from lab.analysis.frechet import digits_fd
+from lab.config import PIXEL_TASKS, ExperimentConfig
 from lab.data.image_split import ImageSplit
 from lab.data.images import load_images
 from lab.data.keyed import (
@@ -25,6 +27,7 @@ from lab.data.readers import image_folder_files
 from lab.data.toy2d import TOY_DATASETS, ToyData, make_toy_data
 from lab.nn.registry import create_model, model_parameters
 from lab.train.loader import LoaderData
+from lab.train.tasks import PixelTask
 
 
 def build_data(cfg: ExperimentConfig) -> ToyData:
@@ -124,9 +127,14 @@ def loader_data(cfg: ExperimentConfig) -> LoaderData:
     if d.augment != "none" and len(shape) != 3:
         raise ValueError(f"data.augment={d.augment} needs images; {d.name} has inputs of shape {list(shape)}")
     augment = tensor_transform(shape[-1], d.augment) if len(shape) == 3 else None
+    judge = None
+    if cfg.train.fd_samples:  # digits (the config allows nothing else): the training digits as pixels are the reference
+        raw = raw_images(cfg)
+        scale = raw.standardize()
+        judge = functools.partial(digits_fd, reference=raw.x_train, mean=scale.mean, std=scale.std)
     return LoaderData(TensorDataset(data.x_train, data.y_train, augment, seed=cfg.train.seed),
                       TensorDataset(data.x_test, data.y_test), TensorDataset(data.x_train, data.y_train),
-                      data.num_classes, shape)
+                      data.num_classes, shape, judge=judge)
 
 
 def check_data(cfg: ExperimentConfig, data: ToyData | LoaderData, processes: int = 1) -> None:
@@ -154,13 +162,21 @@ def check_data(cfg: ExperimentConfig, data: ToyData | LoaderData, processes: int
                              "process(es)): lower the batch or use more data")
 
 
+def build_task(cfg: ExperimentConfig, data: ToyData) -> PixelTask | None:
+    """The generative task a residual MLP of ``cfg`` learns on ``data``'s images (None: ``classify``)."""
+    if cfg.train.task not in PIXEL_TASKS:
+        return None
+    return PixelTask(cfg.train.task, math.prod(data.x_train.shape[1:]), cfg.train.mask_ratio)
+
+
 def build_model(cfg: ExperimentConfig, data: ToyData | LoaderData | None = None) -> nn.Module:
     """The model of ``cfg.model``, initialised from ``cfg.model.seed``, with ``cfg.train``'s drop-path rate.
 
     The builder receives exactly the keys the config sets, plus what it takes and the config leaves unset:
     ``in_dim`` (features per input), ``in_chans`` (image channels), ``img_size`` (image side) and
     ``num_classes``, read off ``data`` (built from ``cfg.data`` when not given; toy sets need no data for that:
-    two features, two classes).
+    two features, two classes); for a generative task of the residual MLP, the task's inputs and outputs
+    (:func:`build_task`).
     """
     m = cfg.model
     params, _ = model_parameters(m.name)
@@ -175,6 +191,9 @@ def build_model(cfg: ExperimentConfig, data: ToyData | LoaderData | None = None)
             data = data if data is not None else build_data(cfg)
             shape, classes = tuple(data.x_train.shape[1:]), data.num_classes
         known = {"in_dim": math.prod(shape), "in_chans": shape[0], "img_size": shape[-1], "num_classes": classes}
+        task = build_task(cfg, data) if isinstance(data, ToyData) else None
+        if task is not None:  # the task's corrupted pixels in, pixels (or noise) out
+            known.update(in_dim=task.in_dim, num_classes=task.out_dim)
         kwargs.update({k: known[k] for k in wanted})
     if "drop_path_rate" in params:
         kwargs["drop_path_rate"] = cfg.train.drop_path_rate if cfg.train.droppath != "off" else 0.0

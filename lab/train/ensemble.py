@@ -49,12 +49,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lab.config import ExperimentConfig, TrainConfig, to_dict
+from lab.config import ExperimentConfig, TrainConfig, flatten, to_dict
 from lab.data.toy2d import ToyData
 from lab.nn.mlp import ResidualMLP, make_activation
 from lab.nn.registry import model_parameters
 from lab.seeds import epoch_seed
-from lab.train.build import build_data, build_model, check_data
+from lab.train.build import build_data, build_model, build_task, check_data
 from lab.train.core import (
     Callback,
     Diverged,
@@ -68,6 +68,7 @@ from lab.train.core import (
 )
 from lab.train.optim import decayed, make_optimizer
 from lab.train.schedule import learning_rate
+from lab.train.tasks import pixel_task_metrics
 
 MEMBER_KEYS = (
     "name", "model.shortcut", "model.alpha_min", "model.zero_init", "model.seed",
@@ -97,20 +98,10 @@ class EnsembleCallback:
     def on_train_end(self, ensemble: EnsembleTrainer) -> None: ...
 
 
-def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
 def shared_settings(cfg: ExperimentConfig) -> dict[str, Any]:
     """The settings every member of one ensemble must share: the config's dotted keys minus :data:`MEMBER_KEYS`,
     model keys as the builder sees them (an unset key reads as the builder's default)."""
-    flat = _flatten(to_dict(cfg))
+    flat = flatten(to_dict(cfg))
     params, _ = model_parameters(cfg.model.name)
     flat.update({f"model.{k}": cfg.model.get(k) for k in params if k != "drop_path_rate"})
     return {k: v for k, v in flat.items() if k not in MEMBER_KEYS}
@@ -316,7 +307,8 @@ class EnsembleTrainer:
         if self.device.type == "cpu" and train.threads:
             torch.set_num_threads(train.threads)
         data = data if data is not None else build_data(cfgs[0])
-        if data.x_train.ndim != 2:
+        self.task = build_task(cfgs[0], data)
+        if data.x_train.ndim != 2 and self.task is None:
             raise ValueError(f"{MODEL} takes flat inputs [n, in]; {data.name} has x of shape "
                              f"{tuple(data.x_train.shape)}")
         self.data = data.to(self.device)
@@ -533,14 +525,21 @@ class EnsembleTrainer:
     def _logits(self, x: torch.Tensor, masks: _Masks | None = None, slots: torch.Tensor | None = None) -> torch.Tensor:
         """``x [K, B, in]`` (or ``[B, in]``, shared) → logits ``[K, B, C]``; ``slots`` restricts to those members."""
         s = self._stacks
+        head_w, head_b = s["head.weight"].data, s["head.bias"].data
+        if slots is not None:
+            head_w, head_b = head_w[slots], head_b[slots]
+        return torch.baddbmm(head_b.unsqueeze(1), self._features(x, masks, slots), head_w.transpose(1, 2))
+
+    def _features(self, x: torch.Tensor, masks: _Masks | None = None,
+                  slots: torch.Tensor | None = None) -> torch.Tensor:
+        """``x [K, B, in]`` (or ``[B, in]``, shared) → the last block's output h_L ``[K, B, H]``."""
+        s = self._stacks
         if slots is None:
             stem_w, stem_b = s["stem.weight"].data, s["stem.bias"].data
-            head_w, head_b = s["head.weight"].data, s["head.bias"].data
             block_w, block_b = s["blocks.branch.fc.weight"].leaves, s["blocks.branch.fc.bias"].leaves
             alpha, beta = self._alpha_t, self._beta_t
         else:
             stem_w, stem_b = s["stem.weight"].data[slots], s["stem.bias"].data[slots]
-            head_w, head_b = s["head.weight"].data[slots], s["head.bias"].data[slots]
             block_w = s["blocks.branch.fc.weight"].data[:, slots]
             block_b = s["blocks.branch.fc.bias"].data[:, slots]
             alpha, beta = self._alpha_t[:, slots], self._beta_t[:, slots]
@@ -554,7 +553,7 @@ class EnsembleTrainer:
             if not self._beta_one[b]:
                 f = f * beta[b]
             h = f + h if self._alpha_one[b] else torch.addcmul(f, h, alpha[b])
-        return torch.baddbmm(head_b.unsqueeze(1), h, head_w.transpose(1, 2))
+        return h
 
     def train_step(self) -> dict[int, float]:
         """One optimisation step of every live member on its batch of step ``self.step``.
@@ -565,8 +564,14 @@ class EnsembleTrainer:
         idx = self.batch_indices(self.step)  # [K, B]
         x, y = self.data.x_train[idx], self.data.y_train[idx]
         masks = self._masks(self.step, idx.shape[1])
-        logits = self._logits(x, masks)
-        losses = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(idx.shape).mean(1)
+        if self.task is None:
+            logits = self._logits(x, masks)
+            losses = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(idx.shape).mean(1)
+        else:  # each member's corruption of its batch, drawn as its solo run draws it
+            draws = [self.task.step_draw(x[slot], self.members[k].cfg.seed, self.step)
+                     for slot, k in enumerate(self._live)]
+            inputs, target, weight = (torch.stack(parts) for parts in zip(*draws, strict=True))
+            losses = self.task.loss(self._logits(inputs, masks), target, weight)
         values = losses.tolist()
         out = {k: v for k, v in zip(self._live, values, strict=True)}
         finite = [slot for slot, v in enumerate(values) if math.isfinite(v)]
@@ -654,7 +659,8 @@ class EnsembleTrainer:
     @torch.no_grad()
     def evaluate(self, members: Sequence[int] | None = None, chunk: int = 8192,
                  rows: int = 8192) -> dict[int, dict[str, float]]:
-        """Loss and accuracy on the train and test sets per member (no droppath), as ``Trainer.evaluate``.
+        """Loss and accuracy on the train and test sets per member (no droppath), as ``Trainer.evaluate`` (for a
+        generative task, :func:`~lab.train.tasks.pixel_task_metrics`).
 
         Args:
             members: member indices still training (default: all of them).
@@ -666,6 +672,13 @@ class EnsembleTrainer:
         members = list(self._live) if members is None else list(members)
         slots = None if members == self._live else torch.tensor([self._live.index(k) for k in members],
                                                                  dtype=torch.long, device=self.device)
+        if self.task is not None:
+            metrics = pixel_task_metrics(self.task, self.data, lambda x: self._logits(x, slots=slots),
+                                         lambda x: self._features(x, slots=slots))
+            out = dict(zip(members, metrics, strict=True))
+            for k in members:
+                self.members[k].last_eval, self.members[k].last_eval_step = out[k], self.step
+            return out
         piece = max(1, rows // max(1, len(members)))
         out: dict[int, dict[str, float]] = {k: {} for k in members}
         for split, (x, y) in {"train": (self.data.x_train, self.data.y_train),

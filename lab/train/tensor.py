@@ -35,22 +35,25 @@ from lab.train.core import (
 )
 from lab.train.optim import make_optimizer
 from lab.train.schedule import learning_rate
+from lab.train.tasks import PixelTask, pixel_task_metrics
 
 
 class Trainer:
-    """Minibatch training with cross-entropy, evaluation and callbacks.
+    """Minibatch training with cross-entropy (or a generative task's loss), evaluation and callbacks.
 
     Args:
-        model: a classifier ``[B, in] -> [B, C]``; moved to the device.
+        model: a classifier ``[B, in] -> [B, C]`` (for a task: ``[B, task.in_dim] -> [B, task.out_dim]``); moved
+            to the device.
         data: the train/test split (whole tensors; the toy sets fit on any device).
         cfg: optimisation settings.
         callbacks: subscribers to the training events.
         alpha_min: the model's alpha_min, only to word the divergence message.
+        task: a generative task on ``data``'s images (:mod:`lab.train.tasks`); None classifies.
     """
 
     def __init__(self, model: nn.Module, data: ToyData, cfg: TrainConfig, callbacks: Iterable[Callback] = (),
-                 alpha_min: float | None = None) -> None:
-        self.cfg = cfg
+                 alpha_min: float | None = None, task: PixelTask | None = None) -> None:
+        self.cfg, self.task = cfg, task
         self.device = resolve_device(cfg.device)
         if self.device.type == "cpu" and cfg.threads:
             torch.set_num_threads(cfg.threads)  # process-wide: every toy run in this process shares the bound
@@ -91,7 +94,11 @@ class Trainer:
             set_droppath_mode(self.model, droppath_mode(self.cfg, self.step), self.mask_generator)
         if not self.model.training:  # train() walks every module: ~2 ms per step for the 32-block model
             self.model.train()
-        loss = F.cross_entropy(self.model(x), y)
+        if self.task is None:
+            loss = F.cross_entropy(self.model(x), y)
+        else:
+            inputs, target, weight = self.task.step_draw(x, self.cfg.seed, self.step)
+            loss = self.task.loss(self.model(inputs), target, weight)
         value = loss.item()
         if not math.isfinite(value):
             raise Diverged(self.step, value, divergence_hint(self.cfg, self.alpha_min))
@@ -107,7 +114,14 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self, chunk: int = 8192) -> dict[str, float]:
-        """Loss and accuracy on the train and test sets, in eval mode (no droppath)."""
+        """Loss and accuracy on the train and test sets, in eval mode (no droppath); for a generative task, its
+        loss on each set (:func:`pixel_task_metrics`) and the linear probe of the last layer."""
+        if self.task is not None:
+            with eval_mode(self.model):
+                out = pixel_task_metrics(self.task, self.data, lambda x: self.model(x)[None],
+                                         lambda x: self.model.forward_features(x)[None])[0]
+            self.last_eval, self.last_eval_step = out, self.step
+            return out
         out: dict[str, float] = {}
         with eval_mode(self.model):
             for split, (x, y) in {"train": (self.data.x_train, self.data.y_train),

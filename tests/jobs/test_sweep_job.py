@@ -180,7 +180,7 @@ def test_a_failing_frame_fails_the_job_and_its_members(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("broken analysis")
 
-    monkeypatch.setattr("lab.jobs.sweep_job.sweep_rank_metrics", broken)
+    monkeypatch.setattr("lab.reports.sweep_frame.sweep_rank_metrics", broken)
     job = sweep_job(tmp_path, ALPHAS).start()
     status = job.wait(60)
     assert status["state"] == "failed" and "broken analysis" in status["message"]

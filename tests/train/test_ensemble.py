@@ -90,6 +90,27 @@ def test_members_equal_their_solo_runs(float64, optimizer, weight_decay_on):
                 assert torch.allclose(mine["optimizer"]["state"][i][key], value, rtol=1e-9, atol=1e-14), (i, key)
 
 
+@pytest.mark.parametrize("task", ["masked", "denoise"])
+def test_members_learning_a_generative_task_equal_their_solo_runs(float64, task):
+    """Each member hides (or noises) its batches as its solo run does, from its own train.seed, and is scored on the
+    same evaluation draws: its weights, losses and probe are the solo run's."""
+    digits = {"data.name": "digits", "train.task": task, "train.mask_ratio": 0.25}
+    cfgs = [small(**digits, **v) for v in (
+        {}, {"model.shortcut": "linear", "model.alpha_min": 0.5, "model.seed": 1, "train.seed": 1},
+        {"train.droppath": "droppath", "train.drop_path_rate": 0.3, "train.seed": 2, "train.lr": 0.003})]
+    data = as_float64(build_data(cfgs[0]))
+    ensemble = EnsembleTrainer(cfgs, data=data)
+    metrics = ensemble.fit()
+    models = [ensemble.member_model(k) for k in range(len(cfgs))]
+    assert models[0].stem.in_features == (128 if task == "masked" else 64 + 16) and models[0].head.out_features == 64
+    for k, cfg in enumerate(cfgs):
+        alone = solo(cfg, data)
+        assert rel_error(models[k], alone.model) <= TOL, f"member {k}"
+        assert metrics[k].keys() == {"train_loss", "test_loss", "probe_acc"}
+        assert metrics[k] == pytest.approx(alone.last_eval, rel=1e-9)
+    assert metrics[0]["test_loss"] != pytest.approx(metrics[1]["test_loss"], rel=1e-3)
+
+
 def test_member_checkpoint_is_a_solo_checkpoint(float64, tmp_path):
     """A member saved at an odd step (ResidualDroppath's second iteration needs the first's masks) loads into an
     ordinary ResidualMLP with weights_only=True and resumes as a solo run that ends where the solo run ends."""

@@ -29,7 +29,7 @@ from lab.jobs.manager import JobManager
 from lab.nn.mlp import ACTIVATIONS
 from lab.shortcuts import DECAYED, SCHEDULES, block_scales
 from lab.train.build import build_model
-from lab.ui.pages.knobs import Knob, config_overrides, knob_class, toy_data_knobs, training_names, view_names
+from lab.ui.pages.knobs import Knob, config_overrides, knob_class, toy_data_knobs, view_names
 from lab.ui.pages.training import Export, TrainingPage
 from lab.ui.views.live_alphas import LiveAlphas
 from lab.ui.views.live_curves import LiveCurves
@@ -67,7 +67,6 @@ KNOBS: dict[str, Knob] = {
                                      doc="pixels the node grid fits into (narrower in a notebook)"),
                        "View", training=False),
 }
-TRAINING = training_names(KNOBS)
 VIEW = view_names(KNOBS)
 # fixed parts of the Playground's experiment: long enough to watch, evaluated often enough to see curves move
 FIXED = {"train.epochs": 1000, "train.eval_every": 50, "train.log_every": 5}
@@ -118,8 +117,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
         return apply_overrides(ExperimentConfig(), {"name": f"playground-{self.dataset}",
                                                     **config_overrides(self, KNOBS), **FIXED})
 
-    @param.depends(*TRAINING, watch=True)
-    def _training_changed(self) -> None:
+    def _training_changed(self, *events: param.parameterized.Event) -> None:
         self.alpha_chart.show(self._alphas())
         if self.follower.running:
             self._hint("warning", "Training settings changed. **Reset** to rebuild the model with them (this "

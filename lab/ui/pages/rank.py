@@ -1,11 +1,12 @@
 """The Rank page: an α_min sweep of *Residual Connections Harm Generative Representation Learning*, live.
 
-Several residual MLPs that differ only in α_min train on a toy set as one batched computation (a
+Several residual MLPs that differ only in α_min train as one batched computation (a
 :class:`~lab.jobs.sweep_job.SweepJob`), and the page redraws, per member and per layer, the effective rank of the
-features and linear-probe accuracy, and across members their correlation: the supervised analogue of the paper's
-Figure 9 (its Figure 6 is the same study for MAE on ImageNet-100). Before a sweep starts, the untrained members are
-drawn. A member that diverges or does not learn is named, never plotted as if it
-had.
+features and linear-probe accuracy, and across members their correlation. The task is the paper's point: ``classify``
+(a toy set's two classes) is the supervised analogue of its Figure 9; ``masked`` (reconstruct hidden pixels of the
+digits) and ``denoise`` (predict the noise of noised digits) are the generative ones it is about
+(:mod:`lab.train.tasks`), whose probes read the digit from features of clean digits. Before a sweep starts, the
+untrained members are drawn. A member that diverges or does not learn is named, never plotted as if it had.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import param
 import yaml
 
 from lab.analysis.embed import umap_embed
-from lab.config import ConfigError, ExperimentConfig, apply_overrides, to_dict
+from lab.config import PIXEL_TASKS, ConfigError, ExperimentConfig, apply_overrides, to_dict
 from lab.jobs.manager import JobManager
-from lab.jobs.sweep_job import RANK, rank_frame
+from lab.jobs.sweep_job import RANK
 from lab.nn.mlp import ACTIVATIONS
-from lab.train.build import build_data, build_model
-from lab.ui.pages.knobs import Knob, config_overrides, knob_class, toy_data_knobs, training_names
+from lab.reports.sweep_frame import rank_frame
+from lab.train.build import build_data, build_model, build_task
+from lab.ui.pages.knobs import Knob, config_overrides, knob_class, toy_data_knobs
 from lab.ui.pages.training import Export, TrainingPage
 from lab.ui.text import md
 from lab.ui.views.live_rank import MEASURES, RankViews
@@ -35,18 +37,18 @@ MAX_MEMBERS = 16
 _UMAP = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lab-umap")  # one fit at a time, off the UI thread
 
 
-def parse_alpha_mins(text: str) -> list[float]:
+def parse_alpha_mins(text: str, most: int = MAX_MEMBERS) -> list[float]:
     """``"1.0, 0.9, 0.8"`` → ``[1.0, 0.9, 0.8]``.
 
     Raises:
-        ValueError: not numbers, outside [0, 1], repeated, or fewer than 2 or more than :data:`MAX_MEMBERS`.
+        ValueError: not numbers, outside [0, 1], repeated, or fewer than 2 or more than ``most``.
     """
     try:
         values = [float(v) for v in text.replace(";", ",").split(",") if v.strip()]
     except ValueError:
         raise ValueError(f"alpha_mins must be numbers separated by commas; got {text!r}") from None
-    if not 2 <= len(values) <= MAX_MEMBERS:
-        raise ValueError(f"alpha_mins needs 2 to {MAX_MEMBERS} values; got {len(values)}")
+    if not 2 <= len(values) <= most:
+        raise ValueError(f"alpha_mins needs 2 to {most} values; got {len(values)}")
     bad = [v for v in values if not 0.0 <= v <= 1.0]
     if bad:
         raise ValueError(f"alpha_mins must be in [0, 1]; got {bad[0]}")
@@ -62,6 +64,14 @@ _DATA["n"] = Knob(param.Integer(default=16384, bounds=(100, 16384), doc="samples
 KNOBS: dict[str, Knob] = {
     "alpha_mins": Knob(param.String(default="1.0, 0.9, 0.8, 0.7, 0.6, 0.5", doc="one member per α_min (2 to 16, "
                                                                               "comma-separated)"), "Sweep"),
+    "task": Knob(param.Selector(default="classify", objects=["classify", *PIXEL_TASKS], doc="classify: the toy set's "
+                                "two classes; masked: reconstruct hidden pixels of the digits (the MAE analogue); "
+                                "denoise: predict the noise of noised digits (the diffusion analogue). Give these a "
+                                "width of 64 or more: a narrower stream cannot carry the 64 pixels they output"),
+                 "Sweep",
+                 "train.task"),
+    "mask_ratio": Knob(param.Number(default=0.5, bounds=(0.05, 0.95), step=0.05, doc="masked: share of each digit's "
+                                    "pixels hidden"), "Sweep", "train.mask_ratio"),
     "schedule": Knob(param.Selector(default="linear", objects=list(SCHEDULES), doc="α over depth: linear or the "
                                     "paper's Eq. 5; scaled_both / scaled_branch are Table 3b's controls"), "Sweep",
                      "model.shortcut"),
@@ -87,7 +97,6 @@ KNOBS: dict[str, Knob] = {
     "embedding": Knob(param.Selector(default="pca", objects=["pca", "umap"], doc="final features: PCA (live) or "
                                      "UMAP (computed on demand, in the background)"), "View", training=False),
 }
-TRAINING = training_names(KNOBS)
 FIXED = {"train.eval_every": 25, "train.log_every": 5}
 
 
@@ -100,6 +109,8 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
 
     title = "Rank"
     knobs = KNOBS
+    changed_note = ("Settings changed. **Reset** to sweep with them (this stops the current sweep; its folders stay on "
+                    "disk).")
     actions = ("play", "reset")
     open_groups = (0, 4)
 
@@ -114,20 +125,18 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
 
     # -- configuration ----------------------------------------------------------------------------------------
     def config(self) -> ExperimentConfig:
-        """The members' shared experiment (α_min is swept over :meth:`alpha_min_values`)."""
-        return apply_overrides(ExperimentConfig(), {"name": f"rank-{self.dataset}", "model.name": "residual_mlp",
-                                                    **config_overrides(self, KNOBS), **FIXED})
+        """The members' shared experiment (α_min is swept over :meth:`alpha_min_values`). A generative task learns
+        the digits (the toy set's settings then do not apply; the data seed still splits them)."""
+        overrides = config_overrides(self, KNOBS)
+        if self.task == "classify":
+            return apply_overrides(ExperimentConfig(), {"name": f"rank-{self.dataset}", "model.name": "residual_mlp",
+                                                        **overrides, **FIXED})
+        overrides = {k: v for k, v in overrides.items() if not k.startswith("data.") or k == "data.seed"}
+        return apply_overrides(ExperimentConfig(), {"name": f"rank-{self.task}-digits", "model.name": "residual_mlp",
+                                                    **overrides, "data.name": "digits", **FIXED})
 
     def alpha_min_values(self) -> list[float]:
         return parse_alpha_mins(self.alpha_mins)
-
-    @param.depends(*TRAINING, watch=True)
-    def _training_changed(self) -> None:
-        if self.follower.running:
-            self.say("warning", "Settings changed. **Reset** to sweep with them (this stops the current sweep; its "
-                                "folders stay on disk).")
-            return
-        self.later(self._rebuild)
 
     def _rebuild(self) -> None:
         """The untrained members, drawn before any training."""
@@ -136,12 +145,13 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
             cfg, values = self.config(), self.alpha_min_values()
             data = build_data(cfg)
             models = [build_model(apply_overrides(cfg, {"model.alpha_min": a}), data) for a in values]
+            task = build_task(cfg, data)
         except (ConfigError, ValueError) as err:
             self.follower.status.error(f"Invalid settings: {err}")
             return
         self.follower.status.clear()
         self.rank.clear()
-        self.rank.show(rank_frame(models, data, names=[f"alpha_min-{a:g}" for a in values]))
+        self.rank.show(rank_frame(models, data, names=[f"alpha_min-{a:g}" for a in values], task=task))
 
     # -- actions ----------------------------------------------------------------------------------------------
     def _start(self, paused: bool) -> bool:

@@ -18,9 +18,9 @@ import yaml
 
 from lab.config import ExperimentConfig, to_dict
 from lab.jobs.job import Job
-from lab.jobs.manager import ManagerBusy
+from lab.jobs.manager import JobManager, ManagerBusy
 from lab.ui.follower import JobFollower
-from lab.ui.pages.knobs import groups
+from lab.ui.pages.knobs import groups, training_names
 from lab.ui.pages.page import Page
 
 Export = tuple[str, Callable[[], io.BytesIO], str]
@@ -50,8 +50,15 @@ class TrainingPage(Page):
 
     actions: ClassVar[tuple[str, ...]] = ("play", "step", "reset")
     """The action buttons of the sidebar, in order."""
+    changed_note: ClassVar[str] = ("Settings changed. **Reset** to train with them (this stops the current run; its "
+                                   "folder stays on disk).")
+    """What the notice says when a training setting changes while the page's run trains."""
     open_groups: ClassVar[tuple[int, ...]] = (1, 3)
     """The settings groups open when the page appears (indices into the knob table's groups)."""
+
+    def __init__(self, manager: JobManager | None = None, **params: Any) -> None:
+        super().__init__(manager, **params)
+        self.param.watch(self._training_changed, list(training_names(self.knobs)))
 
     # -- what a page provides ---------------------------------------------------------------------------------
     def config(self) -> ExperimentConfig:
@@ -76,6 +83,14 @@ class TrainingPage(Page):
         """The followers of the page's jobs; the first is :attr:`follower`, whose job says whether the page's run is
         paused."""
         return (self.follower,)
+
+    def _training_changed(self, *events: param.parameterized.Event) -> None:
+        """A training setting changed: the untrained model is drawn again (once for a burst of changes), unless a
+        run trains, which keeps its settings until **Reset**."""
+        if self.follower.running:
+            self.say("warning", self.changed_note)
+            return
+        self.later(self._rebuild)
 
     # -- actions ----------------------------------------------------------------------------------------------
     def _jobs(self) -> list[Job]:
@@ -154,7 +169,11 @@ class TrainingPage(Page):
     def controls(self) -> pn.viewable.Viewable:
         """Buttons, status and the settings by group (the served page's sidebar)."""
         buttons = pn.Row(*[pn.widgets.Button.from_param(self.param[name], **BUTTONS[name]) for name in self.actions])
-        sections = [(g, pn.Param(self, parameters=self._group_parameters(g, names), show_name=False))
+        # a slider's label rounds to two decimals by default: a learning rate of 0.002 would read "0"
+        numbers = {n: {"format": "0.[00000]"} for n, p in self.param.objects().items()
+                   if isinstance(p, param.Number) and not isinstance(p, param.Integer)}
+        sections = [(g, pn.Param(self, parameters=(shown := self._group_parameters(g, names)), show_name=False,
+                                 widgets={n: numbers[n] for n in shown if n in numbers}))
                     for g, names in groups(self.knobs).items()]
         return pn.Column(buttons, *self._messages(),
                          pn.Accordion(*sections, active=list(self.open_groups), sizing_mode="stretch_width"),

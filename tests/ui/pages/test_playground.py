@@ -7,7 +7,7 @@ from lab.config import ExperimentConfig, from_dict
 from lab.shortcuts import alphas
 from lab.ui.pages.playground import PlaygroundPage
 from tests.jobs.helpers import tiny
-from tests.ui.driving import poll_until, shown
+from tests.ui.driving import kill_child_then_start_again, poll_until, shown
 
 
 def small_page(manager, **params):
@@ -157,3 +157,26 @@ def test_grid_width_fits_the_grid_into_a_narrower_view(manager):
     narrow = page.grid.figure.renderers[0].data_source.data["image"][0].shape[1]
     assert narrow <= 700 < wide <= 1040 and page.job is None
     assert Image.open(page.grid_png()).size[0] == narrow  # exports follow the view
+
+
+def test_the_playground_trains_in_a_child_process_and_a_killed_one_is_reported(tmp_path):
+    """With the manager's jobs in child processes the page draws the same frames; a child killed outright shows as
+    failed with its exit code, and the page (the server) goes on: a new run starts."""
+
+    from lab.jobs.child import ChildJob
+    from lab.jobs.manager import JobManager
+
+    manager = JobManager(tmp_path / "runs", max_jobs=1, processes=True)
+    try:
+        page = small_page(manager, snapshot_every=2)
+        page.param.trigger("play")
+        assert isinstance(page.job, ChildJob)
+        assert poll_until(page, lambda: page.frame is not None and int(page.frame["step"]) >= 4, timeout=60)
+        page.param.trigger("play")  # pause, then one step, across the process boundary
+        assert poll_until(page, lambda: page.job.status()["state"] == "paused")
+        step = page.job.status()["step"]
+        page.param.trigger("step")
+        assert poll_until(page, lambda: page.job.status()["step"] == step + 1)
+        kill_child_then_start_again(page, [page.job])
+    finally:
+        manager.shutdown()

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from lab.ui.pages.rank import RankPage, parse_alpha_mins
-from tests.ui.driving import poll_until, shown
+from tests.ui.driving import kill_child_then_start_again, poll_until, shown
 
 SMALL = {"n": 1024, "depth": 6, "width": 8, "epochs": 200, "every_s": 0.2}
 
@@ -88,3 +88,50 @@ def test_members_that_do_not_learn_are_named(manager):
     page.param.trigger("play")
     assert poll_until(page, lambda: page.notice.visible and "Not every member learned" in shown(page.notice))
     assert "α_min" in shown(page.notice)
+
+
+def test_a_generative_task_sweeps_the_digits_and_judges_members_by_their_loss(manager):
+    page = RankPage(manager=manager, **{**SMALL, "task": "masked", "alpha_mins": "1.0, 0.5", "epochs": 4})
+    cfg = page.config()
+    assert (cfg.data.name, cfg.train.task, cfg.name) == ("digits", "masked", "rank-masked-digits")
+    views = page.rank
+    assert "Figure 6" in views.caption.object and "does **not** appear" in views.caption.object
+    assert views.frame["final_features"].shape == (2, 359, 8)  # the held-out digits, read clean
+    assert views.accuracy.title.text == "Loss per member"
+    page.param.trigger("play")
+    assert poll_until(page, lambda: page.job.status()["state"] == "completed")
+    page.poll()
+    frame = views.frame
+    assert np.isnan(frame["test_acc"]).all() and (frame["test_loss"] < 0.9).all(), frame["test_loss"]
+    np.testing.assert_allclose(views.accuracy_src.data["value"][1::2], frame["test_loss"], rtol=1e-6)
+    assert views.failed() == []
+    frame = {**frame, "test_loss": np.array([0.3, 0.97], np.float32)}  # as if α_min 0.5 had stayed at zeros' loss
+    views.show(frame)
+    assert views.failed() == ["α_min 0.5 (01-alpha_min-0.5) is at a held-out loss of 0.970 (predicting zeros scores "
+                              "about 1)"]
+    page.task = "classify"
+    assert page.config().data.name == "spiral" and views.accuracy.title.text == "Accuracy per member"
+
+
+def test_the_sweep_trains_in_a_child_process_and_a_killed_one_is_reported(tmp_path):
+    """With the manager's jobs in child processes the page draws the same frames, pauses and steps across the
+    process boundary; a child killed outright shows as failed with its exit code, and a new sweep starts."""
+
+    from lab.jobs.child import ChildJob
+    from lab.jobs.manager import JobManager
+
+    manager = JobManager(tmp_path / "runs", max_jobs=1, processes=True)
+    try:
+        page = RankPage(manager=manager, **SMALL)
+        page.param.trigger("play")
+        assert isinstance(page.job, ChildJob)
+        assert poll_until(page, lambda: len(page.rank.history["step"]) >= 3, timeout=60)
+        page.param.trigger("play")  # pause, then one step
+        assert poll_until(page, lambda: page.job.status()["state"] == "paused")
+        step = page.job.status()["step"]
+        page.param.trigger("step")
+        assert poll_until(page, lambda: page.job.status()["step"] == step + 1)
+        assert poll_until(page, lambda: page.rank.history["step"][-1] == step + 1), "the paused frame is drawn"
+        kill_child_then_start_again(page, [page.job])
+    finally:
+        manager.shutdown()
