@@ -58,6 +58,7 @@ class DigitsFeatures(nn.Module):
 
 
 @functools.lru_cache(maxsize=4)
+@torch.enable_grad()  # it trains, even when first asked for inside an evaluation
 def digits_classifier(image_size: int = 8, *, epochs: int = 40, seed: int = 0) -> DigitsFeatures:
     """The digits classifier at side ``image_size``, trained on the digits' training split (the lab's default split,
     seed 0) with AdamW; frozen, in eval mode, its held-out accuracy in ``test_accuracy``.

@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ import torch
 from torch import Tensor, nn
 from tqdm import tqdm
 
+from lab.analysis.frechet import frechet_distance, to_pixels
 from lab.config import ExperimentConfig
 from lab.data.formats import IMAGE_SUFFIXES, read_images
 from lab.runs import layout
@@ -42,14 +43,6 @@ INCEPTION_WEIGHTS = ("torch-fidelity's weights-inception-2015-12-05-6726825d.pth
                      "PyTorch), from https://github.com/toshas/torch-fidelity/releases/download/v0.2.0/"
                      "weights-inception-2015-12-05-6726825d.pth, copied onto this machine")
 FID_FILE = "fid.json"
-
-
-def to_pixels(images: Tensor, mean: tuple[float, ...], std: tuple[float, ...]) -> Tensor:
-    """Images ``[n, C, H, W]`` in a model's standardised scale back to pixels in [0, 1] (clamped)."""
-    view = (1, -1, 1, 1)
-    m = torch.as_tensor(mean, dtype=images.dtype).reshape(view)
-    s = torch.as_tensor(std, dtype=images.dtype).reshape(view)
-    return (images * s + m).clamp(0.0, 1.0)
 
 
 def folder_pixels(folder: str | Path, channels: int, size: int, limit: int | None = None) -> Tensor:
@@ -132,20 +125,6 @@ def inception_features(weights: str | Path | None) -> InceptionPixels:
         except RuntimeError as err:  # load_state_dict: missing or unexpected keys, other shapes
             raise ValueError(f"Inception weights {str(path)!r} do not fit the FID Inception: {err}") from None
     return InceptionPixels(inception)
-
-
-def frechet_distance(extractor: nn.Module, real: Iterable[Tensor], fake: Iterable[Tensor], *,
-                     device: torch.device | str = "cpu") -> float:
-    """torchmetrics' Fréchet distance between the images of ``real`` and ``fake`` (batches of pixels in [0, 1]) in
-    the features of ``extractor`` (a module with ``num_features`` that reads such pixels)."""
-    from torchmetrics.image.fid import FrechetInceptionDistance
-
-    metric = FrechetInceptionDistance(feature=extractor).to(device)
-    with torch.no_grad():
-        for batches, is_real in ((real, True), (fake, False)):
-            for batch in batches:
-                metric.update(batch.to(device), real=is_real)
-    return float(metric.compute())
 
 
 def read_measurements(run: Run) -> list[dict[str, Any]]:

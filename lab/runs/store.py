@@ -376,6 +376,21 @@ class Run:
     def has_checkpoint(self, name: str = "last") -> bool:
         return self.checkpoint_path(name).is_file()
 
+    # -- figures ----------------------------------------------------------------------------------------------
+    def figures(self, kind: str, suffix: str = ".png") -> list[tuple[int, Path]]:
+        """``(step, path)`` of the evaluation figures ``figures/<kind>-<step>.<suffix>`` (``samples``, ``probe``
+        with ``.json``, ``reconstruction``), by step. Links are never listed (nor a linked folder read): they could
+        lead outside the folders a server may read."""
+        folder = self.path / layout.FIGURES
+        if folder.is_symlink():
+            return []
+        found = []
+        for p in folder.glob(f"{kind}-*{suffix}"):
+            step = p.name[len(kind) + 1:-len(suffix)]
+            if step.isdigit() and not p.is_symlink():
+                found.append((int(step), p))
+        return sorted(found)
+
     # -- snapshots --------------------------------------------------------------------------------------------
     def save_snapshot(self, kind: str, version: int, arrays: dict[str, np.ndarray]) -> Path:
         """Write ``snapshots/<kind>-<version>.npz`` atomically."""

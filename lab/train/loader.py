@@ -30,7 +30,9 @@ the tensor trainer serve here unchanged; the ones that write run on rank 0 only.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
+import os
 import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -78,6 +80,8 @@ class LoaderData:
         image_shape: ``(C, H, W)`` of one input.
         decode: a generative model's samples → images, when the inputs are not images (a VAE's latents,
             :mod:`lab.data.latents`); None when they are.
+        judge: a generative model's samples → their digits-FD from the training digits
+            (:func:`lab.analysis.frechet.digits_fd`), for a run that measures it (``train.fd_samples``); else None.
     """
 
     train: Dataset
@@ -86,6 +90,7 @@ class LoaderData:
     num_classes: int
     image_shape: tuple[int, ...]
     decode: Callable[[torch.Tensor], torch.Tensor] | None = None
+    judge: Callable[[torch.Tensor], float] | None = None
 
 
 def ignore_stop_signals(worker_id: int) -> None:
@@ -357,7 +362,8 @@ class LoaderTrainer:
                                                   self.figures / f"reconstruction-{self.step:09d}.png",
                                                   seed=self.cfg.seed)
         if self._probes_now():
-            train, test = (pretrain_eval.features(self.model, d, limit=5000, device=self.device, workers=self.workers)
+            train, test = (pretrain_eval.features(self.model, d, limit=self.cfg.probe_samples or 5000,
+                                                  device=self.device, workers=self.workers)
                            for d in (self.data.train_eval, self.data.test))
             with torch.enable_grad():  # the probe trains its head (evaluate runs without gradients)
                 out.update(pretrain_eval.quick_probe(train, test, self.data.num_classes, seed=self.cfg.seed))
@@ -369,22 +375,35 @@ class LoaderTrainer:
         return bool(self.cfg.probe_every) and epoch_end and self.epoch % self.cfg.probe_every == 0
 
     def _diffusion_measures(self) -> dict[str, float]:
-        """``figures/samples-<step>.png`` (``train.samples`` images from the noise of ``train.seed``) and, every
-        ``train.probe_every`` epochs, the best linear probe over (noise level, block); both with the weights'
-        moving average when there is one (:mod:`lab.train.pretrain_eval`)."""
+        """``figures/samples-<step>.png`` (``train.samples`` images from the noise of ``train.seed``); with
+        ``train.fd_samples``, the digits-FD of that many samples (``digits_fd``); and, every ``train.probe_every``
+        epochs, linear probes over (noise level, block): the best cell in the metrics, the whole grid in
+        ``figures/probe-<step>.json``. All with the weights' moving average when there is one
+        (:mod:`lab.train.pretrain_eval`)."""
         model = self.ema.module if self.ema is not None else self.model
-        if self.figures is not None and self.cfg.samples:
-            with self._autocast():
+        out: dict[str, float] = {}
+        drawing = {"steps": self.cfg.sample_steps, "sampler": self.cfg.sampler, "device": self.device}
+        with self._autocast():
+            if self.figures is not None and self.cfg.samples:
                 pretrain_eval.save_samples(model, self.figures / f"samples-{self.step:09d}.png", num=self.cfg.samples,
-                                           steps=self.cfg.sample_steps, sampler=self.cfg.sampler,
-                                           seed=self.cfg.seed, device=self.device, decode=self.data.decode)
+                                           seed=self.cfg.seed, decode=self.data.decode, **drawing)
+            if self.data.judge is not None:  # other noise than the grid's: it is not measured on what it shows
+                drawn = pretrain_eval.draw(model, self.cfg.fd_samples, seed=self.cfg.seed + 1, **drawing)
+                out["digits_fd"] = self.data.judge(drawn)
         if not self._probes_now():
-            return {}
-        train, test = (pretrain_eval.diffusion_features(model, d, limit=2000, seed=self.cfg.seed, device=self.device,
-                                                        workers=self.workers)
+            return out
+        train, test = (pretrain_eval.diffusion_features(model, d, limit=self.cfg.probe_samples or 2000,
+                                                        seed=self.cfg.seed, device=self.device, workers=self.workers)
                        for d in (self.data.train_eval, self.data.test))
         with torch.enable_grad():
-            return pretrain_eval.quick_diffusion_probe(train, test, self.data.num_classes, seed=self.cfg.seed)
+            grid = pretrain_eval.probe_grid(train, test, self.data.num_classes, seed=self.cfg.seed)
+        if self.figures is not None:  # written whole, then renamed: a reader never sees half a grid
+            path = self.figures / f"probe-{self.step:09d}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.with_suffix(".tmp").write_text(json.dumps({"step": self.step, "times": list(pretrain_eval.PROBE_TIMES),
+                                                            "accuracy": grid.tolist()}))
+            os.replace(path.with_suffix(".tmp"), path)
+        return {**out, **pretrain_eval.best_cell(grid)}
 
     def _eval_and_emit(self) -> None:
         metrics = self.evaluate()

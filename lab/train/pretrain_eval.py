@@ -101,17 +101,26 @@ def grid_png(images: torch.Tensor) -> bytes:
 
 
 @torch.no_grad()
+def draw(model: nn.Module, num: int, *, steps: int, sampler: str = "ode", seed: int = 0,
+         device: torch.device | str = "cpu", batch_size: int = 500) -> torch.Tensor:
+    """``num`` samples ``[num, C, H, W]`` of a diffusion model (``sampler``, ``steps`` steps) from the noise of
+    ``seed``, in batches of at most ``batch_size``, in eval mode: the same noise at every evaluation, so successive
+    draws show the same samples improving."""
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with eval_mode(model):
+        return torch.cat([model.sample(min(batch_size, num - k), steps=steps, sampler=sampler, generator=generator,
+                                       device=device) for k in range(0, num, batch_size)])
+
+
+@torch.no_grad()
 def save_samples(model: nn.Module, path: Path, *, num: int, steps: int, sampler: str = "ode", seed: int = 0,
                  device: torch.device | str = "cpu", decode: Callable[[torch.Tensor], torch.Tensor] | None = None
                  ) -> Path:
-    """A grid of ``num`` samples of a diffusion model (``sampler``, ``steps`` steps) from the noise of ``seed``: the
-    same noise at every evaluation, so successive grids show the same samples improving. ``decode`` turns samples
-    of latents into images (:attr:`lab.train.loader.LoaderData.decode`)."""
-    generator = torch.Generator(device=device).manual_seed(seed)
-    with eval_mode(model):
-        images = model.sample(num, steps=steps, sampler=sampler, generator=generator, device=device)
-        if decode is not None:
-            images = decode(images)
+    """A grid of ``num`` samples (:func:`draw`) written as a PNG to ``path``. ``decode`` turns samples of latents
+    into images (:attr:`lab.train.loader.LoaderData.decode`)."""
+    images = draw(model, num, steps=steps, sampler=sampler, seed=seed, device=device)
+    if decode is not None:
+        images = decode(images)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(grid_png(images))
     return path
@@ -178,11 +187,9 @@ def probe_grid(train: tuple[torch.Tensor, torch.Tensor], test: tuple[torch.Tenso
     return grid
 
 
-def quick_diffusion_probe(train: tuple[torch.Tensor, torch.Tensor], test: tuple[torch.Tensor, torch.Tensor],
-                          num_classes: int, times: tuple[float, ...] = PROBE_TIMES, *,
-                          seed: int = 0) -> dict[str, float]:
-    """The best cell of :func:`probe_grid`, as the paper reports "the best configuration, including the choices of
-    layer index and noise level": ``probe_top1``, its block ``probe_block`` (0-based) and noise level ``probe_t``."""
-    grid = probe_grid(train, test, num_classes, seed=seed)
+def best_cell(grid: torch.Tensor, times: tuple[float, ...] = PROBE_TIMES) -> dict[str, float]:
+    """The best cell of a :func:`probe_grid` ``[T, L]``, as the paper reports "the best configuration, including the
+    choices of layer index and noise level": ``probe_top1``, its block ``probe_block`` (0-based) and noise level
+    ``probe_t``."""
     i, j = divmod(int(grid.argmax()), grid.shape[1])
     return {"probe_top1": float(grid[i, j]), "probe_block": float(j), "probe_t": float(times[i])}

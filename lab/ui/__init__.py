@@ -8,6 +8,7 @@ from lab.ui.follower import JobFollower
 from lab.ui.notebook import extension
 from lab.ui.pages.alignment import AlignmentPage
 from lab.ui.pages.data import DataPage
+from lab.ui.pages.diffusion import DiffusionPage
 from lab.ui.pages.page import Page
 from lab.ui.pages.playground import PlaygroundPage
 from lab.ui.pages.rank import RankPage
@@ -16,5 +17,5 @@ from lab.ui.pages.training import TrainingPage
 from lab.ui.shell import LabShell, default_pages
 from lab.ui.views.status import JobStatus
 
-__all__ = ["AlignmentPage", "DataPage", "JobFollower", "JobStatus", "LabShell", "Page", "PlaygroundPage",
-           "RankPage", "RunsPage", "TrainingPage", "default_pages", "extension"]
+__all__ = ["AlignmentPage", "DataPage", "DiffusionPage", "JobFollower", "JobStatus", "LabShell", "Page",
+           "PlaygroundPage", "RankPage", "RunsPage", "TrainingPage", "default_pages", "extension"]

@@ -16,6 +16,7 @@ from panel.theme import fast
 from lab.jobs.manager import JobManager, get_manager
 from lab.ui.pages.alignment import AlignmentPage
 from lab.ui.pages.data import DataPage
+from lab.ui.pages.diffusion import DiffusionPage
 from lab.ui.pages.page import Page
 from lab.ui.pages.playground import PlaygroundPage
 from lab.ui.pages.rank import RankPage
@@ -39,6 +40,7 @@ def default_pages() -> dict[str, PageFactory]:
     return {"Playground": lambda manager: PlaygroundPage(manager=manager),
             "Alignment": lambda manager: AlignmentPage(manager=manager),
             "Rank": lambda manager: RankPage(manager=manager),
+            "Diffusion": lambda manager: DiffusionPage(manager=manager),
             "Runs": lambda manager: RunsPage(manager=manager),
             "Data": lambda manager: DataPage(manager=manager)}
 

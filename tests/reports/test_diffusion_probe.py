@@ -9,7 +9,11 @@ import torch
 from lab.cli import main
 from lab.data.keyed import TensorDataset
 from lab.nn.registry import create_model
-from lab.train.pretrain_eval import diffusion_features, probe_grid
+from lab.reports.alignment import load_trained
+from lab.runs.store import Run
+from lab.train.pretrain_eval import diffusion_features, draw, probe_grid
+
+from .conftest import UNCOND_STEPS
 
 
 def test_features_are_token_means_of_every_block_on_noised_images_without_labels():
@@ -55,11 +59,24 @@ def test_lab_probe_reports_the_grid_and_its_best_cell(diffusion_runs, capsys):
     assert "noise levels must lie in (0, 1]" in capsys.readouterr().err
 
 
-def test_a_run_probes_itself_as_it_trains(diffusion_runs):
-    records = [json.loads(line) for line in (diffusion_runs["uncond"] / "metrics.jsonl").read_text().splitlines()]
+def test_a_run_probes_and_measures_itself_as_it_trains(diffusion_runs):
+    """The evaluation's best probe is the best cell of the grid it writes beside its samples, and its digits-FD is
+    that of the moving average's samples from the noise of seed + 1, measured against the training digits."""
+    run = Run(diffusion_runs["uncond"])
+    records = [json.loads(line) for line in (run.path / "metrics.jsonl").read_text().splitlines()]
     (last,) = [r for r in records if r["kind"] == "eval"]
     assert 0.1 < last["probe_top1"] <= 1 and last["probe_t"] in (0.02, 0.05, 0.1, 0.2, 0.3)
     assert last["probe_block"] in (0.0, 1.0, 2.0)
+    ((step, path),) = run.figures("probe", ".json")
+    saved = json.loads(path.read_text())
+    grid = torch.tensor(saved["accuracy"])
+    assert step == saved["step"] == UNCOND_STEPS and saved["times"] == [0.02, 0.05, 0.1, 0.2, 0.3]
+    assert grid.shape == (5, 3) and grid.max().item() == pytest.approx(last["probe_top1"])
+    assert grid[int(grid.argmax()) // 3, int(last["probe_block"])] == grid.max()
+    cfg, model, data, _ = load_trained(run, loader=True, weights="ema")
+    drawn = draw(model, 40, steps=5, sampler=cfg.train.sampler, seed=cfg.train.seed + 1)
+    assert last["digits_fd"] == pytest.approx(data.judge(drawn), rel=1e-4) and last["digits_fd"] > 1.0
+    assert data.judge(data.test.x[:40]) < last["digits_fd"] / 3  # held-out digits: far closer than an epoch's samples
 
 
 def test_the_noise_free_probe_points_at_the_diffusion_probe(diffusion_runs):

@@ -9,7 +9,7 @@ from tests.ui.driving import shown
 def test_shell_builds_and_navigates(manager):
     shell = LabShell(manager=manager)
     assert shell.page == "Playground" and list(shell.param.page.objects) == ["Playground", "Alignment", "Rank",
-                                                                              "Runs", "Data"]
+                                                                              "Diffusion", "Runs", "Data"]
     shell.page = "Data"
     assert isinstance(shell.get_page("Data"), DataPage) and len(shell.main) == 1
     assert isinstance(shell.template(), pn.template.FastListTemplate)
