@@ -1,7 +1,8 @@
 """Command line: ``python -m lab train CONFIG [section.key=value ...] [--runs-dir DIR]``, ``resume RUN``,
 ``analyze alignment RUN [--inputs N] [--k K]``, ``probe RUN [--layer bottleneck|blocks.N] [--epochs N]`` (linear
 probing on frozen features), ``sample RUN`` and ``fid RUN --reference DIR|digits`` (diffusion runs), ``sweep CONFIG
-key=v1,v2,... [section.key=value ...]`` and ``reproduce``.
+key=v1,v2,... [section.key=value ...]``, ``submit CONFIG [...] --executor slurm|local`` (a sweep as cluster jobs)
+and ``reproduce``.
 
 ``train`` and ``resume`` also run as the processes of ``torchrun --nproc_per_node=N -m lab train CONFIG``
 (data-parallel, the loader engine); ``--steps N`` trains a slice of a run and stops with a checkpoint."""
@@ -16,6 +17,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
@@ -26,6 +28,7 @@ from lab.data.toy2d import TOY_DATASETS, ToyData
 from lab.jobs.builders import alignment_builder
 from lab.jobs.publish import DiskSink, Publisher
 from lab.jobs.runner import checked_data, resolved, train_and_evaluate, uses_loader
+from lab.jobs.submit import EXECUTORS, Resources, SubmissionRefused, check_resources, submit_sweep
 from lab.nn.diffusion import SAMPLERS
 from lab.reports.alignment import alignment_report, format_alignment
 from lab.reports.diffusion_probe import diffusion_probe_report, format_diffusion_probe
@@ -38,11 +41,13 @@ from lab.runs.lock import RunLocked
 from lab.runs.resume import RESUME_KEYS, ResumePlan, ResumeRefused, find_run, plan_resume, resume_overrides
 from lab.runs.stop import StopFile
 from lab.runs.store import CheckpointError, Run, RunFolderError, RunStore, config_of_run, default_runs_dir
-from lab.sweeps import create_sweep, plan_sweep, train_sweep
+from lab.sweeps import SweepPlan, create_sweep, plan_sweep, train_sweep
 from lab.train.core import Callback, TrainerView, resolve_device
 from lab.train.distributed import broadcast, close_world, init_world, launched_by_torchrun
 from lab.train.loader import ResumeMismatch
 from lab.train.pretrain_eval import PROBE_TIMES
+
+T = TypeVar("T")
 
 
 class _Terminate(Callback):
@@ -173,6 +178,31 @@ def _parser() -> argparse.ArgumentParser:
                                                    "model.alpha_min=1.0,0.8,0.6,0.5 train.seed=0,1")
     sweep.add_argument("--runs-dir", default=None, help="runs folder (default: $LAB_RUNS_DIR or ./runs)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
+    submit = sub.add_parser("submit", help="send a sweep (comma lists) or one run to a SLURM cluster, one job per "
+                                           "member writing into one sweep folder; --executor local runs the jobs "
+                                           "here")
+    submit.add_argument("config", help="YAML config of any model, e.g. configs/mae_vit_base_in1k.yaml")
+    submit.add_argument("overrides", nargs="*", help="dotted overrides; a comma list is swept, e.g. "
+                                                    "model.alpha_min=1.0,0.7 train.seed=0,1,2")
+    submit.add_argument("--executor", default="slurm", choices=list(EXECUTORS),
+                        help="slurm (sbatch; default) or local (submitit's local executor, on this machine)")
+    submit.add_argument("--partition", default=None, help="SLURM partition (default: the cluster's)")
+    submit.add_argument("--nodes", type=int, default=1, help="nodes per member (default 1)")
+    submit.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per node (default 0: CPUs)")
+    submit.add_argument("--tasks-per-node", type=int, default=None,
+                        help="training processes per node (default: one per GPU, one without GPUs)")
+    submit.add_argument("--cpus-per-task", type=int, default=None, help="CPUs per process (default: the cluster's)")
+    submit.add_argument("--time", default="1:00:00", metavar="H:MM:SS",
+                        help="time limit per job (default 1:00:00); a job is checkpointed 90 s before it and "
+                             "requeued, as it is when preempted")
+    submit.add_argument("--array-parallelism", type=int, default=64, metavar="K",
+                        help="at most K members run at once (default 64)")
+    waiting = submit.add_mutually_exclusive_group()
+    waiting.add_argument("--wait", dest="wait", action="store_true", default=None,
+                         help="wait for every job and report each member (default with --executor local)")
+    waiting.add_argument("--no-wait", dest="wait", action="store_false", help="return once submitted (default with "
+                                                                              "--executor slurm)")
+    submit.add_argument("--runs-dir", default=None, help="the shared runs folder (default: $LAB_RUNS_DIR or ./runs)")
     latents = sub.add_parser("latents", help="encode an image folder with a local VAE into a latent folder "
                                              "(data.name=latent_folder); under torchrun each process encodes its share")
     latents.add_argument("images", help="the image folder: IMAGES/<class>/* or IMAGES/train|val/<class>/*")
@@ -314,32 +344,76 @@ def _fid(args: argparse.Namespace, store: RunStore) -> int:
     return _report(args, store, measure)
 
 
+def _checked(plan: Callable[[], T]) -> T | None:
+    """``plan()`` (a sweep's members, built and checked), or None when the input is bad, after printing why; a
+    renamed key warns once, not once per member."""
+    caught: list[warnings.WarningMessage] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", DeprecationWarning)
+            return plan()
+    except (ConfigError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None
+    finally:
+        for message in dict.fromkeys(str(w.message) for w in caught):
+            print(f"warning: {message}", file=sys.stderr)
+
+
 def _sweep(args: argparse.Namespace, store: RunStore) -> int:
     """``sweep``: 0 when no member failed and at least one completed or was stopped (a diverged member is a
     finding of the sweep: reported, not an error); 1 when every member diverged or one failed; 2 for bad input,
     with nothing written."""
-    try:
-        with warnings.catch_warnings(record=True) as caught:  # a renamed key warns once per member: say it once
-            warnings.simplefilter("always", DeprecationWarning)
-            plan = plan_sweep(args.config, args.overrides)
-    except (ConfigError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
+    plan = _checked(lambda: plan_sweep(args.config, args.overrides))
+    if plan is None:
         return 2
-    finally:
-        for message in dict.fromkeys(str(w.message) for w in caught):
-            print(f"warning: {message}", file=sys.stderr)
     folder, runs = create_sweep(plan, store)
     print(f"sweep folder: {folder.path} ({len(plan.members)} members in {len(plan.groups)} "
           f"ensemble{'s' if len(plan.groups) > 1 else ''})", file=sys.stderr)
     statuses = train_sweep(plan, folder, runs, progress=not args.no_progress, callbacks=[_Terminate()])
     for member, run, status in zip(plan.members, runs, statuses, strict=True):
-        acc = status.get("metrics", {}).get("test_acc")
+        metrics = status.get("metrics", {})
         values = " ".join(f"{k}={v}" for k, v in member.texts.items())
-        print(f"{run.id}  {values}  {status['state']}" + (f"  test_acc={acc:.4f}" if acc is not None else ""),
-              file=sys.stderr)
+        numbers = "".join(f"  {key}={metrics[key]:.4f}" for key in ("test_acc", "test_loss", "probe_acc")
+                          if key in metrics and (key != "test_loss" or "test_acc" not in metrics))
+        print(f"{run.id}  {values}  {status['state']}{numbers}", file=sys.stderr)
     states = [s["state"] for s in statuses]
     ok = "failed" not in states and any(s in ("completed", "stopped") for s in states)
     return 0 if ok else 1
+
+
+def _submit(args: argparse.Namespace, store: RunStore) -> int:
+    """``submit``: 0 once submitted (without waiting), or, waiting, when no member failed; 1 when a member failed
+    or every member diverged (each failed one is named with its job id and log); 2 for bad input, with nothing
+    written."""
+    def plan() -> tuple[Resources, SweepPlan]:
+        resources = Resources(args.executor, args.partition, args.nodes, args.gpus_per_node, args.tasks_per_node,
+                              args.cpus_per_task, args.time, args.array_parallelism)
+        members = plan_sweep(args.config, args.overrides, ensemble=False)
+        check_resources(members, resources)
+        return resources, members
+
+    checked = _checked(plan)
+    if checked is None:
+        return 2
+    resources, plan = checked
+    try:
+        sweep = submit_sweep(plan, store, resources)
+    except SubmissionRefused as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"sweep folder: {sweep.folder.path} ({len(sweep.runs)} job{'s' if len(sweep.runs) > 1 else ''}, "
+          f"{args.executor})", file=sys.stderr)
+    for run, record in zip(sweep.runs, sweep.job_records(), strict=True):
+        print(f"{run.id}  job {record['job_id']}  log {record['stderr']}", file=sys.stderr)
+    if not (args.executor == "local" if args.wait is None else args.wait):
+        return 0
+    statuses = sweep.wait()
+    for run, record, status in zip(sweep.runs, sweep.job_records(), statuses, strict=True):
+        where = f"  job {record['job_id']}  log {record['stderr']}" if status["state"] == "failed" else ""
+        print(f"{run.id}  {status['state']}: {status.get('message', '')}{where}", file=sys.stderr)
+    states = [s["state"] for s in statuses]
+    return 0 if "failed" not in states and any(s in ("completed", "stopped") for s in states) else 1
 
 
 def _snapshot_publisher(cfg: ExperimentConfig, run: Run, every: int, data: ToyData) -> Publisher:
@@ -403,6 +477,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fid(args, store)
     if args.command == "sweep":
         return _sweep(args, store)
+    if args.command == "submit":
+        return _submit(args, store)
     if args.command == "reproduce":
         return _reproduce(args, store)
     if args.steps is not None and args.steps < 1:

@@ -20,6 +20,8 @@ entry                       written by                              contents
 ``lock``                    the runner (rank 0)                     host and pid of the process training the run
 ``STOP``                    anyone                                  asks the run to stop after its current step
 ``sweep.json``              :mod:`lab.sweeps` (a sweep's folder)    the members of a sweep, in a folder of run folders
+``jobs/``                   :mod:`lab.jobs.submit` (a sweep's       submitit's submissions and each job's logs
+                            folder)
 ==========================  ======================================  ==================================================
 """
 
@@ -39,6 +41,7 @@ PROCESS_LOG = "process.log"
 LOCK = "lock"
 STOP = "STOP"
 SWEEP = "sweep.json"
+JOBS = "jobs"
 
 #: The sub-folders a new run folder starts with.
 FOLDERS = (SNAPSHOTS, CHECKPOINTS)

@@ -12,8 +12,11 @@ and the time of its last heartbeat, and what is wrong with a damaged folder; it 
 seconds from file sizes and mtimes (:class:`~lab.runs.catalog.RunCatalog`: unchanged files are not read again).
 Opening a run (a row, or ``?run=`` in the URL) follows it read-only (:class:`~lab.runs.catalog.WatchedRun` through
 the page's :class:`~lab.ui.follower.JobFollower`): status line, progress, alert with the reason of a failed or
-diverged run, and its curves growing as ``metrics.jsonl`` grows; beside them its config and checkpoints. A run that
-this server's job manager trains can be stopped; any other run is watch-only.
+diverged run, and its curves growing as ``metrics.jsonl`` grows; beside them its config and checkpoints, and its
+saved frames replayed read-only in the views that drew them (:mod:`lab.ui.views.saved_frames`). A sweep folder opens
+as the comparison of its members and, for residual MLPs, the Rank page's views of their last checkpoints
+(:mod:`lab.reports.sweep_frame`). A run that this server's job manager trains can be stopped; any other run is
+watch-only.
 
 Everything read from a run folder (its name, status message, config, metric keys, checkpoint names, problems) and
 everything typed (the added folder, ``?run=``) is shown as text (:mod:`lab.ui.text`): run folders come from
@@ -40,22 +43,27 @@ from panel.io import PeriodicCallback
 from lab.jobs.job import Job
 from lab.jobs.manager import JobManager
 from lab.jobs.watch import WatchedRun, job_for
-from lab.runs import layout
+from lab.reports.sweep_frame import checkpoint_rank_frame
 from lab.runs.catalog import (
     STALE_AFTER_S,
     RunCatalog,
     RunReader,
+    find_runs,
     is_run_folder,
+    is_sweep_folder,
     resolve_run_path,
     run_key,
     run_roots,
 )
-from lab.runs.store import FINISHED, read_entry
+from lab.runs.store import FINISHED, Run, read_entry
 from lab.ui.follower import can_schedule, weak_periodic
 from lab.ui.pages.knobs import Knob, knob_class
 from lab.ui.pages.page import Page
 from lab.ui.text import code, code_block, markdown_pane, md
+from lab.ui.views.live_rank import RankViews
+from lab.ui.views.run_compare import CompareViews
 from lab.ui.views.run_views import COLUMNS, RunCurves, checkpoints_markdown, format_age, table_frame
+from lab.ui.views.saved_frames import SavedFrames
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +72,8 @@ KNOBS: dict[str, Knob] = {
                                                "folder of LAB_RUN_DIRS"), "Folders", training=False),
     "run": Knob(param.String(default="", doc="the opened run's folder, relative to the runs folder (or to a folder "
                                             "of LAB_RUN_DIRS)"), "Run", training=False),
+    "compare": Knob(param.String(default="", doc="runs to compare, as listed in the table, comma-separated (two or "
+                                                "more): their curves overlaid"), "Compare", training=False),
 }
 WIDTHS = {"run": "24%", "model": "10%", "state": "9%", "progress": "10%", "metrics": "22%", "heartbeat": "8%",
           "problems": "17%"}
@@ -125,11 +135,22 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         self._figure_path: Path | None = None
         self._stop_button = pn.widgets.Button.from_param(self.param.stop, color="danger", width=110, disabled=True)
         self._stop_note = markdown_pane("", margin=(0, 10), sizing_mode="stretch_width")
-        self._main = pn.Column(self.table, self._header, self._plots, self._figure, self._details,
-                               sizing_mode="stretch_width")
+        self.comparison = CompareViews()
+        self._compared: dict[Path, tuple[str, int, list[dict[str, Any]]]] = {}  # path → key, cursor, records
+        # a native multiple select: its options are text (a run folder's name is never markup; a MultiChoice would
+        # render it as HTML)
+        self._compare_choice = pn.widgets.MultiSelect(label="Compare runs (two or more; Ctrl-click)", options=[],
+                                                      value=[], size=6, sizing_mode="stretch_width")
+        self._compare_choice.param.watch(lambda e: setattr(self, "compare", ",".join(e.new)), "value")
+        self.saved = SavedFrames()
+        self.sweep_rank: RankViews | None = None  # an opened sweep's, made when first shown (its figures cost)
+        self._sweep_rank = pn.Column(sizing_mode="stretch_width", visible=False)
+        self._main = pn.Column(self.table, self.comparison.layout, self._sweep_rank, self._header, self._plots,
+                               self.saved.layout, self._figure, self._details, sizing_mode="stretch_width")
         self.follower.add_views(self._main)
         self._folder_changed()
         self._open()
+        self._compare_changed()
         self._start_refreshing()
 
     # -- listing ----------------------------------------------------------------------------------------------
@@ -177,7 +198,11 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         before = self.summaries
         self.summaries = dict(zip(keys, summaries, strict=True))
         changed = self._show_rows(table_frame(summaries, keys))
+        options = keys + [k for k in self._compare_choice.value if k not in keys]
+        if self._compare_choice.options != options:
+            self._compare_choice.options = options
         self._update_opened(before)
+        self._update_comparison()
         return changed
 
     def _key(self, path: Path) -> str:
@@ -215,6 +240,48 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         if event.new[0] < len(keys):
             self.run = keys[event.new[0]]
 
+    # -- runs compared ----------------------------------------------------------------------------------------
+    @param.depends("compare", watch=True)
+    def _compare_changed(self) -> None:
+        """Compare the runs named by ``compare``: each must resolve inside the server's folders, as ``run``."""
+        keys = list(dict.fromkeys(k.strip() for k in self.compare.split(",") if k.strip()))
+        if self._compare_choice.value != keys:
+            self._compare_choice.options = list(dict.fromkeys([*self._compare_choice.options, *keys]))
+            self._compare_choice.value = keys
+        self._tell("compare", None)
+        paths, refused = {}, []
+        for key in keys:
+            try:
+                path = resolve_run_path(key, self.roots)
+                if not is_run_folder(path):
+                    raise FileNotFoundError(f"{key!r} is not a run folder")
+            except (PermissionError, FileNotFoundError) as err:
+                refused.append(md(err))
+            else:
+                paths[path] = self._compared.get(path, (key, 0, []))
+        self._compared = paths
+        if refused:
+            self._tell("compare", "danger", "Not compared: " + "; ".join(refused))
+        self._update_comparison(force=True)
+
+    def _update_comparison(self, force: bool = False) -> None:
+        """Read the compared runs' new records and configs and redraw the comparison when anything changed (or
+        ``force``: the runs compared changed)."""
+        changed = force
+        for path, (key, cursor, records) in self._compared.items():
+            now = self.catalog.reader(path).metrics_file  # (inode, size)
+            if now is None or now[1] < cursor:  # rewound by a resume (or gone): read it again from the start
+                cursor, records, changed = 0, [], True
+            new, cursor = Run(path).read_metrics(cursor)
+            self._compared[path] = (key, cursor, records + new)
+            changed = changed or bool(new)
+        if not changed:
+            return
+        entries = list(self._compared.items())
+        self.comparison.show([key for _, (key, _, _) in entries],
+                             [self.catalog.reader(path).config()[0] for path, _ in entries],
+                             [records for _, (_, _, records) in entries])
+
     # -- the opened run ---------------------------------------------------------------------------------------
     @param.depends("run", watch=True)
     def _open(self) -> None:
@@ -228,24 +295,53 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         self._plots[:] = []
         self._details.visible = False
         self._header.object = EMPTY
+        self.saved.open(None)
+        self._sweep_rank.visible = False
         if key:
             try:
                 path = resolve_run_path(key, self.roots)
-                if not is_run_folder(path):
+                sweep = is_sweep_folder(path)
+                if not sweep and not is_run_folder(path):
                     raise FileNotFoundError(f"{key!r} is not a run folder: it holds none of status.json, "
                                             "config.json, config.yaml, metrics.jsonl, checkpoints/")
             except (PermissionError, FileNotFoundError) as err:
                 self._tell("run", "danger", f"Run not opened: {md(err)}")
             else:
-                self._path = path
-                self.follower.follow(WatchedRun(path))
-                self.follower.poll()
+                if sweep:  # a sweep opens as the comparison of its members, and its rank views
+                    paths = find_runs(path, self.roots)
+                    self._show_sweep_rank(key, paths)
+                    self.compare = ",".join(self._key(p) for p in paths)
+                else:
+                    self._path = path
+                    self.follower.follow(WatchedRun(path))
+                    self.follower.poll()
+                    self.saved.open(Run(path))
         self._syncing = True
         try:
             self._select_row()
         finally:
             self._syncing = False
         self._update_opened(self.summaries)
+
+    def _show_sweep_rank(self, key: str, paths: list[Path]) -> None:
+        """The opened sweep's rank views, from its members' last checkpoints (when they are residual MLPs)."""
+        words = f"{code(key)} is a sweep: its {len(paths)} members are compared above"
+        try:
+            frame, left_out = checkpoint_rank_frame([Run(p) for p in paths])
+        except ValueError as err:
+            self._tell("run", "info", f"{words}; no rank views: {md(err)}")
+            return
+        if self.sweep_rank is None:
+            self.sweep_rank = RankViews()
+            for name in ("rank_time", "probe_time"):  # one frame: nothing over training to draw
+                self.sweep_rank.panes[name].visible = False
+            self._sweep_rank[:] = [self.sweep_rank.layout]
+        self.sweep_rank.clear()
+        self.sweep_rank.show(frame)
+        self._sweep_rank.visible = True
+        missing = f" ({len(left_out)} without a checkpoint yet: {', '.join(code(m) for m in left_out)})" if left_out \
+            else ""
+        self._tell("run", "info", f"{words}, with the rank views of their last checkpoints{missing}.")
 
     def _new_records(self, records: list[dict[str, Any]]) -> None:
         self.curves.extend(records)
@@ -275,6 +371,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
                      and (now_file[0] != self._metrics_file[0] or now_file[1] < self._metrics_file[1]))
         revived = old is not None and old["state"] in FINISHED and summary["alive"]
         self._metrics_file = now_file
+        self.saved.refresh()
         if rewritten or revived:
             self.curves.clear()
             self._plots[:] = []
@@ -307,10 +404,8 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         if self._checkpoints.object != checkpoints:
             self._checkpoints.object = checkpoints
         self._details.visible = True
-        figures = self._path / layout.FIGURES
-        pictures = [] if figures.is_symlink() else sorted(  # a link could lead outside the server's folders
-            p for p in figures.glob("reconstruction-*.png") if p.stem[15:].isdigit() and not p.is_symlink())
-        newest = pictures[-1] if pictures else None
+        pictures = Run(self._path).figures("reconstruction")
+        step, newest = pictures[-1] if pictures else (0, None)
         if newest != self._figure_path:  # read once per new picture (the pane embeds the bytes: nothing fetched)
             self._figure_path = newest
             picture = None
@@ -318,7 +413,6 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
                 with contextlib.suppress(OSError):  # gone, or swapped for a link since it was listed
                     picture = read_entry(newest)
             self._picture.object = picture
-            step = int(newest.stem[15:]) if newest else 0
             self._caption.object = (f"**Reconstructions at step {step}**: held-out images, their masked inputs, "
                                     "the reconstructions (visible patches pasted back)")
             self._figure.visible = picture is not None
@@ -395,7 +489,8 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
     def controls(self) -> pn.viewable.Viewable:
         folder = pn.widgets.TextInput.from_param(self.param.folder, name="Add a folder of runs",
                                                  placeholder="e.g. cluster/outputs or /mnt/cluster/outputs")
-        return pn.Column(folder, pn.Row(self._stop_button), self._stop_note, self.follower, self.notice,
+        return pn.Column(folder, self._compare_choice, pn.Row(self._stop_button), self._stop_note, self.follower,
+                         self.notice,
                          markdown_pane(self._help(), margin=(5, 10), styles={"font-size": "smaller"}),
                          sizing_mode="stretch_width")
 

@@ -254,7 +254,7 @@ def test_url_state_bad_names_and_the_notebook_cell(manager):
     run = _run(manager.store, "url")
     run.append_metrics(*_records(2))
     page = RunsPage(manager=manager, run=run.id)
-    assert page.url_parameters == ("folder", "run")
+    assert page.url_parameters == ("folder", "run", "compare")
     assert page.curves.live.points()["step:loss"] == 2 and run.id in shown(page._header)
     for bad, why in (("../../etc", "outside"), ("nothing", "no folder"), ("", None)):
         page.run = bad
@@ -310,3 +310,93 @@ def test_the_tables_cells_are_text_without_html_tooltips(manager):
     page = RunsPage(manager=manager)
     assert page.table.formatters == dict.fromkeys(COLUMNS, {"type": "textarea"})
     assert "tooltip" not in json.dumps(page.table.get_root().configuration), "the browser gets no cell tooltip"
+
+
+def test_runs_compared_are_overlaid_labelled_by_what_differs(manager):
+    store = manager.store
+    a, b = _run(store, "a"), _run(store, "b")
+    b.write_config({"name": "b", "model": {"name": "residual_mlp", "depth": 8}, "train": {"lr": "<b>0.01</b>"}})
+    a.append_metrics(*_records(4))
+    b.append_metrics(*_records(6))
+    page = RunsPage(manager=manager, compare=f"{a.id}, {b.id}, ../outside")
+    views = page.comparison
+    assert views.layout.visible and "Not compared" in shown(page.notice) and "outside" in shown(page.notice)
+    loss = views.figures["loss"]
+    assert loss.lines.data["label"] == ["depth=4, lr=0.01", "depth=8, lr=<b>0.01</b>"]
+    assert [len(x) for x in loss.lines.data["xs"]] == [4, 6]
+    assert list(views.table.value["model.depth"]) == ["4", "8"] and list(views.table.value["step"]) == ["40", "60"]
+    assert all(f["type"] == "textarea" for f in views.table.formatters.values())  # a value is text, never markup
+    assert "`train.lr`" in views.summary.object
+    b.append_metrics({**STEP, "step": 70, "loss": 0.01})  # followed as the files grow
+    page.refresh()
+    assert [len(x) for x in loss.lines.data["xs"]] == [4, 7]
+    page.compare = a.id
+    assert not views.layout.visible  # one run is no comparison
+
+
+def test_a_sweep_folder_opens_as_the_comparison_of_its_members(manager):
+    sweep = manager.store.create("alpha-sweep")
+    atomic_write_json(sweep.path / "sweep.json", {"members": []})
+    members = []
+    for i, a in enumerate((1.0, 0.5)):
+        run = _run(RunStore(sweep.path), f"0{i}-alpha_min-{a}")
+        run.write_config({"name": run.id, "model": {"name": "residual_mlp", "alpha_min": a}})
+        run.append_metrics(*_records(2))
+        members.append(run)
+    page = RunsPage(manager=manager, run=sweep.id)
+    assert page.compare.split(",") == [f"{sweep.id}/{m.id}" for m in members]
+    assert page.comparison.figures["loss"].lines.data["label"] == ["alpha_min=1", "alpha_min=0.5"]
+    assert "is a sweep: its 2 members are compared" in shown(page.notice) and page.job is None
+
+
+def test_a_runs_saved_frames_replay_read_only_in_the_views_that_drew_them(manager):
+    import numpy as np
+
+    from lab.config import ExperimentConfig, apply_overrides
+    from lab.jobs.builders import alignment_builder
+    from lab.train.build import build_data, build_model
+
+    job = manager.start_thread(tiny(**{"train.max_steps": 40}), cadence={"nodes": (10, 0.0)}, disk_every_s=0.01)
+    assert job.wait(60)["state"] == "completed"
+    page = RunsPage(manager=manager, run=job.run.id)
+    saved = page.saved
+    assert saved.layout.visible and list(saved.kind.options.values()) == ["nodes"]
+    assert saved.step.options == [0, 10, 20, 30, 40] and saved.step.value == 40  # the newest first
+    assert saved.grid.figure.title.text == "step 40" and "at step 40" in saved.title.object
+    assert len(saved.decision.figure.renderers) == 2, "the decision map under the run's training points"
+    saved.step.value = 10
+    assert saved.grid.figure.title.text == "step 10" and "at step 10" in saved.title.object
+    before = sorted(p.name for p in (job.run.path / "snapshots").iterdir())
+    # an alignment run (frames as the Alignment page or `lab train --snapshot-every` write them)
+    cfg = apply_overrides(ExperimentConfig(), {"name": "fc", "model.name": "fc_resnet", "model.depth": 3,
+                                               "model.width": 16, "data.name": "digits"})
+    data = build_data(cfg)
+    build = alignment_builder(data, k=4, inputs=16, nc_inputs=50, baseline_trials=2)
+    other = manager.store.create("fc")
+    other.write_config({"name": "fc", "model": {"name": "fc_resnet"}, "data": {"name": "digits"}})
+    for step in (0, 5):
+        other.save_snapshot("alignment", step, {**build(build_model(cfg, data)), "step": np.int64(step)})
+    page.run = other.id
+    assert list(saved.kind.options.values()) == ["alignment"] and saved.step.options == [0, 5]
+    assert saved.alignment.points()["trajectories"] > 0 and "at step 5" in saved.title.object
+    page.run = ""
+    assert not saved.layout.visible
+    assert sorted(p.name for p in (job.run.path / "snapshots").iterdir()) == before, "read-only"
+
+
+def test_a_sweep_of_residual_mlps_opens_with_the_rank_views_of_its_last_checkpoints(manager):
+    from lab.sweeps import create_sweep, plan_sweep, train_sweep
+
+    plan = plan_sweep(None, ["model.depth=4", "model.width=8", "data.n=512", "train.epochs=2",
+                             "model.alpha_min=1.0,0.6,0.4"])
+    folder, runs = create_sweep(plan, manager.store)
+    train_sweep(plan, folder, runs, progress=False)
+    page = RunsPage(manager=manager, run=folder.id)
+    frame = page.sweep_rank.frame
+    assert [str(n) for n in frame["member_names"]] == [r.id for r in runs]
+    assert frame["alpha_min"].tolist() == pytest.approx([1.0, 0.6, 0.4])
+    assert frame["effective_rank"].shape == (3, 5) and (frame["test_acc"] > 0.5).all()
+    assert page._sweep_rank.visible and all(n > 0 for n in page.sweep_rank.counts().values())
+    assert "with the rank views of their last checkpoints" in shown(page.notice)
+    page.run = ""
+    assert not page._sweep_rank.visible
