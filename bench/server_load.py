@@ -5,8 +5,11 @@ three sessions in one browser: two Playgrounds (16 × 16 model) that both train,
 Playground (``shortcut=linear``) the alpha_min slider is moved one step with the keyboard, again and again, and
 each time the bench measures, in the browser, the milliseconds from the key press to the frame in which the α
 chart's data source holds the new last α (a round trip: browser → server → param → HoloViews → browser). The same
-measurement with that one session open and nothing training is the reference. Also reported: the training
-steps/s of the two jobs during the measurement, from their status.json heartbeats. Target: p95 <= 300 ms.
+measurement with that one session open and nothing training is the reference. The loaded condition runs twice: the
+jobs in the server's threads, then in child processes (:class:`~lab.jobs.child.ChildJob`). A last condition starts
+the same two jobs in child processes without a page (nobody draws them) while only the measured session is open: what
+their training alone costs the sessions, apart from drawing their frames. Also reported: the training steps/s of the
+two jobs during the measurement, from their status.json heartbeats. Target: p95 <= 300 ms.
 
     python bench/server_load.py [--presses 40]
 """
@@ -137,42 +140,68 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from playwright.sync_api import sync_playwright
 
-    runs = Path(tempfile.mkdtemp(prefix="lab-bench-"))
     errors: list[str] = []
     server_errors = ErrorLog()
     logging.getLogger().addHandler(server_errors)
     t_bench = time.perf_counter()
-    with serving_lab(runs, max_jobs=2) as url, sync_playwright() as p:
+    rows, rate_rows, reference = [], [], None
+    for processes in (False, True):  # the jobs in the server's threads, then in child processes
+        where = "child processes" if processes else "threads"
+        runs = Path(tempfile.mkdtemp(prefix="lab-bench-"))
+        with serving_lab(runs, max_jobs=2, processes=processes) as url, sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            measured = open_page(browser, url, MEASURED, errors)
+            if reference is None:
+                reference = slider_latencies(measured, args.presses, args.pause, args.budget)
+                rows.append(summary("1 session, nothing training (reference)", reference))
+            other = open_page(browser, url, OTHER, errors)
+            open_page(browser, url, DATA, errors)
+            start_training(measured)
+            start_training(other)
+            before = heartbeats(runs)
+            loaded = slider_latencies(measured, args.presses, args.pause, args.budget)
+            after = heartbeats(runs)
+            for page in (measured, other):
+                page.get_by_role("button", name="Start / pause").click()
+            browser.close()
+        rows.append(summary(f"3 sessions, 2 jobs training in {where}", loaded))
+        rates = [(after[r][0] - before[r][0]) / max(after[r][1] - before[r][1], 1e-9) for r in sorted(before)]
+        rate_rows += [[f"job {i + 1} in {where}", rate] for i, rate in enumerate(rates)]
+        rows[-1].append(np.percentile(loaded, 95) / np.percentile(reference, 95))
+        shutil.rmtree(runs, ignore_errors=True)
+    # what the children's training alone costs the sessions: the same two jobs, started without a page (nobody draws
+    # their frames), while only the measured session is open
+    runs = Path(tempfile.mkdtemp(prefix="lab-bench-"))
+    with serving_lab(runs, max_jobs=2, processes=True) as url, sync_playwright() as p:
+        from lab.jobs.manager import get_manager
+        from lab.ui.pages.playground import PlaygroundPage
+
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         measured = open_page(browser, url, MEASURED, errors)
-        reference = slider_latencies(measured, args.presses, args.pause, args.budget)
-
-        other = open_page(browser, url, OTHER, errors)
-        open_page(browser, url, DATA, errors)
-        start_training(measured)
-        start_training(other)
-        before, t0 = heartbeats(runs), time.perf_counter()
-        loaded = slider_latencies(measured, args.presses, args.pause, args.budget)
-        after, seconds = heartbeats(runs), time.perf_counter() - t0
-        logging.getLogger().removeHandler(server_errors)  # closing sessions is not part of the measurement
-        for page in (measured, other):
-            page.get_by_role("button", name="Start / pause").click()
+        cfg = PlaygroundPage(depth=16, width=16).config()
+        jobs = [get_manager().start_thread(cfg) for _ in range(2)]
+        while min(j.status().get("step", 0) for j in jobs) < 10:
+            time.sleep(0.1)
+        before = heartbeats(runs)
+        headless = slider_latencies(measured, args.presses, args.pause, args.budget)
+        after = heartbeats(runs)
+        for job in jobs:
+            job.stop()
         browser.close()
+    rows.append(summary("1 session, 2 jobs training in child processes, not drawn", headless))
+    rows[-1].append(np.percentile(headless, 95) / np.percentile(reference, 95))
     rates = [(after[r][0] - before[r][0]) / max(after[r][1] - before[r][1], 1e-9) for r in sorted(before)]
+    rate_rows += [[f"job {i + 1} in child processes, not drawn", rate] for i, rate in enumerate(rates)]
     shutil.rmtree(runs, ignore_errors=True)
+    logging.getLogger().removeHandler(server_errors)
+    rows[0].append(1.0)
 
     print(f"alpha_min key press → α chart updated in the browser; up to {args.presses} changes per condition, "
           f"{args.pause:.2f} s apart; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
           f"bench took {time.perf_counter() - t_bench:.0f} s")
-    print(table(["condition", "changes", "median ms", "p95 ms", "max ms", "p95 target"], [
-        summary("1 session, nothing training (reference)", reference),
-        summary("3 sessions, 2 jobs training", loaded),
-    ]))
+    print(table(["condition", "changes", "median ms", "p95 ms", "max ms", "p95 target", "p95 / reference"], rows))
     print()
-    print(table(["job (Playground 16 x 16, spiral n=4096)", "steps/s during the measurement"],
-                [[f"job {i + 1}", rate] for i, rate in enumerate(rates)]))
-    print(f"(measured over {seconds:.0f} s; loaded p95 / reference p95 = "
-          f"{np.percentile(loaded, 95) / np.percentile(reference, 95):.2f})")
+    print(table(["job (Playground 16 x 16, spiral n=4096)", "steps/s during the measurement"], rate_rows))
     if errors:
         print(f"browser console errors: {len(errors)}; first: {errors[0]}")
     if server_errors.messages:

@@ -13,3 +13,6 @@ TORCH_SPEC=${TORCH_SPEC:-"torch==2.14.1 torchvision==0.29.1"}
 extras=""
 [ $# -gt 0 ] && extras="[$(IFS=,; echo "$*")]"
 .venv/bin/python -m pip install -q -e ".${extras}"
+# UMAP's and pynndescent's numba kernels compile into their on-disk cache now, once, instead of in the first process
+# that embeds with UMAP (the Rank page's embedding, a test): about 30 s on two cores
+.venv/bin/python -c "import umap"

@@ -91,28 +91,45 @@ def alignment_builder(data: ToyData, *, k: int = PAPER_K, inputs: int = 64, nc_i
     """A builder of ``alignment`` snapshots: :func:`~lab.analysis.residual_alignment.residual_alignment` of the
     model at the first ``inputs`` test inputs (NC on the first ``nc_inputs`` training inputs).
 
-    The inputs are fixed when the builder is made, so successive frames of a run are comparable. It judges its own
-    frames (:class:`SelfJudged`): it returns None (no frame) while the model's singular values are not finite, so a
+    The inputs are fixed when the builder is made, so successive frames of a run are comparable; the builder holds
+    them, not the data set, and pickles (a job in a child process gets a copy). It judges its own frames
+    (:class:`SelfJudged`): it returns None (no frame) while the model's singular values are not finite, so a
     diverging model publishes nothing; NaN is otherwise meaningful in these frames (pairs of blocks in different
     conv stages, a 1/σ₁ fit of one block). ``k`` (the paper's K = 30 unless told) is capped at the smallest
     block's Jacobian size; ``fit_start`` is the
     first block (0-based) of the 1/σ₁ fit (the paper's: from block 5).
     """
-    x, y = data.x_test[:inputs], data.y_test[:inputs]
-    nc_x, nc_y = data.x_train[:nc_inputs], data.y_train[:nc_inputs]
+    return SelfJudged(_AlignmentFrames(
+        x=data.x_test[:inputs], y=data.y_test[:inputs], nc_x=data.x_train[:nc_inputs], nc_y=data.y_train[:nc_inputs],
+        num_classes=data.num_classes, k=k, grid_inputs=grid_inputs, baseline_trials=baseline_trials,
+        fit_start=fit_start, seed=seed))
 
-    widths: list[int] = []  # the smallest Jacobian size, measured on the first frame
 
-    def build(model: nn.Module) -> dict[str, np.ndarray] | None:
+@dataclass
+class _AlignmentFrames:
+    """:func:`alignment_builder`'s builder: its fixed inputs and settings."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    nc_x: torch.Tensor
+    nc_y: torch.Tensor
+    num_classes: int
+    k: int
+    grid_inputs: int
+    baseline_trials: int
+    fit_start: int
+    seed: int
+    width: int | None = None  # the smallest Jacobian size, measured on the first frame
+
+    def __call__(self, model: nn.Module) -> dict[str, np.ndarray] | None:
         device = next(model.parameters()).device
-        if not widths:
-            widths.append(min(min(shape) for shape in jacobian_shapes(model, x[:1].to(device))))
+        if self.width is None:
+            self.width = min(min(shape) for shape in jacobian_shapes(model, self.x[:1].to(device)))
         with _FUNCTORCH:
-            frame = residual_alignment(model, x.to(device), y.to(device), min(k, widths[0]), nc_x=nc_x.to(device),
-                                       nc_y=nc_y.to(device), num_classes=data.num_classes, grid_inputs=grid_inputs,
-                                       baseline_trials=baseline_trials, fit_start=fit_start, seed=seed)
+            frame = residual_alignment(model, self.x.to(device), self.y.to(device), min(self.k, self.width),
+                                       nc_x=self.nc_x.to(device), nc_y=self.nc_y.to(device),
+                                       num_classes=self.num_classes, grid_inputs=self.grid_inputs,
+                                       baseline_trials=self.baseline_trials, fit_start=self.fit_start, seed=self.seed)
         if not np.isfinite(frame["sigma"]).all():
             return None
         return {key: (v.astype(np.float32) if v.dtype == np.float64 else v) for key, v in frame.items()}
-
-    return SelfJudged(build)

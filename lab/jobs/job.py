@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,7 @@ class Job:
     run: Run
     owner: str | None = None
     keep: bool = False  # a kept job survives its owner's browser session
+    group: object | None = None  # jobs of one lockstep group hold one slot of their manager together
     admission: Callable[[Job], None] = staticmethod(_always)
 
     def start(self) -> Job:
@@ -80,6 +81,24 @@ class Job:
     def metrics_since(self, cursor: int = 0) -> tuple[list[dict[str, Any]], int]:
         """New metric records since ``cursor`` (a byte offset; start with 0) and the next cursor."""
         return self.run.read_metrics(cursor)
+
+
+def exited_status(run: Run, code: int | None, members: Sequence[Run] = ()) -> dict[str, Any]:
+    """The status of ``run`` trained by a child process that exited with ``code`` (None: still running). A child that
+    ended without bringing its run to a final state (killed, out of memory, a crash) is recorded ``failed`` with its
+    exit code, so every reader of the folder sees it; the run's last checkpoint stays for a resume. ``members``: the
+    member runs of a sweep folder ``run``, each recorded the same way, and named so in the sweep's status."""
+    status = run.read_status()
+    if code is None or status.get("state") in FINISHED:
+        return status
+    extra = {}
+    if members:
+        entries = status.get("members") or [{"run": m.id} for m in members]
+        extra["members"] = [{**entry, "state": exited_status(m, code)["state"]}
+                            for entry, m in zip(entries, members, strict=True)]
+    return run.write_status("failed", f"process exited with code {code} before finishing; resume continues from the "
+                                      "last checkpoint", step=status.get("step", 0), epoch=status.get("epoch", 0),
+                            total_steps=status.get("total_steps"), returncode=code, **extra)
 
 
 class PauseAware(abc.ABC):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from lab.config import ExperimentConfig
+from lab.jobs.child import ChildJob, warm_up
 from lab.jobs.job import Job
+from lab.jobs.lockstep import Lockstep
 from lab.jobs.process import ProcessJob, attach
 from lab.jobs.runner import checked_data, resolved
 from lab.jobs.sweep_job import SweepJob, group_plan, plan_from_config
@@ -22,20 +25,36 @@ class ManagerBusy(RuntimeError):
     """All job slots are taken; the message says how many and what to do."""
 
 
+def slots(jobs: Sequence[Job]) -> int:
+    """The slots ``jobs`` hold: one per job, one per lockstep group (:meth:`JobManager.start_lockstep`)."""
+    return len({id(j) if j.group is None else id(j.group) for j in jobs})
+
+
+def rivals(jobs: Sequence[Job], job: Job) -> list[Job]:
+    """Those of ``jobs`` that take slots from ``job``: every other one, except its own lockstep group's."""
+    return [j for j in jobs if j is not job and (j.group is None or j.group is not job.group)]
+
+
 class JobManager:
     """Start and track jobs; at most ``max_jobs`` train at once (extra requests get :class:`ManagerBusy`). A paused job
     holds no slot: resuming it asks for one again (:meth:`Job.resume` raises :class:`ManagerBusy` when none is free).
+    Runs trained in lockstep hold one slot together: they train one step at a time, each waiting for the others.
 
     Args:
         runs_dir: the runs folder (default ``$LAB_RUNS_DIR`` or ``./runs``); every job writes only there.
         max_jobs: concurrent running jobs (threads and processes together).
+        processes: :meth:`start_thread`'s runs of the tensor engine, :meth:`start_lockstep`'s groups and
+            :meth:`start_sweep`'s ensembles train in child processes (:class:`~lab.jobs.child.ChildJob`), apart from
+            the server's sessions, rather than in its threads.
     """
 
-    def __init__(self, runs_dir: str | Path | None = None, max_jobs: int = 2) -> None:
+    def __init__(self, runs_dir: str | Path | None = None, max_jobs: int = 2, processes: bool = False) -> None:
         if max_jobs < 1:
             raise ValueError(f"max_jobs must be >= 1; got {max_jobs}")
         self.store = RunStore(runs_dir)
-        self.max_jobs = max_jobs
+        self.max_jobs, self.processes = max_jobs, processes
+        if processes:
+            warm_up()
         self._jobs: list[Job] = []
         self._lock = threading.Lock()
 
@@ -52,8 +71,7 @@ class JobManager:
     def _admit(self, job: Job) -> Job:
         with self._lock:
             self._jobs = [j for j in self._jobs if j.is_alive()]
-            training = [j for j in self._jobs if not j.is_paused()]
-            if len(training) >= self.max_jobs:
+            if slots(rivals([j for j in self._jobs if not j.is_paused()], job)) >= self.max_jobs:
                 raise ManagerBusy(self._busy_message(self._jobs))
             self._jobs.append(job)
             job.admission = self._readmit
@@ -66,25 +84,77 @@ class JobManager:
 
     def _readmit(self, job: Job) -> None:
         """A paused job asks to train again: granted while fewer than ``max_jobs`` others train."""
-        others = [j for j in self.training() if j is not job]
-        if len(others) >= self.max_jobs:
+        if slots(rivals(self.training(), job)) >= self.max_jobs:
             raise ManagerBusy(self._busy_message(self.active()))
 
     def start_thread(self, cfg: ExperimentConfig, *, owner: str | None = None, name: str | None = None,
-                     **job_kwargs) -> ThreadJob:
-        """Train ``cfg`` in a thread of this process (toy models); see :class:`ThreadJob` for ``job_kwargs``.
+                     **job_kwargs) -> ThreadJob | ChildJob:
+        """Train ``cfg`` in a thread of this process (toy models), or, for a manager of ``processes``, a run of the
+        tensor engine in a child process (its builders and callbacks must then pickle); see :class:`ThreadJob` for
+        ``job_kwargs``.
 
         Raises:
             ManagerBusy: no free slot. ConfigError, ValueError, FileNotFoundError: the data cannot train
                 (:func:`~lab.jobs.runner.checked_data`), found before a run folder is made.
         """
         self._check_room()
-        data = checked_data(resolved(cfg))
-        return self._admit(ThreadJob(cfg, self.store.create(name or cfg.name), owner=owner, data=data, **job_kwargs))
+        cfg = resolved(cfg)
+        data = checked_data(cfg)
+        run = self.store.create(name or cfg.name)
+        if self.processes and cfg.train.engine == "tensor":
+            return self._admit(ChildJob.training(cfg, run, owner=owner, **job_kwargs))
+        return self._admit(ThreadJob(cfg, run, owner=owner, data=data, **job_kwargs))
+
+    def start_lockstep(self, cfgs: Sequence[ExperimentConfig], *, names: Sequence[str] | None = None,
+                       owner: str | None = None, **job_kwargs) -> list[ThreadJob] | list[ChildJob]:
+        """Train ``cfgs`` in threads of this process, or, for a manager of ``processes``, in threads of one child
+        process, in lockstep (:class:`~lab.jobs.lockstep.Lockstep`): no run starts step s + 1 before the others
+        have finished step s, so a page compares them at the same step. They hold one slot together.
+
+        Args:
+            cfgs: the runs' experiments.
+            names: their run folders' names (default: each config's name).
+            owner: who started them (a browser session id).
+            job_kwargs: see :class:`ThreadJob` (``callbacks`` go before each run's lockstep member; in a child
+                process, callbacks and builders must be picklable).
+
+        Raises:
+            ManagerBusy: no free slot. ConfigError, ValueError, FileNotFoundError: a run's data cannot train; all
+                are checked before any run folder is made.
+        """
+        self._check_room()
+        cfgs = [resolved(cfg) for cfg in cfgs]
+        datas = [checked_data(cfg) for cfg in cfgs]
+        names = list(names) if names is not None else [cfg.name for cfg in cfgs]
+        if self.processes:
+            jobs = ChildJob.lockstep(cfgs, [self.store.create(name) for name in names], owner=owner, **job_kwargs)
+            try:
+                return [self._admit(job) for job in jobs]
+            except BaseException:
+                for job in jobs:
+                    job.stop()
+                raise
+        group = Lockstep(len(cfgs))
+        callbacks = tuple(job_kwargs.pop("callbacks", ()))
+        threads: list[ThreadJob] = []
+        try:
+            for k, (cfg, data, name) in enumerate(zip(cfgs, datas, names, strict=True)):
+                job = ThreadJob(cfg, self.store.create(name), owner=owner, data=data,
+                                callbacks=(*callbacks, group.member(k)), **job_kwargs)
+                job.group = group
+                threads.append(self._admit(job))
+        except BaseException:
+            for k in range(len(threads), len(cfgs)):  # those never started: the others must not wait for them
+                group.leave(k)
+            for job in threads:
+                job.stop()
+            raise
+        return threads
 
     def start_sweep(self, sweep: SweepPlan | tuple[ExperimentConfig, Mapping[str, Sequence[Any]]], *,
-                    group: int = 0, owner: str | None = None, **job_kwargs) -> SweepJob:
-        """Train one ensemble of a sweep in a thread of this process; one job against the bound, whatever its size.
+                    group: int = 0, owner: str | None = None, **job_kwargs) -> SweepJob | ChildJob:
+        """Train one ensemble of a sweep in a thread of this process, or, for a manager of ``processes``, in a child
+        process; one job against the bound, whatever its size.
 
         Args:
             sweep: a plan (:func:`~lab.sweeps.plan_sweep`), or a config and the values to sweep, e.g.
@@ -96,6 +166,8 @@ class JobManager:
         self._check_room()
         plan = group_plan(sweep if isinstance(sweep, SweepPlan) else plan_from_config(*sweep), group)
         folder, runs = create_sweep(plan, self.store)
+        if self.processes:
+            return self._admit(ChildJob.sweeping(plan, folder, runs, owner=owner, **job_kwargs))
         return self._admit(SweepJob(plan, folder, runs, owner=owner, **job_kwargs))
 
     def start_process(self, cfg: ExperimentConfig | None = None, *, command: list[str] | None = None,
@@ -128,15 +200,16 @@ class JobManager:
         return attach(path if path.is_dir() else self.store.open(str(run_id_or_path)).path)
 
     def _check_room(self) -> None:
-        if len(self.training()) >= self.max_jobs:
+        if slots(self.training()) >= self.max_jobs:
             raise ManagerBusy(self._busy_message(self.active()))
 
     def _busy_message(self, jobs: list[Job]) -> str:
         """Which runs hold the slots, and which are paused, so a user can find and stop them (a page in another tab
         or notebook cell)."""
-        training = [j.run.id for j in jobs if not j.is_paused()]
+        training = [j for j in jobs if not j.is_paused()]
         paused = [j.run.id for j in jobs if j.is_paused()]
-        return (f"busy: {len(training)} of {self.max_jobs} training jobs are running ({', '.join(training)})"
+        return (f"busy: {slots(training)} of {self.max_jobs} training jobs are running "
+                f"({', '.join(j.run.id for j in training)})"
                 + (f"; paused, holding no slot: {', '.join(paused)}" if paused else "")
                 + "; stop one or wait for it to finish")
 
@@ -156,6 +229,14 @@ class JobManager:
 
 _MANAGER: JobManager | None = None
 _MANAGER_LOCK = threading.Lock()
+
+
+def settings_from_env() -> dict[str, Any]:
+    """The process-wide manager's settings as a server or a notebook takes them from the environment:
+    ``LAB_RUNS_DIR`` (runs folder, default ./runs), ``LAB_MAX_JOBS`` (concurrent jobs, default 2) and
+    ``LAB_JOB_PROCESSES`` (1, the default: the pages' runs and sweeps train in child processes; 0: in threads)."""
+    return {"runs_dir": os.environ.get("LAB_RUNS_DIR"), "max_jobs": int(os.environ.get("LAB_MAX_JOBS", "2")),
+            "processes": os.environ.get("LAB_JOB_PROCESSES", "1") != "0"}
 
 
 def get_manager(**kwargs) -> JobManager:

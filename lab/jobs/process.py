@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from lab.config import ExperimentConfig, save_config
-from lab.jobs.job import Job
+from lab.jobs.job import Job, exited_status
 from lab.jobs.runner import uses_loader
 from lab.runs import layout
 from lab.runs.stop import STOP_FILE
@@ -100,17 +100,11 @@ class ProcessJob(AttachedJob):
 
     def status(self) -> dict[str, Any]:
         """status.json; a child that died without finishing (killed, crashed) is reported as ``failed``."""
-        status = self.run.read_status()
-        if self.proc is not None and self.proc.poll() == 2:  # refused before writing anything: the run is as it was
-            return {**status, "state": "failed", "message": "refused, nothing written: " + self._last_log_line(),
-                    "returncode": 2}
-        if self.proc is not None and self.proc.poll() is not None and status.get("state") not in FINISHED:
-            code = self.proc.returncode
-            status = self.run.write_status(
-                "failed", f"process exited with code {code} before finishing; resume continues from the last "
-                          "checkpoint", step=status.get("step", 0), epoch=status.get("epoch", 0),
-                total_steps=status.get("total_steps"), returncode=code)
-        return status
+        code = None if self.proc is None else self.proc.poll()
+        if code == 2:  # refused before writing anything: the run is as it was
+            return {**self.run.read_status(), "state": "failed",
+                    "message": "refused, nothing written: " + self._last_log_line(), "returncode": 2}
+        return exited_status(self.run, code)
 
     def _last_log_line(self) -> str:
         with contextlib.suppress(OSError):

@@ -15,7 +15,7 @@ from lab.runs.lock import RunLock, RunLocked
 from lab.runs.recorder import RunRecorder
 from lab.runs.resume import ResumePlan, ResumeRefused, load_resume_state, plan_resume
 from lab.runs.store import Run
-from lab.train.build import build_data, build_model, check_data, loader_data
+from lab.train.build import build_data, build_model, build_task, check_data, loader_data
 from lab.train.core import Callback, Diverged, end_state, resolve_device
 from lab.train.distributed import World, broadcast, launched_by_torchrun
 from lab.train.loader import LoaderData, LoaderTrainer, ResumeMismatch
@@ -66,7 +66,8 @@ def checked_data(cfg: ExperimentConfig, processes: int = 1) -> ToyData | LoaderD
 def make_trainer(cfg: ExperimentConfig, callbacks: Iterable[Callback] = (), data: ToyData | None = None) -> Trainer:
     """Model, data (built from ``cfg`` unless given) and trainer for ``cfg``."""
     data = data if data is not None else build_data(cfg)
-    return Trainer(build_model(cfg, data), data, cfg.train, callbacks, alpha_min=cfg.model.alpha_min)
+    return Trainer(build_model(cfg, data), data, cfg.train, callbacks, alpha_min=cfg.model.alpha_min,
+                   task=build_task(cfg, data))
 
 
 def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[Callback] = (),

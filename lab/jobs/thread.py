@@ -109,3 +109,8 @@ class ThreadJob(InProcessJob):
     def latest(self, kind: str) -> tuple[int, dict[str, np.ndarray]] | None:
         with self._lock:
             return self._slots.get(kind)
+
+    def kinds(self) -> list[str]:
+        """The snapshot kinds published so far."""
+        with self._lock:
+            return list(self._slots)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -101,14 +101,19 @@ class JobFollower(pn.viewable.Viewer):
         (:class:`~lab.jobs.sweep_job.SweepJob`) and follow it; None when it could not start, as :meth:`start`."""
         return self._launch(lambda owner: self.manager.start_sweep((cfg, values), owner=owner, **job_kwargs))
 
-    def _launch(self, start: Callable[[str | None], Job]) -> Job | None:
+    def start_lockstep(self, cfgs: Sequence[ExperimentConfig], **job_kwargs: Any) -> list[Job] | None:
+        """Start ``cfgs`` in lockstep (:meth:`~lab.jobs.manager.JobManager.start_lockstep`) and follow the first;
+        returns every job (the page follows the others), or None when they could not start, as :meth:`start`."""
+        return self._launch(lambda owner: self.manager.start_lockstep(cfgs, owner=owner, **job_kwargs))
+
+    def _launch(self, start: Callable[[str | None], Any]) -> Any:
         try:
-            job = start(session_id())
+            started = start(session_id())
         except (ManagerBusy, ConfigError, ValueError, FileNotFoundError) as err:  # nothing written: say why
             self.status.error(str(err), "warning" if isinstance(err, ManagerBusy) else "danger")
             return None
-        self.follow(job)
-        return job
+        self.follow(started[0] if isinstance(started, list) else started)
+        return started
 
     def follow(self, job: Job) -> None:
         """Follow ``job`` from its first record; a job followed before is left running."""
@@ -155,6 +160,9 @@ class JobFollower(pn.viewable.Viewer):
         if job is None:
             return False
         changed = False
+        # alive is read first: a job that ends while this poll reads it (its last records, its final status) is
+        # polled once more, so what it wrote last is never missed
+        alive = job.is_alive()
         status = job.status()
         self.status.show(status, run=job.run.id)
         new, self._cursor = job.metrics_since(self._cursor)
@@ -169,7 +177,6 @@ class JobFollower(pn.viewable.Viewer):
                 self.versions[kind] = latest[0]
                 handler(latest[1])
                 changed = True
-        alive = job.is_alive()
         for kind in self._wanted:
             job.request(kind)  # the last frame is drawn: the job may build the next one
         if not alive:

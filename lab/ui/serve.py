@@ -40,7 +40,8 @@ APP = Path(__file__).resolve().parents[2] / "apps" / "main.py"
 
 
 @contextlib.contextmanager
-def serving_lab(runs_dir: str | Path, max_jobs: int = 2, address: str = "127.0.0.1") -> Iterator[str]:
+def serving_lab(runs_dir: str | Path, max_jobs: int = 2, address: str = "127.0.0.1",
+                processes: bool = True) -> Iterator[str]:
     """The lab's ``apps/main.py`` served at ``/apps`` as ``panel serve apps/`` would, with a process-wide job
     manager of its own writing into ``runs_dir``; yields the base URL. The manager is shut down afterwards.
 
@@ -48,9 +49,11 @@ def serving_lab(runs_dir: str | Path, max_jobs: int = 2, address: str = "127.0.0
         runs_dir: the runs folder every page's job writes into.
         max_jobs: concurrent training jobs.
         address: interface to bind; loopback unless told otherwise.
+        processes: the pages' toy runs and sweeps train in child processes (:class:`~lab.jobs.child.ChildJob`), as
+            ``panel serve apps/`` trains them; False: in the server's threads.
     """
     shutdown_manager()  # the lab's pages take the process-wide manager: make it this one
-    get_manager(runs_dir=runs_dir, max_jobs=max_jobs)
+    get_manager(runs_dir=runs_dir, max_jobs=max_jobs, processes=processes)
     try:
         with serving({"apps": str(APP)}, address=address) as url:
             yield url

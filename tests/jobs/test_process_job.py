@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from lab.cli import main
 from lab.config import save_config
 from lab.jobs.process import ProcessJob, attach
 from lab.runs.store import CheckpointError, RunStore
@@ -67,16 +68,16 @@ def test_stop_uses_stop_file_first(tmp_path):
     assert job.status()["state"] == "stopped" and job.proc.returncode == 0
 
 
-def test_sigterm_stops_cleanly_and_corrupt_checkpoint_is_reported(tmp_path):
+def test_sigterm_stops_cleanly_and_corrupt_checkpoint_is_reported(tmp_path, capsys):
     run = RunStore(tmp_path).create("t")
     job = ProcessJob(run, cfg=tiny(**{"train.max_steps": 100000})).start()
     assert wait_for(lambda: run.read_status().get("state") == "running", timeout=300)
     os.killpg(job.proc.pid, signal.SIGTERM)
     assert job.wait(120)["state"] == "stopped"
     run.checkpoint_path().write_bytes(b"garbage")
-    out = subprocess.run([sys.executable, "-m", "lab", "resume", str(run.path), "--no-progress"],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and "last.pt cannot be read" in out.stderr and "--checkpoint best" in out.stderr
+    assert main(["resume", str(run.path), "--no-progress"]) == 2  # the command line, in this process
+    err = capsys.readouterr().err
+    assert "last.pt cannot be read" in err and "--checkpoint best" in err
     assert run.read_status()["state"] == "stopped"  # refused before any write: the run keeps its state
 
 

@@ -33,3 +33,19 @@ class _Text(HTMLParser):
 
     def handle_data(self, data: str) -> None:
         self.parts.append(data)
+
+
+def kill_child_then_start_again(page, jobs) -> None:
+    """SIGKILL the child process training ``jobs`` (the page's): within 2 s every one of them is failed, and the page's
+    status line and alert say so with the exit code; then Reset and Start train a new run (the server went on)."""
+    import os
+    import signal
+
+    os.kill(jobs[0].proc.pid, signal.SIGKILL)
+    assert poll_until(page, lambda: all(j.status()["state"] == "failed" for j in jobs)
+                      and "failed" in page.follower.status.message, timeout=2)
+    assert "exited with code -9" in shown(page.follower.status.alert)
+    page.param.trigger("reset")
+    page.param.trigger("play")
+    assert poll_until(page, lambda: page.job.status()["state"] == "running", timeout=30)
+    page.param.trigger("reset")

@@ -1,5 +1,6 @@
 """The job follower every page uses: start, poll, hand each record and frame to the page once, stop."""
 
+import asyncio
 import gc
 import time
 
@@ -60,3 +61,24 @@ def test_a_discarded_follower_stops_its_job(manager):
     assert wait_for(lambda: not job.is_alive(), timeout=10)
     assert job.status()["state"] == "stopped"  # stopped cleanly: its folder and checkpoint stay
     assert job.run.has_checkpoint("last")
+
+
+def test_a_job_that_ends_during_a_poll_is_polled_once_more(manager):
+    """The run ends while a page draws its records (the page's handler is slow): the status line still reaches the
+    final state, because the follower polls a job it saw alive once more."""
+
+    async def follow() -> JobFollower:
+        follower = JobFollower(manager, period=50)
+        # the first records arrive while the job trains; drawing them takes until the run has ended
+        follower.on_metrics(lambda records: follower.job.wait(timeout=60))
+        job = follower.start(tiny(**{"train.max_steps": 200, "train.eval_every": 10}), disk_every_s=0)
+        assert job is not None
+        ended = None
+        while "completed" not in follower.status.message and (ended is None or time.monotonic() < ended + 5):
+            await asyncio.sleep(0.05)  # the follower polls on this loop, every 50 ms
+            if ended is None and not job.is_alive():
+                ended = time.monotonic()
+        return follower
+
+    follower = asyncio.run(follow())
+    assert "completed" in follower.status.message, follower.status.message

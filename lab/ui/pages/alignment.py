@@ -31,11 +31,10 @@ from lab.config import ConfigError, ExperimentConfig, ModelConfig, apply_overrid
 from lab.data.images import IMAGE_DATASETS
 from lab.data.roots import resolve_data_path
 from lab.jobs.builders import alignment_builder
-from lab.jobs.lockstep import Lockstep
 from lab.jobs.manager import JobManager
 from lab.train.build import build_data, build_model
 from lab.ui.follower import JobFollower
-from lab.ui.pages.knobs import Knob, config_overrides, knob_class, training_names, view_names
+from lab.ui.pages.knobs import Knob, config_overrides, knob_class, view_names
 from lab.ui.pages.training import Export, TrainingPage
 from lab.ui.views.live_alignment import VIEWS, AlignmentViews
 from lab.ui.views.live_curves import LiveCurves
@@ -95,7 +94,6 @@ KNOBS: dict[str, Knob] = {
     "pair_j": Knob(param.Integer(default=0, bounds=(0, 31), doc="enlarged pair: basis of block j"), "View",
                    training=False),
 }
-TRAINING = training_names(KNOBS)
 VIEW = view_names(KNOBS)
 FIXED = {"train.momentum": 0.9, "train.log_every": 5}
 COLUMN_PX = 500
@@ -115,6 +113,8 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
 
     title = "Alignment"
     knobs = KNOBS
+    changed_note = ("Training settings changed. **Reset** to rebuild the networks with them (this stops the current "
+                    "runs; their folders stay on disk).")
 
     def __init__(self, manager: JobManager | None = None, **params: Any) -> None:
         super().__init__(manager, **params)
@@ -158,14 +158,6 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
         name = f"alignment-{self.dataset}-{'skips' if skips else 'noskips'}"
         base = ExperimentConfig(name=name, model=ModelConfig(name=MODEL_TYPES[self.model_type]))
         return apply_overrides(base, {**values, **FIXED})
-
-    @param.depends(*TRAINING, watch=True)
-    def _training_changed(self) -> None:
-        if self.follower.running:
-            self.say("warning", "Training settings changed. **Reset** to rebuild the networks with them (this stops "
-                                "the current runs; their folders stay on disk).")
-            return
-        self.later(self._rebuild)
 
     def _load(self, cfg: ExperimentConfig):
         """The data of ``cfg`` (kept while the data settings do not change)."""
@@ -222,18 +214,18 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
             return False
         kwargs = {"builders": {"alignment": builder}, "cadence": {"alignment": (self.every, 0.0)},
                   "on_demand": ("alignment",), "paused": paused}
-        group = Lockstep(2) if self.contrast else None
-        twin_cfg = self.config(twin=True)
-        main = self.follower.start(cfg, **kwargs, callbacks=(group.member(0),) if group else ())
-        if main is None:
+        if not self.contrast:
+            if self.follower.start(cfg, **kwargs) is None:
+                return False
+            self.follower.want("alignment")
+            return True
+        cfgs = [cfg, self.config(twin=True)]
+        jobs = self.follower.start_lockstep(cfgs, names=[c.name for c in cfgs], **kwargs)  # both or neither
+        if jobs is None:
             return False
-        self.follower.want("alignment")
-        if group is not None:
-            if self.twin_follower.start(twin_cfg, **kwargs, callbacks=(group.member(1),)) is None:
-                group.leave(1)  # e.g. no free job slot: the main run goes on alone
-                self.say("warning", "The contrast run could not start (see its status); the main run trains alone.")
-            else:
-                self.twin_follower.want("alignment")
+        self.twin_follower.follow(jobs[1])
+        for follower in self.followers:
+            follower.want("alignment")
         return True
 
     @property

@@ -9,7 +9,7 @@ from lab.analysis.residual_alignment import PAPER_K, RA4_FIT_START
 from lab.config import ExperimentConfig, from_dict
 from lab.jobs.manager import JobManager
 from lab.ui.pages.alignment import AlignmentPage
-from tests.ui.driving import poll_until, shown
+from tests.ui.driving import kill_child_then_start_again, poll_until, shown
 
 SMALL = {"depth": 3, "width": 32, "inputs": 16, "k": 12, "every": 5, "epochs": 1000}
 
@@ -85,8 +85,16 @@ def test_resuming_with_every_slot_taken_says_so(manager2):
     page.param.trigger("reset")
 
 
-def test_training_in_lockstep_updates_every_view(manager2):
-    page = AlignmentPage(manager=manager2, **SMALL)
+@pytest.fixture(params=[False, True], ids=["threads", "child process"])
+def pair_manager(tmp_path, request):
+    """One job slot (the pair holds one together), its jobs in threads or in a child process."""
+    m = JobManager(tmp_path / "runs", max_jobs=1, processes=request.param)
+    yield m
+    m.shutdown()
+
+
+def test_training_in_lockstep_updates_every_view(pair_manager):
+    page = AlignmentPage(manager=pair_manager, **SMALL)
     before = page.main.frame["sigma"].copy()
     page.param.trigger("play")
     assert poll_until(page, lambda: int(page.main.frame["step"]) >= 10 and int(page.twin.frame["step"]) >= 10)
@@ -133,3 +141,21 @@ def test_conv_types_and_bad_data_folders(manager2, tmp_path, monkeypatch):
     assert page.job is None, "nothing starts on settings that cannot load"
     page.param.update(dataset="digits", data_folder="")
     assert page.follower.status.alert.visible is False
+
+
+def test_a_pair_trained_in_a_child_process_is_reported_failed_when_the_child_is_killed(tmp_path):
+    """Both networks in one child (their frames are built there, by a builder that crossed to it); killed, both
+    show as failed with its exit code, and the page goes on."""
+
+    from lab.jobs.child import ChildJob
+
+    manager = JobManager(tmp_path / "runs", max_jobs=1, processes=True)
+    try:
+        page = AlignmentPage(manager=manager, **SMALL)
+        page.param.trigger("play")
+        jobs = page._jobs()
+        assert len(jobs) == 2 and all(isinstance(j, ChildJob) for j in jobs) and jobs[0].proc is jobs[1].proc
+        assert poll_until(page, lambda: int(page.twin.frame["step"]) >= 5, timeout=60)
+        kill_child_then_start_again(page, jobs)
+    finally:
+        manager.shutdown()

@@ -1,0 +1,335 @@
+"""A page's run trained in a child process: controlled like a thread job, but apart from the server.
+
+A server's sessions share one interpreter: a run trained in a thread shares the GIL with every session's callbacks,
+and a run that hangs or crashes takes them all with it. A :class:`ChildJob` trains the same in-process job (a
+:class:`~lab.jobs.thread.ThreadJob` for a run, :meth:`ChildJob.training`; a :class:`~lab.jobs.sweep_job.SweepJob`
+for one ensemble of a sweep, :meth:`ChildJob.sweeping`) inside a child process instead, and the server only reads
+and draws. Runs in lockstep (:meth:`ChildJob.lockstep`) train in one child, each in its thread, so they stay in
+lockstep exactly as in the server (:class:`~lab.jobs.lockstep.Lockstep`); each has its own :class:`ChildJob`:
+
+* the child writes the run folder (status, metrics, checkpoints) as any run does; a sweep's metrics are read from
+  its members' folders;
+* snapshots cross a pipe at the cadence the page asked for (on-demand kinds only when asked, as in a thread), into
+  the same latest-version slots a thread job keeps;
+* pause, single steps, resume, stop and "build the next frame" cross a second pipe, and act between steps exactly
+  as they do on a thread job.
+
+Children come from a fork server (a clean process that has imported the lab once): a job starts in a fraction of a
+second without inheriting the server's threads. A child that dies (killed, out of memory, an exception) is reported
+``failed`` with its exit code at the next status poll; its run folder keeps its last checkpoint. A child whose server
+is gone (its pipe closed) stops its run after the current step and exits, so no orphan trains on.
+
+Builders and callbacks must be picklable (module-level functions, as :data:`~lab.jobs.builders.BUILDERS`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from lab.config import ExperimentConfig, from_dict, to_dict
+from lab.jobs.job import InProcessJob, Job, exited_status
+from lab.jobs.lockstep import Lockstep
+from lab.jobs.sweep_job import MemberRecords, SweepJob
+from lab.runs.store import Run
+
+if TYPE_CHECKING:
+    from lab.sweeps import SweepPlan
+
+_CONTEXT = multiprocessing.get_context("forkserver")
+# what a run imports on its first step (TensorBoard's writer, torch's compiler stack that the optimisers consult):
+# imported once in the fork server, a job trains within a tenth of a second of its start rather than seconds
+_CONTEXT.set_forkserver_preload(["lab.jobs.child", "lab.jobs.thread", "lab.jobs.sweep_job", "torch.utils.tensorboard",
+                                 "torch._dynamo"])
+POLL_S = 0.02
+"""How often a child looks for commands and new frames."""
+NICE = 10
+"""How much lower a child's CPU priority is than the server's: the sessions' callbacks (a slider's effect, a frame
+drawn) come first, and training takes the CPU time they leave."""
+
+
+def warm_up() -> threading.Thread:
+    """Start the fork server in the background (it imports the lab once, which takes seconds), so that the first
+    job a page starts does not wait for it."""
+    thread = threading.Thread(target=multiprocessing.forkserver.ensure_running, name="lab-forkserver", daemon=True)
+    thread.start()
+    return thread
+
+
+def _train_jobs(cfgs: list[dict[str, Any]], runs: list[str], kwargs: dict[str, Any]) -> list[InProcessJob]:
+    """In the child: the thread job of each run; two or more train in lockstep."""
+    from lab.jobs.thread import ThreadJob  # the fork server has it imported already
+
+    group = Lockstep(len(cfgs)) if len(cfgs) > 1 else None
+    callbacks = tuple(kwargs.pop("callbacks", ()))
+    return [ThreadJob(from_dict(ExperimentConfig, cfg), Run(Path(run)), **kwargs,
+                      callbacks=(*callbacks, group.member(k)) if group else callbacks)
+            for k, (cfg, run) in enumerate(zip(cfgs, runs, strict=True))]
+
+
+def _sweep_job(plan: SweepPlan, folder: str, runs: list[str], kwargs: dict[str, Any]) -> list[InProcessJob]:
+    """In the child: the sweep job of one ensemble."""
+    return [SweepJob(plan, Run(Path(folder)), [Run(Path(r)) for r in runs], **kwargs)]
+
+
+def _child(make: Callable[..., list[InProcessJob]], args: tuple[Any, ...], control: Connection,
+           frames: Connection) -> None:
+    """The child's main: train the jobs ``make(*args)``, obey ``control`` (``(job, op, arg)``), send each job's new
+    frames down ``frames`` (``(job, kind, version, payload)``) and, once it has ended, ``(job, None, None, None)``."""
+    os.nice(NICE)
+
+    jobs = [job.start() for job in make(*args)]
+    sent: list[dict[str, int]] = [{} for _ in jobs]
+    ended: set[int] = set()
+    actions = {"pause": lambda job, _: job.pause(), "resume": lambda job, _: job.resume(),
+               "step": lambda job, n: job.step(n), "stop": lambda job, _: job.stop(timeout=0),
+               "request": lambda job, kind: job.request(kind)}
+
+    def send_new() -> None:
+        for k, job in enumerate(jobs):
+            if k in ended:
+                continue
+            alive = job.is_alive()  # read first: a job that ends meanwhile sends its final frames below
+            for kind in job.kinds():
+                latest = job.latest(kind)
+                if latest is not None and latest[0] != sent[k].get(kind):
+                    frames.send((k, kind, *latest))
+                    sent[k][kind] = latest[0]
+            if not alive:
+                ended.add(k)
+                frames.send((k, None, None, None))
+
+    def stop_all() -> None:
+        for job in jobs:
+            job.stop(timeout=0)
+
+    server = True  # whether the server is still there to control and draw these runs
+    try:
+        while len(ended) < len(jobs):
+            try:
+                while server and control.poll(POLL_S):
+                    k, op, arg = control.recv()
+                    actions[op](jobs[k], arg)
+            except (EOFError, OSError):  # the server is gone: nobody will see these runs again
+                server = False
+                stop_all()
+            if server:
+                send_new()
+            else:
+                ended.update(k for k, job in enumerate(jobs) if not job.is_alive())
+                time.sleep(POLL_S)
+    except OSError:  # BrokenPipeError: the server went while a frame was on its way
+        stop_all()
+    for job in jobs:
+        job.wait()
+    raise SystemExit(1 if any(job.error is not None for job in jobs) else 0)
+
+
+class _Child:
+    """The server's side of one child process: its control pipe and each of its jobs' newest frames."""
+
+    def __init__(self, make: Callable[..., list[InProcessJob]], args: tuple[Any, ...], size: int, name: str) -> None:
+        self._make, self._args, self._name = make, args, name
+        self.proc: multiprocessing.process.BaseProcess | None = None
+        self.slots: list[dict[str, tuple[int, dict[str, np.ndarray]]]] = [{} for _ in range(size)]
+        self.ended = [False] * size
+        self.lock = threading.Lock()
+        self._control: Connection | None = None
+
+    def start(self) -> None:
+        """Start the process (once, whichever of its jobs starts first)."""
+        if self.proc is not None:
+            return
+        self._control, child_control = _CONTEXT.Pipe()
+        receive, send = _CONTEXT.Pipe(duplex=False)
+        self.proc = _CONTEXT.Process(target=_child, args=(self._make, self._args, child_control, send),
+                                     name=self._name, daemon=True)
+        self.proc.start()
+        child_control.close()
+        send.close()
+        threading.Thread(target=self._receive, args=(receive,), name=f"{self._name}-frames", daemon=True).start()
+
+    def _receive(self, frames: Connection) -> None:
+        """Fill the snapshot slots from the child's frames until it closes its end."""
+        while True:
+            try:
+                k, kind, version, payload = frames.recv()
+            except (EOFError, OSError):
+                return
+            with self.lock:
+                if kind is None:
+                    self.ended[k] = True
+                else:
+                    self.slots[k][kind] = (version, payload)
+
+    def send(self, k: int, op: str, arg: Any = None) -> None:
+        if self.is_alive():
+            with contextlib.suppress(BrokenPipeError, OSError):  # it just ended: its jobs' statuses say how
+                self._control.send((k, op, arg))
+
+    def is_alive(self) -> bool:
+        return self.proc is not None and self.proc.is_alive()
+
+    @property
+    def exitcode(self) -> int | None:
+        return None if self.proc is None else self.proc.exitcode
+
+
+class ChildJob(Job):
+    """One job of a child process, controlled and drawn as that job would be in a thread of the server: build one
+    with :meth:`training` (a run), :meth:`sweeping` (an ensemble of a sweep), or several with :meth:`lockstep`.
+
+    Args:
+        child: the child process that trains it.
+        index: which of that child's jobs it is.
+        run: the folder the job writes (a sweep's: the sweep folder).
+        owner: who started it (a browser session id), for :class:`~lab.jobs.manager.JobManager`.
+        paused: whether it starts paused.
+        records: where its metrics are read (default: ``run``'s metrics.jsonl).
+    """
+
+    def __init__(self, child: _Child, index: int, run: Run, *, owner: str | None = None, paused: bool = False,
+                 records: MemberRecords | None = None) -> None:
+        self.child, self.index, self.run, self.owner, self._records = child, index, run, owner, records
+        self._pausing = paused  # asked to pause, until the child's status says it trains again
+
+    @classmethod
+    def training(cls, cfg: ExperimentConfig, run: Run, *, owner: str | None = None, paused: bool = False,
+                 **job_kwargs: Any) -> ChildJob:
+        """Train ``cfg`` into ``run`` as a :class:`~lab.jobs.thread.ThreadJob` would, whose keyword arguments
+        ``job_kwargs`` are (cadence, builders, on_demand, disk_every_s, resume, callbacks; picklable); ``data`` is not
+        sent: the child builds it from ``cfg``."""
+        (job,) = cls.lockstep([cfg], [run], owner=owner, paused=paused, **job_kwargs)
+        return job
+
+    @classmethod
+    def lockstep(cls, cfgs: Sequence[ExperimentConfig], runs: Sequence[Run], *, owner: str | None = None,
+                 paused: bool = False, **job_kwargs: Any) -> list[ChildJob]:
+        """Train ``cfgs`` into ``runs`` in one child, in lockstep when more than one (their jobs share a ``group``, so
+        they hold one slot of their manager); ``job_kwargs`` as :meth:`training`'s."""
+        job_kwargs.pop("data", None)
+        args = ([to_dict(c) for c in cfgs], [str(r.path) for r in runs], {**job_kwargs, "paused": paused})
+        child = _Child(_train_jobs, args, len(runs), f"lab-job-{runs[0].id}")
+        jobs = [cls(child, k, run, owner=owner, paused=paused) for k, run in enumerate(runs)]
+        if len(jobs) > 1:
+            for job in jobs:
+                job.group = child
+        return jobs
+
+    @classmethod
+    def sweeping(cls, plan: SweepPlan, folder: Run, runs: Sequence[Run], *, owner: str | None = None,
+                 paused: bool = False, **job_kwargs: Any) -> ChildJob:
+        """Train the one-group ``plan`` into ``folder`` and ``runs`` as a :class:`~lab.jobs.sweep_job.SweepJob`
+        would, whose keyword arguments ``job_kwargs`` are; its metrics are its members', tagged by member."""
+        args = (plan, str(folder.path), [str(r.path) for r in runs], {**job_kwargs, "paused": paused})
+        child = _Child(_sweep_job, args, 1, f"lab-job-{folder.id}")
+        return cls(child, 0, folder, owner=owner, paused=paused, records=MemberRecords(runs))
+
+    def start(self) -> ChildJob:
+        self.child.start()
+        return self
+
+    @property
+    def proc(self) -> multiprocessing.process.BaseProcess | None:
+        """The child process (shared by the jobs of one lockstep group)."""
+        return self.child.proc
+
+    @property
+    def members(self) -> list[Run]:
+        """A sweep's member runs, in plan order (none for a run)."""
+        return [] if self._records is None else self._records.runs
+
+    # -- control ----------------------------------------------------------------------------------------------
+    def pause(self) -> None:
+        self._pausing = True
+        self.child.send(self.index, "pause")
+
+    def resume(self) -> None:
+        """Go on training; raises :class:`~lab.jobs.manager.ManagerBusy` when the manager has no free slot."""
+        if self.is_paused():
+            self.admission(self)
+        self._pausing = False
+        self.child.send(self.index, "resume")
+
+    def step(self, n: int = 1) -> None:
+        """Train ``n`` more steps, then pause again (needs a free slot, as :meth:`resume`)."""
+        if self.is_paused():
+            self.admission(self)
+        self._pausing = False
+        self.child.send(self.index, "step", n)
+
+    def request(self, kind: str) -> None:
+        self.child.send(self.index, "request", kind)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop after the current step (the run saves its checkpoint), waiting up to ``timeout`` s; a child that
+        does not end its run by then is terminated (with the other runs it trains)."""
+        self.child.send(self.index, "stop")
+        if self.proc is None:
+            return
+        deadline = time.monotonic() + timeout
+        while self.is_alive() and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        if self.is_alive():
+            self.proc.terminate()
+            self.proc.join(1.0)
+        self._reap()
+        self.status()
+
+    def kill(self) -> None:
+        """SIGKILL the child at once (as a crash would), with every run it trains."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.join()
+
+    # -- state ------------------------------------------------------------------------------------------------
+    def is_alive(self) -> bool:
+        """Whether its run still trains: the child lives and has not said that this job ended."""
+        with self.child.lock:
+            ended = self.child.ended[self.index]
+        return self.child.is_alive() and not ended
+
+    def is_paused(self) -> bool:
+        """Asked to pause (or paused after its single steps, as its status says) and alive."""
+        return self.is_alive() and (self._pausing or self.run.read_status().get("state") == "paused")
+
+    def status(self) -> dict[str, Any]:
+        """status.json; a child that died without finishing is reported, and recorded, as ``failed`` with its exit
+        code (its last checkpoint stays), as is each unfinished member of a sweep."""
+        return exited_status(self.run, self.child.exitcode, self.members)
+
+    def latest(self, kind: str) -> tuple[int, dict[str, np.ndarray]] | None:
+        with self.child.lock:
+            return self.child.slots[self.index].get(kind)
+
+    def kinds(self) -> list[str]:
+        """The snapshot kinds received so far."""
+        with self.child.lock:
+            return list(self.child.slots[self.index])
+
+    def wait(self, timeout: float | None = None, poll: float = 0.05) -> dict[str, Any]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.is_alive() and (deadline is None or time.monotonic() < deadline):
+            time.sleep(poll)
+        self._reap()
+        return self.status()
+
+    def _reap(self) -> None:
+        """Once every job of the child has ended, wait for the child to exit (a second at most)."""
+        if self.proc is not None and all(self.child.ended):
+            self.proc.join(1.0)
+
+    def metrics_since(self, cursor: int = 0) -> tuple[list[dict[str, Any]], int]:
+        if self._records is not None:
+            return self._records.since(cursor)
+        return super().metrics_since(cursor)

@@ -1,0 +1,163 @@
+"""Page jobs in child processes: controlled and drawn like thread jobs, failing alone, never outliving the server."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from lab.jobs.child import ChildJob
+from lab.jobs.manager import JobManager
+from lab.runs.store import Run
+from tests.jobs.helpers import tiny, wait_for
+
+pytestmark = pytest.mark.slow  # the fork server imports the lab once per test process
+
+LONG = {"train.max_steps": 1_000_000, "train.epochs": 1_000_000, "train.eval_every": 25}
+
+
+@pytest.fixture
+def manager(tmp_path):
+    m = JobManager(tmp_path / "runs", max_jobs=1, processes=True)
+    yield m
+    m.shutdown()
+
+
+def test_a_child_job_pauses_steps_resumes_publishes_and_stops_like_a_thread_job(manager):
+    job = manager.start_thread(tiny(**LONG), paused=True, on_demand=("nodes",), cadence={"nodes": (1, 0.0)},
+                               disk_every_s=0)
+    assert isinstance(job, ChildJob) and job.is_paused()
+    assert wait_for(lambda: job.status()["state"] == "paused", timeout=60), job.status()
+    assert wait_for(lambda: job.latest("nodes") is not None)  # the paused frame, forced
+    step = job.status()["step"]
+    job.step(3)
+    assert wait_for(lambda: job.status()["state"] == "paused" and job.status()["step"] == step + 3), job.status()
+    # paused again: its frame (sent after its status is written) shows where it stopped
+    assert wait_for(lambda: job.latest("nodes")[1]["step"] == step + 3), job.latest("nodes")[1]["step"]
+    job.resume()
+    assert wait_for(lambda: job.status()["state"] == "running")
+    version = job.latest("nodes")[0]
+    time.sleep(0.5)
+    assert job.latest("nodes")[0] == version, "on demand: nothing built that nobody asked for"
+    job.request("nodes")
+    assert wait_for(lambda: job.latest("nodes")[0] > version)
+    job.stop()
+    status = job.status()
+    assert status["state"] == "stopped" and not job.is_alive()
+    assert job.run.load_checkpoint()["step"] == status["step"]
+    records, _ = job.metrics_since(0)
+    assert records and records[-1]["step"] <= status["step"]
+
+
+def test_a_sweep_trains_in_a_child_and_is_controlled_and_drawn_like_a_sweep_job(manager):
+    """One ensemble of an α_min sweep in a child: paused with its frame, single steps, on-demand rank frames, its
+    members' metrics tagged by member; killed, it is reported failed and its members' folders stay."""
+    from lab.config import load_config
+    from lab.jobs.sweep_job import RANK
+
+    cfg = load_config("configs/spiral.yaml", ["model.depth=3", "model.width=8", "data.n=512", "model.shortcut=linear",
+                                              "train.epochs=1000", "train.eval_every=10", "train.log_every=5"])
+    job = manager.start_sweep((cfg, {"model.alpha_min": [1.0, 0.6]}), paused=True, cadence=(1, 0.0),
+                              on_demand=True)
+    assert isinstance(job, ChildJob) and job.run.path.name.endswith("sweep")
+    assert wait_for(lambda: job.status()["state"] == "paused", timeout=60), job.status()
+    assert wait_for(lambda: job.latest(RANK) is not None)  # the paused frame, forced
+    assert int(job.latest(RANK)[1]["step"]) == 0
+    job.step(5)
+    assert wait_for(lambda: job.status()["state"] == "paused" and job.status()["step"] == 5), job.status()
+    assert wait_for(lambda: int(job.latest(RANK)[1]["step"]) == 5)
+    frame = job.latest(RANK)[1]
+    assert frame.kind == RANK and frame["effective_rank"].shape == (2, 4)
+    assert frame["alpha_min"].tolist() == pytest.approx([1.0, 0.6])
+    records, cursor = job.metrics_since(0)
+    assert sorted({(r["member"], r["step"]) for r in records if r["kind"] == "step"}) == [(0, 5), (1, 5)]
+    job.resume()
+    version = job.latest(RANK)[0]
+    assert wait_for(lambda: job.status()["step"] > 30), job.status()
+    job.request(RANK)
+    assert wait_for(lambda: job.latest(RANK)[0] > version)
+    more, _ = job.metrics_since(cursor)
+    assert {r["member"] for r in more} == {0, 1} and min(r["step"] for r in more) > 5
+    os.kill(job.proc.pid, signal.SIGKILL)
+    assert wait_for(lambda: job.status()["state"] == "failed", timeout=5), job.status()
+    assert job.status()["returncode"] == -signal.SIGKILL
+    assert [m["state"] for m in job.run.read_status()["members"]] == ["failed", "failed"]
+    for member in job.members:  # each member's own folder says so, and keeps its checkpoint
+        assert member.read_status()["state"] == "failed" and member.has_checkpoint("last")
+
+
+def test_runs_in_lockstep_train_in_one_child_at_one_step_and_fail_together(manager):
+    """Two runs in lockstep in one child: each its own job (frames, status), paused at one step; one
+    stopped, the other trains on alone; the child killed, the one still training is reported failed."""
+    jobs = manager.start_lockstep([tiny(**LONG, **{"model.alpha_min": a}) for a in (1.0, 0.5)], names=["a", "b"],
+                                  cadence={"nodes": (5, 0.0)}, disk_every_s=0)
+    assert all(isinstance(j, ChildJob) for j in jobs) and jobs[0].proc is jobs[1].proc
+    assert jobs[0].group is jobs[1].group is not None
+    assert wait_for(lambda: all(j.latest("nodes") is not None and j.latest("nodes")[1]["step"] >= 5 for j in jobs),
+                    timeout=60)
+    for job in jobs:
+        job.pause()
+    assert wait_for(lambda: all(j.status()["state"] == "paused" for j in jobs)), [j.status() for j in jobs]
+    steps = [j.status()["step"] for j in jobs]
+    assert steps[0] > 0 and abs(steps[0] - steps[1]) <= 1, steps  # one may finish the step it was in
+    for job in jobs:
+        job.resume()
+    jobs[0].stop()
+    assert jobs[0].status()["state"] == "stopped" and not jobs[0].is_alive()
+    step = jobs[1].status()["step"]
+    assert jobs[1].is_alive() and wait_for(lambda: jobs[1].status()["step"] > step + 20), "the other goes on alone"
+    os.kill(jobs[1].proc.pid, signal.SIGKILL)
+    assert wait_for(lambda: jobs[1].status()["state"] == "failed", timeout=2), jobs[1].status()
+    assert jobs[0].status()["state"] == "stopped", "a run that had ended keeps its own final state"
+
+
+def test_a_killed_child_is_reported_failed_with_its_exit_code_and_the_server_goes_on(manager):
+    job = manager.start_thread(tiny(**LONG), disk_every_s=0)
+    assert wait_for(lambda: job.run.has_checkpoint("last"), timeout=60), job.status()
+    os.kill(job.proc.pid, signal.SIGKILL)  # out of memory, or a crash in native code
+    start = time.monotonic()
+    assert wait_for(lambda: job.status()["state"] == "failed", timeout=2), job.status()
+    assert time.monotonic() - start < 2
+    status = job.status()
+    assert "exited with code -9" in status["message"] and status["returncode"] == -9
+    assert job.run.load_checkpoint()["step"] > 0, "its last checkpoint stays"
+    other = manager.start_thread(tiny(**{"train.max_steps": 30}), disk_every_s=0)  # the slot is free again
+    assert other.wait(60)["state"] == "completed"
+
+
+def test_a_child_stops_when_its_server_dies(tmp_path):
+    """A server killed outright (no shutdown) leaves no job training: its children see their pipe close."""
+    script = textwrap.dedent(f"""
+        import time
+        from lab.jobs.manager import JobManager
+        from tests.jobs.helpers import tiny
+        if __name__ == "__main__":
+            manager = JobManager({str(tmp_path / 'runs')!r}, max_jobs=1, processes=True)
+            job = manager.start_thread(tiny(**{LONG!r}), disk_every_s=0)
+            while job.status()["state"] != "running":
+                time.sleep(0.05)
+            print(job.proc.pid, job.run.path, flush=True)
+            time.sleep(600)
+    """)
+    server = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[2])
+    try:
+        pid, run_path = server.stdout.readline().split()
+        server.kill()
+        server.wait()
+
+        def gone() -> bool:
+            try:
+                os.kill(int(pid), 0)
+            except ProcessLookupError:
+                return True
+            return False
+
+        assert wait_for(gone, timeout=30), "the child trains on without its server"
+    finally:
+        server.kill()
+    assert Run(Path(run_path)).read_status()["state"] == "stopped"
