@@ -39,6 +39,9 @@ from bokeh.embed.bundle import URL
 from bokeh.models import ImportedStyleSheet
 from panel.io.resources import CDN_DIST, LOCAL_DIST
 
+from lab.jobs.manager import get_manager, settings_from_env
+from lab.ui.comms import handle_on_main_thread
+
 __all__ = ["DEFAULTS", "extension", "jupyter_base_url", "local_url"]
 
 DEFAULTS: dict[str, Any] = {"notifications": True}
@@ -133,7 +136,9 @@ def extension(*args: str, base_url: str | None = None, **kwargs: Any) -> None:
     backend for the lab.
 
     In a Jupyter kernel every JavaScript and CSS file then comes from the Jupyter server (see the module
-    docstring), and the lab's runs, snapshots and node maps display richly (:mod:`lab.ui.display`); elsewhere
+    docstring), messages from the browser are handled on the kernel's main thread (:mod:`lab.ui.comms`), the
+    pages' runs train in child processes as served pages' do (:func:`lab.jobs.manager.settings_from_env`), and the
+    lab's runs, snapshots and node maps display richly (:mod:`lab.ui.display`); elsewhere
     (``panel serve``, scripts) this only configures Panel and HoloViews.
 
     Args:
@@ -148,15 +153,17 @@ def extension(*args: str, base_url: str | None = None, **kwargs: Any) -> None:
     loaded_elsewhere = in_kernel and _base_url is None and (
         pn.extension._loaded or getattr(hv.extension, "_loaded", False))
     if in_kernel:
+        from IPython import get_ipython
+
+        handle_on_main_thread(get_ipython().kernel.io_loop)  # JupyterLab may send clicks to other threads
         _serve_from_jupyter(base_url or jupyter_base_url())
+        get_manager(**settings_from_env())  # the cells' pages train in child processes, as served pages do
     # Panel first: its loader then carries every extension the first output needs (notifications included)
     pn.extension(*dict.fromkeys(("tabulator", *args)), **{**DEFAULTS, **kwargs})  # the Runs page's table
     hv.extension("bokeh", logo=False)
     if loaded_elsewhere:  # Panel would only reload its extensions: load everything again, from here
         pn_notebook.load_notebook(pn.config.inline, reloading=False)
     if in_kernel:  # runs, snapshots and node maps display as a table and their view
-        from IPython import get_ipython
-
         from lab.ui.display import register
 
         register(get_ipython())
