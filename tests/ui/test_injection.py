@@ -88,7 +88,7 @@ def test_an_unknown_page_in_the_url_shows_the_pages_and_names_it_as_text(server)
         page.wait_for_function("() => new URLSearchParams(location.search).get('page') === 'Playground'",
                                timeout=10_000)
         page.get_by_role("button", name="Runs").click()  # the navigation works on
-        page.locator(".tabulator").wait_for(timeout=60_000)
+        page.locator(".tabulator").first.wait_for(timeout=60_000)  # the run table
         page.get_by_text("There is no page").wait_for(state="hidden", timeout=10_000)  # it went with the page
         assert _injected(page) == [] and dialogs == []
     assert not seen.errors and not seen.external, seen

@@ -1,12 +1,13 @@
 """The lab inside a real JupyterLab, offline.
 
-One notebook shows three pages, one per cell, as a researcher's notebook would: the Alignment page, the Runs page
-following a run written elsewhere, and the Playground. Chromium runs all cells once (one kernel and one browser for
-the module: each costs many seconds of imports), then each test reads its own cell. The Alignment page draws both
-networks in full; the Runs page follows its run's file; Start on the Playground trains while the status line and
-the grid follow the job. Nothing may leave the machine (every request to another host is recorded and aborted) and
-the browser may report no error. The tests print when each cell finished after "Run All Cells", and how often the
-status line and the grid changed while the job trained.
+One notebook shows five pages, one per cell, as a researcher's notebook would: the Alignment page, the Runs page
+following a run written elsewhere, the Playground, the Diffusion page and the Rank page on a generative task.
+Chromium runs all cells once (one kernel and one browser for the module: each costs many seconds of imports), then
+each test reads its own cell. The Alignment page draws both networks in full; the Runs page follows its run's file;
+Start on the Playground trains while the status line and the grid follow the job; the Diffusion page draws its
+U-ViTs' α schedules and the Rank page its untrained members before any training. Nothing may leave the machine
+(every request to another host is recorded and aborted) and the browser may report no error. The tests print when
+each cell finished after "Run All Cells", and how often the status line and the grid changed while the job trained.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from lab.ui.notebook import jupyter_base_url, local_url
 from tests.ui.browser import JS_PIXELS, browser_page, needs_chromium, pixel_problems, pixel_report
 from tests.ui.jupyter import jupyterlab, write_notebook
 
-ALIGNMENT, RUNS, PLAYGROUND = 1, 2, 3  # the notebook's cells (0 loads the extension)
+ALIGNMENT, RUNS, PLAYGROUND, DIFFUSION, RANK = 1, 2, 3, 4, 5  # the notebook's cells (0 loads the extension)
 
 # the notebook's kernel is connected and idle (the server runs with expose_app_in_browser)
 JS_KERNEL_READY = """() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
@@ -48,6 +49,10 @@ JS_GRID = f"""(cell) => {{ {DOCS_IN}
     return {{id: m.id, hash: s, title: m.title ? m.title.text : ''}}; }}
   return null; }}"""
 # the status line: the Markdown pane with CSS class lab-status
+JS_CELL_TEXT = f"""([cell, needle]) => {{ {DOCS_IN}
+  for (const doc of docsIn(cell)) for (const m of doc.all_models)
+    if (typeof m.text === 'string' && m.text.includes(needle)) return true;
+  return false; }}"""
 JS_STATUS = f"""(cell) => {{ {DOCS_IN}
   for (const doc of docsIn(cell)) for (const m of doc.all_models)
     if (m.css_classes && m.css_classes.includes('lab-status') && typeof m.text === 'string') return m.text;
@@ -108,7 +113,7 @@ def _api(url: str, method: str = "GET"):
 
 @pytest.fixture(scope="module")
 def notebook(jupyterlab_server):
-    """The three pages' notebook, all its cells run in Chromium (1600 × 1200): yields a namespace with the Playwright
+    """The five pages' notebook, all its cells run in Chromium (1600 × 1200): yields a namespace with the Playwright
     ``page``, what the browser reported (``seen``), ``cell(i)`` (a locator of cell i), ``element(i)`` (its DOM
     element, scrolled into view, for the JavaScript above), the Runs page's ``run``, and ``new_runs()`` (the run
     folders made since the cells ran). Afterwards every kernel is shut down: nothing trains on."""
@@ -124,7 +129,9 @@ def notebook(jupyterlab_server):
         "import lab.ui as ui\nui.extension()",
         "alignment = ui.AlignmentPage(depth=3, width=32, inputs=16, k=12, every=5)\nalignment",
         f"from lab.ui.pages.runs import RunsPage\nruns = RunsPage(run={run.id!r})\nruns",
-        "playground = ui.PlaygroundPage(depth=4, width=4, n=400)\nplayground"])
+        "playground = ui.PlaygroundPage(depth=4, width=4, n=400)\nplayground",
+        "diffusion = ui.DiffusionPage(alpha_mins='1.0, 0.7')\ndiffusion",
+        "rank = ui.RankPage(task='masked', alpha_mins='1.0, 0.6', depth=4, width=64)\nrank"])
     try:
         with browser_page(1600, 1200) as (page, seen):
             page.goto(f"{url}/lab/tree/lab.ipynb", timeout=60_000)
@@ -132,13 +139,13 @@ def notebook(jupyterlab_server):
             page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
             page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
             t0, finished = time.monotonic(), {}  # cell index → seconds after Run All when its prompt got a number
-            while len(finished) < 4 and time.monotonic() - t0 < 180:
+            while len(finished) < 6 and time.monotonic() - t0 < 180:
                 for i, prompt in enumerate(page.evaluate(JS_PROMPTS)):
                     if re.search(r"\d", prompt):
                         finished.setdefault(i, time.monotonic() - t0)
                 page.wait_for_timeout(100)
             cells = ", ".join(f"cell {i} done at {t:.1f} s" for i, t in sorted(finished.items()))
-            assert len(finished) == 4, f"not every cell ran within 180 s ({cells}); {seen}"
+            assert len(finished) == 6, f"not every cell ran within 180 s ({cells}); {seen}"
             print(f"\nafter Run All Cells: {cells}")
 
             def cell(i: int):
@@ -190,6 +197,26 @@ def test_runs_page_follows_a_run_in_jupyterlab_offline(notebook):
     page.wait_for_function(f"(cell) => ({JS_LOSS_POINTS})(cell) === 3", arg=cell, timeout=60_000)  # the curve
     run.append_metrics({"kind": "step", "step": 40, "loss": 0.025})
     page.wait_for_function(f"(cell) => ({JS_LOSS_POINTS})(cell) === 4", arg=cell, timeout=60_000)  # follows the file
+    assert not notebook.seen.external and not notebook.seen.errors, notebook.seen
+
+
+@in_jupyterlab
+def test_rank_page_draws_a_generative_sweep_in_jupyterlab_offline(notebook):
+    """The masked-pixel task's untrained members, read on clean digits: their ranks and probes by layer, the
+    schedules, the probe and rank across members and each member's embedding, drawn in the cell (training the sweep
+    is the served page's browser test)."""
+    page = notebook.page
+    cell = notebook.element(RANK)
+    page.wait_for_function(f"(cell) => ({JS_PIXELS})(cell).length === 7 + 2", arg=cell, timeout=120_000)
+    page.wait_for_timeout(500)
+    plots = page.evaluate(JS_PIXELS, cell)
+    print(f"\nRank page in a JupyterLab cell:\n{pixel_report(plots)}")
+    drawn = [p for p in plots if p["title"].startswith(("Rank by layer", "α per block", "Probe accuracy against",
+                                                         "Rank vs probe", "α_min"))]
+    assert len(drawn) == 4 + 2 and not pixel_problems(drawn), pixel_report(plots)
+    assert any(p["title"] == "Loss per member" for p in plots), "a generative task's bars are its losses"
+    assert page.evaluate(JS_CELL_TEXT, [cell, "Figure 6"]), "the caption names the MAE figure it is the analogue of"
+    assert not [r for r in notebook.new_runs() if "rank" in r.name], "nothing trains until Start"
     assert not notebook.seen.external and not notebook.seen.errors, notebook.seen
 
 
@@ -248,3 +275,19 @@ def test_playground_trains_live_in_jupyterlab_offline(notebook):
     if notebook.seen.errors:
         problems.append(f"the browser reported errors: {notebook.seen.errors}")
     assert not problems, "\n".join(problems)
+
+
+@in_jupyterlab
+def test_diffusion_page_draws_its_schedules_in_jupyterlab_offline(notebook):
+    """Before any training the cell shows every figure at full size, the α schedules drawn (the U-ViTs training in
+    lockstep are the served page's browser test)."""
+    page = notebook.page
+    cell = notebook.element(DIFFUSION)
+    page.wait_for_function(f"(cell) => ({JS_PIXELS})(cell).length === 4 + 2 * 2", arg=cell, timeout=120_000)
+    plots = page.evaluate(JS_PIXELS, cell)
+    print(f"\nDiffusion page in a JupyterLab cell:\n{pixel_report(plots)}")
+    (schedules,) = [p for p in plots if p["title"] == "α per residual sub-layer"]
+    assert not pixel_problems([schedules]) and schedules["pixels"] > 500, pixel_report(plots)  # two lines drawn
+    assert all(p["frame"][0] >= 300 for p in plots), pixel_report(plots)
+    assert not [r for r in notebook.new_runs() if "diffusion" in r.name], "nothing trains until Start"
+    assert not notebook.seen.external and not notebook.seen.errors, notebook.seen

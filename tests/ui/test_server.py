@@ -76,11 +76,12 @@ def _wait(page, predicate: str, arg=None, timeout: float = 60_000):
 
 
 @needs_chromium
-def test_browser_playground_trains_live_and_follows_sliders(server):
+def test_browser_playground_follows_sliders_trains_live_and_every_plot_shows_its_data(server):
     url = server
-    with browser_page() as (page, seen):
+    with browser_page(1600, 1200) as (page, seen):  # a common laptop screen: every view fits beside the sidebar
         # settings come from the URL query
-        page.goto(f"{url}/apps?page=Playground&depth=6&width=6&shortcut=linear&alpha_min=0.5", timeout=60_000)
+        page.goto(f"{url}/apps?page=Playground&depth=6&width=6&shortcut=linear&alpha_min=0.5&snapshot_every=5",
+                  timeout=60_000)
         _wait(page, "(alpha, title, grids) => alpha && grids.length > 0")
         assert page.evaluate(JS_ALPHA) == pytest.approx([1.0, 0.9, 0.8, 0.7, 0.6, 0.5])
         before = page.evaluate(JS_GRIDS)[-1]
@@ -95,6 +96,7 @@ def test_browser_playground_trains_live_and_follows_sliders(server):
         handles.nth(2).focus()
         page.keyboard.press("ArrowRight")
         _wait(page, "(alpha) => alpha && Math.abs(alpha[4] - 0.55) < 1e-6")
+        page.get_by_text("Layer similarity").click()  # open the similarity view: its heatmaps are computed
         # train: the grid's data changes between two frames
         page.get_by_role("button", name="Start / pause").click()
         _wait(page, "(alpha, title) => title && title !== 'step 0'", timeout=120_000)
@@ -102,7 +104,18 @@ def test_browser_playground_trains_live_and_follows_sliders(server):
         # the same figure gets new pixels (two consecutive frames can quantise alike, so wait for a change)
         _wait(page, "(alpha, title, grids, g) => grids.some(x => x.id === g.id && x.hash !== g.hash)", grid,
               timeout=120_000)
+        # every plot shows its data: ranges that miss it draw an empty plot without any error, so each plot's
+        # ranges and data are read (the other pages' tests read theirs), then its pixels
+        page.wait_for_function(f"() => ({JS_CURVE_POINTS})() >= 20", timeout=180_000)  # 100 steps logged
+        plots = _plots(page)
+        titles = {p["title"] for p in plots}
+        assert {"Loss", "Accuracy", "α per block", "Euclidean distance", "linear CKA"} <= titles, titles
+        assert any(t.startswith("step ") for t in titles) and any(t.startswith("Decision boundary") for t in titles)
+        loss = next(p for p in plots if p["title"] == "Loss")
+        assert loss["x"]["hi"] >= 95  # the curve reaches the steps trained so far
+        assert not plots_off_their_data(plots), plots_off_their_data(plots)
         page.get_by_role("button", name="Start / pause").click()
+        _pixels(page, "Playground")
     assert not seen.errors and not seen.external, seen
 
 
@@ -140,29 +153,6 @@ def _pixels(page, name: str) -> list[dict]:
 
 
 @needs_chromium
-def test_every_plot_of_the_playground_shows_its_data(server):
-    """Ranges that miss their data draw an empty plot without any error: read each plot's ranges and data (the
-    other pages' tests read theirs)."""
-    url = server
-    with browser_page(1600, 1200) as (page, seen):  # a common laptop screen: every view fits beside the sidebar
-        page.goto(f"{url}/apps?page=Playground&depth=8&width=8&snapshot_every=5", timeout=60_000)
-        page.wait_for_function(JS_HAS_TEXT, arg="step 0", timeout=120_000)
-        page.get_by_text("Layer similarity").click()  # open the similarity view: its heatmaps are computed
-        page.get_by_role("button", name="Start / pause").click()
-        page.wait_for_function(f"() => ({JS_CURVE_POINTS})() >= 20", timeout=180_000)  # 100 steps logged
-        plots = _plots(page)
-        titles = {p["title"] for p in plots}
-        assert {"Loss", "Accuracy", "α per block", "Euclidean distance", "linear CKA"} <= titles, titles
-        assert any(t.startswith("step ") for t in titles) and any(t.startswith("Decision boundary") for t in titles)
-        loss = next(p for p in plots if p["title"] == "Loss")
-        assert loss["x"]["hi"] >= 95  # the curve reaches the steps trained so far
-        assert not plots_off_their_data(plots), plots_off_their_data(plots)
-        page.get_by_role("button", name="Start / pause").click()
-        _pixels(page, "Playground")
-    assert not seen.errors and not seen.external, seen
-
-
-@needs_chromium
 def test_browser_alignment_page_trains_both_networks_and_every_view_shows_data(server):
     url = server
     titles = ("RA1 trajectories", "RA2 |U_jᵀ J_i V_j|", "U_1ᵀ J_2 V_1", "RA3 top singular values", "RA4 1/σ₁",
@@ -181,6 +171,9 @@ def test_browser_alignment_page_trains_both_networks_and_every_view_shows_data(s
         page.wait_for_function(JS_STEP_AT_LEAST, arg=10, timeout=240_000)  # two frames past the first
         page.wait_for_function(f"(old) => JSON.stringify(({JS_SPECTRA})()) !== JSON.stringify(old)",
                                arg=sigma_before, timeout=60_000)
+        # the accuracy curves start at the first evaluation, the end of the first epoch: frames (every 5 steps) and
+        # their own progress can be ahead of it
+        page.wait_for_function(JS_BOTH_EVALUATED, timeout=60_000)
         plots = _plots(page)
         assert not plots_off_their_data(plots), plots_off_their_data(plots)
         page.get_by_role("button", name="Start / pause").click()
@@ -195,15 +188,17 @@ def test_browser_alignment_page_trains_both_networks_and_every_view_shows_data(s
 
 @needs_chromium
 def test_browser_rank_page_sweeps_and_every_view_shows_data(server):
+    """A generative sweep (masked-pixel reconstruction of the digits): the classify sweep differs only in its bars'
+    numbers, which the page tests check."""
     url = server
     titles = ("Rank by layer", "α per block", "Final-layer rank over training", "Probe accuracy over training",
-              "Probe accuracy against α_min", "Rank vs probe accuracy", "Accuracy per member")
+              "Probe accuracy against α_min", "Rank vs probe accuracy", "Loss per member")
     with browser_page(1600, 1200) as (page, seen):
-        page.goto(f"{url}/apps?page=Rank&n=1024&depth=6&width=8&epochs=200&every_s=0.3", timeout=60_000)
+        page.goto(f"{url}/apps?page=Rank&task=masked&depth=6&width=8&epochs=200&every_s=0.3", timeout=60_000)
         page.wait_for_function(JS_HAS_TEXT, arg="Step 0.", timeout=120_000)
         page.get_by_role("button", name="Start / pause").click()
         page.wait_for_function(JS_RANK_FRAMES, arg=3, timeout=180_000)  # three frames over training
-        page.wait_for_function(JS_EVALUATED, timeout=120_000)  # and the members' accuracies
+        page.wait_for_function(JS_MEMBER_EVALUATED, timeout=120_000)  # and the members' losses
         plots = _plots(page)
         for title in titles:
             assert any(p["title"].startswith(title) for p in plots), (title, [p["title"] for p in plots])
@@ -217,9 +212,47 @@ def test_browser_rank_page_sweeps_and_every_view_shows_data(server):
     assert not seen.errors and not seen.external, seen
 
 
-# the accuracy bars show a member's evaluated accuracy
-JS_EVALUATED = """() => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
-    if (m.name === "accuracy_per_member" && Array.from(m.data.acc).some(v => v > 0)) return true; return false; }"""
+@needs_chromium
+def test_browser_diffusion_page_trains_u_vits_in_lockstep_and_every_view_shows_data(server):
+    """Two U-ViTs (α_min 1 and 0.6) train one epoch in lockstep; their evaluation reaches the page: the curves, the
+    α schedules, each one's samples and probe grid, all drawn on their pixels."""
+    url = server
+    with browser_page(1600, 1400) as (page, seen):
+        page.goto(f"{url}/apps?page=Diffusion&alpha_mins=1.0%2C0.6&steps=12&every_epochs=1&fd_samples=20"
+                  "&sample_steps=2&probe_samples=100", timeout=60_000)
+        page.wait_for_function(JS_HAS_TEXT, arg="Start to train one U-ViT per α_min", timeout=120_000)
+        # the URL's two members replace the four default ones: three curves, the α schedules, and per member its
+        # samples and probe grid (drawn once it evaluates)
+        page.wait_for_function(f"() => ({JS_PLOTS})().length === 4 + 2 * 2", timeout=60_000)
+        schedules = next(p for p in _plots(page) if p["title"] == "α per residual sub-layer")
+        assert schedules["points"] == 2 and schedules["y"]["lo"] == pytest.approx(0.6)  # before any training
+        page.get_by_role("button", name="Start / pause").click()
+        page.wait_for_function(JS_TEXT_COUNT, arg=["probes of step 12", 2], timeout=240_000)
+        page.wait_for_function(JS_TEXT_COUNT, arg=["completed", 2], timeout=60_000)
+        plots = _plots(page)
+        titles = [p["title"] for p in plots]
+        for title in ("Held-out ε-loss", "Digits-FD", "Best probe accuracy", "α per residual sub-layer",
+                      "Samples, α_min = 1, step 12", "Samples, α_min = 0.6, step 12", "Probe, α_min = 1: best",
+                      "Probe, α_min = 0.6: best"):
+            assert any(t.startswith(title) for t in titles), (title, titles)
+        assert not plots_off_their_data(plots), plots_off_their_data(plots)
+        pixels = _pixels(page, "Diffusion")
+        samples = [p for p in pixels if p["title"].startswith("Samples")]
+        assert len(samples) == 2 and all(p["coloured"] > 0.3 for p in samples), samples  # a grid of digits
+        shared = [p for p in pixels if not p["title"].startswith(("Samples", "Probe"))]
+        assert len(shared) == 4 and all(len(p["legends"]) == 1 for p in shared), "colour (α_min) has a legend"
+        assert page.evaluate(JS_HAS_TEXT, "α_min 0.6, step 12: held-out ε-loss")
+    assert not seen.errors and not seen.external, seen
+
+
+# at least n of the page's texts (Markdown panes, status lines) hold the needle
+JS_TEXT_COUNT = """([needle, n]) => { let k = 0; for (const doc of Bokeh.documents) for (const m of doc.all_models)
+    if (typeof m.text === 'string' && m.text.includes(needle)) k++; return k >= n; }"""
+
+
+# the bars show a member's evaluated accuracy (or loss)
+JS_MEMBER_EVALUATED = """() => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
+    if (m.name === "accuracy_per_member" && Array.from(m.data.value).some(v => v > 0)) return true; return false; }"""
 # frames drawn on the final-layer-rank-over-training curves
 JS_RANK_FRAMES = """(n) => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
     if (m.name === "rank_over_training" && m.data.xs.length && m.data.xs[0].length >= n) return true;
@@ -228,6 +261,10 @@ JS_RANK_FRAMES = """(n) => { for (const doc of Bokeh.documents) for (const m of 
 
 JS_SPECTRA = """() => { const out = []; for (const doc of Bokeh.documents) for (const m of doc.all_models)
     if (m.data && m.data.ys && m.data.block) out.push(Array.from(m.data.ys[0])); return out; }"""
+# both networks' accuracy curves hold a point
+JS_BOTH_EVALUATED = """() => { let curves = 0, drawn = 0; for (const doc of Bokeh.documents) for (const m of doc.all_models)
+    if (m.name === 'accuracy:test_acc') { curves++; if (m.get_length() > 0) drawn++; }
+    return curves === 2 && drawn === 2; }"""
 # both columns' summaries read "Step N." with N >= arg
 JS_STEP_AT_LEAST = """(n) => { let ok = 0; for (const doc of Bokeh.documents) for (const m of doc.all_models) {
     const s = typeof m.text === 'string' && m.text.match(/Step (\\d+)\\./);
@@ -256,8 +293,16 @@ JS_SOURCE_POINTS = """(name) => { for (const doc of Bokeh.documents) for (const 
 @needs_chromium
 def test_browser_runs_page_lists_runs_and_follows_the_opened_one(server, tmp_path):
     """Run folders written beside the server (as a cluster job on a mounted disk would) are listed; a clicked row
-    opens its run, whose curves grow as its metrics file does."""
+    opens its run, whose curves grow as its metrics file does; runs are compared; a run's saved frames and a sweep's
+    rank views are drawn."""
+    import numpy as np
+
+    from lab.config import to_dict
+    from lab.jobs.builders import nodes_snapshot
     from lab.runs.store import RunStore
+    from lab.sweeps import create_sweep, plan_sweep, train_sweep
+    from lab.train.build import build_data, build_model
+    from tests.jobs.helpers import tiny
 
     store = RunStore(tmp_path / "runs")
     runs = {}
@@ -268,6 +313,16 @@ def test_browser_runs_page_lists_runs_and_follows_the_opened_one(server, tmp_pat
         run.append_metrics(*[{"kind": "step", "step": s, "loss": 2.0 / s, "lr": 0.01} for s in range(10, 61, 10)],
                            {"kind": "eval", "step": 60, "train_acc": 0.7, "test_acc": 0.65, "probe_top1": 0.4})
     live = runs["live"]
+    saved = store.create("saved")  # a Playground run's node maps, as its job writes them
+    cfg = tiny()
+    saved.write_config(to_dict(cfg))
+    data = build_data(cfg)
+    for step in (0, 20):
+        saved.save_snapshot("nodes", step, {**nodes_snapshot(build_model(cfg, data)), "step": np.int64(step)})
+    plan = plan_sweep(None, ["model.depth=4", "model.width=8", "data.n=512", "train.epochs=1",
+                             "model.alpha_min=1.0,0.5"])
+    folder, members = create_sweep(plan, store)
+    train_sweep(plan, folder, members, progress=False)
     url = server
     with browser_page(1600, 1200) as (page, seen):
         page.goto(f"{url}/apps?page=Runs", timeout=60_000)
@@ -287,4 +342,26 @@ def test_browser_runs_page_lists_runs_and_follows_the_opened_one(server, tmp_pat
         assert next(p for p in plots if p["title"] == "Loss")["x"]["hi"] == 90
         assert not plots_off_their_data(plots), plots_off_their_data(plots)
         assert len(_pixels(page, "Runs")) == 4
+        # the two runs compared (from the URL, as a shared link would): their curves overlaid, labelled by model
+        page.goto(f"{url}/apps?page=Runs&compare={runs['older'].id}%2C{live.id}", timeout=60_000)
+        page.wait_for_function(JS_HAS_TEXT, arg="Comparing 2 runs", timeout=60_000)
+        page.wait_for_function("() => { for (const doc of Bokeh.documents) for (const m of doc.all_models) "
+                               "if (m.name === 'compare:loss' && m.data.xs.length === 2) return true; return false; }",
+                               timeout=30_000)
+        compared = [p for p in _pixels(page, "Runs compared") if p["title"] in ("loss", "test_acc", "lr")]
+        assert len(compared) == 3 and all(len(p["legends"]) == 1 for p in compared), compared
+        assert page.locator(".tabulator-cell", has_text="model-older").count() >= 1  # the table of differences
+        # a run's saved node maps, replayed read-only in the Playground's views
+        page.goto(f"{url}/apps?page=Runs&run={saved.id}", timeout=60_000)
+        page.wait_for_function(JS_HAS_TEXT, arg="at step 20, from", timeout=60_000)
+        page.wait_for_function(f"() => ({JS_PLOTS})().some(p => p.title === 'step 20')", timeout=30_000)
+        page.wait_for_timeout(500)
+        frames = [p for p in _pixels(page, "Saved frames") if p["title"].startswith(("step", "Decision"))]
+        assert sorted(p["title"] for p in frames) == ["Decision boundary at step 20", "step 20"], frames
+        # a sweep: the Rank page's views of its members' last checkpoints, beside their comparison
+        page.goto(f"{url}/apps?page=Runs&run={folder.id}", timeout=60_000)
+        page.wait_for_function(JS_HAS_TEXT, arg="with the rank views of their last checkpoints", timeout=60_000)
+        page.wait_for_timeout(500)
+        ranks = [p for p in _pixels(page, "Sweep rank views") if p["title"].startswith(("Rank by layer", "α_min"))]
+        assert len(ranks) == 1 + 2, ranks
     assert not seen.errors and not seen.external, seen
