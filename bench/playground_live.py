@@ -2,10 +2,13 @@
 throughput with the page open against headless training measured in the same run.
 
 Serves apps/main.py on a free port of 127.0.0.1, opens it in Debian's Chromium (Playwright), presses Start and
-counts, in the browser, how often the grid's title ("step N") changes. Targets: >= 2 frames/s in the browser,
-training with the page open >= 70 % of headless (a bare Trainer). The same job with no page (run folder, metrics,
-checkpoints and TensorBoard, but no frames asked for) is reported too, to separate what the page costs from what
-recording a run costs. Each reference is measured before and after the browser run and averaged.
+counts, in the browser, how often the grid's title ("step N") changes. Targets: >= 4 frames/s in the browser,
+training with the page open >= 85 % of headless (a bare Trainer). The same job with no page (run folder, metrics,
+checkpoints and TensorBoard, but no frames asked for), in a child process as the page trains it and in a thread,
+is reported too, to separate what the page costs from what recording a run and its process cost. Each reference
+is measured before and after the browser run and averaged. A page asks for a frame at each poll, so its polling
+period (:attr:`lab.ui.follower.JobFollower.period`, 400 ms) caps the frames at 2.5/s; a shorter one draws more
+frames and leaves less of the machine to the job.
 
     python bench/playground_live.py [--seconds 30]
 """
@@ -24,6 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import table  # noqa: E402
 from lab.config import ExperimentConfig, apply_overrides  # noqa: E402
+from lab.jobs.child import ChildJob  # noqa: E402
 from lab.jobs.runner import make_trainer  # noqa: E402
 from lab.jobs.thread import ThreadJob  # noqa: E402
 from lab.runs.store import RunStore  # noqa: E402
@@ -47,12 +51,14 @@ def headless_rate(steps: int) -> float:
     return steps / (time.perf_counter() - t0)
 
 
-def headless_job_rate(seconds: float) -> float:
+def headless_job_rate(seconds: float, child: bool) -> float:
     """Steps/s of the same experiment as a job with no page: run folder, metrics, checkpoints, TensorBoard, and
-    on-demand frames that nobody asks for (what the Playground starts, minus the page)."""
+    on-demand frames that nobody asks for (what the Playground starts, minus the page), in a child process as the
+    served page starts it, or in a thread of this one."""
     runs = Path(tempfile.mkdtemp(prefix="lab-bench-"))
-    job = ThreadJob(apply_overrides(ExperimentConfig(), CFG), RunStore(runs).create("headless"),
-                    cadence={"nodes": (10, 0.0), "similarity": (0, 2.0)}, on_demand=("nodes", "similarity")).start()
+    kind = ChildJob.training if child else ThreadJob
+    job = kind(apply_overrides(ExperimentConfig(), CFG), RunStore(runs).create("headless"),
+               cadence={"nodes": (10, 0.0), "similarity": (0, 2.0)}, on_demand=("nodes", "similarity")).start()
     while job.status().get("step", 0) < 20:
         time.sleep(0.05)
     step0, t0 = job.status()["step"], time.perf_counter()
@@ -69,7 +75,8 @@ def main() -> None:
     from playwright.sync_api import sync_playwright
 
     torch.set_num_threads(1)
-    headless_before, job_before = headless_rate(300), headless_job_rate(10)
+    headless_before = headless_rate(300)
+    child_before, thread_before = headless_job_rate(10, child=True), headless_job_rate(10, child=False)
     runs = Path(tempfile.mkdtemp(prefix="lab-bench-"))
     with serving_lab(runs, max_jobs=1) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
@@ -95,16 +102,18 @@ def main() -> None:
     fps = titles / elapsed
     # each reference measured before and after the browser run, averaged (the machine's speed drifts)
     headless = (headless_before + headless_rate(300)) / 2
-    job = (job_before + headless_job_rate(10)) / 2
+    child = (child_before + headless_job_rate(10, child=True)) / 2
+    thread = (thread_before + headless_job_rate(10, child=False)) / 2
     print(f"Playground default (32 x 32, spiral n=4096, snapshot every 10 steps), {args.seconds:.0f} s in Chromium")
     print(table(["measure", "value", "target"], [
-        ["frames drawn in the browser / s", fps, ">= 2 " + ("PASS" if fps >= 2 else "FAIL")],
+        ["frames drawn in the browser / s", fps, ">= 4 " + ("PASS" if fps >= 4 else "FAIL")],
         ["training steps/s, page open", open_rate, ""],
         ["training steps/s, bare Trainer (no job, no page)", headless, ""],
-        ["training steps/s, the same job with no page", job, ""],
+        ["training steps/s, the same job with no page, in a child", child, ""],
+        ["training steps/s, the same job with no page, in a thread", thread, ""],
         ["page open / bare Trainer", open_rate / headless,
-         ">= 0.70 " + ("PASS" if open_rate / headless >= 0.7 else "FAIL")],
-        ["page open / same job, no page", open_rate / job, ""],
+         ">= 0.85 " + ("PASS" if open_rate / headless >= 0.85 else "FAIL")],
+        ["page open / same job in a child, no page", open_rate / child, ""],
     ]))
 
 
