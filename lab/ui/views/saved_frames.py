@@ -61,11 +61,11 @@ class SavedFrames:
                     data = build_data(cfg)
                     self._points = (data.x_train.numpy(), data.y_train.numpy())
         self.kind.options = {}
-        self.refresh()
+        self.refresh(opened=True)
 
-    def refresh(self) -> None:
+    def refresh(self, opened: bool = False) -> None:
         """Offer the kinds and steps on disk now: the slider grows while the run writes frames, and stays on the
-        newest when it was there."""
+        newest when it was there; ``opened``: a run was just opened, whose newest frame is drawn."""
         on_disk = {} if self.run is None else {k: self.run.snapshot_versions(k) for k in VIEWS}
         kinds = {VIEWS[k]: k for k, versions in on_disk.items() if versions}
         self.layout.visible = bool(kinds)
@@ -75,7 +75,7 @@ class SavedFrames:
                 self.kind.value = next(iter(kinds.values()))  # draws it (_kind_changed)
                 return
         if kinds:
-            self._steps(on_disk[self.kind.value])
+            self._steps(on_disk[self.kind.value], opened=opened)
 
     def _kind_changed(self) -> None:
         kind = self.kind.value
@@ -84,17 +84,21 @@ class SavedFrames:
         self._body[:] = ([self.grid.pane, self.decision.pane] if kind == "nodes"
                          else [pn.Column(*self.alignment.rows())] if kind == "alignment" else [])
         if self.run is not None and kind in VIEWS:
-            self._steps(self.run.snapshot_versions(kind), newest=True)
+            self._steps(self.run.snapshot_versions(kind), opened=True)
 
-    def _steps(self, versions: list[int], newest: bool = False) -> None:
-        """Offer the steps ``versions`` of the chosen kind on the slider, and draw the chosen one if it changed."""
-        if not versions or versions == self.step.options:
+    def _steps(self, versions: list[int], opened: bool = False) -> None:
+        """Offer the steps ``versions`` of the chosen kind on the slider: at the newest when it was there, or when
+        this run or kind was just ``opened``, whose frame is then drawn even where the slider stays (another run's
+        frames may sit at the same steps). The slider's watcher draws a step it moves to."""
+        if not versions:
             return
-        at_newest = newest or self.step.value == self.step.options[-1]
-        self.step.options = versions
-        if at_newest or self.step.value not in versions:
-            self.step.value = versions[-1]
-        self.draw()
+        value = self.step.value
+        if opened or value == self.step.options[-1] or value not in versions:
+            value = versions[-1]
+        moved = value != self.step.value
+        self.step.param.update(options=versions, value=value)  # together: the watcher sees the final step once
+        if opened and not moved:
+            self.draw()
 
     def draw(self) -> None:
         """Draw the chosen step's frame in its kind's view."""

@@ -384,6 +384,28 @@ def test_a_runs_saved_frames_replay_read_only_in_the_views_that_drew_them(manage
     assert sorted(p.name for p in (job.run.path / "snapshots").iterdir()) == before, "read-only"
 
 
+def test_another_run_opened_replays_its_own_frames_also_at_the_same_steps(manager):
+    """Two runs with frames at the same steps: opening the second draws its frame, not the first one's again; moving
+    the slider draws once."""
+    import numpy as np
+
+    jobs = []
+    for seed in (0, 1):
+        jobs.append(manager.start_thread(tiny(**{"train.max_steps": 20, "model.seed": seed}),
+                                         cadence={"nodes": (10, 0.0)}, disk_every_s=0.01))
+        assert jobs[-1].wait(60)["state"] == "completed"
+    page = RunsPage(manager=manager, run=jobs[0].run.id)
+    saved = page.saved
+    drawn, show = [], saved.grid.show
+    saved.grid.show = lambda frame, **kwargs: (drawn.append(frame["maps"]), show(frame, **kwargs))
+    page.run = jobs[1].run.id
+    assert saved.step.options == [0, 10, 20] and len(drawn) == 1
+    assert np.array_equal(drawn[0], jobs[1].run.load_snapshot("nodes", 20)[1].float32()["maps"])
+    assert not np.array_equal(drawn[0], jobs[0].run.load_snapshot("nodes", 20)[1].float32()["maps"])
+    saved.step.value = 10
+    assert len(drawn) == 2 and saved.grid.figure.title.text == "step 10"
+
+
 def test_a_sweep_of_residual_mlps_opens_with_the_rank_views_of_its_last_checkpoints(manager):
     from lab.sweeps import create_sweep, plan_sweep, train_sweep
 
