@@ -360,6 +360,13 @@ def _checked(plan: Callable[[], T]) -> T | None:
             print(f"warning: {message}", file=sys.stderr)
 
 
+def _members_exit(statuses: list[dict]) -> int:
+    """A sweep's exit code from its members' final statuses: 0 when none failed and at least one completed or was
+    stopped (a diverged member is a finding of the sweep, not an error); 1 otherwise."""
+    states = [s["state"] for s in statuses]
+    return 0 if "failed" not in states and any(s in ("completed", "stopped") for s in states) else 1
+
+
 def _sweep(args: argparse.Namespace, store: RunStore) -> int:
     """``sweep``: 0 when no member failed and at least one completed or was stopped (a diverged member is a
     finding of the sweep: reported, not an error); 1 when every member diverged or one failed; 2 for bad input,
@@ -377,9 +384,7 @@ def _sweep(args: argparse.Namespace, store: RunStore) -> int:
         numbers = "".join(f"  {key}={metrics[key]:.4f}" for key in ("test_acc", "test_loss", "probe_acc")
                           if key in metrics and (key != "test_loss" or "test_acc" not in metrics))
         print(f"{run.id}  {values}  {status['state']}{numbers}", file=sys.stderr)
-    states = [s["state"] for s in statuses]
-    ok = "failed" not in states and any(s in ("completed", "stopped") for s in states)
-    return 0 if ok else 1
+    return _members_exit(statuses)
 
 
 def _submit(args: argparse.Namespace, store: RunStore) -> int:
@@ -412,8 +417,7 @@ def _submit(args: argparse.Namespace, store: RunStore) -> int:
     for run, record, status in zip(sweep.runs, sweep.job_records(), statuses, strict=True):
         where = f"  job {record['job_id']}  log {record['stderr']}" if status["state"] == "failed" else ""
         print(f"{run.id}  {status['state']}: {status.get('message', '')}{where}", file=sys.stderr)
-    states = [s["state"] for s in statuses]
-    return 0 if "failed" not in states and any(s in ("completed", "stopped") for s in states) else 1
+    return _members_exit(statuses)
 
 
 def _snapshot_publisher(cfg: ExperimentConfig, run: Run, every: int, data: ToyData) -> Publisher:

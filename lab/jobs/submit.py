@@ -41,7 +41,7 @@ from lab.runs import layout
 from lab.runs.catalog import checkpoint_step
 from lab.runs.resume import ResumePlan, plan_resume
 from lab.runs.stop import StopFile
-from lab.runs.store import Run, RunStore, config_of_run
+from lab.runs.store import FINISHED, Run, RunStore, config_of_run
 from lab.sweeps import SweepPlan, create_sweep, write_sweep_file
 from lab.train.core import Callback, TrainerView
 from lab.train.distributed import close_world, init_world
@@ -208,7 +208,7 @@ class SubmittedSweep:
         statuses = []
         for run, job, record in zip(self.runs, self.jobs, self.job_records(), strict=True):
             status = run.read_status()
-            if status.get("state") not in ("completed", "stopped", "diverged", "failed"):
+            if status.get("state") not in FINISHED:
                 status = {"state": "failed", "message": f"job {job.job_id} ended ({job.state}) with the run "
                                                         f"{status.get('state', 'unknown')}; see {record['stderr']}"}
             statuses.append(status)

@@ -30,11 +30,12 @@ from lab.train.loader import LoaderData
 from lab.train.tasks import PixelTask
 
 
-def build_data(cfg: ExperimentConfig) -> ToyData:
+def build_data(cfg: ExperimentConfig, raw: ImageSplit | None = None) -> ToyData:
     """The train/test split of ``cfg.data``, as whole tensors.
 
     Toy sets: ``x [n, 2]``. Image sets: ``x [n, C, H, W]`` standardised per channel with the training images'
-    statistics (fully-connected models flatten their input themselves).
+    statistics (fully-connected models flatten their input themselves); ``raw``: the set's pixels
+    (:func:`raw_images`) when the caller has them already.
 
     Raises:
         DatasetNotFoundError: an image set's files are not under ``data.root`` (the message says which and where).
@@ -43,7 +44,7 @@ def build_data(cfg: ExperimentConfig) -> ToyData:
     d = cfg.data
     if d.name in TOY_DATASETS:
         return make_toy_data(d)
-    split = raw_images(cfg).standardize()
+    split = (raw if raw is not None else raw_images(cfg)).standardize()
     return ToyData(split.x_train, split.y_train, split.x_test, split.y_test, d.name)
 
 
@@ -122,14 +123,15 @@ def loader_data(cfg: ExperimentConfig) -> LoaderData:
         return LoaderData(FileDataset(train, train_transform(size, d.augment), seed=cfg.train.seed),
                           FileDataset(test, eval_transform(size)), FileDataset(train, eval_transform(size)),
                           len(names), (3, size, size))
-    data = build_data(cfg)
+    # digits-FD's reference is the training digits as pixels (the config allows no other set): read them once
+    raw = raw_images(cfg) if cfg.train.fd_samples else None
+    data = build_data(cfg, raw)
     shape = tuple(data.x_train.shape[1:])
     if d.augment != "none" and len(shape) != 3:
         raise ValueError(f"data.augment={d.augment} needs images; {d.name} has inputs of shape {list(shape)}")
     augment = tensor_transform(shape[-1], d.augment) if len(shape) == 3 else None
     judge = None
-    if cfg.train.fd_samples:  # digits (the config allows nothing else): the training digits as pixels are the reference
-        raw = raw_images(cfg)
+    if raw is not None:
         scale = raw.standardize()
         judge = functools.partial(digits_fd, reference=raw.x_train, mean=scale.mean, std=scale.std)
     return LoaderData(TensorDataset(data.x_train, data.y_train, augment, seed=cfg.train.seed),

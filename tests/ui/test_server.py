@@ -262,8 +262,9 @@ JS_RANK_FRAMES = """(n) => { for (const doc of Bokeh.documents) for (const m of 
 JS_SPECTRA = """() => { const out = []; for (const doc of Bokeh.documents) for (const m of doc.all_models)
     if (m.data && m.data.ys && m.data.block) out.push(Array.from(m.data.ys[0])); return out; }"""
 # both networks' accuracy curves hold a point
-JS_BOTH_EVALUATED = """() => { let curves = 0, drawn = 0; for (const doc of Bokeh.documents) for (const m of doc.all_models)
-    if (m.name === 'accuracy:test_acc') { curves++; if (m.get_length() > 0) drawn++; }
+JS_BOTH_EVALUATED = """() => { let curves = 0, drawn = 0;
+    for (const doc of Bokeh.documents) for (const m of doc.all_models)
+      if (m.name === 'accuracy:test_acc') { curves++; if (m.get_length() > 0) drawn++; }
     return curves === 2 && drawn === 2; }"""
 # both columns' summaries read "Step N." with N >= arg
 JS_STEP_AT_LEAST = """(n) => { let ok = 0; for (const doc of Bokeh.documents) for (const m of doc.all_models) {

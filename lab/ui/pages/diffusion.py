@@ -23,7 +23,7 @@ import yaml
 from lab.config import ConfigError, ExperimentConfig, ModelConfig, TrainConfig, apply_overrides, to_dict
 from lab.jobs.manager import JobManager
 from lab.nn.vit_block import sublayer_scales
-from lab.runs.store import Run, read_entry
+from lab.runs.store import read_entry
 from lab.train.build import raw_images
 from lab.ui.follower import JobFollower
 from lab.ui.pages.knobs import Knob, config_overrides, knob_class
@@ -181,8 +181,7 @@ class DiffusionPage(knob_class("_DiffusionKnobs", KNOBS, TrainingPage)):
         job = self.members[member].job
         if job is None:
             return
-        run = Run(job.run.path)
-        samples, probes = run.figures("samples"), run.figures("probe", ".json")
+        samples, probes = job.run.figures("samples"), job.run.figures("probe", ".json")
         with contextlib.suppress(OSError, ValueError, KeyError):  # gone, or swapped for a link since listed
             if samples and samples[-1][0] > self.diffusion.samples_step[member]:
                 self.diffusion.show_samples(member, samples[-1][0], read_entry(samples[-1][1]))
