@@ -22,8 +22,9 @@ from lab.config import ExperimentConfig, save_config
 from lab.jobs.job import Job, exited_status
 from lab.jobs.runner import uses_loader
 from lab.runs import layout
-from lab.runs.stop import STOP_FILE
-from lab.runs.store import FINISHED, Run
+from lab.runs.entries import read_tail
+from lab.runs.stop import STOP_FILE, request_stop
+from lab.runs.store import FINISHED, Run, open_append
 
 
 class AttachedJob(Job):
@@ -45,7 +46,7 @@ class AttachedJob(Job):
         raise NotImplementedError("an attached run cannot be resumed from here")
 
     def stop(self, timeout: float = 5.0) -> None:
-        (self.run.path / STOP_FILE).touch()
+        request_stop(self.run)
 
     def latest(self, kind: str) -> tuple[int, dict[str, np.ndarray]] | None:
         """The newest readable snapshot on disk; its version is the training step it was taken at."""
@@ -90,7 +91,7 @@ class ProcessJob(AttachedJob):
             if self.run.read_status().get("state") in ("unknown", *FINISHED):
                 self.run.write_status("queued", "starting process", step=self.run.read_status().get("step", 0))
         env = {**os.environ, "LAB_RUN_DIR": str(self.run.path), "PYTHONUNBUFFERED": "1", **(self.env or {})}
-        with open(self.run.path / layout.PROCESS_LOG, "ab") as log:  # the child keeps its own copy of the handle
+        with os.fdopen(open_append(self.run.path / layout.PROCESS_LOG), "ab") as log:  # the child keeps a copy
             self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True, stdin=subprocess.DEVNULL)
         return self
@@ -108,7 +109,7 @@ class ProcessJob(AttachedJob):
 
     def _last_log_line(self) -> str:
         with contextlib.suppress(OSError):
-            lines = (self.run.path / layout.PROCESS_LOG).read_text(errors="replace").strip().splitlines()
+            lines = read_tail(self.run.path / layout.PROCESS_LOG).decode(errors="replace").strip().splitlines()
             return lines[-1] if lines else ""
         return ""
 

@@ -61,8 +61,7 @@ def eval_table(runs: Iterable[Run]) -> pd.DataFrame:
     rows = []
     for run in runs:
         alpha_min = alpha_min_of(run.read_config())
-        records, _ = run.read_metrics()
-        for record in records:
+        for record in run.metric_records():
             if record.get("kind") != "eval":
                 continue
             rows.append({"run": run.id, "alpha_min": alpha_min, "step": record.get("step"),

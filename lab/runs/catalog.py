@@ -15,16 +15,17 @@ for a damaged folder: what cannot be read is named in the summary's ``problems``
 No symbolic link inside a run folder is followed, whatever entry it stands for (``status.json``, ``config.json``,
 ``metrics.jsonl``, ``checkpoints/``, a checkpoint, ``figures/``, ``snapshots/``, ``sweep.json``): a folder from
 a cluster or another user could link to any file this server can read. Such an entry reads as missing and is named
-among the problems (``metrics.jsonl is a symbolic link: not read``); files are opened with ``O_NOFOLLOW``
-(:func:`~lab.runs.store.read_entry`, :func:`~lab.runs.store.read_jsonl`), so a file swapped for a link after the
-check is not read either.
+among the problems (``metrics.jsonl is a symbolic link: not read``). Every file is read through
+:mod:`lab.runs.entries`: regular files only (a named pipe would block the reader), never through a link (so a file
+swapped for a link after the check is not read either), each kind within its size cap, ``metrics.jsonl`` a chunk
+per read. What an entry holds is checked before it is used: a 400-digit step or a NaN is no number here.
 A run folder that is itself a link is listed only when it resolves inside the server's folders.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
+import logging
 import math
 import os
 import time
@@ -36,7 +37,10 @@ import yaml
 
 from lab.data.roots import resolve_data_path
 from lab.runs import layout
-from lab.runs.store import checkpoint_field, read_entry, read_jsonl
+from lab.runs.entries import LIMITS, loads_yaml, read_bytes, read_json, read_jsonl, read_tail
+from lab.runs.store import checkpoint_field
+
+log = logging.getLogger(__name__)
 
 RUN_MARKERS = (layout.STATUS, layout.CONFIG, layout.CONFIG_YAML, layout.METRICS, layout.CHECKPOINTS)
 RUN_ENTRIES = (*RUN_MARKERS, layout.FIGURES, layout.SNAPSHOTS, layout.SWEEP)
@@ -176,10 +180,14 @@ def linked_entries(path: Path) -> list[str]:
 
 
 def _number(value: Any) -> float | None:
-    """``value`` as a finite float, or None (booleans, strings and NaN are not numbers here)."""
+    """``value`` as a finite float, or None (booleans, strings, NaN and integers beyond float range are not numbers
+    here)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) else None
+    try:
+        return float(value) if math.isfinite(value) else None
+    except OverflowError:
+        return None
 
 
 def _int(value: Any) -> int | None:
@@ -208,14 +216,19 @@ def clean_status(raw: Any) -> tuple[dict[str, Any], list[str]]:
     return status, problems
 
 
+def _reason(err: Exception) -> str:
+    """An exception's first line, shortened (its type's name when it says nothing)."""
+    return ((str(err).strip().splitlines() or [type(err).__name__])[0])[:160]
+
+
 def _read_json(path: Path) -> tuple[Any, str | None]:
-    """The parsed file and None, or None and why it could not be read."""
+    """The parsed file (within its kind's size cap) and None, or None and why it could not be read."""
     try:
-        return json.loads(read_entry(path)), None
+        return read_json(path, LIMITS[path.name]), None
     except FileNotFoundError:
         return None, "missing"
-    except (OSError, ValueError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
-        return None, f"unreadable ({type(err).__name__}: {str(err)[:80]})"
+    except (OSError, ValueError) as err:  # a pipe, too large, not JSON: the reader's message says which
+        return None, f"unreadable ({_reason(err)})"
 
 
 def checkpoint_step(path: Path) -> int | None:
@@ -246,6 +259,8 @@ class RunReader:
         self.records = 0
         self.bad_lines = 0
         self.torn = False  # the file ends in a line without its newline
+        self.unread = False  # metrics.jsonl holds more than the last read took (it is read a chunk at a time)
+        self.metrics_problem: str | None = None  # why metrics.jsonl could not be read
         self._steps: dict[str, tuple[Signature, int | None]] = {}
 
     # -- status -----------------------------------------------------------------------------------------------
@@ -296,11 +311,11 @@ class RunReader:
             return {}, "", ["no config.json"]
         if sig[1] is not None:
             try:
-                text = read_entry(yaml_file).decode()
-                data = yaml.safe_load(text)
+                text = read_bytes(yaml_file, LIMITS[layout.CONFIG_YAML]).decode()
+                data = loads_yaml(text)
                 return (data if isinstance(data, dict) else {}), text, problems
             except (OSError, ValueError, yaml.YAMLError) as err:  # UnicodeDecodeError is a ValueError
-                problems.append(f"config.yaml is unreadable ({type(err).__name__})")
+                problems.append(f"config.yaml is unreadable ({_reason(err)})")
         return {}, "", problems
 
     # -- metrics ----------------------------------------------------------------------------------------------
@@ -311,20 +326,22 @@ class RunReader:
         return None if self._metrics_sig is None else self._metrics_sig[:2]
 
     def update_metrics(self) -> bool:
-        """Read what was appended to metrics.jsonl since the last call; returns whether anything was read."""
+        """Read what was appended to metrics.jsonl since the last call (a chunk of it at most: a long file is read
+        over several calls); returns whether anything was read."""
         file = self.path / layout.METRICS
         sig = _signature(file)
-        if sig == self._metrics_sig:
+        if sig == self._metrics_sig and not self.unread:
             return False
         if sig is None or self._metrics_sig is None or sig[0] != self._metrics_sig[0] or sig[1] < self._cursor:
             self._cursor, self.last, self.last_step, self.records, self.bad_lines = 0, {}, None, 0, 0
         self._metrics_sig = sig
+        self.metrics_problem, self.unread, self.torn = None, False, False
         if sig is None:
-            self.torn = False
             return False
         try:
-            records, self._cursor, bad, self.torn = read_jsonl(file, self._cursor)
-        except OSError:
+            records, self._cursor, bad, self.torn, self.unread = read_jsonl(file, self._cursor)
+        except OSError as err:
+            self.metrics_problem = f"metrics.jsonl is unreadable ({_reason(err)})"
             return False
         self.bad_lines += bad
         for record in records:
@@ -375,11 +392,13 @@ class RunReader:
                             "(skipped)")
         if self.torn and status["state"] not in ALIVE:
             problems.append("metrics.jsonl ends in a half-written line (skipped)")
+        if self.metrics_problem:
+            problems.append(self.metrics_problem)
         problems += [f"{name} is a symbolic link: not read" for name in linked_entries(self.path)]
-        for note in sorted(self.path.glob("failed-rank*.txt")):  # a torchrun process other than rank 0 failed
+        for note in sorted(self.path.glob("failed-rank*.txt"))[:8]:  # a torchrun process other than rank 0 failed
             if _signature(note) is not None:
-                with contextlib.suppress(OSError, UnicodeDecodeError):
-                    last = (read_entry(note).decode().strip().splitlines() or ["no traceback"])[-1]
+                with contextlib.suppress(OSError):
+                    last = (read_tail(note).decode(errors="replace").strip().splitlines() or ["no traceback"])[-1]
                     problems.append(f"process {note.stem.removeprefix('failed-')} failed: {last[:200]}")
         model = config.get("model") if isinstance(config.get("model"), dict) else {}
         state = status["state"]

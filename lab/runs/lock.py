@@ -5,6 +5,12 @@ steps twice to ``metrics.jsonl`` and race on the checkpoints. The lock file is m
 exactly one process gets it. A lock whose holder is gone is stale: on the same host a pid that no longer exists
 (a process killed with ``kill -9`` leaves its lock behind), and it is taken over. A holder on another host cannot
 be checked from here; the message names it and says how to remove the lock once that process is known to be gone.
+
+Nothing is written through a planted file: the record is written to a new temp file made with ``O_CREAT | O_EXCL``
+(never an existing file or link) inside the run, then linked into place; a lock that is a link, a named pipe or
+unreadable names itself as the holder's problem and is never followed or waited on. The take-over of a stale lock is
+serialised by a guard file in a folder of this user's own (mode 0700: no other user can make or hold it), waited on
+for at most :data:`GUARD_WAIT_S` seconds, naming the process that holds it, and removed when it is released.
 """
 
 from __future__ import annotations
@@ -15,14 +21,18 @@ import hashlib
 import json
 import os
 import socket
+import stat
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
 
 from lab.runs import layout
+from lab.runs.entries import LIMITS, read_json
 
 LOCK = layout.LOCK
+GUARD_WAIT_S = 10.0
+"""How long a process waits for another one's take-over of a stale lock before it gives up, naming that process."""
 
 
 class RunLocked(RuntimeError):
@@ -40,20 +50,15 @@ def _alive(pid: int) -> bool:
 
 
 def read_holder(run_path: Path) -> dict | None:
-    """The lock's record (``host``, ``pid``, ``since``), or None when the run is not locked; an unreadable lock
-    reads as ``{}`` (held by someone unknown)."""
+    """The lock's record (``host``, ``pid``, ``since``), or None when the run is not locked; a lock that cannot be
+    read (a link, a named pipe, not JSON) reads as ``{"problem": why}`` (held by someone unknown)."""
     try:
-        fd = os.open(run_path / LOCK, os.O_RDONLY | os.O_NOFOLLOW)
+        record = read_json(run_path / LOCK, LIMITS[LOCK])
     except FileNotFoundError:
         return None
-    except OSError:
-        return {}
-    with os.fdopen(fd, "rb") as f:
-        try:
-            record = json.loads(f.read())
-        except ValueError:
-            return {}
-    return record if isinstance(record, dict) else {}
+    except (OSError, ValueError) as err:
+        return {"problem": str(err)}
+    return record if isinstance(record, dict) else {"problem": "it does not hold a JSON object"}
 
 
 def is_stale(holder: dict) -> bool:
@@ -74,24 +79,25 @@ class RunLock:
         self.record = {"host": socket.gethostname(), "pid": os.getpid(), "since": time.time()}
         self.held = False
 
-    def acquire(self) -> None:
+    def acquire(self, wait_s: float = GUARD_WAIT_S) -> None:
+        """Take the lock (see the class); ``wait_s`` bounds the wait for another process's take-over."""
         # the check-then-replace of a stale lock is serialised by an flock on a guard file, so two processes that
         # both find the same stale lock cannot both take it over (the kernel drops the flock if one dies). The
-        # guard lives in the temp folder, keyed by the run's path: a refused process writes nothing into the run.
+        # guard lives in this user's own folder, keyed by the run's path: a refused process writes nothing into
+        # the run
         key = hashlib.sha256(str(self.path.parent.resolve()).encode()).hexdigest()[:24]
-        guard_path = Path(tempfile.gettempdir()) / f"residual-lab-{key}.lock"
-        fd = os.open(guard_path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o666)
-        with os.fdopen(fd, "w") as guard:
-            fcntl.flock(guard, fcntl.LOCK_EX)
-            try:
-                self._acquire()
-            finally:
-                fcntl.flock(guard, fcntl.LOCK_UN)
+        with _guard(guard_folder() / f"{key}.lock", wait_s, self.path.parent):
+            self._acquire()
 
     def _acquire(self) -> None:
         for _ in range(3):  # a stale lock is moved away, then the exclusive create is tried again
-            tmp = self.path.with_name(f".{LOCK}.{os.getpid()}.tmp")  # the whole record, then linked into place:
-            tmp.write_text(json.dumps(self.record))  # a lock file is never seen empty or half-written
+            # the whole record in a new file of its own, then linked into place: a lock file is never seen empty or
+            # half-written, and nothing planted in the run (a link named like the temp file) is written through
+            fd, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{LOCK}.", suffix=".tmp")
+            tmp = Path(name)
+            os.fchmod(fd, 0o644)  # readable by whoever lists the run, as every entry of a run folder
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(self.record))
             try:
                 os.link(tmp, self.path)
             except FileExistsError:
@@ -119,7 +125,7 @@ class RunLock:
                 with contextlib.suppress(FileNotFoundError):
                     self.path.unlink()
             for stale in self.path.parent.glob(f".{LOCK}.stale-*"):
-                with contextlib.suppress(FileNotFoundError):
+                with contextlib.suppress(OSError):  # gone already, or not a file: left as it is
                     stale.unlink()
 
     def __enter__(self) -> RunLock:
@@ -130,10 +136,67 @@ class RunLock:
         self.release()
 
 
+def guard_folder() -> Path:
+    """This user's folder for lock guards, made with mode 0700 (``$XDG_RUNTIME_DIR/residual-lab`` where that is
+    set, else ``<temp>/residual-lab-<uid>``).
+
+    Raises:
+        PermissionError: the folder exists but is not this user's own private folder (another user made it, or it
+            is a link): its guards could be held or planted by someone else.
+    """
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    folder = (Path(runtime) / "residual-lab" if runtime and os.path.isdir(runtime)
+              else Path(tempfile.gettempdir()) / f"residual-lab-{os.getuid()}")
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700)
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise PermissionError(f"{folder} is not a private folder of this user (mode 0700, owned by uid "
+                              f"{os.getuid()}): lock guards are not kept there; remove it")
+    return folder
+
+
+@contextlib.contextmanager
+def _guard(path: Path, wait_s: float, run: Path):
+    """Hold an exclusive flock on the guard file ``path`` for the block, waiting at most ``wait_s`` seconds; the file
+    holds the holder's pid and goes when the block ends (a waiter that then finds its file gone tries anew)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+                        raise RunLocked(f"{run} is being taken over by process {holder} of this user, which has held "
+                                        f"the guard {path} for more than {wait_s:g} s; try again when it is done, "
+                                        "or stop that process") from None
+                    time.sleep(0.02)
+            try:
+                same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # its holder removed it while this one waited: take the new one
+                continue
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            try:
+                yield
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+            return
+        finally:
+            os.close(fd)  # drops the flock
+
+
 def _held_message(path: Path, holder: dict) -> str:
-    if not holder:
-        return (f"{path.parent} is locked by a process this one cannot identify ({path} is unreadable); remove "
-                f"{path} once no process trains the run")
+    if "pid" not in holder:
+        return (f"{path.parent} is locked by a process this one cannot identify ({holder.get('problem', 'unreadable')}"
+                f"); remove {path} once no process trains the run")
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("since", 0)))
     where = "this host" if holder.get("host") == socket.gethostname() else f"host {holder.get('host')}"
     return (f"{path.parent} is being trained by process {holder.get('pid')} on {where} (since {since}); wait for it "

@@ -53,7 +53,7 @@ class RunRecorder(Callback):
             self.writer = SummaryWriter(log_dir=str(self.run.path), flush_secs=5)
         # a resumed run's best so far: its metrics (cut back to the checkpoint's step) and the accuracy best.pt was
         # saved with, which an evaluation after the checkpoint (set aside in history/) may have written
-        records, _ = self.run.read_metrics()
+        records = self.run.metric_records()
         self.best_acc = max([*(r.get("test_acc", r.get("train_acc", -math.inf)) for r in records
                                if r.get("kind") == "eval"), _saved_best(self.run)])
         self._status(trainer, "running", f"training from step {trainer.step}")

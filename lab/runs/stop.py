@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 
 from lab.runs import layout
@@ -9,6 +11,15 @@ from lab.runs.store import Run
 from lab.train.core import Callback, TrainerView
 
 STOP_FILE = layout.STOP
+
+
+def request_stop(run: Run) -> None:
+    """Ask ``run`` to stop after its current step: create its ``STOP`` entry (never through a link already there,
+    which could make or touch a file anywhere)."""
+    path = run.path / STOP_FILE
+    if not os.path.lexists(path):
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644))
 
 
 class StopFile(Callback):
@@ -24,5 +35,5 @@ class StopFile(Callback):
         now = time.monotonic()
         if now - self._t >= self.every_s:
             self._t = now
-            if self.path.exists():
+            if os.path.lexists(self.path):
                 trainer.should_stop = True

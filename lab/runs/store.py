@@ -5,8 +5,9 @@ and moved into place, and loaded with ``weights_only=True``. No metric, checkpoi
 resume sets aside goes under ``history/`` (the views' snapshots alone are thinned, :meth:`Run.prune_snapshots`).
 
 Readers are forgiving: a half-written last line of ``metrics.jsonl`` is skipped until it is complete, and a
-missing or unreadable ``status.json`` reads as state ``unknown``. Readers never follow a symbolic link inside a
-run folder (it could lead anywhere on the machine). Everything the lab writes as JSON is strict JSON: a
+missing or unreadable ``status.json`` reads as state ``unknown``. Every entry is read as untrusted input through
+:mod:`lab.runs.entries` (regular files only, never through a symbolic link, sizes capped, frames checked before they
+are loaded). Everything the lab writes as JSON is strict JSON: a
 non-finite number is written as ``null`` and named, with its value, under ``nonfinite``. A :class:`RunStore` never
 writes outside its runs folder: run ids are sanitised and every path is checked to resolve inside it (a run named by
 its path, ``lab resume PATH``, is written where it lies once it has been checked to hold a valid run).
@@ -15,15 +16,16 @@ its path, ``lab resume PATH``, is written where it lies once it has been checked
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import math
 import os
 import re
+import stat
 import subprocess
 import tempfile
 import time
-import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,6 +38,7 @@ import torch
 
 from lab.config import ExperimentConfig, from_dict
 from lab.runs import layout
+from lab.runs.entries import LIMITS, EntryError, open_entry, read_bytes, read_json, read_jsonl, read_npz
 from lab.runs.snapshot import Snapshot
 
 STATES = ("queued", "running", "paused", "completed", "stopped", "diverged", "failed")
@@ -88,6 +91,26 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = False) -> Non
         raise
 
 
+def open_append(path: Path) -> int:
+    """A file descriptor appending to the regular file ``path`` (created 0644 if missing). A run folder from
+    elsewhere may hold a link or a named pipe under an entry's name: a link is never written through and a pipe
+    never waited on.
+
+    Raises:
+        EntryError: ``path`` is a link or not a regular file.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        if os.path.islink(path) or err.errno == errno.ENXIO:  # ENXIO: a pipe nobody reads
+            raise EntryError(f"{path} is a link or a named pipe: nothing is written to it") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise EntryError(f"{path} is not a regular file: nothing is written to it")
+    return fd
+
+
 def strict_json(obj: Any) -> Any:
     """``obj`` with every non-finite float replaced by None; a dict gains ``nonfinite``, the dotted path and value
     (``"nan"``, ``"inf"``, ``"-inf"``) of each replaced number, so a reader sees which and why. Strict JSON has no
@@ -117,18 +140,6 @@ def json_text(obj: Any, indent: int | None = None) -> str:
 
 def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_bytes(path, json_text(obj, indent=2).encode())
-
-
-def read_entry(path: Path) -> bytes:
-    """The bytes of one entry of a run folder, refusing a symbolic link (``O_NOFOLLOW``): a link in a folder that
-    came from elsewhere could lead to any file on this machine.
-
-    Raises:
-        OSError: missing (FileNotFoundError), a link (OSError with errno ELOOP) or unreadable.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as f:
-        return f.read()
 
 
 def _json_default(o: Any) -> Any:
@@ -177,39 +188,6 @@ def environment_info() -> dict[str, Any]:
     return {"versions": versions, "git_commit": commit}
 
 
-def read_jsonl(path: Path, cursor: int = 0) -> tuple[list[dict[str, Any]], int, int, bool]:
-    """The JSON-object lines of ``path`` from byte offset ``cursor`` on, read while a writer may be appending.
-
-    A last line without its newline is not returned (the writer may be mid-line): the cursor stays before it, so
-    the next call picks it up complete. A complete line that is not a JSON object is skipped and counted.
-
-    Returns:
-        ``(records, new cursor, unreadable lines, whether the file ends in a line without its newline)``.
-
-    Raises:
-        OSError: the file cannot be opened (FileNotFoundError when it is missing, errno ELOOP when it is a
-            symbolic link, which is never followed).
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # a link could lead anywhere on this machine
-    with os.fdopen(fd, "rb") as f:
-        f.seek(cursor)
-        data = f.read()
-    end = data.rfind(b"\n") + 1
-    records, bad = [], 0
-    for line in data[:end].splitlines():
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except ValueError:  # JSONDecodeError and UnicodeDecodeError
-            record = None
-        if isinstance(record, dict):
-            records.append(record)
-        else:
-            bad += 1
-    return records, cursor + end, bad, end < len(data)
-
-
 @dataclass(frozen=True)
 class Run:
     """One run folder. Cheap to create; every method reads or writes the disk."""
@@ -239,11 +217,11 @@ class Run:
         """
         path = self.path / layout.CONFIG
         try:
-            record = json.loads(read_entry(path))
+            record = read_json(path, LIMITS[layout.CONFIG])
         except FileNotFoundError:
             raise RunFolderError(f"{self.path} has no config.json: not a run folder, or one whose config was "
                                  "never written") from None
-        except (OSError, ValueError) as err:  # a link (ELOOP), unreadable, JSONDecodeError, UnicodeDecodeError
+        except (OSError, ValueError) as err:  # a link, a pipe, too large, unreadable, not JSON
             raise RunFolderError(f"{path} cannot be read as JSON: {err}") from None
         if not isinstance(record, dict) or not isinstance(record.get("config"), dict):
             raise RunFolderError(f"{path} holds no config section")
@@ -269,27 +247,43 @@ class Run:
     def read_status(self) -> dict[str, Any]:
         """status.json, or ``{"state": "unknown", ...}`` when missing or unreadable (an older or foreign run)."""
         try:
-            status = json.loads(read_entry(self.path / layout.STATUS))
+            status = read_json(self.path / layout.STATUS, LIMITS[layout.STATUS])
             return status if isinstance(status, dict) and "state" in status else {"state": "unknown", "message": ""}
-        except (OSError, ValueError):  # missing, a link, unreadable, JSONDecodeError, UnicodeDecodeError
+        except (OSError, ValueError):  # missing, a link, a pipe, too large, unreadable, not JSON
             return {"state": "unknown", "message": "no readable status.json"}
 
     # -- metrics ----------------------------------------------------------------------------------------------
     def append_metrics(self, *records: dict[str, Any]) -> None:
-        """Append records to metrics.jsonl, one line each, flushed."""
+        """Append records to metrics.jsonl, one line each, flushed (never through a link or into a pipe:
+        :func:`open_append`)."""
         text = "".join(json_text(r) + "\n" for r in records)
-        with open(self.path / layout.METRICS, "a") as f:
+        with os.fdopen(open_append(self.path / layout.METRICS), "a") as f:
             f.write(text)
             f.flush()
 
     def read_metrics(self, cursor: int = 0) -> tuple[list[dict[str, Any]], int]:
-        """Records written since byte offset ``cursor``, and the new cursor (:func:`read_jsonl`; a missing file, a
-        link or an unreadable one has none)."""
+        """Records written since byte offset ``cursor`` (at most :data:`~lab.runs.entries.METRICS_CHUNK` bytes of
+        them: call again from the new cursor for the rest), and the new cursor (:func:`~lab.runs.entries.read_jsonl`;
+        a missing file, a link, a pipe or an unreadable one has none)."""
         try:
-            records, cursor, _, _ = read_jsonl(self.path / layout.METRICS, cursor)
+            lines = read_jsonl(self.path / layout.METRICS, cursor)
         except OSError:
             return [], cursor
-        return records, cursor
+        return lines.records, lines.cursor
+
+    def metric_records(self) -> list[dict[str, Any]]:
+        """Every complete record of metrics.jsonl (for reports and resumes of a run: the whole file, read a chunk at
+        a time)."""
+        records, cursor = [], 0
+        while True:
+            try:
+                lines = read_jsonl(self.path / layout.METRICS, cursor)
+            except OSError:
+                return records
+            records += lines.records
+            cursor = lines.cursor
+            if not lines.more:
+                return records
 
     def rewind_metrics(self, step: int) -> Path | None:
         """Continue the metrics from ``step``: records after it (and a torn last line) leave metrics.jsonl, which a
@@ -301,11 +295,18 @@ class Run:
         """
         path = self.path / layout.METRICS
         try:
-            data = read_entry(path)
+            fd, st = open_entry(path)
         except FileNotFoundError:
             return None
-        records, end, bad, torn = read_jsonl(path)
-        keep = [r for r in records if r.get("step", 0) <= step]
+        os.close(fd)
+        data = read_bytes(path, st.st_size)
+        records, cursor, bad, torn = [], 0, 0, False
+        while cursor < len(data):
+            lines = read_jsonl(path, cursor)
+            records, cursor, bad, torn = records + lines.records, lines.cursor, bad + lines.bad, lines.torn
+            if not lines.more:
+                break
+        keep = [r for r in records if _number_at_most(r.get("step", 0), step)]
         if len(keep) == len(records) and not torn and not bad:
             return None
         aside = self.history_path(f"metrics-{_stamp()}.jsonl")
@@ -415,18 +416,26 @@ class Run:
         return sorted(out)
 
     def load_snapshot(self, kind: str, version: int | None = None) -> tuple[int, Snapshot] | None:
-        """``(version, snapshot)`` of the given or latest readable snapshot of ``kind``; None if there is none.
+        """``(version, snapshot)`` of the given snapshot of ``kind``, or of the latest readable one (of the newest
+        three: one being replaced, or a damaged one, gives way to the one before); None if there is none.
 
-        Arrays come back as stored (large float arrays as float16; :meth:`Snapshot.float32` widens them).
+        Arrays come back as stored (large float arrays as float16; :meth:`Snapshot.float32` widens them); every
+        frame is checked before it is loaded (:func:`~lab.runs.entries.read_npz`).
+
+        Raises:
+            EntryError: the given ``version`` cannot be read (the message says why).
         """
-        versions = self.snapshot_versions(kind) if version is None else [version]
-        for v in reversed(versions):
-            path = self.path / layout.SNAPSHOTS / f"{sanitize_name(kind)}-{v:09d}.npz"
-            if path.parent.is_symlink():
+        folder = self.path / layout.SNAPSHOTS
+        if folder.is_symlink():  # never followed: it could lead anywhere
+            return None
+        if version is not None:
+            try:
+                return version, Snapshot(kind, read_npz(folder / f"{sanitize_name(kind)}-{version:09d}.npz"))
+            except FileNotFoundError:
                 return None
-            with contextlib.suppress(OSError, ValueError, EOFError, zipfile.BadZipFile), \
-                    np.load(io.BytesIO(read_entry(path))) as z:
-                return v, Snapshot(kind, {k: z[k] for k in z.files})
+        for v in reversed(self.snapshot_versions(kind)[-3:]):
+            with contextlib.suppress(OSError):
+                return v, Snapshot(kind, read_npz(folder / f"{sanitize_name(kind)}-{v:09d}.npz"))
         return None
 
     def prune_snapshots(self, kind: str, keep_last: int = 5, keep_history: int = 50) -> None:
@@ -440,6 +449,11 @@ class Run:
             if i not in keep:
                 with contextlib.suppress(FileNotFoundError):
                     (self.path / layout.SNAPSHOTS / f"{sanitize_name(kind)}-{v:09d}.npz").unlink()
+
+
+def _number_at_most(value: Any, bound: float) -> bool:
+    """Whether ``value`` is a number no greater than ``bound`` (a record's step; anything else is not kept)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value <= bound
 
 
 def config_of_run(run: Run) -> ExperimentConfig:

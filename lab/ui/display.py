@@ -78,7 +78,7 @@ def run_view(run: Run) -> pn.viewable.Viewable:
             ("checkpoints", ", ".join(p.stem for p in sorted((run.path / layout.CHECKPOINTS).glob("*.pt"))) or "none"),
             ("folder", str(run.path))]
     parts = [_table(rows, f"run {run.id}")]
-    records, _ = run.read_metrics(0)
+    records = run.metric_records()
     if records:
         parts.append(pn.pane.HoloViews(training_curves(records)))
     frame = run.load_snapshot("nodes")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 from typing import Any
 
 import pandas as pd
@@ -23,7 +22,7 @@ import yaml
 from lab.config import ConfigError, ExperimentConfig, ModelConfig, TrainConfig, apply_overrides, to_dict
 from lab.jobs.manager import JobManager
 from lab.nn.vit_block import sublayer_scales
-from lab.runs.store import read_entry
+from lab.runs.entries import LIMITS, read_json, read_picture
 from lab.train.build import raw_images
 from lab.ui.follower import JobFollower
 from lab.ui.pages.knobs import Knob, config_overrides, knob_class
@@ -184,10 +183,10 @@ class DiffusionPage(knob_class("_DiffusionKnobs", KNOBS, TrainingPage)):
         samples, probes = job.run.figures("samples"), job.run.figures("probe", ".json")
         with contextlib.suppress(OSError, ValueError, KeyError):  # gone, or swapped for a link since listed
             if samples and samples[-1][0] > self.diffusion.samples_step[member]:
-                self.diffusion.show_samples(member, samples[-1][0], read_entry(samples[-1][1]))
+                self.diffusion.show_samples(member, samples[-1][0], read_picture(samples[-1][1]))
         with contextlib.suppress(OSError, ValueError, KeyError):
             if probes and probes[-1][0] > self.diffusion.probe_step[member]:
-                grid = json.loads(read_entry(probes[-1][1]))
+                grid = read_json(probes[-1][1], LIMITS["figure"])
                 self.diffusion.show_probe(member, probes[-1][0], grid["accuracy"], grid["times"])
 
     # -- export -----------------------------------------------------------------------------------------------

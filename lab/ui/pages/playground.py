@@ -9,6 +9,7 @@ and then updated in place; frames are built on demand, one per poll, so none is 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 from functools import partial
@@ -225,7 +226,9 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
             return
         wanted = self.history_steps[max(0, len(self.history_steps) - 1 + self.history)]
         on_disk = [v for v in self.job.run.snapshot_versions("nodes") if v <= wanted]
-        found = self.job.run.load_snapshot("nodes", on_disk[-1]) if on_disk else None
+        found = None
+        with contextlib.suppress(OSError):  # a frame being replaced: the one on screen stays
+            found = self.job.run.load_snapshot("nodes", on_disk[-1]) if on_disk else None
         if found is not None:
             self.frame = found[1].float32()
             self._draw()
