@@ -29,8 +29,10 @@ class WatchedRun(AttachedJob):
     :meth:`stop` does nothing (a page's follower stops its job when the page is thrown away, and a run being
     watched is not the page's to stop); :meth:`status` is cleaned (:func:`~lab.runs.catalog.clean_status`), so a
     damaged status.json cannot break a view; an ``unknown`` state counts as alive, so a folder that a writer has not
-    yet given a status.json is watched until it has one. No symbolic link is followed: a linked ``metrics.jsonl`` has no
-    records (:meth:`~lab.runs.store.Run.read_metrics`), a linked snapshot (or ``snapshots/``) is not there.
+    yet given a status.json is watched until it has one. No symbolic link is followed: a linked snapshot (or
+    ``snapshots/``) is not there. Its metric records are not read here (:meth:`metrics_since` has none): a watched
+    folder may hold a metrics file of hundreds of megabytes, which its page reads in a worker thread, a chunk at a
+    time (:mod:`lab.ui.pages.runs_scan`), rather than on the thread that polls this job.
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -45,3 +47,7 @@ class WatchedRun(AttachedJob):
 
     def is_alive(self) -> bool:
         return self.status()["state"] not in FINISHED
+
+    def metrics_since(self, cursor: int = 0) -> tuple[list[dict[str, Any]], int]:
+        """None: the page that watches this run reads its records itself, off the event loop."""
+        return [], cursor

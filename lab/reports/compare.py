@@ -7,6 +7,7 @@ config dicts (``config.json``'s ``config`` section) and metric records (``metric
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -38,10 +39,15 @@ def differing(configs: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
     return out
 
 
+MAX_TEXT = 200
+"""A setting's value is shown in at most this many characters (a run folder's config may hold anything)."""
+
+
 def _text(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
-    return "unset" if value is None else str(value)
+    text = "unset" if value is None else str(value)
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT - 1] + "…"
 
 
 def run_labels(ids: Sequence[str], diff: Mapping[str, Sequence[Any]], most: int = 3) -> list[str]:
@@ -73,8 +79,9 @@ def final_numbers(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         for key, value in r.items():
             if key in ("epoch", "time", "kind") or isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
-            if math.isfinite(value):
-                out[key] = float(value)
+            with contextlib.suppress(OverflowError):  # an integer beyond float range is no number
+                if math.isfinite(value):
+                    out[key] = float(value)
     return out
 
 

@@ -21,6 +21,7 @@ from lab.runs.catalog import (
 )
 from lab.runs.stop import STOP_FILE
 from lab.runs.store import Run, RunStore, atomic_write_json
+from lab.ui.pages.runs_scan import Followed, follow
 
 
 def _run(store: RunStore, name: str = "run", state: str = "running", **status) -> Run:
@@ -218,11 +219,12 @@ def test_a_linked_metrics_file_is_named_and_not_read(tmp_path):
     summary = RunCatalog().summaries([run.path.parent], [run.path.parent.resolve()])[0]
     assert summary["records"] == 0 and summary["metrics"] == {} and summary["step"] is None
     assert summary["problems"] == ["metrics.jsonl is a symbolic link: not read"]
-    job = WatchedRun(run.path)
-    assert job.metrics_since(0) == ([], 0) and job.metrics_since(7) == ([], 7)
+    assert run.read_metrics(0) == ([], 0) and run.read_metrics(7) == ([], 7)
+    assert follow(Followed(run.path)).records == []  # what the Runs page draws
     (run.path / "metrics.jsonl").unlink()  # the same records as a file of the run are read
     (run.path / "metrics.jsonl").write_text((tmp_path / "outside" / "records.jsonl").read_text())
-    assert [r["step"] for r in job.metrics_since(0)[0]] == [1, 2, 3] and run_summary(run.path)["problems"] == []
+    assert [r["step"] for r in follow(Followed(run.path)).records] == [1, 2, 3]
+    assert [r["step"] for r in run.read_metrics(0)[0]] == [1, 2, 3] and run_summary(run.path)["problems"] == []
 
 
 def test_a_folder_whose_only_entry_is_a_link_is_listed_with_the_link_named(tmp_path):

@@ -18,20 +18,23 @@ as the comparison of its members and, for residual MLPs, the Rank page's views o
 (:mod:`lab.reports.sweep_frame`). A run that this server's job manager trains can be stopped; any other run is
 watch-only.
 
-Everything read from a run folder (its name, status message, config, metric keys, checkpoint names, problems) and
-everything typed (the added folder, ``?run=``) is shown as text (:mod:`lab.ui.text`): run folders come from
-clusters and other people. The table's cells are plain text and wrap, rather than offering Tabulator's hover
-tooltip, which would render a cell's value as HTML.
+Run folders are untrusted input (a cluster's, another person's): the page reads them only in a worker thread
+(:mod:`lab.ui.pages.runs_scan`), never on the event loop that every session shares, and applies what was read on its
+own thread; a damaged entry is named on its run's row. Everything read from a run folder (its name, status message,
+config, metric keys, checkpoint names, problems) and everything typed (the added folder, ``?run=``) is shown as text
+(:mod:`lab.ui.text`). The table's cells are plain text and wrap, rather than offering Tabulator's hover tooltip,
+which would render a cell's value as HTML.
 
 In a notebook: ``lab.ui.extension()``, then ``RunsPage()`` as a cell's value.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
+import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +46,9 @@ from panel.io import PeriodicCallback
 from lab.jobs.job import Job
 from lab.jobs.manager import JobManager
 from lab.jobs.watch import WatchedRun, job_for
-from lab.reports.sweep_frame import checkpoint_rank_frame
 from lab.runs.catalog import (
     STALE_AFTER_S,
     RunCatalog,
-    RunReader,
     find_runs,
     is_run_folder,
     is_sweep_folder,
@@ -55,10 +56,11 @@ from lab.runs.catalog import (
     run_key,
     run_roots,
 )
-from lab.runs.store import FINISHED, Run, read_entry
+from lab.runs.store import FINISHED, Run
 from lab.ui.follower import can_schedule, weak_periodic
 from lab.ui.pages.knobs import Knob, knob_class
 from lab.ui.pages.page import Page
+from lab.ui.pages.runs_scan import POOL, Followed, Opened, Scan, ScanRequest, scan, sweep_rank
 from lab.ui.text import code, code_block, markdown_pane, md
 from lab.ui.views.live_rank import RankViews
 from lab.ui.views.run_compare import CompareViews
@@ -78,6 +80,8 @@ KNOBS: dict[str, Knob] = {
 WIDTHS = {"run": "24%", "model": "10%", "state": "9%", "progress": "10%", "metrics": "22%", "heartbeat": "8%",
           "problems": "17%"}
 EMPTY = "Select a run in the table to see its curves, status, config and checkpoints."
+TICK_MS = 200
+"""How often a served page looks whether its last scan is done (and starts the next one when due)."""
 
 
 class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
@@ -102,15 +106,24 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         super().__init__(manager, **params)
         self.manager = self.follower.manager
         self.roots = run_roots(self.manager.store.root)
-        self.catalog = RunCatalog()
+        self.catalog = RunCatalog()  # read by the scans alone (one at a time), never on the page's thread
         self.summaries: dict[str, dict[str, Any]] = {}  # run key → summary, as last listed
         self._added: Path | None = None  # the added folder, once accepted
         self._path: Path | None = None  # the opened run's folder
-        self._metrics_file: tuple[int, int] | None = None  # (inode, size) of its metrics.jsonl, to see a rewrite
+        self._opened: Followed | None = None  # where the opened run's metrics were read to
+        self._first = False  # the opened run was just opened (its training points are read once)
+        self._shown_figure: Path | None = None
         self._keys: dict[Path, str] = {}  # run folder → its name in the table and the URL
         self._messages: dict[str, tuple[str, str]] = {}  # topic (folder, run, stop) → (alert kind, text)
         self._syncing = False
+        self._generation = 0  # grows with every change of what the page shows: older scans are dropped
+        self._scan: Future | None = None
+        self._rank: tuple[str, int, Future] | None = None  # an opened sweep's rank frame being built: key, members
+        self._due = 0.0  # when the next periodic scan is due (monotonic seconds)
+        self._dirty = True
         self._refresher: PeriodicCallback | None = None
+        self._served = can_schedule()  # served (or in a kernel): read in a worker; else right away, on this thread
+        self._ready = False
         # columns share the width; a long sweep member's name or problem list wraps. Every cell is plain text
         # (Tabulator's "textarea" formatter escapes it); no hover tooltip: Tabulator renders a tooltip as HTML
         self.table = pn.widgets.Tabulator(pd.DataFrame(columns=list(COLUMNS)), disabled=True, show_index=False,
@@ -119,11 +132,10 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
                                           sizing_mode="stretch_width", max_height=360)
         self.table.param.watch(self._selected, "selection")
         self.curves = RunCurves()
-        self.follower.on_metrics(self._new_records)
         self._header = markdown_pane(EMPTY, sizing_mode="stretch_width", margin=(5, 10))
         self._plots = pn.Column(sizing_mode="stretch_width")
         self._config = markdown_pane("", sizing_mode="stretch_width", max_height=420,
-                                        styles={"overflow-y": "auto"})
+                                     styles={"overflow-y": "auto"})
         self._checkpoints = markdown_pane("", sizing_mode="stretch_width")
         self._details = pn.Row(pn.Card(self._config, title="Config", sizing_mode="stretch_width"),
                                pn.Card(self._checkpoints, title="Checkpoints", sizing_mode="stretch_width"),
@@ -132,11 +144,13 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         self._picture = pn.pane.PNG(None, sizing_mode="stretch_width", max_width=900)
         self._caption = markdown_pane("", margin=(0, 10))
         self._figure = pn.Column(self._caption, self._picture, sizing_mode="stretch_width", visible=False)
-        self._figure_path: Path | None = None
         self._stop_button = pn.widgets.Button.from_param(self.param.stop, color="danger", width=110, disabled=True)
         self._stop_note = markdown_pane("", margin=(0, 10), sizing_mode="stretch_width")
         self.comparison = CompareViews()
-        self._compared: dict[Path, tuple[str, int, list[dict[str, Any]]]] = {}  # path → key, cursor, records
+        self._compared: dict[Path, tuple[str, Followed, list[dict[str, Any]]]] = {}  # path → key, read to, records
+        self._configs: dict[Path, dict[str, Any]] = {}  # the compared runs' configs, as last read
+        self._shown: list[Path] | None = None  # the runs the comparison shows
+        self._last_summary: dict[str, Any] | None = None  # the opened run's, as last read
         # a native multiple select: its options are text (a run folder's name is never markup; a MultiChoice would
         # render it as HTML)
         self._compare_choice = pn.widgets.MultiSelect(label="Compare runs (two or more; Ctrl-click)", options=[],
@@ -151,9 +165,13 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         self._folder_changed()
         self._open()
         self._compare_changed()
-        self._start_refreshing()
+        self._ready = True
+        if self._served:
+            self._refresher = weak_periodic(self, RunsPage._tick, TICK_MS, RunsPage._refresh_failed)
+        else:
+            self.refresh()
 
-    # -- listing ----------------------------------------------------------------------------------------------
+    # -- what the page shows ----------------------------------------------------------------------------------
     @param.depends("folder", watch=True)
     def _folder_changed(self) -> None:
         """Accept the typed folder when it lies inside the server's folders; otherwise say why and list without it."""
@@ -163,20 +181,17 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         if text:
             try:
                 self._added = resolve_run_path(text, self.roots)
-            except (PermissionError, FileNotFoundError) as err:
+            except (PermissionError, FileNotFoundError, ValueError) as err:  # ValueError: a NUL byte
                 self._tell("folder", "danger", f"Folder not added: {md(err)}")
-        self.refresh()
-        if self._added is not None and not any(s["path"].resolve() == self._added or self._added in
-                                               s["path"].resolve().parents for s in self.summaries.values()):
-            self._tell("folder", "info", f"No run folders in {code(self._added)} yet; the table shows them as "
-                                         "they appear.")
+        self._changed()
 
     def _tell(self, topic: str, kind: str | None, text: str = "") -> None:
         """Show the page's message about ``topic`` (folder, run, stop) beside the others, or withdraw it (``kind``
         None); the notice takes the gravest kind of those shown. ``text`` is Markdown that quotes outside values
         through :func:`~lab.ui.text.md` or :func:`~lab.ui.text.code`."""
         if kind is None:
-            self._messages.pop(topic, None)
+            if self._messages.pop(topic, None) is None:
+                return
         else:
             self._messages[topic] = (kind, text)
         if not self._messages:
@@ -190,26 +205,138 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         """The folders listed: the runs folder, then the added one."""
         return [self.roots[0], *([self._added] if self._added is not None else [])]
 
-    def refresh(self) -> bool:
-        """List the runs again (reading only files that changed) and update the opened run's details; returns
-        whether the table changed."""
-        summaries = self.catalog.summaries(self.folders(), self.roots, stale_after_s=self.stale_after_s)
-        keys = [self._key(s["path"]) for s in summaries]
-        before = self.summaries
-        self.summaries = dict(zip(keys, summaries, strict=True))
-        changed = self._show_rows(table_frame(summaries, keys))
-        options = keys + [k for k in self._compare_choice.value if k not in keys]
-        if self._compare_choice.options != options:
-            self._compare_choice.options = options
-        self._update_opened(before)
-        self._update_comparison()
-        return changed
-
     def _key(self, path: Path) -> str:
         if path not in self._keys:
             self._keys[path] = run_key(path, self.roots)
         return self._keys[path]
 
+    @param.depends("compare", watch=True)
+    def _compare_changed(self) -> None:
+        """Compare the runs named by ``compare``: each must resolve inside the server's folders, as ``run``."""
+        keys = list(dict.fromkeys(k.strip() for k in self.compare.split(",") if k.strip()))
+        if self._compare_choice.value != keys:
+            self._compare_choice.options = list(dict.fromkeys([*self._compare_choice.options, *keys]))
+            self._compare_choice.value = keys
+        self._tell("compare", None)
+        compared, refused = {}, []
+        for key in keys:
+            try:
+                path = resolve_run_path(key, self.roots)
+                if not is_run_folder(path):
+                    raise FileNotFoundError(f"{key!r} is not a run folder")
+            except (PermissionError, FileNotFoundError, ValueError) as err:
+                refused.append(md(err))
+            else:
+                compared[path] = self._compared.get(path, (key, Followed(path), []))
+        self._compared = compared
+        if refused:
+            self._tell("compare", "danger", "Not compared: " + "; ".join(refused))
+        self._changed()
+
+    @param.depends("run", watch=True)
+    def _open(self) -> None:
+        """Follow the run named by ``run`` from its first record (or show nothing when it is empty)."""
+        key = self.run.strip()
+        self._path, self._opened, self._shown_figure = None, None, None
+        self._tell("run", None)
+        self._tell("stop", None)
+        self.follower.forget()  # watch-only jobs: forgetting stops nothing (and its last poll comes before clear)
+        self.curves.clear()
+        self._plots[:] = []
+        self._details.visible = self._figure.visible = False
+        self._header.object = EMPTY
+        self.saved.open(None)
+        self._sweep_rank.visible = False
+        self._rank = None
+        if key:
+            try:
+                path = resolve_run_path(key, self.roots)
+                sweep = is_sweep_folder(path)
+                if not sweep and not is_run_folder(path):
+                    raise FileNotFoundError(f"{key!r} is not a run folder: it holds none of status.json, "
+                                            "config.json, config.yaml, metrics.jsonl, checkpoints/")
+            except (PermissionError, FileNotFoundError, ValueError) as err:  # ValueError: a NUL byte
+                self._tell("run", "danger", f"Run not opened: {md(err)}")
+            else:
+                if sweep:  # a sweep opens as the comparison of its members, and its rank views
+                    paths = find_runs(path, self.roots)
+                    self._build_sweep_rank(key, paths)
+                    self.compare = ",".join(self._key(p) for p in paths)
+                else:
+                    self._path, self._opened, self._first = path, Followed(path), True
+                    self.follower.follow(WatchedRun(path))
+                    self.follower.poll()
+                    self.saved.open(Run(path), frames={})  # the first scan lists them
+        self._syncing = True
+        try:
+            self._select_row()
+        finally:
+            self._syncing = False
+        self._changed()
+
+    # -- reading, off the event loop ----------------------------------------------------------------------------
+    def _request(self) -> ScanRequest:
+        return ScanRequest(self._generation, tuple(self.folders()), tuple(self.roots), self.stale_after_s,
+                           self._opened, self._first, self._shown_figure,
+                           tuple(followed for _, followed, _ in self._compared.values()))
+
+    def _changed(self) -> None:
+        """What the page shows changed: read it again now (in a test or a script) or at the next tick (served)."""
+        self._generation += 1
+        self._dirty = True
+        if self._ready and not self._served:
+            self.refresh()
+
+    def refresh(self) -> bool:
+        """Read the folders now, on this thread, and show what was read; returns whether the table changed (tests and
+        scripts; a served page reads in a worker, :meth:`_tick`)."""
+        changed = False
+        while True:
+            read = scan(self.catalog, self._request())
+            changed = self._apply(read) or changed
+            if not read.more:
+                return changed
+
+    def _tick(self) -> None:
+        """Show a finished scan, and start the next one when the page changed or ``refresh_s`` passed."""
+        if self._rank is not None and self._rank[2].done():
+            self._show_sweep_rank(*self._rank)
+        if self._scan is not None:
+            if not self._scan.done():
+                return
+            future, self._scan = self._scan, None
+            self._apply(future.result())  # an exception goes to _refresh_failed
+            self._tell("refresh", None)
+        if self._dirty or time.monotonic() >= self._due:
+            self._dirty, self._due = False, time.monotonic() + self.refresh_s
+            self._scan = POOL.submit(scan, self.catalog, self._request())
+
+    def _apply(self, read: Scan) -> bool:
+        """Show what a scan read (dropped when the page changed since it was asked for); returns whether the table
+        changed."""
+        if read.generation != self._generation:
+            self._dirty = True
+            return False
+        keys = [self._key(s["path"]) for s in read.summaries]
+        before, self.summaries = self.summaries, dict(zip(keys, read.summaries, strict=True))
+        changed = self._show_rows(table_frame(read.summaries, keys))
+        options = keys + [k for k in self._compare_choice.value if k not in keys]
+        if self._compare_choice.options != options:
+            self._compare_choice.options = options
+        if self._added is not None and not any(s["path"].resolve() == self._added or self._added in
+                                               s["path"].resolve().parents for s in read.summaries):
+            self._tell("folder", "info", f"No run folders in {code(self._added)} yet; the table shows them as they "
+                                         "appear.")
+        elif "folder" in self._messages and self._messages["folder"][0] == "info":
+            self._tell("folder", None)
+        if read.opened is not None:
+            self._show_opened(read.opened, before)
+        self._update_stop(self._summary())
+        self._show_comparison(read)
+        self._dirty = self._dirty or read.more  # a long file: the next chunk at once
+        return changed
+
+    # -- the table ----------------------------------------------------------------------------------------------
     def _show_rows(self, frame: pd.DataFrame) -> bool:
         """Replace the table's rows when any cell changed, keeping the opened run's row selected.
 
@@ -241,94 +368,39 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
             self.run = keys[event.new[0]]
 
     # -- runs compared ----------------------------------------------------------------------------------------
-    @param.depends("compare", watch=True)
-    def _compare_changed(self) -> None:
-        """Compare the runs named by ``compare``: each must resolve inside the server's folders, as ``run``."""
-        keys = list(dict.fromkeys(k.strip() for k in self.compare.split(",") if k.strip()))
-        if self._compare_choice.value != keys:
-            self._compare_choice.options = list(dict.fromkeys([*self._compare_choice.options, *keys]))
-            self._compare_choice.value = keys
-        self._tell("compare", None)
-        paths, refused = {}, []
-        for key in keys:
-            try:
-                path = resolve_run_path(key, self.roots)
-                if not is_run_folder(path):
-                    raise FileNotFoundError(f"{key!r} is not a run folder")
-            except (PermissionError, FileNotFoundError) as err:
-                refused.append(md(err))
-            else:
-                paths[path] = self._compared.get(path, (key, 0, []))
-        self._compared = paths
-        if refused:
-            self._tell("compare", "danger", "Not compared: " + "; ".join(refused))
-        self._update_comparison(force=True)
-
-    def _update_comparison(self, force: bool = False) -> None:
-        """Read the compared runs' new records and configs and redraw the comparison when anything changed (or
-        ``force``: the runs compared changed)."""
-        changed = force
-        for path, (key, cursor, records) in self._compared.items():
-            now = self.catalog.reader(path).metrics_file  # (inode, size)
-            if now is None or now[1] < cursor:  # rewound by a resume (or gone): read it again from the start
-                cursor, records, changed = 0, [], True
-            new, cursor = Run(path).read_metrics(cursor)
-            self._compared[path] = (key, cursor, records + new)
-            changed = changed or bool(new)
-        if not changed:
+    def _show_comparison(self, read: Scan) -> None:
+        """Add the compared runs' new records and redraw the comparison when anything changed."""
+        changed = False
+        for path, (records, config) in read.compared.items():
+            if path not in self._compared:
+                continue
+            key, _, old = self._compared[path]
+            self._compared[path] = (key, records.follow, (old if not records.rewritten else []) + records.records)
+            changed = changed or bool(records.records) or records.rewritten or not old
+            self._configs[path] = config
+        if not changed and self._shown == list(self._compared):
             return
+        self._shown = list(self._compared)
         entries = list(self._compared.items())
-        self.comparison.show([key for _, (key, _, _) in entries],
-                             [self.catalog.reader(path).config()[0] for path, _ in entries],
+        self.comparison.show([key for _, (key, _, _) in entries], [self._configs.get(path, {}) for path, _ in entries],
                              [records for _, (_, _, records) in entries])
 
     # -- the opened run ---------------------------------------------------------------------------------------
-    @param.depends("run", watch=True)
-    def _open(self) -> None:
-        """Follow the run named by ``run`` from its first record (or show nothing when it is empty)."""
-        key = self.run.strip()
-        self._path, self._metrics_file = None, None
-        self._tell("run", None)
-        self._tell("stop", None)
-        self.follower.forget()  # watch-only jobs: forgetting stops nothing (and its last poll comes before clear)
-        self.curves.clear()
-        self._plots[:] = []
-        self._details.visible = False
-        self._header.object = EMPTY
-        self.saved.open(None)
-        self._sweep_rank.visible = False
-        if key:
-            try:
-                path = resolve_run_path(key, self.roots)
-                sweep = is_sweep_folder(path)
-                if not sweep and not is_run_folder(path):
-                    raise FileNotFoundError(f"{key!r} is not a run folder: it holds none of status.json, "
-                                            "config.json, config.yaml, metrics.jsonl, checkpoints/")
-            except (PermissionError, FileNotFoundError) as err:
-                self._tell("run", "danger", f"Run not opened: {md(err)}")
-            else:
-                if sweep:  # a sweep opens as the comparison of its members, and its rank views
-                    paths = find_runs(path, self.roots)
-                    self._show_sweep_rank(key, paths)
-                    self.compare = ",".join(self._key(p) for p in paths)
-                else:
-                    self._path = path
-                    self.follower.follow(WatchedRun(path))
-                    self.follower.poll()
-                    self.saved.open(Run(path))
-        self._syncing = True
-        try:
-            self._select_row()
-        finally:
-            self._syncing = False
-        self._update_opened(self.summaries)
+    def _build_sweep_rank(self, key: str, paths: list[Path]) -> None:
+        """Start building the opened sweep's rank views from its members' last checkpoints, in a worker."""
+        self._tell("run", "info", f"{code(key)} is a sweep: its {len(paths)} members are compared above; reading "
+                                  "their last checkpoints for the rank views…")
+        self._rank = (key, len(paths), POOL.submit(sweep_rank, paths))
+        if not self._served:
+            self._show_sweep_rank(*self._rank)
 
-    def _show_sweep_rank(self, key: str, paths: list[Path]) -> None:
-        """The opened sweep's rank views, from its members' last checkpoints (when they are residual MLPs)."""
-        words = f"{code(key)} is a sweep: its {len(paths)} members are compared above"
+    def _show_sweep_rank(self, key: str, members: int, future: Future) -> None:
+        """The opened sweep's rank views (when its members are residual MLPs), or why there are none."""
+        self._rank = None
+        words = f"{code(key)} is a sweep: its {members} members are compared above"
         try:
-            frame, left_out = checkpoint_rank_frame([Run(p) for p in paths])
-        except ValueError as err:
+            frame, left_out = future.result()
+        except (ValueError, OSError) as err:
             self._tell("run", "info", f"{words}; no rank views: {md(err)}")
             return
         if self.sweep_rank is None:
@@ -339,9 +411,34 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         self.sweep_rank.clear()
         self.sweep_rank.show(frame)
         self._sweep_rank.visible = True
-        missing = f" ({len(left_out)} without a checkpoint yet: {', '.join(code(m) for m in left_out)})" if left_out \
-            else ""
+        missing = f" ({len(left_out)} left out: {'; '.join(md(m) for m in left_out)})" if left_out else ""
         self._tell("run", "info", f"{words}, with the rank views of their last checkpoints{missing}.")
+
+    def _summary(self) -> dict[str, Any] | None:
+        """The opened run's summary as last read (None before its first scan)."""
+        return None if self._path is None else self._last_summary
+
+    def _show_opened(self, opened: Opened, before: dict[str, dict[str, Any]]) -> None:
+        """The opened run's curves, header, config, checkpoints, saved frames and picture; follow it afresh when its
+        metrics file was rewritten (a resumed run) or it came back to life after finishing."""
+        if opened.path != self._path:
+            return
+        summary = self._last_summary = opened.summary
+        old = before.get(self._key(self._path))
+        revived = old is not None and old["state"] in FINISHED and summary["alive"]
+        self._first = False
+        self._opened = opened.records.follow
+        if opened.records.rewritten or revived:
+            self.curves.clear()
+            self._plots[:] = []
+            self.follower.follow(WatchedRun(self._path))
+            self.follower.poll()
+        if opened.records.records:
+            self._new_records(opened.records.records)
+        if opened.points is not None:
+            self.saved.show_points(opened.points)
+        self.saved.refresh(opened.frames)
+        self._show_details(summary, opened)
 
     def _new_records(self, records: list[dict[str, Any]]) -> None:
         self.curves.extend(records)
@@ -350,36 +447,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         if panes != shown:
             self._plots[:] = [pn.Row(*panes[i:i + 2]) for i in range(0, len(panes), 2)]
 
-    def _summary(self) -> dict[str, Any] | None:
-        """The opened run's summary (read now when the table does not list it)."""
-        if self._path is None:
-            return None
-        key = self._key(self._path)
-        return self.summaries.get(key) or self.catalog.reader(self._path).summary(stale_after_s=self.stale_after_s)
-
-    def _update_opened(self, before: dict[str, dict[str, Any]]) -> None:
-        """The opened run's header, config, checkpoints and Stop button; follow it afresh when its metrics file was
-        rewritten (a resumed run) or it came back to life after finishing."""
-        summary = self._summary()
-        self._update_stop(summary)
-        if summary is None:
-            return
-        reader = self.catalog.reader(self._path)
-        now_file = reader.metrics_file
-        old = before.get(self._key(self._path))
-        rewritten = (self._metrics_file is not None and now_file is not None
-                     and (now_file[0] != self._metrics_file[0] or now_file[1] < self._metrics_file[1]))
-        revived = old is not None and old["state"] in FINISHED and summary["alive"]
-        self._metrics_file = now_file
-        self.saved.refresh()
-        if rewritten or revived:
-            self.curves.clear()
-            self._plots[:] = []
-            self.follower.follow(WatchedRun(self._path))
-            self.follower.poll()
-        self._show_details(summary, reader)
-
-    def _show_details(self, summary: dict[str, Any], reader: RunReader) -> None:
+    def _show_details(self, summary: dict[str, Any], opened: Opened) -> None:
         model = md(summary["model"], one_line=True) if summary["model"] else "unknown"
         lines = [f"### {md(self._key(self._path), one_line=True)}",
                  f"{code(self._path)} · model **{model}** · state **{md(summary['state'], one_line=True)}** · "
@@ -396,26 +464,21 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         header = "\n\n".join(lines)
         if self._header.object != header:
             self._header.object = header
-        _, text, _ = reader.config()
-        config = code_block(text, "yaml") if text else "No readable config (see the problems above)."
+        config = code_block(opened.config_text, "yaml") if opened.config_text else \
+            "No readable config (see the problems above)."
         if self._config.object != config:
             self._config.object = config
-        checkpoints = checkpoints_markdown(reader.checkpoints())
+        checkpoints = checkpoints_markdown(opened.checkpoints)
         if self._checkpoints.object != checkpoints:
             self._checkpoints.object = checkpoints
         self._details.visible = True
-        pictures = Run(self._path).figures("reconstruction")
-        step, newest = pictures[-1] if pictures else (0, None)
-        if newest != self._figure_path:  # read once per new picture (the pane embeds the bytes: nothing fetched)
-            self._figure_path = newest
-            picture = None
-            if newest is not None:
-                with contextlib.suppress(OSError):  # gone, or swapped for a link since it was listed
-                    picture = read_entry(newest)
+        if opened.figure is not None:  # a newer picture: embedded (nothing fetched), or why it is not shown
+            step, self._shown_figure, picture, problem = opened.figure
             self._picture.object = picture
             self._caption.object = (f"**Reconstructions at step {step}**: held-out images, their masked inputs, "
-                                    "the reconstructions (visible patches pasted back)")
-            self._figure.visible = picture is not None
+                                    "the reconstructions (visible patches pasted back)" if picture is not None else
+                                    f"**Reconstructions at step {step}** not shown: {md(problem)}")
+            self._figure.visible = True
 
     # -- stopping ---------------------------------------------------------------------------------------------
     def lab_job(self) -> Job | None:
@@ -424,10 +487,12 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
 
     def _stop_reason(self, summary: dict[str, Any] | None) -> str | None:
         """Why the opened run cannot be stopped from here (None when it can)."""
-        if summary is None:
+        if self._path is None:
             return "Select a run to stop it."
         if self.lab_job() is not None:
             return None
+        if summary is None:
+            return "Reading the run…"
         if not summary["alive"]:
             return f"This run has ended ({md(summary['state'], one_line=True)}); nothing to stop."
         return ("Watch-only: another process writes this run (a command-line or cluster run), so it is stopped "
@@ -458,23 +523,13 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
 
     # -- polling ----------------------------------------------------------------------------------------------
     def poll(self) -> bool:
-        """Pull the opened run's new records and status, and refresh the table (tests call this; served, two
-        periodic callbacks do)."""
+        """Pull the opened run's status, and read the folders again (tests call this; served, two periodic
+        callbacks do)."""
         changed = self.follower.poll()
         return self.refresh() or changed
 
-    def _start_refreshing(self) -> None:
-        if self._refresher is None and can_schedule():
-            self._refresher = weak_periodic(self, RunsPage._refresh_and_report, int(self.refresh_s * 1000),
-                                            RunsPage._refresh_failed)
-
-    def _refresh_and_report(self) -> None:
-        self.refresh()
-        if "refresh" in self._messages:
-            self._tell("refresh", None)
-
     def _refresh_failed(self, err: Exception) -> None:  # keep refreshing; say what failed
-        log.exception("refreshing the run table failed")
+        log.error("refreshing the run table failed", exc_info=err)
         self._tell("refresh", "danger", f"Refreshing the table failed: {md(f'{type(err).__name__}: {err}')}")
 
     # -- layout -----------------------------------------------------------------------------------------------

@@ -18,12 +18,14 @@ from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from bokeh.plotting import figure
 
 from lab.reports.compare import compare_table
-from lab.ui.text import code
+from lab.ui.text import code, html_text
 from lab.ui.views.live_rank import side_legend
 from lab.ui.views.ranges import finite_range, set_range
 from lab.ui.views.run_views import COLORS, clean_record
 
 MAX_FIGURES = 8
+MAX_COLUMNS = 24
+"""At most this many differing settings, and this many metrics, become columns of the table."""
 PER_ROW = 2
 
 
@@ -96,17 +98,28 @@ class CompareViews:
         frame = compare_table(ids, configs, records)  # run, label, the differing settings, step, the metric fields
         labels, step = list(frame["label"]), frame.columns.get_loc("step")
         diff, fields = list(frame.columns[2:step]), list(frame.columns[step + 1:])
+        frame = frame[["run", "label", *diff[:MAX_COLUMNS], "step", *fields[:MAX_COLUMNS]]]
         shown = []
         for field in fields[:MAX_FIGURES]:
             if field not in self.figures:
                 self.figures[field] = _FieldFigure(field, self.width, self.height)
             if self.figures[field].show(field, labels, records):
                 shown.append(self.figures[field].pane)
-        if not frame.equals(self.table.value):
-            self.table.formatters = dict.fromkeys(frame.columns, {"type": "textarea"})  # text, never markup
-            self.table.value = frame
+        # the column titles are a run folder's config and metric keys, and Tabulator renders a title as HTML: each
+        # column gets a field name of its own and its title as escaped text; every cell is text too
+        names = [f"c{i}" for i in range(len(frame.columns))]
+        titles = {name: html_text(column) for name, column in zip(names, frame.columns, strict=True)}
+        frame = frame.set_axis(names, axis=1)
+        if not frame.equals(self.table.value) or titles != self.table.titles:
+            self.table.param.update(titles=titles, formatters=dict.fromkeys(names, {"type": "textarea"}), value=frame)
         if [p for row in self.plots for p in row] != shown:
             self.plots[:] = [pn.Row(*shown[i:i + PER_ROW]) for i in range(0, len(shown), PER_ROW)]
-        what = ", ".join(code(k) for k in diff) if diff else "nothing: the same configs"
-        self.summary.object = f"#### Comparing {len(ids)} runs\nTheir configs differ in {what}."
+        what = ", ".join(code(k) for k in diff[:MAX_COLUMNS]) if diff else "nothing: the same configs"
+        more = f" and {len(diff) - MAX_COLUMNS} more settings" if len(diff) > MAX_COLUMNS else ""
+        self.summary.object = f"#### Comparing {len(ids)} runs\nTheir configs differ in {what}{more}."
         self.layout.visible = True
+
+    def column(self, title: str) -> list[str]:
+        """The table's column titled ``title`` (the setting or metric it shows), as shown."""
+        names = [name for name, shown in self.table.titles.items() if shown == html_text(title)]
+        return list(self.table.value[names[0]]) if names else []

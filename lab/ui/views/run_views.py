@@ -113,7 +113,13 @@ def checkpoints_markdown(checkpoints: Sequence[dict[str, Any]], now: float | Non
 
 # -- curves --------------------------------------------------------------------------------------------------------
 def _finite(value: Any) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    """Whether ``value`` is a finite number (not a boolean, not an integer beyond float range)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def clean_record(record: dict[str, Any]) -> dict[str, Any] | None:

@@ -3,28 +3,51 @@
 A run trained by a page (or by ``python -m lab train --snapshot-every N``) keeps frames under ``snapshots/``
 (``<kind>-<step>.npz``, :meth:`~lab.runs.store.Run.load_snapshot`). Opened on the Runs page, they are replayed with a
 step slider: ``nodes`` frames in the Playground's node grid and decision map (over the run's training points, rebuilt
-from its config), ``alignment`` frames in the Alignment views. Nothing is trained and nothing is written; a frame
-that cannot be read (being replaced, corrupt) leaves the one on screen.
+from its config by whoever opens the run: :meth:`SavedFrames.show_points`), ``alignment`` frames in the Alignment
+views. Nothing is trained and nothing is written. A frame comes from a run folder, so it is checked before it is
+drawn: read through :func:`~lab.runs.entries.read_npz` (whose checks bound what loading it costs), then against the
+arrays its view draws (:data:`ARRAYS`); a frame that cannot be read or drawn leaves the one on screen and says why.
 """
 
 from __future__ import annotations
 
-import contextlib
+import logging
 
 import numpy as np
 import panel as pn
 
-from lab.config import ConfigError
-from lab.data.toy2d import TOY_DATASETS
-from lab.runs.store import Run, RunFolderError, config_of_run
-from lab.train.build import build_data
-from lab.ui.text import markdown_pane
+from lab.runs.store import Run
+from lab.ui.text import markdown_pane, md
 from lab.ui.views.live_alignment import AlignmentViews
 from lab.ui.views.live_grid import LiveDecision, LiveGrid
+
+log = logging.getLogger(__name__)
 
 VIEWS = {"nodes": "Node maps and decision boundary (the Playground's views)",
          "alignment": "Residual Alignment (the Alignment page's views)"}
 """The kinds of saved frame that have a view, and how the chooser names them."""
+ARRAYS = {
+    "nodes": {"maps": 4, "weights": 3, "decision": 2},
+    "alignment": {"sigma": 2, "scores": 2, "grid": 5, "baseline": 1, "inv_sigma": 1, "inv_sigma_fit": 1,
+                  "traj_pca": 3, "traj_gauss": 3, "labels": 1, "nc1": 1},
+}
+"""The numeric arrays each view draws from a frame, and how many axes each has."""
+
+
+class FrameError(ValueError):
+    """A saved frame that its view cannot draw; the message says what is missing or malformed."""
+
+
+def check_frame(kind: str, frame: dict[str, np.ndarray]) -> None:
+    """Raise :class:`FrameError` unless ``frame`` holds every array of :data:`ARRAYS` for ``kind``, numeric, with its
+    number of axes and no empty axis."""
+    for name, ndim in ARRAYS[kind].items():
+        if name not in frame:
+            raise FrameError(f"the frame has no array {name!r}")
+        array = np.asarray(frame[name])
+        if array.dtype.kind not in "biuf" or array.ndim != ndim or 0 in array.shape:
+            raise FrameError(f"the frame's {name!r} is {array.dtype} of shape {array.shape}; its view draws a "
+                             f"numeric array of {ndim} non-empty axes")
 
 
 class SavedFrames:
@@ -38,44 +61,53 @@ class SavedFrames:
 
     def __init__(self) -> None:
         self.run: Run | None = None
+        self._frames: dict[str, list[int]] = {}  # the steps of each kind on disk, as last listed
+        self._unseen = False  # a run was opened whose frames have not been drawn yet
         self.kind = pn.widgets.Select(label="Saved frames", options={}, width=420)
         self.step = pn.widgets.DiscreteSlider(label="Step", options=[0], value=0, width=420)
         self.grid, self.decision = LiveGrid(), LiveDecision()
         self.alignment: AlignmentViews | None = None  # made when first shown: its figures cost a page that has none
         self.title = markdown_pane("", margin=(0, 10))
+        self.problem = markdown_pane("", margin=(0, 10), visible=False)
         self._body = pn.Column(sizing_mode="stretch_width")
         self._points: tuple[np.ndarray, np.ndarray] = (np.zeros((0, 2), np.float32), np.zeros(0, np.int64))
-        self.layout = pn.Column(self.title, pn.Row(self.kind, self.step), self._body, sizing_mode="stretch_width",
-                                visible=False)
+        self.layout = pn.Column(self.title, pn.Row(self.kind, self.step), self.problem, self._body,
+                                sizing_mode="stretch_width", visible=False)
         self.kind.param.watch(lambda _: self._kind_changed(), "value")
         self.step.param.watch(lambda _: self.draw(), "value")
 
-    def open(self, run: Run | None) -> None:
-        """Replay ``run``'s frames (None: show nothing)."""
-        self.run = run
+    def open(self, run: Run | None, frames: dict[str, list[int]] | None = None) -> None:
+        """Replay ``run``'s frames (None: show nothing); ``frames``: the steps of each kind on disk (read now when not
+        given)."""
+        self.run, self._frames, self._unseen = run, {}, True
         self._points = (np.zeros((0, 2), np.float32), np.zeros(0, np.int64))
-        if run is not None:
-            with contextlib.suppress(RunFolderError, ConfigError, ValueError, OSError):
-                cfg = config_of_run(run)
-                if cfg.data.name in TOY_DATASETS:  # the points the node maps are drawn over
-                    data = build_data(cfg)
-                    self._points = (data.x_train.numpy(), data.y_train.numpy())
         self.kind.options = {}
-        self.refresh(opened=True)
+        self.problem.visible = False
+        self.refresh(frames)
 
-    def refresh(self, opened: bool = False) -> None:
-        """Offer the kinds and steps on disk now: the slider grows while the run writes frames, and stays on the
-        newest when it was there; ``opened``: a run was just opened, whose newest frame is drawn."""
-        on_disk = {} if self.run is None else {k: self.run.snapshot_versions(k) for k in VIEWS}
-        kinds = {VIEWS[k]: k for k, versions in on_disk.items() if versions}
+    def show_points(self, points: tuple[np.ndarray, np.ndarray]) -> None:
+        """Draw the node maps over the run's training points ``(x [n, 2], y [n])`` from now on."""
+        self._points = points
+        if self.kind.value == "nodes" and self.layout.visible:
+            self.draw()
+
+    def refresh(self, frames: dict[str, list[int]] | None = None) -> None:
+        """Offer the kinds and steps on disk now (``frames``: each kind's steps, read now when not given): the slider
+        grows while the run writes frames, and stays on the newest when it was there; the first frames found of a
+        run just opened draw its newest."""
+        if frames is None:
+            frames = {} if self.run is None else {k: self.run.snapshot_versions(k) for k in VIEWS}
+        self._frames = {k: v for k, v in frames.items() if k in VIEWS and v}
+        kinds = {VIEWS[k]: k for k in self._frames}
         self.layout.visible = bool(kinds)
+        opened, self._unseen = self._unseen and bool(kinds), self._unseen and not kinds
         if kinds != self.kind.options:
             self.kind.options = kinds
             if self.kind.value not in kinds.values() and kinds:
                 self.kind.value = next(iter(kinds.values()))  # draws it (_kind_changed)
                 return
         if kinds:
-            self._steps(on_disk[self.kind.value], opened=opened)
+            self._steps(self._frames[self.kind.value], opened=opened)
 
     def _kind_changed(self) -> None:
         kind = self.kind.value
@@ -83,8 +115,8 @@ class SavedFrames:
             self.alignment = AlignmentViews()
         self._body[:] = ([self.grid.pane, self.decision.pane] if kind == "nodes"
                          else [pn.Column(*self.alignment.rows())] if kind == "alignment" else [])
-        if self.run is not None and kind in VIEWS:
-            self._steps(self.run.snapshot_versions(kind), opened=True)
+        if self.run is not None and kind in self._frames:
+            self._steps(self._frames[kind], opened=True)
 
     def _steps(self, versions: list[int], opened: bool = False) -> None:
         """Offer the steps ``versions`` of the chosen kind on the slider: at the newest when it was there, or when
@@ -101,18 +133,41 @@ class SavedFrames:
             self.draw()
 
     def draw(self) -> None:
-        """Draw the chosen step's frame in its kind's view."""
+        """Draw the chosen step's frame in its kind's view, or say why it cannot be (the frame on screen stays)."""
         kind, run = self.kind.value, self.run
         if run is None or kind not in VIEWS:
             return
-        loaded = run.load_snapshot(kind, int(self.step.value))
-        if loaded is None:
+        step = int(self.step.value)
+        try:
+            loaded = run.load_snapshot(kind, step)
+            if loaded is None:
+                return
+            frame = loaded[1].float32()
+            check_frame(kind, frame)
+            if kind == "nodes":
+                L, H = frame["maps"].shape[:2]
+                self.grid.show(frame, layers=(0, L), nodes=(0, H), normalize="tile", points=self._points)
+                self.decision.show(frame["decision"], step, *self._points, _scalar(frame.get("limit"), 1.0))
+            else:
+                self.alignment.show(frame)
+        except (OSError, FrameError) as err:
+            self._say(f"The frame of step {step} is not drawn: {md(err)}")
             return
-        step, frame = loaded[0], loaded[1].float32()
+        except (KeyError, IndexError, ValueError, TypeError) as err:  # arrays that do not fit one another
+            log.warning("a saved %s frame of %s could not be drawn", kind, run.path, exc_info=err)
+            self._say(f"The frame of step {step} is not drawn: its arrays do not fit its view "
+                      f"({md(f'{type(err).__name__}: {err}')})")
+            return
+        self.problem.visible = False
         self.title.object = f"**{VIEWS[kind]}** at step {step}, from `snapshots/` (read-only)"
-        if kind == "nodes":
-            L, H = frame["maps"].shape[:2]
-            self.grid.show(frame, layers=(0, L), nodes=(0, H), normalize="tile", points=self._points)
-            self.decision.show(frame["decision"], step, *self._points, float(frame.get("limit", 1.0)))
-        else:
-            self.alignment.show(frame)
+
+    def _say(self, text: str) -> None:
+        self.problem.object, self.problem.visible = text, True
+
+
+def _scalar(value: object, default: float) -> float:
+    """A frame's one-number entry (``limit``), or ``default`` when it is missing or not one finite number."""
+    array = np.asarray(value if value is not None else default)
+    if array.size != 1 or array.dtype.kind not in "biuf" or not np.isfinite(array).all():
+        return default
+    return float(array.reshape(()))

@@ -324,7 +324,7 @@ def test_runs_compared_are_overlaid_labelled_by_what_differs(manager):
     loss = views.figures["loss"]
     assert loss.lines.data["label"] == ["depth=4, lr=0.01", "depth=8, lr=<b>0.01</b>"]
     assert [len(x) for x in loss.lines.data["xs"]] == [4, 6]
-    assert list(views.table.value["model.depth"]) == ["4", "8"] and list(views.table.value["step"]) == ["40", "60"]
+    assert views.column("model.depth") == ["4", "8"] and views.column("step") == ["40", "60"]
     assert all(f["type"] == "textarea" for f in views.table.formatters.values())  # a value is text, never markup
     assert "`train.lr`" in views.summary.object
     b.append_metrics({**STEP, "step": 70, "loss": 0.01})  # followed as the files grow
