@@ -17,7 +17,10 @@ lockstep exactly as in the server (:class:`~lab.jobs.lockstep.Lockstep`); each h
 Children come from a fork server (a clean process that has imported the lab once): a job starts in a fraction of a
 second without inheriting the server's threads. A child that dies (killed, out of memory, an exception) is reported
 ``failed`` with its exit code at the next status poll; its run folder keeps its last checkpoint. A child whose server
-is gone (its pipe closed) stops its run after the current step and exits, so no orphan trains on.
+is gone (its pipe closed) stops its run after the current step and exits, so no orphan trains on. A stop asked for
+returns at once: the child is given :data:`GRACE_S` seconds to end the step it is in (a long evaluation included),
+then SIGTERM, then SIGKILL, by a thread of the server, and a run ended that way is recorded ``stopped``, as asked,
+not ``failed``.
 
 Builders and callbacks must be picklable (module-level functions, as :data:`~lab.jobs.builders.BUILDERS`).
 """
@@ -54,6 +57,9 @@ _CONTEXT.set_forkserver_preload(["lab.jobs.child", "lab.jobs.thread", "lab.jobs.
 POLL_S = 0.02
 """How often a child looks for commands and new frames."""
 NICE = 10
+GRACE_S = 5.0
+"""How long a child asked to stop may take to end its current step before it is sent SIGTERM, and SIGTERM before
+SIGKILL."""
 """How much lower a child's CPU priority is than the server's: the sessions' callbacks (a slider's effect, a frame
 drawn) come first, and training takes the CPU time they leave."""
 
@@ -145,6 +151,9 @@ class _Child:
         self.ended = [False] * size
         self.lock = threading.Lock()
         self._control: Connection | None = None
+        self.asked = [False] * size  # which of its jobs the user asked to stop
+        self.ended_by: str | None = None  # how the child was ended when it would not stop (SIGTERM, SIGKILL)
+        self._escalation: threading.Thread | None = None
 
     def start(self) -> None:
         """Start the process (once, whichever of its jobs starts first)."""
@@ -183,6 +192,30 @@ class _Child:
     @property
     def exitcode(self) -> int | None:
         return None if self.proc is None else self.proc.exitcode
+
+    def escalate(self, index: int, grace: float) -> None:
+        """Make sure job ``index``, asked to stop, ends: once a thread of this process has given it ``grace`` seconds,
+        SIGTERM the child, and SIGKILL it ``grace`` seconds later (one such thread per child)."""
+        if self._escalation is not None or self.proc is None:
+            return
+
+        def ended() -> bool:
+            with self.lock:
+                return self.ended[index]
+
+        def run() -> None:
+            deadline = time.monotonic() + grace
+            while self.is_alive() and not ended() and time.monotonic() < deadline:
+                time.sleep(POLL_S)
+            for sig, how in ((self.proc.terminate, "SIGTERM"), (self.proc.kill, "SIGKILL")):
+                if not self.is_alive() or ended():
+                    return
+                self.ended_by = f"its process did not end its step within {grace:g} s and was ended by {how}"
+                sig()
+                self.proc.join(grace)
+
+        self._escalation = threading.Thread(target=run, name=f"{self._name}-stop", daemon=True)
+        self._escalation.start()
 
 
 class ChildJob(Job):
@@ -271,20 +304,24 @@ class ChildJob(Job):
     def request(self, kind: str) -> None:
         self.child.send(self.index, "request", kind)
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop after the current step (the run saves its checkpoint), waiting up to ``timeout`` s; a child that
-        does not end its run by then is terminated (with the other runs it trains)."""
+    def stop(self, timeout: float = 5.0, grace: float = GRACE_S) -> None:
+        """Stop after the current step (the run saves its checkpoint), waiting up to ``timeout`` s (0: not at all).
+        A child that has not ended the run ``grace`` s after the request is sent SIGTERM, then SIGKILL (with the
+        other runs it trains), by a thread of this process; the run is recorded ``stopped`` either way."""
+        self.child.asked[self.index] = True
         self.child.send(self.index, "stop")
         if self.proc is None:
             return
+        self.child.escalate(self.index, grace)
         deadline = time.monotonic() + timeout
         while self.is_alive() and time.monotonic() < deadline:
             time.sleep(POLL_S)
-        if self.is_alive():
-            self.proc.terminate()
-            self.proc.join(1.0)
         self._reap()
         self.status()
+
+    @property
+    def stopping(self) -> bool:
+        return self.child.asked[self.index] and self.is_alive()
 
     def kill(self) -> None:
         """SIGKILL the child at once (as a crash would), with every run it trains."""
@@ -306,7 +343,9 @@ class ChildJob(Job):
     def status(self) -> dict[str, Any]:
         """status.json; a child that died without finishing is reported, and recorded, as ``failed`` with its exit
         code (its last checkpoint stays), as is each unfinished member of a sweep."""
-        return exited_status(self.run, self.child.exitcode, self.members)
+        asked = self.child.asked[self.index]
+        how = self.child.ended_by or f"its process ended with code {self.child.exitcode}"
+        return exited_status(self.run, self.child.exitcode, self.members, stopped=how if asked else None)
 
     def latest(self, kind: str) -> tuple[int, dict[str, np.ndarray]] | None:
         with self.child.lock:

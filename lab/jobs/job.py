@@ -51,7 +51,14 @@ class Job:
         raise NotImplementedError(f"{type(self).__name__} cannot train single steps")
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Ask the job to stop after its current step; wait at most ``timeout`` seconds for it to end (0: return at
+        once; the job still ends)."""
         raise NotImplementedError
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the job was asked to stop and is ending (it then holds no training slot of its manager)."""
+        return False
 
     def request(self, kind: str) -> None:
         """Ask for one more snapshot of an on-demand ``kind`` (a no-op for jobs that publish on a fixed cadence)."""
@@ -83,10 +90,12 @@ class Job:
         return self.run.read_metrics(cursor)
 
 
-def exited_status(run: Run, code: int | None, members: Sequence[Run] = ()) -> dict[str, Any]:
+def exited_status(run: Run, code: int | None, members: Sequence[Run] = (), *,
+                  stopped: str | None = None) -> dict[str, Any]:
     """The status of ``run`` trained by a child process that exited with ``code`` (None: still running). A child that
     ended without bringing its run to a final state (killed, out of memory, a crash) is recorded ``failed`` with its
-    exit code, so every reader of the folder sees it; the run's last checkpoint stays for a resume. ``members``: the
+    exit code, so every reader of the folder sees it; the run's last checkpoint stays for a resume. When the user
+    had asked it to stop, it is recorded ``stopped`` instead, ``stopped`` saying how it was ended. ``members``: the
     member runs of a sweep folder ``run``, each recorded the same way, and named so in the sweep's status."""
     status = run.read_status()
     if code is None or status.get("state") in FINISHED:
@@ -94,11 +103,15 @@ def exited_status(run: Run, code: int | None, members: Sequence[Run] = ()) -> di
     extra = {}
     if members:
         entries = status.get("members") or [{"run": m.id} for m in members]
-        extra["members"] = [{**entry, "state": exited_status(m, code)["state"]}
+        extra["members"] = [{**entry, "state": exited_status(m, code, stopped=stopped)["state"]}
                             for entry, m in zip(entries, members, strict=True)]
+    fields = {"step": status.get("step", 0), "epoch": status.get("epoch", 0), "total_steps": status.get("total_steps"),
+              "returncode": code, **extra}
+    if stopped is not None:
+        return run.write_status("stopped", f"stopped on request: {stopped}; resume continues from the last "
+                                           "checkpoint", **fields)
     return run.write_status("failed", f"process exited with code {code} before finishing; resume continues from the "
-                                      "last checkpoint", step=status.get("step", 0), epoch=status.get("epoch", 0),
-                            total_steps=status.get("total_steps"), returncode=code, **extra)
+                                      "last checkpoint", **fields)
 
 
 class PauseAware(abc.ABC):
@@ -128,6 +141,10 @@ class InProcessJob(Job):
 
     def is_alive(self) -> bool:
         return self._thread.is_alive()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set() and self._thread.is_alive()
 
     def is_paused(self) -> bool:
         """Paused (or asked to pause) and not stopping: the job trains no more steps until :meth:`resume`."""

@@ -65,13 +65,14 @@ class JobManager:
             return list(self._jobs)
 
     def training(self) -> list[Job]:
-        """Jobs that hold a slot: alive and not paused."""
-        return [j for j in self.active() if not j.is_paused()]
+        """Jobs that hold a slot: alive, not paused and not stopping (a job asked to stop ends within its grace
+        period: a page's Reset then Start does not wait for it)."""
+        return [j for j in self.active() if not j.is_paused() and not j.stopping]
 
     def _admit(self, job: Job) -> Job:
         with self._lock:
             self._jobs = [j for j in self._jobs if j.is_alive()]
-            if slots(rivals([j for j in self._jobs if not j.is_paused()], job)) >= self.max_jobs:
+            if slots(rivals([j for j in self._jobs if not j.is_paused() and not j.stopping], job)) >= self.max_jobs:
                 raise ManagerBusy(self._busy_message(self._jobs))
             self._jobs.append(job)
             job.admission = self._readmit
@@ -214,10 +215,11 @@ class JobManager:
                 + "; stop one or wait for it to finish")
 
     def release_owner(self, owner: str) -> None:
-        """Stop the jobs a closed browser session started, unless the user kept them."""
+        """Stop the jobs a closed browser session started, unless the user kept them (without waiting for them: this
+        runs on the server's event loop)."""
         for job in self.active():
             if job.owner == owner and not job.keep:
-                job.stop()
+                job.stop(timeout=0)
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Stop every job and wait for threads and child processes to end."""

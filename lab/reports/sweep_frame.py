@@ -6,24 +6,36 @@
 from a sweep trained anywhere (``python -m lab sweep``, the Rank page, ``python -m lab submit``): each member's run
 folder holds its config and ``checkpoints/last.pt``, from which its model is rebuilt and read on the sweep's data
 (clean inputs for a generative task), with its last evaluation from its status.json. Both only read.
+
+A sweep folder may come from anywhere, so nothing a member's files ask for is built before it is checked: its model
+is first laid out on the ``meta`` device (no memory) and refused above :data:`MAX_PARAMETERS`; its checkpoint is
+opened memory-mapped with ``weights_only=True`` (the optimiser state it also holds is never read) and its tensors
+compared with that layout; only a member that passes is built, and only the weights are copied in.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
 
 from lab.analysis.rank_sweep import member_features, sweep_rank_metrics
-from lab.config import to_dict
-from lab.data.toy2d import ToyData
+from lab.config import ConfigError, ExperimentConfig, apply_overrides, to_dict
+from lab.data.toy2d import TOY_DATASETS, ToyData
 from lab.nn.mlp import ResidualMLP
-from lab.runs.store import CheckpointError, Run, RunFolderError, config_of_run
+from lab.runs.catalog import clean_status
+from lab.runs.store import Run, RunFolderError, config_of_run
 from lab.train.build import build_data, build_model, build_task
 from lab.train.ensemble import MODEL
 from lab.train.tasks import PixelTask
+
+MAX_MEMBERS = 64
+"""The most members a rank frame reads."""
+MAX_PARAMETERS = 20_000_000
+"""The most parameters a member's model may have to be read (a 32-block MLP 780 wide)."""
+MAX_POINTS_DATA = 16_384
+"""A toy sweep's data are drawn with at most this many samples for the frame (its first points are read)."""
 
 
 def rank_frame(models: Sequence[ResidualMLP], data: ToyData, *, names: Sequence[str], points: int = 512,
@@ -78,51 +90,78 @@ def rank_frame(models: Sequence[ResidualMLP], data: ToyData, *, names: Sequence[
     return frame
 
 
+def _member(run: Run) -> tuple[ExperimentConfig, dict[str, torch.Tensor]]:
+    """A member's config and its checkpoint's weights (memory-mapped), checked against the model the config asks
+    for before anything is built.
+
+    Raises:
+        LookupError: the member cannot be read (the message says why; it is left out).
+        ValueError: it is not a residual MLP (no member of such a sweep can be read).
+    """
+    try:
+        cfg = config_of_run(run)
+    except (RunFolderError, ConfigError, ValueError, TypeError) as err:
+        raise LookupError(f"{run.id}: no readable config ({err})") from None
+    if cfg.model.name != MODEL:
+        raise ValueError(f"{run.id} trains {cfg.model.name}; the rank views read sweeps of {MODEL} models")
+    with torch.device("meta"):  # the layout the config asks for, without its memory
+        layout = build_model(cfg).state_dict()
+    size = sum(t.numel() for t in layout.values())
+    if size > MAX_PARAMETERS:
+        raise LookupError(f"{run.id}: its model has {size:,} parameters; the rank views read members of at most "
+                          f"{MAX_PARAMETERS:,}")
+    path = run.checkpoint_path("last")
+    if not path.is_file() or path.is_symlink() or path.parent.is_symlink():
+        raise LookupError(f"{run.id}: no checkpoint yet")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as err:  # torch raises several types for corrupt or foreign files
+        raise LookupError(f"{run.id}: checkpoints/last.pt is not readable ({str(err).splitlines()[0][:80]})") from None
+    weights = state.get("model") if isinstance(state, dict) else None
+    if not isinstance(weights, dict) or set(weights) != set(layout) or any(
+            not isinstance(weights[k], torch.Tensor) or weights[k].shape != v.shape or weights[k].dtype != v.dtype
+            for k, v in layout.items()):
+        raise LookupError(f"{run.id}: its checkpoint does not hold the weights of the model its config describes")
+    return cfg, weights
+
+
 def checkpoint_rank_frame(runs: Sequence[Run]) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The ``rank`` frame of the members ``runs`` as their last checkpoints left them.
+    """The ``rank`` frame of the members ``runs`` as their last checkpoints left them (at most :data:`MAX_MEMBERS`).
 
     Returns:
-        The frame (``step`` is the newest member's) and the ids of the members left out: no readable config or
-        checkpoint yet (a queued member), or a checkpoint that does not fit its config.
+        The frame (``step`` is the newest member's) and, for each member left out, why: no readable config or
+        checkpoint yet (a queued member), a model over :data:`MAX_PARAMETERS`, or a checkpoint that does not fit
+        its config.
 
     Raises:
         ValueError: fewer than two members with a checkpoint, members that are not residual MLPs, or members of
             different data (a frame's members share their inputs).
     """
-    members: list[tuple[Run, Any, dict[str, Any]]] = []
-    left_out = []
-    for run in runs:
+    members: list[tuple[Run, ExperimentConfig, dict[str, torch.Tensor]]] = []
+    left_out = [f"{run.id}: past the first {MAX_MEMBERS} members" for run in runs[MAX_MEMBERS:]]
+    for run in runs[:MAX_MEMBERS]:
         try:
-            cfg = config_of_run(run)
-            state = run.load_checkpoint("last")
-        except (RunFolderError, CheckpointError, ValueError):
-            left_out.append(run.id)
-            continue
-        if cfg.model.name != MODEL:
-            raise ValueError(f"{run.id} trains {cfg.model.name}; the rank views read sweeps of {MODEL} models")
-        members.append((run, cfg, state))
+            members.append((run, *_member(run)))
+        except LookupError as err:
+            left_out.append(str(err))
     if len(members) < 2:
-        raise ValueError(f"{len(members)} member(s) with a checkpoint; the rank views compare two or more")
+        raise ValueError(f"{len(members)} member(s) with a checkpoint that fits; the rank views compare two or more")
     data_settings = {repr(to_dict(cfg.data)) for _, cfg, _ in members}
     if len(data_settings) > 1:
         raise ValueError("the members train on different data; a rank frame reads every member on the same inputs")
     cfg0 = members[0][1]
+    if cfg0.data.name in TOY_DATASETS and cfg0.data.n > MAX_POINTS_DATA:
+        cfg0 = apply_overrides(cfg0, {"data.n": MAX_POINTS_DATA})
     data = build_data(cfg0)
-    models, kept = [], []
-    for run, cfg, state in members:
+    models = []
+    for _, cfg, weights in members:
         model = build_model(cfg, data)
-        try:
-            model.load_state_dict(state["model"])
-        except (KeyError, RuntimeError):
-            left_out.append(run.id)
-            continue
+        model.load_state_dict(weights)  # checked to fit: the weights alone are copied in
         models.append(model)
-        kept.append(run)
-    if len(models) < 2:
-        raise ValueError(f"{len(models)} member(s) with a checkpoint that fits; the rank views compare two or more")
-    statuses = [run.read_status() for run in kept]
+    kept = [run for run, _, _ in members]
+    statuses = [clean_status(run.read_status())[0] for run in kept]
     frame = rank_frame(models, data, names=[run.id for run in kept],
-                       diverged=[s.get("state") == "diverged" for s in statuses],
-                       evals=[(s.get("metrics") or {}, int(s.get("step") or 0)) for s in statuses],
-                       step=max(int(s.get("step") or 0) for s in statuses), task=build_task(cfg0, data))
+                       diverged=[s["state"] == "diverged" for s in statuses],
+                       evals=[(s["metrics"], s["step"] or 0) for s in statuses],
+                       step=max(s["step"] or 0 for s in statuses), task=build_task(cfg0, data))
     return frame, left_out

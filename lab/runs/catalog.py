@@ -48,6 +48,8 @@ RUN_ENTRIES = (*RUN_MARKERS, layout.FIGURES, layout.SNAPSHOTS, layout.SWEEP)
 STALE_AFTER_S = 120.0
 """A running run whose heartbeat is older than this is marked stale (its writer may have died)."""
 ALIVE = ("queued", "running", "paused")
+MAX_STATE, MAX_MESSAGE = 40, 4000
+"""The most characters of a status's state and message a listing keeps (a foreign status.json may hold more)."""
 _NOT_METRICS = ("step", "epoch", "time", "kind")
 Signature = tuple[int, int, int]
 
@@ -208,8 +210,14 @@ def clean_status(raw: Any) -> tuple[dict[str, Any], list[str]]:
     if not isinstance(state, str) or not state:
         problems.append("status.json has no state")
         state = "unknown"
+    elif len(state) > MAX_STATE:
+        problems.append(f"status.json's state is {len(state)} characters long (shortened)")
+        state = state[:MAX_STATE] + "…"
+    message = str(raw.get("message") or "")
+    if len(message) > MAX_MESSAGE:
+        message = message[:MAX_MESSAGE] + f"… ({len(message) - MAX_MESSAGE} more characters)"
     metrics = raw.get("metrics") if isinstance(raw.get("metrics"), dict) else {}
-    status = {**raw, "state": state, "message": str(raw.get("message") or ""),
+    status = {**raw, "state": state, "message": message,
               "step": _int(raw.get("step")), "epoch": _int(raw.get("epoch")),
               "total_steps": _int(raw.get("total_steps")), "heartbeat": _number(raw.get("heartbeat")),
               "metrics": {k: v for k, v in ((k, _number(v)) for k, v in metrics.items()) if v is not None}}

@@ -127,9 +127,11 @@ class JobFollower(pn.viewable.Viewer):
         self._ensure_polling()
 
     def stop(self) -> None:
-        """Stop the followed job (its run folder stays on disk) and show its final state."""
+        """Ask the followed job to stop (its run folder stays on disk) without waiting for it: a run in the middle of
+        a long evaluation ends it first, and no session waits meanwhile; the status line follows it to its end."""
         if self.job is not None:
-            self.job.stop()
+            self.job.stop(timeout=0)
+            self._ensure_polling()
             self.poll()
 
     def forget(self) -> None:

@@ -3,6 +3,7 @@
 import time
 
 from lab.config import ExperimentConfig, apply_overrides
+from lab.train.core import Callback
 
 
 def tiny(**overrides) -> ExperimentConfig:
@@ -19,3 +20,22 @@ def wait_for(predicate, timeout: float = 60.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+class StuckStep(Callback):
+    """A training callback whose step ``at`` never ends in time (a long evaluation): it sleeps ``seconds``, first
+    making its process ignore SIGTERM when ``deaf`` (as native code that holds the process would), and creating the
+    file ``marker`` once stuck."""
+
+    def __init__(self, marker: str, at: int = 3, seconds: float = 120.0, deaf: bool = False) -> None:
+        self.marker, self.at, self.seconds, self.deaf = marker, at, seconds, deaf
+
+    def on_step_end(self, trainer, loss) -> None:
+        if trainer.step == self.at:
+            if self.deaf:  # signal.signal works in the main thread only; the C library's call works here too
+                import ctypes
+                import signal
+
+                ctypes.CDLL(None).signal(int(signal.SIGTERM), ctypes.c_void_p(1))  # SIG_IGN
+            open(self.marker, "w").close()  # noqa: SIM115
+            time.sleep(self.seconds)

@@ -13,7 +13,7 @@ import pytest
 from lab.jobs.child import ChildJob
 from lab.jobs.manager import JobManager
 from lab.runs.store import Run
-from tests.jobs.helpers import tiny, wait_for
+from tests.jobs.helpers import StuckStep, tiny, wait_for
 
 pytestmark = pytest.mark.slow  # the fork server imports the lab once per test process
 
@@ -161,3 +161,22 @@ def test_a_child_stops_when_its_server_dies(tmp_path):
     finally:
         server.kill()
     assert Run(Path(run_path)).read_status()["state"] == "stopped"
+
+
+@pytest.mark.parametrize("deaf", [False, True], ids=["stuck", "deaf-to-SIGTERM"])
+def test_a_stop_during_a_long_step_returns_at_once_escalates_and_is_recorded_stopped(manager, deaf, tmp_path):
+    """Reset during a long evaluation: the session does not wait; the child gets its grace period, then SIGTERM,
+    then SIGKILL (which a child ignoring SIGTERM needs), and the run is recorded stopped, as the user asked."""
+    stuck = tmp_path / "stuck"
+    job = manager.start_thread(tiny(**LONG), disk_every_s=0, callbacks=(StuckStep(str(stuck), deaf=deaf),))
+    assert wait_for(stuck.exists, timeout=60), job.status()
+    start = time.monotonic()
+    job.stop(timeout=0, grace=1.0)
+    assert time.monotonic() - start < 0.5, "the caller does not wait"
+    assert job.stopping and manager.training() == [], "a job that is ending holds no slot"
+    assert wait_for(lambda: not job.is_alive(), timeout=10), job.status()
+    status = job.status()
+    signal_name = "SIGKILL" if deaf else "SIGTERM"
+    assert status["state"] == "stopped" and f"ended by {signal_name}" in status["message"], status
+    assert status["returncode"] == (-9 if deaf else -15)
+    assert job.run.read_status()["state"] == "stopped", "recorded in the run folder"

@@ -18,9 +18,10 @@ def test_bound_on_concurrent_jobs_and_owner_release(tmp_path):
         manager.start_thread(tiny())
     assert a.run.id in str(busy.value) and b.run.id in str(busy.value)  # the user can find them
     b.keep = True
-    manager.release_owner("s1")
+    manager.release_owner("s1")  # asks, without waiting (it runs on the server's event loop)
     manager.release_owner("s2")
-    assert not a.is_alive() and b.is_alive()
+    assert a.stopping or not a.is_alive()
+    assert wait_for(lambda: not a.is_alive()) and b.is_alive()
     c = manager.start_thread(tiny(), paused=True)  # a slot freed up
     manager.shutdown()
     assert not b.is_alive() and not c.is_alive()

@@ -224,6 +224,6 @@ def test_the_manager_counts_a_sweep_as_one_job(tmp_path):
     split = manager.start_sweep(plan_sweep(CONFIG, [*SMALL, ALPHAS, "model.depth=2,3"]), group=1, paused=True)
     assert [config_of_run(r).model.depth for r in split.runs] == [3, 3, 3]
     manager.release_owner("tab")
-    assert not sweep.is_alive() and sweep.status()["state"] == "stopped"
+    assert sweep.wait(60)["state"] == "stopped"
     manager.shutdown()
     assert manager.active() == []

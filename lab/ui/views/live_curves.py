@@ -17,6 +17,7 @@ from bokeh.models import ColumnDataSource, Legend, Range1d
 from bokeh.plotting import figure
 
 from lab.ui.views.ranges import finite_range, set_range
+from lab.ui.views.thinned import Thinned
 from lab.viz.palette import BLUE, ORANGE
 
 # (figure, record kind, record field, legend label, colour)
@@ -49,6 +50,7 @@ class LiveCurves:
                                x_range=Range1d(0, 1), y_range=Range1d(0.0, 1.02), frame_width=width,
                                frame_height=height, tools=tools)}
         self.sources: dict[tuple[str, str], ColumnDataSource] = {}
+        self._curves: dict[tuple[str, str], Thinned] = {}  # each source, its points bounded
         self._extent: dict[str, tuple[float, float]] = {}  # running (min, max) of each figure's steps, of losses
         items: dict[str, list[tuple[str, list]]] = {name: [] for name in self.figures}
         for fig, kind, field, label, color in _LINES:
@@ -59,6 +61,7 @@ class LiveCurves:
                 renderers.append(self.figures[fig].scatter("step", "value", source=source, color=color, size=6))
             items[fig].append((label, renderers))
             self.sources[(kind, field)] = source
+            self._curves[(kind, field)] = Thinned(source)
         for name, fig in self.figures.items():  # beside the plot, where it hides no new point
             fig.add_layout(Legend(items=items[name], location="top_left", background_fill_alpha=0.0), "right")
         self.pane = pn.Row(*(pn.pane.Bokeh(f) for f in self.figures.values()))
@@ -67,19 +70,20 @@ class LiveCurves:
         """Forget every point (a new run)."""
         self._extent.clear()
         with pn.io.unlocked():  # a widget callback runs without the document lock
-            for source in self.sources.values():
-                source.data = _empty()
+            for curve in self._curves.values():
+                curve.clear()
             for fig in self.figures.values():
                 fig.x_range.update(start=0, end=1)
 
     def extend(self, records: Sequence[dict[str, Any]]) -> None:
-        """Append the points of ``records`` (any mix of kinds; records without a field are skipped)."""
+        """Append the points of ``records`` (any mix of kinds; records without a field are skipped); a curve keeps
+        at most :data:`~lab.ui.views.thinned.MAX_POINTS`, evenly thinned."""
         with pn.io.unlocked():
             for (kind, field), source in self.sources.items():
                 pts = [(r["step"], r[field]) for r in records if r.get("kind") == kind and field in r]
                 if pts:
                     steps, values = zip(*pts, strict=True)
-                    source.stream({"step": list(steps), "value": list(values)})
+                    self._curves[(kind, field)].stream(steps, values)
                     name = source.name.split(":")[0]
                     self._grow(f"{name} steps", steps)
                     if name == "loss":

@@ -22,6 +22,7 @@ from bokeh.plotting import figure
 from lab.ui.text import md
 from lab.ui.views.live_curves import LiveCurves
 from lab.ui.views.ranges import finite_range, set_range
+from lab.ui.views.thinned import Thinned
 from lab.viz.palette import BLUE, ORANGE
 
 COLUMNS = ("run", "model", "state", "progress", "metrics", "heartbeat", "problems")
@@ -149,6 +150,7 @@ class SeriesFigure:
         self.legend = Legend(items=[], location="top_left", background_fill_alpha=0.0)
         self.figure.add_layout(self.legend, "right")
         self.sources: dict[tuple[str, str], ColumnDataSource] = {}
+        self._curves: dict[tuple[str, str], Thinned] = {}  # each source, its points bounded
         self._x = self._y = (math.inf, -math.inf)
         self.pane = pn.pane.Bokeh(self.figure)
 
@@ -171,6 +173,7 @@ class SeriesFigure:
                 renderers.append(self.figure.scatter("step", "value", source=source, color=color, size=6, name=label))
             self.legend.items = [*self.legend.items, LegendItem(label=label, renderers=renderers)]
             self.sources[key] = source
+            self._curves[key] = Thinned(source)
         return self.sources[key]
 
     def extend(self, records: Sequence[dict[str, Any]]) -> None:
@@ -191,7 +194,7 @@ class SeriesFigure:
             for (kind, field), (xs, ys) in points.items():
                 source = self._source(kind, field)
                 if source is not None:
-                    source.stream({"step": xs, "value": ys})
+                    self._curves[(kind, field)].stream(xs, ys)
                     self._x = (min(self._x[0], *xs), max(self._x[1], *xs))
                     self._y = (min(self._y[0], *ys), max(self._y[1], *ys))
             self._fit()
@@ -206,8 +209,8 @@ class SeriesFigure:
         """Forget every point (its lines stay, empty, for the next run's fields of the same names)."""
         self._x = self._y = (math.inf, -math.inf)
         with pn.io.unlocked():
-            for source in self.sources.values():
-                source.data = {"step": [], "value": []}
+            for curve in self._curves.values():
+                curve.clear()
             self.figure.x_range.update(start=0, end=1)
 
     def points(self) -> dict[str, int]:
