@@ -320,7 +320,7 @@ class TrainConfig:
                           doc="loader engine, diffusion: the sampler of that grid: on the VP-SDE ode = probability "
                               "flow (the reference's training grids), sde = Euler-Maruyama (steadier for an "
                               "undertrained model); on the discrete schedule dpm_solver (DPM-Solver++)")
-    sample_steps: int = _field(50, lo=1, doc="loader engine, diffusion: steps of that sampler (50, as the "
+    sample_steps: int = _field(50, lo=1, hi=10_000, doc="loader engine, diffusion: steps of that sampler (50, as the "
                                              "reference's training grids)")
     fd_samples: int = _field(0, lo=0, hi=50_000, doc="loader engine, diffusion of digits: digits-FD of this many "
                                                      "samples (that sampler and steps) against the training digits "

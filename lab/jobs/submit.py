@@ -252,6 +252,9 @@ def submit_sweep(plan: SweepPlan, store: RunStore, resources: Resources) -> Subm
     """
     check_resources(plan, resources)
     folder, runs = create_sweep(plan, store, waiting="waiting for its cluster job")
+    # submitit keeps each job's pickled callable there, which the job unpickles as the submitter: in a shared runs
+    # folder nobody else may read or write them (the folder is new: mkdir refuses anything already in its place)
+    (folder.path / layout.JOBS).mkdir(mode=0o700)
     executor = submitit.AutoExecutor(folder=folder.path / layout.JOBS, cluster=resources.executor)
     executor.update_parameters(**resources.parameters(plan.name))
     try:

@@ -18,7 +18,8 @@ appended to ``<run>/analysis/fid.json``; earlier ones stay.
 
 from __future__ import annotations
 
-import json
+import itertools
+import os
 import tempfile
 import time
 from collections.abc import Iterator
@@ -33,7 +34,8 @@ from lab.analysis.frechet import frechet_distance, to_pixels
 from lab.config import ExperimentConfig
 from lab.data.formats import IMAGE_SUFFIXES, read_images
 from lab.runs import layout
-from lab.runs.store import Run, atomic_write_json, config_of_run
+from lab.runs.entries import LIMITS, read_json
+from lab.runs.store import Run, atomic_write_json, config_of_run, load_problem
 from lab.train.build import pixel_scale, raw_images
 from lab.train.core import resolve_device
 
@@ -106,12 +108,16 @@ def inception_features(weights: str | Path | None) -> InceptionPixels:
                          f"{INCEPTION_WEIGHTS}; a model of the digits is measured without them by --features "
                          "digits-classifier (digits-FD)")
     path = Path(weights).expanduser()
+    if path.is_dir():
+        raise ValueError(f"Inception weights {str(path)!r} name a folder; give the weights file itself "
+                         f"({INCEPTION_WEIGHTS})")
     if not path.is_file():
         raise FileNotFoundError(f"Inception weights {str(path)!r} do not exist ({INCEPTION_WEIGHTS})")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # pickle errors, truncated zip archives, foreign objects: all say the same
-        raise ValueError(f"Inception weights {str(path)!r} are not a readable state dict ({err})") from None
+        raise ValueError(f"Inception weights {str(path)!r} are not a readable state dict ({load_problem(err)})") \
+            from None
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
         raise ValueError(f"Inception weights {str(path)!r} hold no state dict of tensors")
     from torchmetrics.image.fid import NoTrainInceptionV3
@@ -134,10 +140,10 @@ def read_measurements(run: Run) -> list[dict[str, Any]]:
         ValueError: the file exists but cannot be read (it is left as it is).
     """
     path = run.path / layout.ANALYSIS / FID_FILE
-    if not path.exists():
+    if not os.path.lexists(path):
         return []
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path, LIMITS["analysis"])
         measurements = data["measurements"]
         if not isinstance(measurements, list):
             raise TypeError("measurements is not a list")
@@ -182,13 +188,14 @@ def fid_report(run: Run, *, reference: str = "digits", features: str = "digits-c
         FileNotFoundError: a reference folder or weights file that does not exist.
         CheckpointError: the checkpoint is missing or corrupt.
     """
-    from lab.reports.samples import draw_samples
+    from lab.reports.samples import check_request, sample_batches
 
     if features not in FEATURES:
         raise ValueError(f"unknown features {features!r}; valid: {', '.join(FEATURES)}")
     if num < 2 or (reference_limit is not None and reference_limit < 2):
         raise ValueError(f"a Fréchet distance needs at least 2 images on each side; got num={num}, "
                          f"reference_limit={reference_limit}")
+    check_request(num, steps or 1, guidance, batch_size)
     earlier = read_measurements(run)  # an unreadable file stops the command before any work, and stays
     try:
         dev = resolve_device(device)
@@ -206,9 +213,10 @@ def fid_report(run: Run, *, reference: str = "digits", features: str = "digits-c
     steps = steps or cfg.train.sample_steps
     extra: dict[str, Any] = {}
     extractor = inception_features(inception_weights) if features == "inception" else None  # before the sampling
-    drawn = draw_samples(run, num=num, steps=steps, sampler=sampler, guidance=guidance, checkpoint=checkpoint,
-                         ema=ema, seed=seed, batch_size=batch_size, device=device, progress=progress)
-    channels, size = drawn.images.shape[1], drawn.images.shape[-1]
+    drawn = sample_batches(run, num=num, steps=steps, sampler=sampler, guidance=guidance, checkpoint=checkpoint,
+                           ema=ema, seed=seed, batch_size=batch_size, device=device, progress=progress)
+    first = next(drawn.batches)  # the samples' shape: the extractor and the reference follow it
+    channels, size = first.shape[1], first.shape[-1]
     if features == "digits-classifier":
         if channels != 1:
             raise ValueError(f"digits-FD reads grey images; this run draws {channels} channels: use --features "
@@ -218,15 +226,16 @@ def fid_report(run: Run, *, reference: str = "digits", features: str = "digits-c
         extractor = digits_classifier(size)
         extra["classifier_accuracy"] = extractor.test_accuracy
     real = reference_pixels(cfg, reference, channels, size, reference_limit)
-    fake = to_pixels(drawn.images, *pixel_scale(cfg))
-    with tqdm(total=len(real) + len(fake), desc=f"{METRICS[features]} features", unit="img",
+    scale = pixel_scale(cfg)
+    with tqdm(total=len(real) + num, desc=f"{METRICS[features]} features", unit="img",
               disable=not progress, dynamic_ncols=True) as bar:
-        def tracked(part: Tensor) -> Iterator[Tensor]:
-            for batch in part.split(batch_size):
+        def tracked(batches: Iterator[Tensor]) -> Iterator[Tensor]:
+            for batch in batches:
                 yield batch
                 bar.update(len(batch))
 
-        value = frechet_distance(extractor, tracked(real), tracked(fake), device=dev)
+        fake = (to_pixels(b, *scale) for b in itertools.chain([first], drawn.batches))  # drawn as they are measured
+        value = frechet_distance(extractor, tracked(real.split(batch_size)), tracked(fake), device=dev)
     measurement = {"metric": METRICS[features], "value": value, "features": features,
                    "reference": reference if reference == "digits" else str(Path(reference).expanduser().resolve()),
                    "reference_images": len(real), "num": num, "step": drawn.step, "sampler": drawn.sampler,

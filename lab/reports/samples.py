@@ -3,11 +3,21 @@
 The model is rebuilt from the run's config and loaded from a checkpoint (``weights_only=True``), with the weights'
 moving average when the run kept one (as U-ViT samples with its EMA model). The initial noise comes from ``seed``,
 so the same command gives the same samples, and two checkpoints of a run can be compared on the same noise.
+
+Requests are bounded before anything is drawn (:func:`check_request`: at most :data:`MAX_SAMPLES` samples,
+:data:`MAX_STEPS` sampler steps, a finite guidance scale), the refusal saying what the request would cost; samples
+are drawn a batch at a time (:func:`sample_batches`) and written to disk as they come, so a large request never
+holds them all in memory.
 """
 
 from __future__ import annotations
 
-import io
+import contextlib
+import math
+import os
+import tempfile
+import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -19,10 +29,66 @@ from lab.config import ExperimentConfig
 from lab.nn.diffusion import SCHEDULE_SAMPLERS
 from lab.reports.alignment import load_trained
 from lab.runs import layout
+from lab.runs.entries import size_text
 from lab.runs.store import Run, atomic_write_bytes, config_of_run
 from lab.train.build import sample_decoder
 from lab.train.core import resolve_device
 from lab.train.pretrain_eval import grid_png
+
+MAX_SAMPLES = 100_000
+"""The most samples one command draws (the reference's FID takes 50,000)."""
+MAX_STEPS = 10_000
+"""The most sampler steps (the reference's Euler–Maruyama FID sampler takes 1,000)."""
+MAX_GUIDANCE = 100.0
+"""The largest classifier-free guidance scale (useful scales are a few units)."""
+MAX_BATCH = 8192
+GRID_MAX = 256
+"""The sample grid shows at most this many samples (the first ones)."""
+
+
+def check_request(num: int, steps: int, guidance: float, batch_size: int,
+                  image_shape: tuple[int, ...] | None = None) -> None:
+    """Refuse a sampling request out of bounds, saying what it would cost.
+
+    Args:
+        num, steps, guidance, batch_size: the request.
+        image_shape: ``(C, H, W)`` of one sample, to name the request's size.
+
+    Raises:
+        ValueError: a count below 1 or above its bound, or a guidance scale that is negative, not finite or above
+            :data:`MAX_GUIDANCE`.
+    """
+    problems = []
+    if num < 1 or steps < 1 or batch_size < 1:
+        problems.append(f"num, steps and batch_size must be at least 1 (got num={num}, steps={steps}, "
+                        f"batch_size={batch_size})")
+    if num > MAX_SAMPLES:
+        cost = ""
+        if image_shape is not None:
+            pixels = math.prod(image_shape)
+            cost = (f": {num:,} samples of {' × '.join(map(str, image_shape))} values would take "
+                    f"{size_text(4 * pixels * num)} on disk and {num * steps:,} network evaluations")
+        problems.append(f"--num {num:,} is more than the {MAX_SAMPLES:,} samples one command draws{cost}")
+    if steps > MAX_STEPS:
+        problems.append(f"--steps {steps:,} is more than the {MAX_STEPS:,} sampler steps allowed (the reference's "
+                        f"FID sampler takes 1,000; {num:,} samples would take {num * steps:,} network evaluations)")
+    if not math.isfinite(guidance) or not 0 <= guidance <= MAX_GUIDANCE:
+        problems.append(f"--guidance must be a finite scale from 0 to {MAX_GUIDANCE:g}; got {guidance}")
+    if batch_size > MAX_BATCH:
+        problems.append(f"--batch-size {batch_size:,} is more than {MAX_BATCH:,}")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+class Sampling(NamedTuple):
+    """A sampling of a diffusion run's checkpoint, drawn a batch at a time (:func:`sample_batches`)."""
+
+    batches: Iterator[torch.Tensor]  # [n, C, H, W] float32 on the CPU, in the training data's scale (decoded)
+    labels: torch.Tensor | None  # [num] the classes asked for, None for an unconditional model
+    config: ExperimentConfig  # the run's
+    step: int  # the checkpoint's
+    weights: str  # "ema" or "model"
+    sampler: str  # the sampler that draws them
 
 
 class Drawn(NamedTuple):
@@ -36,10 +102,11 @@ class Drawn(NamedTuple):
     sampler: str  # the sampler that drew them
 
 
-def draw_samples(run: Run, *, num: int = 64, steps: int = 50, sampler: str | None = None, guidance: float = 0.0,
-                 checkpoint: str = "last", ema: bool | None = None, seed: int = 0, batch_size: int = 256,
-                 device: str = "auto", progress: bool = True) -> Drawn:
-    """Draw ``num`` samples from a diffusion run's checkpoint.
+def sample_batches(run: Run, *, num: int = 64, steps: int = 50, sampler: str | None = None, guidance: float = 0.0,
+                   checkpoint: str = "last", ema: bool | None = None, seed: int = 0, batch_size: int = 256,
+                   device: str = "auto", progress: bool = True) -> Sampling:
+    """Draw ``num`` samples from a diffusion run's checkpoint, ``batch_size`` at a time (the batches are drawn as
+    they are iterated; the request is checked, and the model loaded, before).
 
     Args:
         run: a run of ``train.task=diffusion``.
@@ -56,12 +123,10 @@ def draw_samples(run: Run, *, num: int = 64, steps: int = 50, sampler: str | Non
         progress: show a progress bar.
 
     Raises:
-        ValueError: not a diffusion run, or a setting out of range.
+        ValueError: not a diffusion run, or a setting out of range (:func:`check_request`).
         CheckpointError: the checkpoint is missing, corrupt, or has no moving average when ``ema=True``.
     """
-    if num < 1 or steps < 1 or batch_size < 1 or guidance < 0:
-        raise ValueError(f"need num, steps and batch_size >= 1 and guidance >= 0; got num={num}, steps={steps}, "
-                         f"batch_size={batch_size}, guidance={guidance}")
+    check_request(min(num, MAX_SAMPLES), steps, guidance, batch_size)
     cfg = config_of_run(run)
     if cfg.train.task != "diffusion":
         raise ValueError(f"{run.path.name} trained train.task={cfg.train.task}: only diffusion runs sample images")
@@ -80,42 +145,83 @@ def draw_samples(run: Run, *, num: int = 64, steps: int = 50, sampler: str | Non
     if guidance and (not model.conditional or model.net.null_class is None):
         raise ValueError("--guidance needs a class-conditional run trained with label dropout (model.num_classes "
                          "> 0, model.p_uncond > 0)")
+    check_request(num, steps, guidance, batch_size, model.image_shape)  # its size named
     model.to(dev)
     decode = sample_decoder(cfg)  # latents back to images; None for a model of pixels
-    generator = torch.Generator(device=dev).manual_seed(seed)
     labels = (torch.arange(num) % model.net.num_classes) if model.conditional else None
-    chunks = []
-    with tqdm(total=num, desc="sampling", unit="img", disable=not progress, dynamic_ncols=True) as bar:
-        for start in range(0, num, batch_size):
-            n = min(batch_size, num - start)
-            y = labels[start:start + n].to(dev) if labels is not None else None
-            drawn = model.sample(n, steps=steps, sampler=sampler, y=y, guidance=guidance, generator=generator,
-                                 device=dev)
-            chunks.append((decode(drawn) if decode is not None else drawn).float().cpu())
-            bar.update(n)
-    return Drawn(torch.cat(chunks), labels, cfg, step, weights, sampler)
+
+    def batches() -> Iterator[torch.Tensor]:
+        generator = torch.Generator(device=dev).manual_seed(seed)
+        with tqdm(total=num, desc="sampling", unit="img", disable=not progress, dynamic_ncols=True) as bar:
+            for start in range(0, num, batch_size):
+                n = min(batch_size, num - start)
+                y = labels[start:start + n].to(dev) if labels is not None else None
+                drawn = model.sample(n, steps=steps, sampler=sampler, y=y, guidance=guidance, generator=generator,
+                                     device=dev)
+                yield (decode(drawn) if decode is not None else drawn).float().cpu()
+                bar.update(n)
+
+    return Sampling(batches(), labels, cfg, step, weights, sampler)
+
+
+def draw_samples(run: Run, **kwargs: Any) -> Drawn:
+    """:func:`sample_batches` (its arguments) drawn whole, in memory."""
+    sampling = sample_batches(run, **kwargs)
+    return Drawn(torch.cat(list(sampling.batches)), *sampling[1:])
+
+
+def _write_npz(path: Path, batches: Iterator[torch.Tensor], num: int, labels: np.ndarray) -> np.ndarray:
+    """Write ``samples`` (the ``num`` samples of ``batches``, as they come) and ``labels`` into the ``.npz`` file
+    ``path`` (deflated, as :func:`numpy.savez_compressed`; written to a temp file, then moved into place); returns
+    the first :data:`GRID_MAX` samples."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    first: list[np.ndarray] = []
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
+            with zf.open("samples.npy", "w", force_zip64=True) as f:
+                header = False
+                for batch in batches:
+                    array = np.ascontiguousarray(batch.numpy(), dtype=np.float32)
+                    if not header:
+                        np.lib.format.write_array_header_2_0(f, {"descr": np.lib.format.dtype_to_descr(array.dtype),
+                                                                 "fortran_order": False,
+                                                                 "shape": (num, *array.shape[1:])})
+                        header = True
+                    f.write(array.tobytes())
+                    if sum(len(a) for a in first) < GRID_MAX:
+                        first.append(array[:GRID_MAX - sum(len(a) for a in first)])
+            with zf.open("labels.npy", "w") as f:
+                np.lib.format.write_array(f, labels, allow_pickle=False)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return np.concatenate(first)
 
 
 def sample_report(run: Run, *, num: int = 64, steps: int = 50, sampler: str | None = None, guidance: float = 0.0,
                   checkpoint: str = "last", ema: bool | None = None, seed: int = 0, batch_size: int = 256,
                   device: str = "auto", progress: bool = True) -> dict[str, Any]:
-    """:func:`draw_samples` (its arguments), written as ``analysis/samples-<step>-<settings>.png`` and ``.npz``.
+    """:func:`sample_batches` (its arguments), written as ``analysis/samples-<step>-<settings>.png`` (a grid of the
+    first :data:`GRID_MAX`) and ``.npz`` (every sample, written batch by batch).
 
     Returns:
         ``{"png", "npz"}`` paths and the settings: ``step``, ``num``, ``steps``, ``sampler``, ``guidance``,
         ``weights``, ``seed``. The ``.npz`` holds ``samples [num, C, H, W]`` float32 in the training data's scale
         (standardised as the model saw it) and ``labels [num]`` (−1 for an unconditional model).
     """
-    drawn = draw_samples(run, num=num, steps=steps, sampler=sampler, guidance=guidance, checkpoint=checkpoint,
-                         ema=ema, seed=seed, batch_size=batch_size, device=device, progress=progress)
+    drawn = sample_batches(run, num=num, steps=steps, sampler=sampler, guidance=guidance, checkpoint=checkpoint,
+                           ema=ema, seed=seed, batch_size=batch_size, device=device, progress=progress)
     settings = f"{drawn.sampler}{steps}" + (f"-w{guidance:g}" if guidance else "") + f"-{drawn.weights}-seed{seed}"
     folder = run.path / layout.ANALYSIS
+    folder.mkdir(exist_ok=True)
     png, npz = (folder / f"samples-{drawn.step}-{settings}.{ext}" for ext in ("png", "npz"))
-    atomic_write_bytes(png, grid_png(drawn.images))
-    buffer = io.BytesIO()
     labels = drawn.labels if drawn.labels is not None else torch.full((num,), -1)
-    np.savez_compressed(buffer, samples=drawn.images.numpy(), labels=labels.numpy())
-    atomic_write_bytes(npz, buffer.getvalue())
+    first = _write_npz(npz, drawn.batches, num, labels.numpy())
+    atomic_write_bytes(png, grid_png(torch.from_numpy(first)))
     return {"png": png, "npz": npz, "step": drawn.step, "num": num, "steps": steps, "sampler": drawn.sampler,
             "guidance": guidance, "weights": drawn.weights, "seed": seed}
 

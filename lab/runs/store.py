@@ -152,7 +152,7 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def _load_problem(err: Exception) -> str:
+def load_problem(err: Exception) -> str:
     """What was wrong with a file ``torch.load(weights_only=True)`` refused, in one line and without torch's advice
     to load it with ``weights_only=False``: that would run whatever code the file carries."""
     text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
@@ -368,7 +368,7 @@ class Run:
         try:
             state = torch.load(path, map_location=map_location, weights_only=True)
         except Exception as err:  # torch raises several types for corrupt files
-            raise CheckpointError(f"checkpoint {path} is corrupt or not a lab checkpoint ({_load_problem(err)})") \
+            raise CheckpointError(f"checkpoint {path} is corrupt or not a lab checkpoint ({load_problem(err)})") \
                 from None
         if not isinstance(state, dict):
             raise CheckpointError(f"checkpoint {path} does not hold a state dict")

@@ -27,6 +27,9 @@ def test_a_two_member_sweep_runs_as_local_jobs_and_a_preempted_member_resumes_ex
     plan = plan_sweep(config, ["train.seed=0,1"], ensemble=False)
     sweep = submit_sweep(plan, RunStore(tmp_path / "runs"), Resources("local"))
     run = sweep.runs[0]
+    # the jobs' pickles are the submitter's alone: nobody else with access to the shared runs folder reads or
+    # replaces the code a job runs
+    assert (sweep.folder.path / "jobs").stat().st_mode & 0o777 == 0o700
 
     def training_at(step: int) -> bool:
         status = run.read_status()

@@ -79,12 +79,17 @@ def test_lab_fid_appends_digits_fd_measurements(diffusion_runs, tmp_path, capsys
     ("uncond", ["--reference", "nowhere", "--features", "digits-classifier"], "'nowhere' does not exist"),
     ("uncond", ["--reference", "digits"], "pass --inception-weights PATH, torch-fidelity's weights-inception"),
     ("uncond", ["--reference", "digits", "--inception-weights", "missing.pth"], "do not exist"),
+    ("uncond", ["--reference", "digits", "--inception-weights", "configs"], "name a folder; give the weights file"),
+    ("uncond", ["--reference", "digits", "--features", "digits-classifier", "--num", "1000000000"],
+     "is more than the 100,000 samples one command draws"),
+    ("uncond", ["--reference", "digits", "--features", "digits-classifier", "--guidance", "nan"],
+     "--guidance must be a finite scale"),
 ])
 def test_lab_fid_refuses_clearly(diffusion_runs, capsys, which, args, message):
     run = diffusion_runs[which]
     measurements = run / "analysis" / "fid.json"
     before = measurements.read_bytes() if measurements.exists() else None
-    assert main(["fid", str(run), *args, "--num", "4", "--steps", "1", "--no-progress"]) == 2
+    assert main(["fid", str(run), "--num", "4", "--steps", "1", *args, "--no-progress"]) == 2
     assert message in capsys.readouterr().err
     assert (measurements.read_bytes() if measurements.exists() else None) == before
 
@@ -120,4 +125,5 @@ def test_lab_fid_measures_in_the_inception_of_a_local_weights_file(diffusion_run
     for bad, message in (("list.pth", "hold no state dict"), ("module.pth", "not a readable state dict")):
         assert main(["fid", str(run), "--reference", "digits", "--inception-weights", str(tmp_path / bad),
                      "--num", "4", "--steps", "1", "--no-progress"]) == 2
-        assert message in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert message in err and "weights_only=False" not in err, "never the advice to unpickle it whole"

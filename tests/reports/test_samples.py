@@ -35,7 +35,15 @@ def test_a_conditional_run_samples_its_classes_with_guidance(diffusion_runs):
 
 @pytest.mark.parametrize(("which", "args", "message"), [
     ("uncond", ["--guidance", "1"], "needs a class-conditional run"),
-    ("uncond", ["--num", "0"], "need num, steps and batch_size >= 1"),
+    ("uncond", ["--num", "0"], "num, steps and batch_size must be at least 1"),
+    # unbounded requests: refused with what they would cost, before anything is drawn or written
+    ("uncond", ["--num", "1000000000"], "--num 1,000,000,000 is more than the 100,000 samples one command draws: "
+                                        "1,000,000,000 samples of 1 × 8 × 8 values would take 256.0 GB on disk"),
+    ("cond", ["--num", "1000000000"], "would take 256.0 GB on disk"),
+    ("uncond", ["--steps", "100000"], "--steps 100,000 is more than the 10,000 sampler steps allowed"),
+    ("cond", ["--guidance", "nan"], "--guidance must be a finite scale from 0 to 100; got nan"),
+    ("cond", ["--guidance", "inf"], "--guidance must be a finite scale from 0 to 100; got inf"),
+    ("cond", ["--guidance", "-1"], "--guidance must be a finite scale"),
     ("classifier", [], "only diffusion runs sample images"),
     ("classifier", ["--ema"], "only diffusion runs sample images"),
 ])
@@ -44,3 +52,33 @@ def test_what_cannot_be_sampled_is_refused_with_a_reason(diffusion_runs, capsys,
     assert main(["sample", str(diffusion_runs[which]), "--no-progress", *args]) == 2
     assert message in capsys.readouterr().err
     assert sorted(p.name for p in diffusion_runs[which].rglob("*")) == before
+
+
+def test_samples_are_written_batch_by_batch_into_the_same_npz(diffusion_runs, monkeypatch):
+    """A large request never holds its samples at once: each batch goes to disk as it is drawn, and the file reads as
+    numpy.savez_compressed would have written it."""
+    from lab.reports import samples
+    from lab.runs.store import Run
+
+    run = Run(diffusion_runs["uncond"])
+    held = []
+    real = samples.sample_batches
+
+    def watched(*args, **kwargs):
+        sampling = real(*args, **kwargs)
+
+        def batches():
+            for batch in sampling.batches:
+                held.append(len(batch))
+                yield batch
+        return sampling._replace(batches=batches())
+
+    monkeypatch.setattr(samples, "sample_batches", watched)
+    summary = samples.sample_report(run, num=300, steps=2, batch_size=64, progress=False)
+    assert held == [64, 64, 64, 64, 44]
+    got = np.load(summary["npz"])
+    assert got["samples"].shape == (300, 1, 8, 8) and got["samples"].dtype == np.float32
+    assert np.isfinite(got["samples"]).all() and (got["labels"] == -1).all()
+    drawn = samples.draw_samples(run, num=300, steps=2, batch_size=300, progress=False)  # same noise, one batch
+    assert np.allclose(got["samples"][:64], drawn.images.numpy()[:64], atol=1e-5)
+    assert Image.open(summary["png"]).size[0] <= 16 * 9 + 1, "the grid shows the first 256 samples at most"
