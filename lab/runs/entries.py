@@ -120,7 +120,7 @@ def read_bytes(path: str | Path, limit: int) -> bytes:
         if st.st_size > limit:
             raise EntryError(f"{_name(path)} holds {size_text(st.st_size)}, more than the {size_text(limit)} this "
                              "kind of entry may hold: not read")
-        data = f.read(limit + 1)
+        data = f.read(st.st_size + 1)  # (a read of the whole cap would set aside that much memory first)
     if len(data) > limit:  # it grew since fstat
         raise EntryError(f"{_name(path)} holds more than the {size_text(limit)} this kind of entry may hold: not read")
     return data
