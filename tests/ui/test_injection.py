@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+import numpy as np
 import pytest
 
 from lab.runs.store import Run
@@ -37,7 +38,16 @@ def _hostile_run(root):
     run.append_metrics(*[{"kind": "step", "step": s, "loss": 1.0 / s, METRIC: 0.5} for s in (10, 20)])
     (run.path / "checkpoints" / CHECKPOINT).write_bytes(b"not a checkpoint")
     (run.path / "failed-rank1.txt").write_text(f"Traceback (most recent call last):\n{FAILURE}\n")
+    run.save_snapshot("nodes", 20, {**_nodes_frame(), "step": np.int64(20)})  # replayed in the node grid
     return run
+
+
+def _nodes_frame():
+    from lab.config import ExperimentConfig, apply_overrides
+    from lab.jobs.builders import nodes_snapshot
+    from lab.train.build import build_model
+
+    return nodes_snapshot(build_model(apply_overrides(ExperimentConfig(), {"model.depth": 2, "model.width": 3})))
 
 
 def _injected(page) -> list[str]:
@@ -64,8 +74,8 @@ def test_nothing_from_a_run_folder_is_markup_on_the_runs_page(server, tmp_path):
         for text in (MODEL, f"{METRIC} 0.5", FAILURE):  # model, metrics and problems columns
             assert page.locator(".tabulator-cell", has_text=text).count() == 1, text
         cell.click()
-        for text in (MESSAGE, NOTE, CHECKPOINT, f"run {NAME}"):  # header, config, checkpoints, status line
-            _wait_for_text(page, text)
+        for text in (MESSAGE, NOTE, CHECKPOINT, f"run {NAME}", "at step 20, from"):  # header, config,
+            _wait_for_text(page, text)  # checkpoints, status line, the saved frame replayed
         page.wait_for_function("(name) => new URLSearchParams(location.search).get('run') === name", arg=NAME,
                                timeout=10_000)
         assert _injected(page) == [] and dialogs == []
@@ -90,5 +100,55 @@ def test_an_unknown_page_in_the_url_shows_the_pages_and_names_it_as_text(server)
         page.get_by_role("button", name="Runs").click()  # the navigation works on
         page.locator(".tabulator").first.wait_for(timeout=60_000)  # the run table
         page.get_by_text("There is no page").wait_for(state="hidden", timeout=10_000)  # it went with the page
+        assert _injected(page) == [] and dialogs == []
+    assert not seen.errors and not seen.external, seen
+
+
+KEY = "<img src=x onerror=alert(201)>"  # a config key of a compared run
+FIELD = "<img src=x onerror=alert(202)>"  # a metric key of a compared run
+MEMBER = "m<img src=x onerror=alert(203)>"  # a sweep member's folder name
+
+
+def _compared_runs(root):
+    """Two runs whose config and metric keys are script, and a sweep of two trained residual MLPs whose member
+    folders are named with script (trained for real: the sweep opens with the rank views of their checkpoints)."""
+    from lab.runs.store import RunStore
+    from lab.sweeps import create_sweep, plan_sweep, train_sweep
+
+    runs = []
+    for i, name in enumerate(("a", "b")):
+        run = Run(root / "x" / name)
+        (run.path / "checkpoints").mkdir(parents=True)
+        run.write_config({"model": {"name": "residual_mlp", "depth": 2 + i}, KEY: f"<b>bold</b>{i}"})
+        run.write_status("completed", "done", step=2, total_steps=2)
+        run.append_metrics({"kind": "eval", "step": 2, "loss": 0.5 + i, FIELD: 0.25 + i})
+        runs.append(run)
+    plan = plan_sweep(None, ["model.depth=2", "model.width=4", "data.n=128", "train.epochs=1",
+                             "model.alpha_min=1.0,0.5"])
+    folder, members = create_sweep(plan, RunStore(root))
+    train_sweep(plan, folder, members, progress=False)
+    for k, member in enumerate(members):
+        member.append_metrics({"kind": "eval", "step": 99, FIELD: 0.5})
+        member.path.rename(member.path.with_name(f"{MEMBER}{k}"))
+    return runs, folder
+
+
+@needs_chromium
+def test_nothing_from_run_folders_is_markup_in_the_comparison_or_a_sweep(server, tmp_path):
+    runs, sweep = _compared_runs(tmp_path / "runs")
+    dialogs: list[str] = []
+    with browser_page() as (page, seen):
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(f"{server}/apps?page=Runs&compare=x/a,x/b", timeout=60_000)
+        page.locator(".tabulator-col-title", has_text=KEY).wait_for(timeout=60_000)  # the key, as a column title
+        page.locator(".tabulator-col-title", has_text=FIELD).wait_for(timeout=10_000)
+        page.get_by_role("gridcell", name="<b>bold</b>1", exact=True).wait_for(timeout=10_000)
+        assert _injected(page) == [] and dialogs == []
+        # a sweep folder opens as the comparison of its members and their rank views
+        page.goto(f"{server}/apps?page=Runs&run={quote(sweep.id, safe='')}", timeout=60_000)
+        page.locator(".tabulator-col-title", has_text=FIELD).wait_for(timeout=60_000)
+        _wait_for_text(page, "with the rank views of their last checkpoints")
+        _wait_for_text(page, f"{MEMBER}0")
+        page.mouse.move(700, 700)  # hover over the plots: tooltips are text too
         assert _injected(page) == [] and dialogs == []
     assert not seen.errors and not seen.external, seen

@@ -422,3 +422,72 @@ def test_a_sweep_of_residual_mlps_opens_with_the_rank_views_of_its_last_checkpoi
     assert "with the rank views of their last checkpoints" in shown(page.notice)
     page.run = ""
     assert not page._sweep_rank.visible
+
+
+def test_hostile_entries_are_shown_as_problems_and_never_raised_into_a_watcher(manager, tmp_path):
+    """A NUL byte in ?run=, a frame that is encrypted, lacks an array or holds a 0-d one, a picture over its cap:
+    each is said on the page, and the page goes on."""
+    import numpy as np
+
+    page = RunsPage(manager=manager, run="a\x00b")
+    assert "Run not opened" in shown(page.notice) and "null" in shown(page.notice)
+    page.compare = "x\x00y,z"
+    assert "Not compared" in shown(page.notice)
+    page.folder = "f\x00"
+    assert "Folder not added" in shown(page.notice)
+    page.param.update(folder="", compare="")
+    job = manager.start_thread(tiny(**{"train.max_steps": 20}), cadence={"nodes": (10, 0.0)}, disk_every_s=0.01)
+    assert job.wait(60)["state"] == "completed"
+    run, frames = job.run, job.run.path / "snapshots"
+    good = (frames / "nodes-000000020.npz").read_bytes()
+    np.savez(frames / "nodes-000000030.npz", weights=np.zeros((1, 1, 1)), decision=np.zeros((2, 2)), step=30)
+    np.savez(frames / "nodes-000000040.npz", maps=np.float32(1), weights=np.zeros((1, 1, 1)),
+             decision=np.zeros((2, 2)), step=40)
+    encrypted = bytearray(good)
+    encrypted[encrypted.find(b"PK\x01\x02") + 8] |= 1
+    (frames / "nodes-000000050.npz").write_bytes(bytes(encrypted))
+    page.run = run.id
+    saved = page.saved
+    assert saved.step.options[-1] == 50
+    for step, why in ((50, "is encrypted"), (40, "'maps' is float32 of shape ()"), (30, "has no array 'maps'")):
+        saved.step.value = step
+        assert saved.problem.visible and why in shown(saved.problem), step
+    saved.step.value = 20
+    assert not saved.problem.visible and saved.grid.figure.title.text == "step 20"
+    figures = run.path / "figures"
+    figures.mkdir()
+    with open(figures / "reconstruction-000000020.png", "wb") as f:
+        f.truncate(150 * 10**6)  # sparse: 150 MB that cost no disk
+    page.refresh()
+    assert page._figure.visible and page._picture.object is None
+    assert "not shown" in shown(page._caption) and "150.0 MB" in shown(page._caption)
+
+
+def test_a_served_page_reads_in_a_worker_and_its_callbacks_never_wait_on_the_disk(manager, monkeypatch):
+    """Served, the page's periodic tick only starts scans and shows finished ones: a scan that takes long (a slow
+    disk, a huge folder) costs the session's thread nothing."""
+    import threading
+
+    from lab.ui.pages import runs as runs_module
+
+    _run(manager.store, "a").append_metrics(*_records(3))
+    monkeypatch.setattr(runs_module, "can_schedule", lambda: False)
+    page = RunsPage(manager=manager)
+    page._served = True  # as served: scans go to the pool
+    release = threading.Event()
+    real = runs_module.scan
+
+    def slow(catalog, request):
+        release.wait(30)
+        return real(catalog, request)
+
+    monkeypatch.setattr(runs_module, "scan", slow)
+    page.run = page.table.value["run"][0]
+    start = time.monotonic()
+    for _ in range(5):
+        page._tick()
+    assert time.monotonic() - start < 0.5 and page._scan is not None and not page._scan.done()
+    release.set()
+    page._scan.result(30)
+    page._tick()
+    assert page.curves.live.points()["step:loss"] == 3 and "a" in shown(page._header)
