@@ -28,6 +28,7 @@ import contextlib
 import logging
 import math
 import os
+import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -131,9 +132,11 @@ def find_runs(folder: Path, roots: list[Path] | None = None) -> list[Path]:
         folder: the folder to list.
         roots: when given, a sub-folder that resolves outside every root (a symbolic link) is left out.
     """
-    def inside(p: Path) -> bool:
+    def inside(p: Path) -> bool:  # a sub-folder that is no link lies where its folder lies
+        if roots is None or not os.path.islink(p):
+            return True
         r = p.resolve()
-        return roots is None or any(r == root or root in r.parents for root in roots)
+        return any(r == root or root in r.parents for root in roots)
 
     if is_run_folder(folder):
         return [folder]
@@ -156,9 +159,10 @@ def _signature(path: Path) -> Signature | None:
     the sub-folder holding it (``checkpoints/``): a link could lead outside the folders this server may read, so
     every reader treats it as missing."""
     try:
-        if path.is_symlink() or (path.parent.name in (layout.CHECKPOINTS, layout.FIGURES) and path.parent.is_symlink()):
+        st = os.lstat(path)
+        if stat.S_ISLNK(st.st_mode) or (path.parent.name in (layout.CHECKPOINTS, layout.FIGURES)
+                                        and path.parent.is_symlink()):
             return None
-        st = path.stat()
     except OSError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns)
@@ -270,6 +274,8 @@ class RunReader:
         self.unread = False  # metrics.jsonl holds more than the last read took (it is read a chunk at a time)
         self.metrics_problem: str | None = None  # why metrics.jsonl could not be read
         self._steps: dict[str, tuple[Signature, int | None]] = {}
+        self._base: dict[str, Any] | None = None  # the last summary's time-independent fields
+        self._base_key: tuple | None = None  # and the folder's state it was read from (:meth:`_folder_key`)
 
     # -- status -----------------------------------------------------------------------------------------------
     def status(self) -> tuple[dict[str, Any], list[str]]:
@@ -381,7 +387,8 @@ class RunReader:
 
     # -- all of it --------------------------------------------------------------------------------------------
     def summary(self, now: float | None = None, stale_after_s: float = STALE_AFTER_S) -> dict[str, Any]:
-        """One row of a run listing.
+        """One row of a run listing; read again only when the folder, its checkpoints or one of its files changed
+        (a few ``lstat`` calls otherwise: thousands of unchanged runs cost next to nothing).
 
         Returns:
             ``path``, ``name`` (the folder's), ``model`` (config ``model.name``), ``state``, ``message``, ``step``,
@@ -391,6 +398,29 @@ class RunReader:
             ``problems`` (what could not be read, one phrase each).
         """
         now = time.time() if now is None else now
+        key = self._folder_key()
+        if self._base is None or key != self._base_key or self.unread:
+            self._base, self._base_key = self._read_summary(), key
+        base = self._base
+        age = None if base["heartbeat"] is None else max(0.0, now - base["heartbeat"])
+        return {**base, "age_s": age, "stale": base["state"] == "running" and age is not None and age > stale_after_s,
+                "metrics": dict(base["metrics"]), "problems": list(base["problems"])}
+
+    def _folder_key(self) -> tuple:
+        """What changes when anything a summary reads changes: the folder's and its checkpoints' modification times
+        (an entry added, removed or replaced) and the signatures of the files rewritten in place."""
+        stamps = []
+        for folder in (self.path, self.path / layout.CHECKPOINTS):
+            try:
+                st = os.lstat(folder)
+                stamps.append((st.st_ino, st.st_mtime_ns))
+            except OSError:
+                stamps.append(None)
+        return (*stamps, *(_signature(self.path / name) for name in (layout.STATUS, layout.CONFIG, layout.CONFIG_YAML,
+                                                                     layout.METRICS)))
+
+    def _read_summary(self) -> dict[str, Any]:
+        """The summary's fields that do not depend on the time of asking."""
         status, problems = self.status()
         config, _, config_problems = self.config()
         self.update_metrics()
@@ -410,15 +440,12 @@ class RunReader:
                     problems.append(f"process {note.stem.removeprefix('failed-')} failed: {last[:200]}")
         model = config.get("model") if isinstance(config.get("model"), dict) else {}
         state = status["state"]
-        heartbeat = status.get("heartbeat")
-        age = None if heartbeat is None else max(0.0, now - heartbeat)
         step = status.get("step")
         if step is None and self.last_step is not None:
             step = self.last_step
         return {"path": self.path, "name": self.path.name, "model": str(model.get("name") or ""), "state": state,
                 "message": status.get("message", ""), "step": step, "total_steps": status.get("total_steps"),
-                "heartbeat": heartbeat, "age_s": age, "alive": state in ALIVE,
-                "stale": state == "running" and age is not None and age > stale_after_s,
+                "heartbeat": status.get("heartbeat"), "alive": state in ALIVE,
                 "metrics": {**status.get("metrics", {}), **self.last}, "records": self.records,
                 "problems": problems}
 
@@ -433,6 +460,13 @@ class RunCatalog:
 
     def __init__(self) -> None:
         self.readers: dict[Path, RunReader] = {}
+        self._keys: dict[Path, str] = {}
+
+    def key(self, path: Path, roots: list[Path]) -> str:
+        """:func:`run_key` of ``path``, remembered (it resolves the path: a few system calls per run)."""
+        if path not in self._keys:
+            self._keys[path] = run_key(path, roots)
+        return self._keys[path]
 
     def reader(self, path: Path) -> RunReader:
         path = Path(path)
@@ -444,9 +478,9 @@ class RunCatalog:
                   stale_after_s: float = STALE_AFTER_S) -> list[dict[str, Any]]:
         """The summary of every run :func:`find_runs` finds in ``folders`` (each run once, in folder order)."""
         now = time.time() if now is None else now
-        paths: list[Path] = []
+        paths: dict[Path, None] = {}  # in order, each once
         for folder in folders:
-            paths.extend(p for p in find_runs(folder, roots) if p not in paths)
+            paths.update(dict.fromkeys(find_runs(folder, roots)))
         for gone in set(self.readers) - set(paths):
             del self.readers[gone]
         return [self.reader(p).summary(now, stale_after_s) for p in paths]

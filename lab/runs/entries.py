@@ -54,7 +54,7 @@ LIMITS = {
     "log": 64 * KiB,  # what is read of a log's end (process.log, failed-rank<r>.txt)
 }
 """The most bytes read of each kind of entry."""
-METRICS_CHUNK = 8 * MiB
+METRICS_CHUNK = 4 * MiB
 """The most bytes of ``metrics.jsonl`` one read takes; the next read goes on from there."""
 NPZ_MEMBERS_MAX = 256 * MiB
 """The most bytes a frame's arrays may declare together."""

@@ -21,7 +21,10 @@ def test_run_ids_are_sanitised_and_stay_inside_the_runs_folder(tmp_path):
         store.open("../x")
 
 
-def test_ids_are_unique_and_listed_newest_first(tmp_path):
+def test_ids_are_unique_and_listed_newest_first(tmp_path, monkeypatch):
+    from lab.runs import store as store_module
+
+    monkeypatch.setattr(store_module, "_stamp", lambda: "20261203-120000")  # both within one second, always
     store = RunStore(tmp_path)
     a, b = store.create("same"), store.create("same")
     assert a.id != b.id and b.id.endswith("-2")

@@ -64,7 +64,7 @@ from lab.ui.pages.runs_scan import POOL, Followed, Opened, Scan, ScanRequest, sc
 from lab.ui.text import code, code_block, markdown_pane, md
 from lab.ui.views.live_rank import RankViews
 from lab.ui.views.run_compare import CompareViews
-from lab.ui.views.run_views import COLUMNS, RunCurves, checkpoints_markdown, format_age, table_frame
+from lab.ui.views.run_views import COLUMNS, RunCurves, checkpoints_markdown, format_age
 from lab.ui.views.saved_frames import SavedFrames
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,10 @@ WIDTHS = {"run": "24%", "model": "10%", "state": "9%", "progress": "10%", "metri
 EMPTY = "Select a run in the table to see its curves, status, config and checkpoints."
 TICK_MS = 200
 """How often a served page looks whether its last scan is done (and starts the next one when due)."""
+PAGE_ROWS = 25
+"""Rows of the run table's page (the browser is sent one page at a time)."""
+SCAN_SHARE = 0.2
+"""The most of its time a page's periodic scans take: a scan of t seconds is followed by at least 4 t of rest."""
 
 
 class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
@@ -120,16 +124,20 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         self._scan: Future | None = None
         self._rank: tuple[str, int, Future] | None = None  # an opened sweep's rank frame being built: key, members
         self._due = 0.0  # when the next periodic scan is due (monotonic seconds)
+        self._started = 0.0  # when the last scan started
         self._dirty = True
         self._refresher: PeriodicCallback | None = None
         self._served = can_schedule()  # served (or in a kernel): read in a worker; else right away, on this thread
         self._ready = False
         # columns share the width; a long sweep member's name or problem list wraps. Every cell is plain text
         # (Tabulator's "textarea" formatter escapes it); no hover tooltip: Tabulator renders a tooltip as HTML
+        # remote pagination: the browser holds one page of rows, so a folder of thousands of runs costs a page's
+        # worth of data whenever a row changes
         self.table = pn.widgets.Tabulator(pd.DataFrame(columns=list(COLUMNS)), disabled=True, show_index=False,
                                           selectable=1, layout="fit_columns", widths=WIDTHS,
                                           formatters=dict.fromkeys(COLUMNS, {"type": "textarea"}),
-                                          sizing_mode="stretch_width", max_height=360)
+                                          pagination="remote", page_size=PAGE_ROWS,
+                                          sizing_mode="stretch_width", max_height=420)
         self.table.param.watch(self._selected, "selection")
         self.curves = RunCurves()
         self._header = markdown_pane(EMPTY, sizing_mode="stretch_width", margin=(5, 10))
@@ -305,10 +313,14 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
             if not self._scan.done():
                 return
             future, self._scan = self._scan, None
+            # the next periodic scan waits at least SCAN_SHARE⁻¹ times as long as this one took: a folder of
+            # thousands of runs takes a bounded share of the server's time, however many tabs show it
+            self._due = max(self._due, time.monotonic() + (time.monotonic() - self._started) / SCAN_SHARE)
             self._apply(future.result())  # an exception goes to _refresh_failed
             self._tell("refresh", None)
         if self._dirty or time.monotonic() >= self._due:
-            self._dirty, self._due = False, time.monotonic() + self.refresh_s
+            self._dirty, self._started = False, time.monotonic()
+            self._due = self._started + self.refresh_s
             self._scan = POOL.submit(scan, self.catalog, self._request())
 
     def _apply(self, read: Scan) -> bool:
@@ -317,9 +329,10 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         if read.generation != self._generation:
             self._dirty = True
             return False
-        keys = [self._key(s["path"]) for s in read.summaries]
+        keys = read.keys
         before, self.summaries = self.summaries, dict(zip(keys, read.summaries, strict=True))
-        changed = self._show_rows(table_frame(read.summaries, keys))
+        self._keys.update(zip((s["path"] for s in read.summaries), keys, strict=True))
+        changed = self._show_rows(read.rows)
         options = keys + [k for k in self._compare_choice.value if k not in keys]
         if self._compare_choice.options != options:
             self._compare_choice.options = options

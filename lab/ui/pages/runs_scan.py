@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from lab.config import ConfigError
 from lab.data.toy2d import TOY_DATASETS
@@ -29,6 +30,7 @@ from lab.runs import layout
 from lab.runs.catalog import RunCatalog
 from lab.runs.entries import read_jsonl, read_picture
 from lab.runs.store import Run, RunFolderError, config_of_run
+from lab.ui.views.run_views import table_frame
 
 POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lab-runs-scan")
 """The threads that read run folders for every Runs page of this process."""
@@ -36,6 +38,11 @@ KINDS = ("nodes", "alignment")
 """The kinds of saved frame the page replays (:data:`lab.ui.views.saved_frames.VIEWS`)."""
 MAX_POINTS = 100_000
 """A toy run's training points are drawn under its replayed frames only up to this many samples."""
+MAX_STEP_RECORDS = 250
+"""The most step records one read of a followed run hands its page (its curves hold a few thousand points)."""
+FOLLOW_CHUNK = 2 << 20
+"""The most bytes of a followed run's metrics one scan reads: a scan stays short, and the next one comes at the
+page's next tick."""
 
 
 @dataclass(frozen=True)
@@ -102,6 +109,8 @@ class Scan:
 
     generation: int
     summaries: list[dict[str, Any]]
+    keys: list[str]  # how the page names each run (:func:`~lab.runs.catalog.run_key`)
+    rows: pd.DataFrame  # the run table's rows (:func:`~lab.ui.views.run_views.table_frame`)
     opened: Opened | None = None
     compared: dict[Path, tuple[Records, dict[str, Any]]] = field(default_factory=dict)  # records and config
 
@@ -131,10 +140,20 @@ def follow(followed: Followed) -> Records:
     if now is None:
         return Records(Followed(followed.path, 0, None), [], rewritten, False)
     try:
-        lines = read_jsonl(followed.path / layout.METRICS, cursor)
+        lines = read_jsonl(followed.path / layout.METRICS, cursor, FOLLOW_CHUNK)
     except OSError:  # gone or swapped since the stat: the catalog names the problem
         return Records(Followed(followed.path, cursor, now), [], rewritten, False)
-    return Records(Followed(followed.path, lines.cursor, now), lines.records, rewritten, lines.more)
+    return Records(Followed(followed.path, lines.cursor, now), thinned(lines.records), rewritten, lines.more)
+
+
+def thinned(records: list[dict[str, Any]], most: int = MAX_STEP_RECORDS) -> list[dict[str, Any]]:
+    """``records`` with at most ``most`` of their step records, evenly spaced (every other kind kept whole): a chunk
+    of a long metrics file is thinned here, in the worker, rather than point by point on the page's thread."""
+    steps = [k for k, r in enumerate(records) if r.get("kind") == "step"]
+    if len(steps) <= most:
+        return records
+    keep = set(steps[::-(-len(steps) // most)])
+    return [r for k, r in enumerate(records) if r.get("kind") != "step" or k in keep]
 
 
 def training_points(run: Run) -> tuple[np.ndarray, np.ndarray] | None:
@@ -169,7 +188,8 @@ def scan(catalog: RunCatalog, request: ScanRequest) -> Scan:
     """Read what ``request`` describes (in a worker thread: nothing here touches a page)."""
     roots = list(request.roots)
     summaries = catalog.summaries(request.folders, roots, stale_after_s=request.stale_after_s)
-    out = Scan(request.generation, summaries)
+    keys = [catalog.key(s["path"], roots) for s in summaries]
+    out = Scan(request.generation, summaries, keys, table_frame(summaries, keys))
     if request.opened is not None:
         path = request.opened.path
         reader = catalog.reader(path)

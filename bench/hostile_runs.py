@@ -1,0 +1,195 @@
+"""The served lab beside a hostile runs folder: how fast another session answers, and how much memory the server takes.
+
+A runs folder written by others may hold a named pipe in place of a run's status, config and metrics, a
+``metrics.jsonl`` of about 200 MB, a frame (``.npz``) whose 0.5 MB deflate into 512 MB, a picture of 150 MB and
+thousands of runs. The bench serves ``apps/main.py`` twice on free ports of 127.0.0.1 — over an empty runs folder (the
+reference) and over such a folder — and drives Debian's Chromium (Playwright): in the hostile case one session opens
+the Runs page, then the 200 MB run (its curves), the run with the frame bomb and the one with the picture, while a
+second session's Playground measures, in the browser, the milliseconds from an ``alpha_min`` key press to the α
+chart holding the new value (the round trip of :mod:`bench.server_load`). Reported: the second session's page load
+and its p50/p95 latency in both cases with their ratio, the server process's peak memory (resident set, sampled
+every 50 ms) above its memory before the pages opened, and the cost of reading the listing of N runs: the first
+scan and a scan of the unchanged folders. Targets: the second session answers within 1 s (p95), peak memory under
+1.5 GB.
+
+    python bench/hostile_runs.py [--runs 3000] [--metrics-mb 197]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import median, table  # noqa: E402
+from bench.server_load import CHROMIUM, CHROMIUM_ARGS, MEASURED, open_page, slider_latencies  # noqa: E402
+from lab.runs.catalog import RunCatalog  # noqa: E402
+from lab.runs.store import Run, RunStore  # noqa: E402
+from lab.ui.serve import serving_lab  # noqa: E402
+
+ANSWER_MS = 1000.0
+MEMORY_GB = 1.5
+JS_TEXT = """(needle) => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
+    if (typeof m.text === 'string' && m.text.includes(needle)) return true; return false; }"""
+
+
+def hostile_folder(root: Path, runs: int, metrics_mb: int) -> dict[str, str]:
+    """Write the hostile runs folder; returns the ids of its special runs."""
+    store = RunStore(root)
+    ids = {}
+    fifo = store.create("fifo")
+    for entry in ("status.json", "config.json", "metrics.jsonl"):
+        os.mkfifo(fifo.path / entry)
+    ids["fifo"] = fifo.id
+    big = store.create("big")
+    big.write_config({"name": "big", "model": {"name": "residual_mlp"}})
+    big.write_status("completed", "done", step=0)
+    line_bytes, step = 0, 0
+    with open(big.path / "metrics.jsonl", "w") as f:
+        while line_bytes < metrics_mb * 10**6:
+            step += 1
+            text = json.dumps({"kind": "step", "step": step, "epoch": step // 1000, "loss": 1.0 / step,
+                               "lr": 0.01, "time": step * 0.01}) + "\n"
+            if step % 500 == 0:
+                text += json.dumps({"kind": "eval", "step": step, "train_loss": 1.0 / step, "test_loss": 1.1 / step,
+                                    "train_acc": 0.9, "test_acc": 0.88}) + "\n"
+            f.write(text)
+            line_bytes += len(text)
+    ids["big"] = big.id
+    bomb = store.create("bomb")
+    bomb.write_config({"name": "bomb", "model": {"name": "residual_mlp"}})
+    bomb.write_status("completed", "done", step=5)
+    with zipfile.ZipFile(bomb.path / "snapshots" / "nodes-000000005.npz", "w", compression=zipfile.ZIP_DEFLATED) as zf, \
+            zf.open("maps.npy", "w", force_zip64=True) as member:
+        np.lib.format.write_array_header_2_0(member, {"descr": "<f4", "fortran_order": False,
+                                                      "shape": (128, 1024, 32, 32)})
+        for _ in range(512):
+            member.write(bytes(1 << 20))
+    ids["bomb"] = bomb.id
+    picture = store.create("picture")
+    picture.write_config({"name": "picture", "model": {"name": "mae_vit_tiny_patch4_32"}})
+    picture.write_status("running", "pretraining", step=20)
+    (picture.path / "figures").mkdir()
+    with open(picture.path / "figures" / "reconstruction-000000020.png", "wb") as f:
+        f.truncate(150 * 10**6)
+    ids["picture"] = picture.id
+    for i in range(runs):
+        run = Run(root / f"20260101-000000-r{i:05d}")
+        (run.path / "checkpoints").mkdir(parents=True)
+        run.write_config({"name": f"r{i}", "model": {"name": "residual_mlp", "depth": 4}})
+        run.write_status("completed", "done", step=10, total_steps=10)
+        run.append_metrics({"kind": "step", "step": 10, "loss": 0.1})
+    return ids
+
+
+class PeakMemory:
+    """The resident memory of this process, sampled every 50 ms in a thread: its peak since :meth:`start`."""
+
+    def __init__(self) -> None:
+        self.proc, self.peak, self._stop = psutil.Process(), 0, threading.Event()
+
+    def start(self) -> PeakMemory:
+        self.base = self.peak = self.proc.memory_info().rss
+        threading.Thread(target=self._sample, daemon=True).start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def open_runs(browser, url: str, ids: dict[str, str], errors: list[str]) -> float:
+    """Session A: the Runs page, then each hostile run opened; returns the seconds until the big run's curves and
+    the refusals were shown."""
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    t0 = time.perf_counter()
+    page.goto(f"{url}/apps?page=Runs&run={ids['big']}", timeout=120_000)
+    page.wait_for_function(JS_TEXT, arg="Loss", timeout=300_000)
+    page.goto(f"{url}/apps?page=Runs&run={ids['bomb']}", timeout=120_000)
+    page.get_by_text("expands").first.wait_for(timeout=120_000)
+    page.goto(f"{url}/apps?page=Runs&run={ids['picture']}", timeout=120_000)
+    page.get_by_text("not shown").first.wait_for(timeout=120_000)
+    page.goto(f"{url}/apps?page=Runs&run={ids['big']}", timeout=120_000)  # the big run again, left open
+    return time.perf_counter() - t0
+
+
+def scan_cost(root: Path) -> tuple[float, float]:
+    """Seconds of the first listing of ``root`` and of a listing of the same, unchanged folders."""
+    catalog = RunCatalog()
+    t0 = time.perf_counter()
+    catalog.summaries([root])
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    catalog.summaries([root])
+    return first, time.perf_counter() - t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3000, help="ordinary runs beside the hostile ones")
+    parser.add_argument("--metrics-mb", type=int, default=197, help="size of the big metrics.jsonl")
+    parser.add_argument("--presses", type=int, default=30, help="slider changes measured per condition")
+    args = parser.parse_args(argv)
+    from playwright.sync_api import sync_playwright
+
+    errors: list[str] = []
+    t_bench = time.perf_counter()
+    clean, hostile = Path(tempfile.mkdtemp(prefix="lab-bench-")), Path(tempfile.mkdtemp(prefix="lab-bench-"))
+    ids = hostile_folder(hostile, args.runs, args.metrics_mb)
+    rows = []
+    reference = None
+    for name, root in (("empty runs folder (reference)", clean), ("hostile runs folder", hostile)):
+        with serving_lab(root, max_jobs=2) as url, sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            memory = PeakMemory().start()
+            opened = None
+            if root is hostile:
+                opened = open_runs(browser, url, ids, errors)
+            t0 = time.perf_counter()
+            measured = open_page(browser, url, MEASURED, errors)
+            load = time.perf_counter() - t0
+            ms = slider_latencies(measured, args.presses, 0.25, 60.0)
+            memory.stop()
+            browser.close()
+        p95 = float(np.percentile(ms, 95))
+        reference = reference or p95
+        rows.append([name, f"{load:.2f}", len(ms), median(ms), p95, p95 / reference,
+                     f"{(memory.peak - memory.base) / 1e9:.2f}", f"{memory.peak / 1e9:.2f}",
+                     "—" if opened is None else f"{opened:.1f}"])
+    first, again = scan_cost(hostile)
+    shutil.rmtree(clean, ignore_errors=True)
+    shutil.rmtree(hostile, ignore_errors=True)
+    print(f"A second session's Playground beside a Runs page on a hostile runs folder ({args.runs} runs, a "
+          f"{args.metrics_mb} MB metrics file, a named pipe, a 512 MB frame bomb, a 150 MB picture); "
+          f"{os.cpu_count()} CPUs; bench took {time.perf_counter() - t_bench:.0f} s")
+    print(table(["condition", "page load s", "changes", "median ms", "p95 ms", "p95 / reference",
+                 "peak memory added GB", "peak RSS GB", "hostile runs opened s"], rows))
+    worst = max(r[4] for r in rows)
+    peak = max(float(r[7]) for r in rows)
+    print(f"targets: p95 <= {ANSWER_MS:.0f} ms: {'PASS' if worst <= ANSWER_MS else 'FAIL'}; peak RSS < "
+          f"{MEMORY_GB} GB: {'PASS' if peak < MEMORY_GB else 'FAIL'}")
+    print(table(["listing", "runs", "seconds"], [["first scan", args.runs + 4, first],
+                                                  ["unchanged folders again", args.runs + 4, again]]))
+    if errors:
+        print(f"browser errors: {len(errors)}; first: {errors[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
