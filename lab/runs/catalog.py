@@ -400,7 +400,11 @@ class RunReader:
         now = time.time() if now is None else now
         key = self._folder_key()
         if self._base is None or key != self._base_key or self.unread:
+            before = set(self._base["problems"]) if self._base is not None else set()
             self._base, self._base_key = self._read_summary(), key
+            for problem in self._base["problems"]:  # each problem logged once, when it appears
+                if problem not in before:
+                    log.warning("run folder %s: %s", self.path, problem)
         base = self._base
         age = None if base["heartbeat"] is None else max(0.0, now - base["heartbeat"])
         return {**base, "age_s": age, "stale": base["state"] == "running" and age is not None and age > stale_after_s,
