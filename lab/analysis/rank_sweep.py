@@ -39,7 +39,12 @@ from torch import Tensor, nn
 from lab.analysis.embed import pca
 from lab.analysis.rank import effective_rank, feature_rank
 
-__all__ = ["member_features", "pearson_r", "ridge_probe_accuracy", "sweep_rank_metrics"]
+__all__ = ["few_label_probe_accuracy", "member_features", "pearson_r", "ridge_probe_accuracy", "sweep_rank_metrics"]
+
+FEW_LABELS = 5
+"""Labelled training points per class of the few-label probe."""
+FEW_DRAWS = 20
+"""Draws of those points the few-label probe's accuracy is averaged over."""
 
 
 @torch.no_grad()
@@ -103,6 +108,50 @@ def ridge_probe_accuracy(train_features: Tensor, train_labels: Tensor, test_feat
     return hits.mean(dim=-1)
 
 
+def few_label_probe_accuracy(train_features: Tensor, train_labels: Tensor, test_features: Tensor,
+                             test_labels: Tensor, *, per_class: int = FEW_LABELS, draws: int = FEW_DRAWS,
+                             ridge: float = 1e-1, num_classes: int | None = None, seed: int = 0) -> Tensor:
+    """Held-out accuracy of a ridge probe fitted on ``per_class`` labelled points of each class, averaged over
+    ``draws`` draws of those points (the same draws for every feature set).
+
+    The lab's addition to the papers' full linear probe: on 8 × 8 digits a probe of every training label sits near
+    its ceiling for any reasonable features, while one that sees five digits of each class tells features apart
+    by how directly they separate the classes (as few-shot evaluation of self-supervised features does).
+
+    Args:
+        train_features: [..., n, d] (each leading index one feature set).
+        train_labels: [n] integer labels in [0, C); every class needs ``per_class`` points.
+        test_features: [..., m, d].
+        test_labels: [m].
+        per_class: labelled points per class.
+        draws: draws averaged.
+        ridge: the probe's relative ridge penalty (larger than the full probe's: few points, many features).
+        num_classes: C; by default 1 + the largest label.
+        seed: the draws' seed.
+
+    Returns:
+        Mean accuracy [...] over the draws, float64.
+
+    Raises:
+        ValueError: a class with fewer than ``per_class`` training points.
+    """
+    labels = train_labels.cpu()
+    C = num_classes if num_classes is not None else int(max(labels.max(), test_labels.max())) + 1
+    members = [torch.nonzero(labels == c).flatten() for c in range(C)]
+    short = [c for c, idx in enumerate(members) if len(idx) < per_class]
+    if short:
+        raise ValueError(f"classes {short} have fewer than {per_class} training points")
+    generator = torch.Generator().manual_seed(seed)
+    total = None
+    for _ in range(draws):
+        pick = torch.cat([idx[torch.randperm(len(idx), generator=generator)[:per_class]] for idx in members])
+        pick = pick.to(train_features.device)
+        acc = ridge_probe_accuracy(train_features.index_select(-2, pick), train_labels.to(pick.device)[pick],
+                                   test_features, test_labels, ridge=ridge, num_classes=C)
+        total = acc if total is None else total + acc
+    return total / draws
+
+
 def pearson_r(a: np.ndarray, b: np.ndarray) -> float:
     """Pearson r of the pairs where both are finite; NaN with fewer than 3 pairs or zero variance in either."""
     ok = np.isfinite(a) & np.isfinite(b)
@@ -117,7 +166,8 @@ def pearson_r(a: np.ndarray, b: np.ndarray) -> float:
 @torch.no_grad()
 def sweep_rank_metrics(train_features: Tensor, train_labels: Tensor, test_features: Tensor, test_labels: Tensor,
                        *, ridge: float = 1e-3, num_classes: int | None = None,
-                       correlate: Sequence[bool] | np.ndarray | None = None) -> dict[str, np.ndarray]:
+                       correlate: Sequence[bool] | np.ndarray | None = None, layer: int = -1,
+                       few_labels: bool = False) -> dict[str, np.ndarray]:
     """Rank, probe accuracy and their correlation across K members, at every depth.
 
     Shapes: K members, L + 1 depths, n training and m held-out points, width H. Ranks are measured on the
@@ -135,15 +185,19 @@ def sweep_rank_metrics(train_features: Tensor, train_labels: Tensor, test_featur
         ridge: the probe's relative ridge penalty.
         num_classes: C; by default 1 + the largest label seen.
         correlate: [K] which members enter the Pearson correlations (default all); e.g. leave out diverged ones.
+        layer: the depth whose features are the members' representation (the correlations, the PCA and the
+            few-label probe read it): the last (-1) for a classifier, a U-Net's bottleneck for the toy MAE.
+        few_labels: also ``probe_few`` [K], the few-label probe of that layer
+            (:func:`few_label_probe_accuracy`).
 
     Returns:
         ``effective_rank`` [K, L+1] (Roy & Vetterli exp(H) of the held-out feature matrix's singular values),
         ``eq6_entropy`` [K, L+1] (the paper's Eq. 6: entropy in nats of the sample-by-sample covariance's
         singular values), ``probe_acc`` [K, L+1] (held-out accuracy of the ridge probe), float32;
         ``pearson_r_effective_rank`` and ``pearson_r_eq6_entropy`` (float64 scalars: Pearson r across members of the
-        final layer's measure against its ``probe_acc``; NaN with fewer than 3 members or zero variance);
-        ``pca`` [K, m, 2] float32, each member's final held-out features on their top two principal axes;
-        ``labels`` [m] int64, the held-out labels.
+        representation layer's measure against its ``probe_acc``; NaN with fewer than 3 members or zero variance);
+        ``pca`` [K, m, 2] float32, each member's held-out representation on its top two principal axes;
+        ``labels`` [m] int64, the held-out labels; ``layer`` (int64), the representation's depth.
     """
     if train_features.ndim != 4 or test_features.ndim != 4 or train_features.shape[:2] != test_features.shape[:2]:
         raise ValueError(f"features must be [K, L+1, n, H] and [K, L+1, m, H]; got {tuple(train_features.shape)} "
@@ -159,7 +213,8 @@ def sweep_rank_metrics(train_features: Tensor, train_labels: Tensor, test_featur
         train_features = torch.where(bad[:, None, None, None], 0.0, train_features)
         test_features = torch.where(bad[:, None, None, None], 0.0, test_features)
         scale = torch.where(bad[:, None], 1.0, scale)
-    final = test_features[:, -1].to(torch.float64)  # PCA in the features' own units (float64 holds their squares)
+    layer = layer % train_features.shape[1]
+    final = test_features[:, layer].to(torch.float64)  # PCA in the features' own units (float64 holds squares)
     scale = scale.clamp_min(torch.finfo(scale.dtype).tiny)[..., None, None]
     train_features, test_features = train_features / scale, test_features / scale
     rank = effective_rank(test_features).cpu().numpy().astype(np.float32)
@@ -168,14 +223,19 @@ def sweep_rank_metrics(train_features: Tensor, train_labels: Tensor, test_featur
                                  num_classes=num_classes).cpu().numpy().astype(np.float32)
     coords = np.stack([pca(final[k], 2)[0].cpu().numpy() for k in range(K)]).astype(np.float32)
     bad_np = bad.cpu().numpy()
-    for array in (rank, entropy, probe, coords):
+    out = {"probe_few": few_label_probe_accuracy(train_features[:, layer], train_labels, test_features[:, layer],
+                                                 test_labels, num_classes=num_classes).cpu().numpy().astype(np.float32)
+           } if few_labels else {}
+    for array in (rank, entropy, probe, coords, *out.values()):
         array[bad_np] = np.nan
     return {
         "effective_rank": rank,
         "eq6_entropy": entropy,
         "probe_acc": probe,
-        "pearson_r_effective_rank": np.float64(pearson_r(rank[keep, -1], probe[keep, -1])),
-        "pearson_r_eq6_entropy": np.float64(pearson_r(entropy[keep, -1], probe[keep, -1])),
+        **out,
+        "pearson_r_effective_rank": np.float64(pearson_r(rank[keep, layer], probe[keep, layer])),
+        "pearson_r_eq6_entropy": np.float64(pearson_r(entropy[keep, layer], probe[keep, layer])),
         "pca": coords,
         "labels": test_labels.cpu().numpy().astype(np.int64),
+        "layer": np.int64(layer),
     }

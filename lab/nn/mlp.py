@@ -1,6 +1,9 @@
 """A residual MLP: 2-D input → width-H stem → L residual blocks (Linear + activation) → head.
 
-The model of *ResidualDroppath: Enhancing Feature Reuse over Residual Connections* §3.1.
+The model of *ResidualDroppath: Enhancing Feature Reuse over Residual Connections* §3.1. With a decoder and long
+skips it is also the lab's toy analogue of the MAE of *Residual Connections Harm Generative Representation Learning*
+(§3.2, its Figure 7): an encoder whose shortcuts decay, a decoder whose shortcuts stay at α = 1, and U-Net skips that
+carry each encoder state to the mirrored decoder block, so the bottleneck need not keep every pixel.
 """
 
 from __future__ import annotations
@@ -58,36 +61,61 @@ class MLPBranch(nn.Module):
         nn.init.zeros_(self.fc.bias)
 
 
+def skip_sources(encoder: int, decoder: int) -> dict[int, int]:
+    """The U-Net skips of an MLP of ``encoder`` + ``decoder`` blocks: block index → the state added to its input.
+
+    Decoder block j (block ``encoder + j``) adds h_s with s = encoder − round((j + 1) · encoder / decoder): the first
+    decoder block takes the deepest encoder state before the bottleneck, the last one the stem's output h_0; with
+    twice as many encoder blocks, every other encoder state (as the MAE of *Residual Connections Harm Generative
+    Representation Learning* injects every other encoder layer).
+    """
+    if not 1 <= decoder <= encoder:
+        raise ValueError(f"U-Net skips need 1 <= decoder_depth <= depth; got depth={encoder}, decoder_depth={decoder}")
+    return {encoder + j: encoder - round((j + 1) * encoder / decoder) for j in range(decoder)}
+
+
 class ResidualMLP(nn.Module):
-    """A residual MLP for 2-D toy data.
+    """A residual MLP for 2-D toy data, or flat images.
 
     The stem is linear (θ_pre of Algorithm 1), so the residual stream h_0 is the input seen through H linear
-    read-outs; each block is ``h_{l+1} = α_l h_l + β_l act(W_l h_l + b_l)``; the head maps h_L to logits.
+    read-outs; each block is ``h_{l+1} = α_l h_l + β_l act(W_l h_l + b_l)``; the head maps h_L to logits (or, for
+    a generative task, to pixels). With ``decoder_depth`` > 0 the first ``depth`` blocks are an encoder whose
+    shortcuts follow ``shortcut``/``alpha_min``, the next ``decoder_depth`` blocks a decoder at α = 1, and with
+    ``unet_skips`` decoder block j's input is ``h + h_s`` (:func:`skip_sources`). The representation a probe reads
+    is the encoder's output h_depth (:attr:`representation`; h_L without a decoder).
 
     Args:
-        depth: number of residual blocks L.
+        depth: number of (encoder) residual blocks.
         width: hidden width H.
         in_dim: input dimension (2 for the toy sets).
-        num_classes: number of classes.
+        num_classes: number of classes (outputs).
         activation: branch activation (gelu, as the ResidualDroppath paper; relu, tanh, identity).
-        shortcut: α schedule (:mod:`lab.shortcuts`).
-        alpha_min: last α of the decayed schedules.
+        shortcut: α schedule of the encoder (:mod:`lab.shortcuts`).
+        alpha_min: last α of the decayed schedules (the encoder's last block).
         zero_init: zero-initialise every branch's output layer.
         drop_path_rate: per-sample drop probability of every branch (droppath / ResidualDroppath).
+        decoder_depth: blocks after the encoder, at α = 1 (0: none).
+        unet_skips: long skips from the encoder to the decoder (needs a decoder).
     """
 
     def __init__(self, depth: int = 32, width: int = 32, in_dim: int = 2, num_classes: int = 2,
                  activation: str = "gelu", shortcut: str = "identity", alpha_min: float = 1.0,
-                 zero_init: bool = False, drop_path_rate: float = 0.0) -> None:
+                 zero_init: bool = False, drop_path_rate: float = 0.0, decoder_depth: int = 0,
+                 unet_skips: bool = False) -> None:
         super().__init__()
-        if depth < 1 or width < 1:
-            raise ValueError(f"depth and width must be >= 1; got depth={depth}, width={width}")
-        self.depth, self.width, self.num_classes = depth, width, num_classes
+        if depth < 1 or width < 1 or decoder_depth < 0:
+            raise ValueError(f"depth and width must be >= 1 and decoder_depth >= 0; got depth={depth}, "
+                             f"width={width}, decoder_depth={decoder_depth}")
+        if unet_skips and not decoder_depth:
+            raise ValueError("unet_skips needs a decoder: set decoder_depth >= 1")
+        self.depth, self.width, self.num_classes = depth + decoder_depth, width, num_classes
+        self.representation = depth  # the state a probe reads: the encoder's output
+        self.skips = skip_sources(depth, decoder_depth) if unet_skips else {}
         self.shortcut_schedule, self.alpha_min = shortcut, alpha_min
         self.stem = nn.Linear(in_dim, width)
+        scales = [*block_scales(shortcut, depth, alpha_min), *[(1.0, 1.0)] * decoder_depth]
         self.blocks = nn.ModuleList(
-            ResidualBlock(MLPBranch(width, activation), alpha, beta, drop_path_rate)
-            for alpha, beta in block_scales(shortcut, depth, alpha_min)
+            ResidualBlock(MLPBranch(width, activation), alpha, beta, drop_path_rate) for alpha, beta in scales
         )
         self.head = nn.Linear(width, num_classes)
         if zero_init:
@@ -106,10 +134,21 @@ class ResidualMLP(nn.Module):
     def _stream(self, x: torch.Tensor) -> Iterator[torch.Tensor]:
         """Yields h_0 (the stem's output), then each block's output h_1, …, h_L, each ``[B, H]``."""
         h = self.stem(x)
+        states = [h]
         yield h
-        for block in self.blocks:
+        for i, block in enumerate(self.blocks):
+            if i in self.skips:  # a U-Net skip: the mirrored encoder state joins the decoder block's input
+                h = h + states[self.skips[i]]
             h = block(h)
+            states.append(h)
             yield h
+
+    def forward_representation(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, in_dim] -> [B, H]``: the state a probe reads, h_representation (the encoder's output)."""
+        for i, h in enumerate(self._stream(x)):
+            if i == self.representation:
+                return h
+        raise AssertionError("unreachable")
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, in_dim] -> [B, H]``: the residual stream after the last block, h_L."""

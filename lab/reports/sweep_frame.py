@@ -60,8 +60,10 @@ def rank_frame(models: Sequence[ResidualMLP], data: ToyData, *, names: Sequence[
     Returns:
         The metrics plus ``alpha_min [K]``, ``alphas [K, L]``, ``member_names [K]``, ``train_acc``, ``test_acc``,
         ``train_loss``, ``test_loss [K]`` (NaN before an evaluation; the accuracies NaN for a generative task),
-        ``eval_step [K]`` (-1 before one), ``diverged [K]``, ``final_features [K, m, H]`` (last layer, test points,
-        for embeddings), ``task`` (its name, ``classify`` without one) and ``step``.
+        ``eval_step [K]`` (-1 before one), ``diverged [K]``, ``final_features [K, m, H]`` (the representation's
+        layer, ``layer``: the last, or a toy MAE's bottleneck; test points, for embeddings), ``probe_few [K]`` for a
+        generative task (:func:`~lab.analysis.rank_sweep.few_label_probe_accuracy`), ``task`` (its name,
+        ``classify`` without one) and ``step``.
     """
     K = len(models)
     diverged = np.zeros(K, bool) if diverged is None else np.asarray(diverged, bool)
@@ -70,8 +72,10 @@ def rank_frame(models: Sequence[ResidualMLP], data: ToyData, *, names: Sequence[
     x_test, y_test = data.x_test[:points], data.y_test[:points]
     inputs = torch.cat([x_train, x_test])
     features = member_features(models, inputs if task is None else task.probe_inputs(inputs))  # one forward each
+    layer = models[0].representation  # a toy MAE's bottleneck; the last block of any other residual MLP
     frame = sweep_rank_metrics(features[:, :, :len(x_train)], y_train, features[:, :, len(x_train):], y_test,
-                               ridge=ridge, num_classes=data.num_classes, correlate=~diverged)
+                               ridge=ridge, num_classes=data.num_classes, correlate=~diverged, layer=layer,
+                               few_labels=task is not None)
     nan = float("nan")
     frame.update(
         alpha_min=np.array([model.alpha_min for model in models], np.float32),
@@ -84,7 +88,7 @@ def rank_frame(models: Sequence[ResidualMLP], data: ToyData, *, names: Sequence[
         task=np.array("classify" if task is None else task.name),
         eval_step=np.array([at for _, at in evals], np.int64),
         diverged=diverged,
-        final_features=features[:, -1, len(x_train):].float().numpy(),
+        final_features=features[:, layer, len(x_train):].float().numpy(),
         step=np.int64(step),
     )
     return frame

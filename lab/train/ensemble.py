@@ -326,6 +326,7 @@ class EnsembleTrainer:
         self._names = [name for name, _ in models[0].named_parameters()]
         self._stacks, self._where = self._stack(models)
         self.depth = models[0].depth
+        self._skips, self.representation = models[0].skips, models[0].representation  # U-Net skips, probe state
         self._act = make_activation(models[0].blocks[0].branch.activation).forward
         # [L, K] in float64, so each scale rounds to the parameters' dtype exactly as a solo block's Python float
         self._alpha = torch.tensor([[b.alpha for b in m.blocks] for m in models], dtype=torch.float64).T
@@ -530,9 +531,11 @@ class EnsembleTrainer:
             head_w, head_b = head_w[slots], head_b[slots]
         return torch.baddbmm(head_b.unsqueeze(1), self._features(x, masks, slots), head_w.transpose(1, 2))
 
-    def _features(self, x: torch.Tensor, masks: _Masks | None = None,
-                  slots: torch.Tensor | None = None) -> torch.Tensor:
-        """``x [K, B, in]`` (or ``[B, in]``, shared) → the last block's output h_L ``[K, B, H]``."""
+    def _features(self, x: torch.Tensor, masks: _Masks | None = None, slots: torch.Tensor | None = None,
+                  upto: int | None = None) -> torch.Tensor:
+        """``x [K, B, in]`` (or ``[B, in]``, shared) → the last block's output h_L ``[K, B, H]`` (or h_upto: the
+        state a probe reads is h_representation). A U-Net member adds its skips as
+        :class:`~lab.nn.mlp.ResidualMLP` does."""
         s = self._stacks
         if slots is None:
             stem_w, stem_b = s["stem.weight"].data, s["stem.bias"].data
@@ -546,13 +549,18 @@ class EnsembleTrainer:
         if x.ndim == 2:
             x = x.expand(len(stem_w), *x.shape)
         h = torch.baddbmm(stem_b.unsqueeze(1), x, stem_w.transpose(1, 2))
-        for b in range(self.depth):
+        states = [h] if self._skips else None
+        for b in range(self.depth if upto is None else upto):
+            if b in self._skips:
+                h = h + states[self._skips[b]]
             f = self._act(torch.baddbmm(block_b[b].unsqueeze(1), h, block_w[b].transpose(1, 2)))
             if masks is not None:
                 f = masks.apply(b, f)
             if not self._beta_one[b]:
                 f = f * beta[b]
             h = f + h if self._alpha_one[b] else torch.addcmul(f, h, alpha[b])
+            if states is not None:
+                states.append(h)
         return h
 
     def train_step(self) -> dict[int, float]:
@@ -674,7 +682,7 @@ class EnsembleTrainer:
                                                                  dtype=torch.long, device=self.device)
         if self.task is not None:
             metrics = pixel_task_metrics(self.task, self.data, lambda x: self._logits(x, slots=slots),
-                                         lambda x: self._features(x, slots=slots))
+                                         lambda x: self._features(x, slots=slots, upto=self.representation))
             out = dict(zip(members, metrics, strict=True))
             for k in members:
                 self.members[k].last_eval, self.members[k].last_eval_step = out[k], self.step

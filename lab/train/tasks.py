@@ -14,11 +14,16 @@ on flattened images (D pixels, standardised) learns one of two self-supervised a
   (:class:`lab.nn.vpsde.VPSDE`) and emb the U-ViT's sinusoidal embedding of 999 t (:data:`TIME_DIM` features);
   the output is ε̂ and the loss the mean squared error on all pixels.
 
-A model's representation is its residual stream read on clean inputs (:meth:`PixelTask.probe_inputs`: nothing
-hidden; t = 0), which the rank and the linear probe against the digit labels measure. Every draw (masks, t, ε) of
-a training step is a function of (``train.seed``, step) alone, so a resumed run, and the same member trained in
-an ensemble, see the very same draws; evaluations draw from one fixed seed, so every member and every evaluation
-is scored on the same corrupted inputs.
+A model's representation is its residual stream at :attr:`~lab.nn.mlp.ResidualMLP.representation` (the last block,
+or the encoder's output of the toy MAE with a decoder and U-Net skips) read on the probe's inputs
+(:meth:`PixelTask.probe_inputs`: nothing hidden; for ``denoise``, images noised to t = :data:`PROBE_T`, inside the
+training range, with one fixed draw of noise), which the rank and the linear probes against the digit labels
+measure: the full ridge probe (``probe_acc``) and, the lab's addition, one fitted on five digits of each class
+(``probe_few``: on 8 × 8 digits the full probe sits near its ceiling for any reasonable features).
+
+Every draw (masks, t, ε) of a training step is a function of (``train.seed``, step) alone, so a resumed run, and
+the same member trained in an ensemble, see the very same draws; evaluations draw from one fixed seed, so every
+member and every evaluation is scored on the same corrupted inputs.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from lab.analysis.rank_sweep import ridge_probe_accuracy
+from lab.analysis.rank_sweep import few_label_probe_accuracy, ridge_probe_accuracy
 from lab.config import PIXEL_TASKS
 from lab.data.toy2d import ToyData
 from lab.nn.uvit import timestep_embedding
@@ -41,6 +46,8 @@ T_MIN = 1e-3
 """The smallest noise level drawn (t₀), as the reference's VP-SDE training."""
 EVAL_SEED = 2**31 - 1
 """The seed of every evaluation's draws."""
+PROBE_T = 0.1
+"""The noise level of the ``denoise`` probe's inputs (training draws t from [t₀, 1])."""
 
 
 class PixelTask:
@@ -107,11 +114,15 @@ class PixelTask:
         return ((output - target) ** 2 * weight).sum((-2, -1)) / weight.sum((-2, -1))
 
     def probe_inputs(self, x: Tensor) -> Tensor:
-        """``x [B, ...]`` clean, as the model's input ``[B, in_dim]``: nothing hidden (masked), t = 0 (denoise)."""
+        """``x [B, ...]`` as the probe reads it, the model's input ``[B, in_dim]``: nothing hidden (masked); noised to
+        t = :data:`PROBE_T` with the evaluations' fixed noise (denoise: a level the model was trained on)."""
         x = x.flatten(1)
         if self.name == "masked":
             return torch.cat([x, torch.zeros_like(x)], 1)
-        return torch.cat([x, self._time(torch.zeros(len(x), device=x.device, dtype=x.dtype))], 1)
+        t = torch.full((len(x),), PROBE_T, device=x.device, dtype=x.dtype)
+        generator = torch.Generator(device=x.device).manual_seed(EVAL_SEED)
+        noise = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+        return torch.cat([self.sde.perturb(x, t, noise), self._time(t)], 1)
 
 
 def pixel_task_metrics(task: PixelTask, data: ToyData, outputs: Callable[[Tensor], Tensor],
@@ -122,22 +133,23 @@ def pixel_task_metrics(task: PixelTask, data: ToyData, outputs: Callable[[Tensor
         task: the task.
         data: the split (images and digit labels).
         outputs: model inputs ``[n, in_dim]`` → outputs ``[K, n, D]`` (in eval mode).
-        features: model inputs ``[n, in_dim]`` → last-layer features ``[K, n, H]``.
+        features: model inputs ``[n, in_dim]`` → the representation ``[K, n, H]``.
         ridge: the probe's relative ridge penalty.
 
     Returns:
-        Per model: ``train_loss`` and ``test_loss`` (the task's loss on the fixed evaluation draws of each set) and
-        ``probe_acc``, the held-out accuracy of a linear (ridge) read-out of the digit labels from the last
-        layer's features of clean images, fitted on the training set
-        (:func:`~lab.analysis.rank_sweep.ridge_probe_accuracy`).
+        Per model: ``train_loss`` and ``test_loss`` (the task's loss on the fixed evaluation draws of each set),
+        ``probe_acc``, the held-out accuracy of a linear (ridge) read-out of the digit labels from ``features`` (the
+        representation) of the probe's inputs, fitted on the training set
+        (:func:`~lab.analysis.rank_sweep.ridge_probe_accuracy`), and ``probe_few``, the same fitted on five digits
+        of each class (:func:`~lab.analysis.rank_sweep.few_label_probe_accuracy`).
     """
     out: dict[str, Tensor] = {}
     for split, x in (("train", data.x_train), ("test", data.x_test)):
         inputs, target, weight = task.eval_draw(x)
         out[f"{split}_loss"] = task.loss(outputs(inputs), target, weight)
-    probe = ridge_probe_accuracy(features(task.probe_inputs(data.x_train)), data.y_train,
-                                 features(task.probe_inputs(data.x_test)), data.y_test, ridge=ridge,
-                                 num_classes=data.num_classes)
+    train, test = features(task.probe_inputs(data.x_train)), features(task.probe_inputs(data.x_test))
+    probe = ridge_probe_accuracy(train, data.y_train, test, data.y_test, ridge=ridge, num_classes=data.num_classes)
+    few = few_label_probe_accuracy(train, data.y_train, test, data.y_test, num_classes=data.num_classes)
     losses = {k: v.tolist() for k, v in out.items()}
-    return [{"train_loss": losses["train_loss"][k], "test_loss": losses["test_loss"][k], "probe_acc": float(p)}
-            for k, p in enumerate(probe.tolist())]
+    return [{"train_loss": losses["train_loss"][k], "test_loss": losses["test_loss"][k], "probe_acc": float(p),
+             "probe_few": float(f)} for k, (p, f) in enumerate(zip(probe.tolist(), few.tolist(), strict=True))]

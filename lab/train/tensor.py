@@ -119,7 +119,7 @@ class Trainer:
         if self.task is not None:
             with eval_mode(self.model):
                 out = pixel_task_metrics(self.task, self.data, lambda x: self.model(x)[None],
-                                         lambda x: self.model.forward_features(x)[None])[0]
+                                         lambda x: self.model.forward_representation(x)[None])[0]
             self.last_eval, self.last_eval_step = out, self.step
             return out
         out: dict[str, float] = {}

@@ -71,3 +71,27 @@ def test_activations(activation):
     assert model(torch.randn(2, 2)).shape == (2, 2)
     with pytest.raises(ValueError, match="unknown activation"):
         ResidualMLP(activation="swish")
+
+
+def test_the_toy_mae_has_a_decayed_encoder_a_decoder_at_alpha_one_and_mirrored_skips():
+    from lab.nn.mlp import skip_sources
+
+    assert skip_sources(4, 4) == {4: 3, 5: 2, 6: 1, 7: 0}  # the last decoder block sees the stem's output
+    assert skip_sources(8, 4) == {8: 6, 9: 4, 10: 2, 11: 0}  # every other encoder state, as the paper's MAE
+    with pytest.raises(ValueError, match="decoder_depth"):
+        skip_sources(2, 3)
+    model = ResidualMLP(depth=4, width=6, in_dim=5, num_classes=5, shortcut="linear", alpha_min=0.5,
+                        decoder_depth=3, unet_skips=True)
+    assert [b.alpha for b in model.blocks] == pytest.approx([1.0, 5 / 6, 2 / 3, 0.5, 1.0, 1.0, 1.0])
+    assert model.depth == 7 and model.representation == 4
+    x = torch.randn(3, 5)
+    states = [model.stem(x)]  # by hand: h + h_s before each decoder block
+    for i, block in enumerate(model.blocks):
+        h = states[-1] + (states[model.skips[i]] if i in model.skips else 0)
+        states.append(block(h))
+    assert torch.allclose(model(x), model.head(states[-1]), atol=1e-6)
+    assert torch.allclose(model.forward_representation(x), states[4])
+    assert all(torch.allclose(a, b) for a, b in zip(model.forward_intermediates(x, intermediates_only=True), states,
+                                                      strict=True))
+    with pytest.raises(ValueError, match="needs a decoder"):
+        ResidualMLP(depth=2, unet_skips=True)

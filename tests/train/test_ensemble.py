@@ -90,11 +90,14 @@ def test_members_equal_their_solo_runs(float64, optimizer, weight_decay_on):
                 assert torch.allclose(mine["optimizer"]["state"][i][key], value, rtol=1e-9, atol=1e-14), (i, key)
 
 
-@pytest.mark.parametrize("task", ["masked", "denoise"])
-def test_members_learning_a_generative_task_equal_their_solo_runs(float64, task):
+@pytest.mark.parametrize(("task", "unet"), [("masked", False), ("denoise", False), ("masked", True)],
+                         ids=["masked", "denoise", "masked-unet"])
+def test_members_learning_a_generative_task_equal_their_solo_runs(float64, task, unet):
     """Each member hides (or noises) its batches as its solo run does, from its own train.seed, and is scored on the
-    same evaluation draws: its weights, losses and probe are the solo run's."""
-    digits = {"data.name": "digits", "train.task": task, "train.mask_ratio": 0.25}
+    same evaluation draws: its weights, losses and probes are the solo run's (also the toy MAE: a decoder at α = 1
+    and U-Net skips, probed at its bottleneck)."""
+    digits = {"data.name": "digits", "train.task": task, "train.mask_ratio": 0.25,
+              **({"model.decoder_depth": 2, "model.unet_skips": True} if unet else {})}
     cfgs = [small(**digits, **v) for v in (
         {}, {"model.shortcut": "linear", "model.alpha_min": 0.5, "model.seed": 1, "train.seed": 1},
         {"train.droppath": "droppath", "train.drop_path_rate": 0.3, "train.seed": 2, "train.lr": 0.003})]
@@ -106,7 +109,7 @@ def test_members_learning_a_generative_task_equal_their_solo_runs(float64, task)
     for k, cfg in enumerate(cfgs):
         alone = solo(cfg, data)
         assert rel_error(models[k], alone.model) <= TOL, f"member {k}"
-        assert metrics[k].keys() == {"train_loss", "test_loss", "probe_acc"}
+        assert metrics[k].keys() == {"train_loss", "test_loss", "probe_acc", "probe_few"}
         assert metrics[k] == pytest.approx(alone.last_eval, rel=1e-9)
     assert metrics[0]["test_loss"] != pytest.approx(metrics[1]["test_loss"], rel=1e-3)
 

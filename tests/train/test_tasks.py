@@ -6,7 +6,7 @@ import torch
 from lab.config import ConfigError, ExperimentConfig, apply_overrides
 from lab.jobs.runner import make_trainer
 from lab.seeds import step_seed
-from lab.train.tasks import T_MIN, TIME_DIM, PixelTask
+from lab.train.tasks import PROBE_T, T_MIN, TIME_DIM, PixelTask
 
 
 def digits(**overrides) -> ExperimentConfig:
@@ -46,7 +46,13 @@ def test_denoise_noises_on_the_vp_sde_and_embeds_the_noise_level():
     freqs = 10000.0 ** (-torch.arange(TIME_DIM // 2) / (TIME_DIM // 2))
     angles = 999 * t[:, None] * freqs
     assert torch.allclose(inputs[:, 64:], torch.cat([angles.cos(), angles.sin()], 1), atol=1e-4)
-    assert torch.allclose(task.probe_inputs(x)[:, 64:], torch.cat([torch.ones(6, 8), torch.zeros(6, 8)], 1))
+    # the probe reads images noised to t = PROBE_T, a level inside the training range, with one fixed noise draw
+    probe = task.probe_inputs(x)
+    angles = 999 * PROBE_T * freqs
+    assert torch.allclose(probe[:, 64:], torch.cat([angles.cos(), angles.sin()]).expand(6, -1), atol=1e-4)
+    alpha_bar = torch.exp(torch.tensor(-(0.1 * PROBE_T + 0.5 * (20.0 - 0.1) * PROBE_T**2)))
+    residual = (probe[:, :64] - alpha_bar.sqrt() * x.flatten(1)) / (1 - alpha_bar).sqrt()
+    assert torch.equal(probe, task.probe_inputs(x)) and abs(float(residual.std()) - 1) < 0.15  # unit noise
 
 
 def test_draws_are_a_function_of_seed_and_step_and_evaluations_draw_alike():
@@ -64,9 +70,9 @@ def test_a_run_learns_its_task_and_records_losses_and_the_probe(task):
     before = trainer.evaluate()
     trainer.fit()
     after = trainer.last_eval
-    assert after.keys() == {"train_loss", "test_loss", "probe_acc"}
+    assert after.keys() == {"train_loss", "test_loss", "probe_acc", "probe_few"}
     assert after["test_loss"] < 0.8 * before["test_loss"]
-    assert 0.1 < after["probe_acc"] <= 1.0  # ten digits: above chance
+    assert 0.1 < after["probe_acc"] <= 1.0 and 0.1 < after["probe_few"] <= after["probe_acc"]  # above chance
 
 
 @pytest.mark.parametrize("overrides, message", [

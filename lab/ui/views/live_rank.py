@@ -180,9 +180,9 @@ class RankViews:
         if not h["step"] or int(frame["step"]) > h["step"][-1]:
             h["step"].append(int(frame["step"]))
             for key in ("effective_rank", "eq6_entropy"):
-                h[key].append(np.asarray(frame[key])[:, -1].astype(np.float64))
+                h[key].append(np.asarray(frame[key])[:, _layer(frame)].astype(np.float64))
                 h[f"r_{key}"].append(float(frame[f"pearson_r_{key}"]))
-            h["probe"].append(np.asarray(frame["probe_acc"])[:, -1].astype(np.float64))
+            h["probe"].append(np.asarray(frame["probe_acc"])[:, _layer(frame)].astype(np.float64))
         self.redraw()
 
     def set_measure(self, measure: str) -> None:
@@ -264,8 +264,8 @@ class RankViews:
     def _scatter(self) -> None:
         f = self.frame
         alpha_min, colors, names, live = self._members()
-        rank = np.asarray(f[self.measure], np.float64)[:, -1]
-        probe = np.asarray(f["probe_acc"], np.float64)[:, -1]
+        rank = np.asarray(f[self.measure], np.float64)[:, _layer(f)]
+        probe = np.asarray(f["probe_acc"], np.float64)[:, _layer(f)]
         keep = [k for k in range(len(names)) if live[k]]
         labels = _labels(alpha_min, names)
         self.points.data = {"alpha_min": alpha_min[keep], "probe": probe[keep], "rank": rank[keep],
@@ -375,3 +375,8 @@ class RankViews:
 
     def __panel__(self) -> pn.viewable.Viewable:
         return self.layout
+
+
+def _layer(frame: dict[str, np.ndarray]) -> int:
+    """The depth of the members' representation in ``frame``: the last layer, or a toy MAE's bottleneck."""
+    return int(frame["layer"]) if "layer" in frame else -1
