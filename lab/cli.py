@@ -36,6 +36,7 @@ from lab.reports.fid import FID_FILE, fid_report, format_fid
 from lab.reports.probe import format_probe, probe_report
 from lab.reports.samples import format_samples, sample_report
 from lab.reproduce import BUDGETS, PAPERS, reproduce
+from lab.reproduce.claims import ERROR
 from lab.runs import layout
 from lab.runs.lock import RunLocked
 from lab.runs.resume import RESUME_KEYS, ResumePlan, ResumeRefused, find_run, plan_resume, resume_overrides
@@ -128,13 +129,16 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument("--layer", default="bottleneck",
                        help="bottleneck (the model's features, default) or blocks.N (block N's output, pooled)")
     probe.add_argument("--checkpoint", default="last", choices=["last", "best"])
-    probe.add_argument("--protocol", default=None, choices=["authors", "mae"],
+    probe.add_argument("--protocol", default=None, choices=["authors", "mae", "quick"],
                        help="authors: the released code's probe (mean of the last block's tokens, linear layer, "
-                            "AdamW; default for MAE runs); mae: MAE's BatchNorm head with SGD on forward_features "
-                            "(default for classifiers)")
+                            "AdamW; default for MAE runs; for diffusion runs the paper's Appendix A.2 probe per "
+                            "cell); mae: MAE's BatchNorm head with SGD on forward_features (default for "
+                            "classifiers); quick: diffusion runs' default, AdamW at a constant rate with --epochs, "
+                            "--lr and --batch-size")
     probe.add_argument("--noise-levels", default=None, metavar="T,T,…",
                        help="diffusion runs: the noise levels t in (0, 1] at which every block is probed (default "
-                            "0.02,0.05,0.1,0.2,0.3); the best (block, t) is reported with the whole grid")
+                            "0.02,0.05,0.1,0.2,0.3); the cells are chosen on a validation split of the training "
+                            "images and scored on the test split: the best one and the best of the deepest blocks")
     probe.add_argument("--epochs", type=int, default=200, help="probe epochs (default 200)")
     probe.add_argument("--lr", type=float, default=1e-2, help="peak learning rate, cosine-decayed to 0 (1e-2)")
     probe.add_argument("--batch-size", type=int, default=1024, help="probe batch size (default 1024)")
@@ -257,7 +261,8 @@ def _latents(args: argparse.Namespace) -> int:
 
 
 def _reproduce(args: argparse.Namespace, store: RunStore) -> int:
-    """``reproduce``: 0 when the report was written (whatever the verdicts), 2 for bad input."""
+    """``reproduce``: 0 when the report was written (whatever the verdicts), 1 when an experiment failed (the report
+    is written and names it), 2 for bad input."""
     if args.seeds is not None and args.seeds < 1:
         print("error: --seeds must be >= 1", file=sys.stderr)
         return 2
@@ -271,7 +276,10 @@ def _reproduce(args: argparse.Namespace, store: RunStore) -> int:
     for r in results:
         print(f"{r.claim.id:<{width}}  {r.verdict:<15} {r.lab_value}")
     print(f"wrote {paths['html']}, {paths['md'].name} and {paths['json'].name}", file=sys.stderr)
-    return 0
+    errors = [r for r in results if r.verdict == ERROR]
+    for r in errors:
+        print(f"error: {r.claim.id}: {r.reason}", file=sys.stderr)
+    return 1 if errors else 0
 
 
 def _report(args: argparse.Namespace, store: RunStore, measure: Callable[[Run], tuple[str, str]]) -> int:
@@ -312,7 +320,7 @@ def _probe(args: argparse.Namespace, store: RunStore) -> int:
             times = tuple(float(t) for t in args.noise_levels.split(",")) if args.noise_levels else PROBE_TIMES
             summary = diffusion_probe_report(run, times=times, checkpoint=args.checkpoint, epochs=args.epochs,
                                              lr=args.lr, batch_size=args.batch_size, limit=args.limit,
-                                             device=args.device)
+                                             device=args.device, protocol=args.protocol or "quick")
             return format_diffusion_probe(summary), wrote
         summary = probe_report(run, layer=args.layer, checkpoint=args.checkpoint, protocol=args.protocol,
                                epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, limit=args.limit,

@@ -1,11 +1,13 @@
-"""What a reproduction reports: a paper's claim, the lab's measurement of it over seeds, and a verdict.
+"""What a reproduction reports: a paper's claim, the lab's measurement of it over seeds, and the verdict.
 
-A :class:`Claim` holds what the paper says, in its words and numbers, and where (figure or table). An experiment
-measures one or more claims at once (one training serves RA1 to RA4) and returns a :class:`Result` per claim: the
-lab's values per seed, a verdict and its reason, the commands that reproduce it and the time it took.
+A :class:`Claim` holds what the paper says, in its words and numbers, where (figure or table), the setting it was
+measured in, and — when the claim has a size — the paper's effect relative to its baseline. An experiment measures
+one or more claims at once (one training serves RA1 to RA4) and returns a :class:`Result` per claim: the lab's
+values per seed, the verdict of :mod:`lab.reproduce.verdict` with the effect, interval, test and floor it rests
+on, the lab's setting beside the paper's, the commands that reproduce it and the time it took.
 
-Verdicts: ``holds`` (the lab's measurement shows the paper's effect), ``differs`` (it does not, or the opposite),
-``not measurable`` (this budget or this scale cannot show it, with the reason: the numbers are still reported).
+An experiment that raises is no verdict: its claims are reported as ``error`` with the exception, and ``lab
+reproduce`` exits non-zero.
 """
 
 from __future__ import annotations
@@ -16,12 +18,15 @@ from typing import Any
 
 import numpy as np
 
+from lab.reproduce.verdict import Stats, Verdict
+
 PAPERS = {
     "alignment": "Residual Alignment: Uncovering the Mechanisms of Residual Networks",
     "decayed": "Residual Connections Harm Generative Representation Learning",
     "droppath": "ResidualDroppath: Enhancing Feature Reuse over Residual Connections",
 }
-VERDICTS = ("holds", "differs", "not measurable")
+ERROR = "error"
+"""What a claim reads when its experiment failed: no verdict."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,9 @@ class Claim:
         statement: what the paper claims, in its words.
         paper_value: the paper's number(s), as text.
         measure: what the lab measures for it, in words.
+        paper_scale: the setting the paper measured it in (model, data, training).
+        relative: the paper's effect relative to its baseline (``(83.6 − 76.5) / 76.5``), None for a claim without
+            a size.
     """
 
     id: str
@@ -43,6 +51,8 @@ class Claim:
     statement: str
     paper_value: str
     measure: str
+    paper_scale: str = ""
+    relative: float | None = None
 
 
 @dataclass(frozen=True)
@@ -64,25 +74,32 @@ class Result:
         claim: the claim.
         values: per quantity, one value per seed.
         lab_value: the measurement as text (mean ± sd over seeds).
-        verdict: one of :data:`VERDICTS`.
-        reason: why that verdict.
+        judged: the verdict and the numbers it rests on (:func:`~lab.reproduce.verdict.judge`); None for an
+            experiment that failed (:data:`ERROR`).
+        scale: the lab's setting (model, data, training) for this budget.
         commands: the commands that reproduce it.
         seconds: time of the experiment that measured it (shared by the claims it measured).
         figure: curves that show it (seed 0), or None.
+        error: why the experiment failed (with ``judged`` None).
     """
 
     claim: Claim
     values: dict[str, list[float]]
     lab_value: str
-    verdict: str
-    reason: str
+    judged: Verdict | None
+    scale: str = ""
     commands: list[str] = field(default_factory=list)
     seconds: float = 0.0
     figure: Curves | None = None
+    error: str = ""
 
-    def __post_init__(self) -> None:
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"verdict must be one of {VERDICTS}; got {self.verdict!r}")
+    @property
+    def verdict(self) -> str:
+        return ERROR if self.judged is None else self.judged.verdict
+
+    @property
+    def reason(self) -> str:
+        return self.error if self.judged is None else self.judged.reason
 
     def record(self) -> dict[str, Any]:
         """A JSON-ready dict (``claims.json``): non-finite values as None."""
@@ -90,10 +107,14 @@ class Result:
             return float(v) if math.isfinite(v) else None
 
         c = self.claim
+        numbers = self.judged.record() if self.judged is not None else {
+            "effect": None, "ci95": [None, None], "p_value": None, "seeds": 0, "floor": None, "paper_effect": None,
+            "seeds_needed": None}
         return {"id": c.id, "paper": PAPERS[c.paper], "where": c.where, "statement": c.statement,
                 "paper_value": c.paper_value, "measure": c.measure, "lab_value": self.lab_value,
                 "values": {k: [plain(v) for v in vs] for k, vs in self.values.items()}, "verdict": self.verdict,
-                "reason": self.reason, "commands": self.commands, "seconds": round(self.seconds, 1)}
+                "reason": self.reason, **numbers, "scale": {"lab": self.scale, "paper": c.paper_scale},
+                "commands": self.commands, "seconds": round(self.seconds, 1)}
 
 
 def mean_sd(values: list[float], digits: int = 3) -> str:
@@ -107,6 +128,20 @@ def mean_sd(values: list[float], digits: int = 3) -> str:
     return f"{a.mean():.{digits}g} ± {a.std(ddof=1):.{digits}g}"
 
 
-def not_at_this_budget(claim: Claim, commands: list[str], why: str) -> Result:
+def mean(values: list[float]) -> float:
+    """The mean of the finite values (NaN when none)."""
+    a = np.asarray(values, dtype=np.float64)
+    a = a[np.isfinite(a)]
+    return float(a.mean()) if len(a) else math.nan
+
+
+def not_at_this_budget(claim: Claim, commands: list[str], why: str, scale: str = "") -> Result:
     """The result of a claim this budget does not run: the commands that do, and why not here."""
-    return Result(claim, {}, "—", "not measurable", why, commands)
+    empty = Stats(math.nan, (math.nan, math.nan), math.nan, math.nan, math.nan, 0)
+    return Result(claim, {}, "—", Verdict("not measurable", why, empty), scale, commands)
+
+
+def failed(claim: Claim, error: BaseException, seconds: float) -> Result:
+    """The result of a claim whose experiment raised: an error, not a verdict."""
+    return Result(claim, {}, "—", None, seconds=seconds, error=f"the experiment failed: {type(error).__name__}: "
+                                                                  f"{error}")

@@ -1,13 +1,16 @@
 """The reproduction's report: ``claims.json``, ``report.md`` and a self-contained ``report.html``.
 
-``report.html`` carries BokehJS inline and every figure embedded, so it opens offline (an air-gapped cluster node,
-an e-mail attachment). Every text in it is escaped: the report shows data, never markup.
+Each starts with what the budget can and cannot show (:data:`lab.reproduce.SCOPE`), and every row carries the numbers
+its verdict rests on (:mod:`lab.reproduce.verdict`): the effect in the paper's direction, its 95 % interval, the
+one-sided p over the seeds, the floor, and the lab's setting beside the paper's. ``report.html`` carries BokehJS
+inline and every figure embedded, so it opens offline (an air-gapped cluster node, an e-mail attachment). Every
+text in it is escaped: the report shows data, never markup.
 """
 
 from __future__ import annotations
 
 import html
-import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,37 +21,53 @@ _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#17becf")
 
 
+def _number(value: float | None) -> str:
+    return "—" if value is None or not math.isfinite(value) else f"{value:.3g}"
+
+
 def table_rows(results: list[Result]) -> list[dict[str, str]]:
     """One row per claim, as the Markdown and HTML tables show it."""
-    return [{"id": r.claim.id, "paper": PAPERS[r.claim.paper], "where": r.claim.where, "claim": r.claim.statement,
-             "paper's number": r.claim.paper_value, "lab": r.lab_value, "verdict": r.verdict,
-             "time": f"{r.seconds:.0f} s" if r.seconds else "—"} for r in results]
+    rows = []
+    for r in results:
+        n = r.record()
+        floor = n["floor"]
+        rows.append({
+            "id": r.claim.id, "where": r.claim.where, "claim": r.claim.statement,
+            "paper's number": r.claim.paper_value, "lab": r.lab_value, "verdict": r.verdict,
+            "effect": _number(n["effect"]), "95% CI": f"[{_number(n['ci95'][0])}, {_number(n['ci95'][1])}]",
+            "p": _number(n["p_value"]), "seeds": str(n["seeds"]),
+            "floor": "—" if floor is None else f"{floor['name']}: {_number(floor['value'])}"
+                                                + (" (cleared)" if floor["cleared"] else " (not cleared)"),
+            "scale (lab / paper)": f"{r.scale or '—'} / {r.claim.paper_scale or '—'}",
+            "time": f"{r.seconds:.0f} s" if r.seconds else "—"})
+    return rows
 
 
 def _md_cell(text: str) -> str:
     return html.escape(text, quote=False).replace("|", "\\|").replace("\n", " ")
 
 
-def _caveat(meta: dict[str, Any]) -> str:
-    if meta["budget"] == "smoke":
-        return (" Smoke budget: models of a few units trained for a few steps; the verdicts test the pipeline, not "
-                "the papers.")
-    return ""
+VERDICT_WORDS = ("Verdicts: holds (the effect in the paper's direction, p < 0.05 one-sided over the seeds, above "
+                 "its floor) / inconclusive (not significant; the reason says how many seeds this noise would need) / "
+                 "differs (significant the other way, or an interval that excludes the paper's effect) / not "
+                 "measurable (a precondition failed: named) / pipeline only (smoke) / error (the experiment failed). "
+                 "Values are mean ± sd over seeds; effects are in the paper's direction.")
 
 
 def markdown(results: list[Result], meta: dict[str, Any]) -> str:
-    """``report.md``: the table, then each claim's measure, reason and commands."""
+    """``report.md``: what the budget can show, the table, then each claim's measure, reason and commands."""
     rows = table_rows(results)
     head = list(rows[0]) if rows else []
     lines = [f"# Reproduction ({meta['budget']} budget, {meta['seeds']} seed(s), {meta['seconds']:.0f} s)", "",
-             "Values are mean ± sd over seeds. Verdicts: holds / differs / not measurable (with the reason)."
-             + _caveat(meta), "",
+             meta.get("scope", ""), "", VERDICT_WORDS, "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(_md_cell(row[k]) for k in head) + " |" for row in rows]
     for r in results:
         lines += ["", f"## {_md_cell(r.claim.where)}: {_md_cell(r.claim.statement)}", "",
-                  f"- Paper: {_md_cell(PAPERS[r.claim.paper])}; {_md_cell(r.claim.paper_value)}",
-                  f"- Measured: {_md_cell(r.claim.measure)}", f"- Lab: {_md_cell(r.lab_value)}",
+                  f"- Paper: {_md_cell(PAPERS[r.claim.paper])}; {_md_cell(r.claim.paper_value)} "
+                  f"({_md_cell(r.claim.paper_scale or 'setting not given')})",
+                  f"- Measured: {_md_cell(r.claim.measure)}", f"- Lab: {_md_cell(r.lab_value)} "
+                  f"({_md_cell(r.scale or 'not run at this budget')})",
                   f"- Verdict: **{r.verdict}**: {_md_cell(r.reason)}"]
         if r.commands:
             lines += ["", "```bash", *r.commands, "```"]
@@ -95,7 +114,8 @@ def html_page(results: list[Result], meta: dict[str, Any]) -> str:
              + "".join("<tr>" + "".join(cell(row, k) for k in head) + "</tr>" for row in rows) + "</table>")
     details = "".join(
         f"<h3>{esc(r.claim.where)}: {esc(r.claim.statement)}</h3><p>{esc(PAPERS[r.claim.paper])}. Paper: "
-        f"{esc(r.claim.paper_value)}. Measured: {esc(r.claim.measure)}.</p><p><b>{esc(r.verdict)}</b>: "
+        f"{esc(r.claim.paper_value)} ({esc(r.claim.paper_scale or 'setting not given')}). Measured: "
+        f"{esc(r.claim.measure)}. Lab: {esc(r.scale or 'not run at this budget')}.</p><p><b>{esc(r.verdict)}</b>: "
         f"{esc(r.reason)}</p>" + (f"<pre>{esc(chr(10).join(r.commands))}</pre>" if r.commands else "")
         for r in results)
     plots = "".join(f"<h3>{esc(r.claim.where)} ({esc(r.claim.id)})</h3>{div}"
@@ -103,11 +123,12 @@ def html_page(results: list[Result], meta: dict[str, Any]) -> str:
     style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}table{border-collapse:collapse}"
              "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left}"
              ".holds{background:#e3f4e3}.differs{background:#fbe3e3}.not-measurable{background:#eee}"
+             ".inconclusive{background:#fdf6dc}.error{background:#f4c7c7}.pipeline-only{background:#eef}"
              "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Residual Lab reproduction</title>"
             f"<style>{style}</style>{inline}{script}</head><body>"
             f"<h1>Reproduction: {esc(meta['budget'])} budget, {meta['seeds']} seed(s), {meta['seconds']:.0f} s</h1>"
-            f"<p>Values are mean ± sd over seeds.{esc(_caveat(meta))}</p>{table}<h2>Figures</h2>{plots}"
+            f"<p><b>{esc(meta.get('scope', ''))}</b></p><p>{esc(VERDICT_WORDS)}</p>{table}<h2>Figures</h2>{plots}"
             f"<h2>Claims</h2>{details}</body></html>")
 
 
@@ -124,6 +145,3 @@ def write_report(results: list[Result], out: Path, meta: dict[str, Any]) -> dict
     return paths
 
 
-def read_claims(out: Path) -> dict[str, Any]:
-    """``claims.json`` of a reproduction folder."""
-    return json.loads((out / "claims.json").read_text())

@@ -8,11 +8,14 @@ from a shell, which the report prints beside each claim.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 
 from lab.config import ExperimentConfig, load_config
+from lab.data.toy2d import ToyData
 from lab.jobs.runner import resolved, train_and_evaluate
 from lab.runs.store import Run, RunStore
+from lab.train.core import Callback
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -31,8 +34,16 @@ def config(name: str, overrides: list[str]) -> ExperimentConfig:
     return resolved(load_config(CONFIGS / f"{name}.yaml", overrides))
 
 
-def train(name: str, overrides: list[str], store: RunStore, run_name: str) -> tuple[Run, str]:
+def train(name: str, overrides: list[str], store: RunStore, run_name: str, *, callbacks: Sequence[Callback] = (),
+          data: ToyData | None = None) -> tuple[Run, str]:
     """Train ``configs/<name>.yaml`` with ``overrides`` into a new run folder of ``store``.
+
+    Args:
+        name, overrides: the config.
+        store: where the run folder goes.
+        run_name: its name.
+        callbacks: what follows the training besides the run's recorder (a measurement over epochs).
+        data: the config's data, when the caller built it already.
 
     Returns:
         The run folder and the command that trains the same from a shell.
@@ -42,7 +53,7 @@ def train(name: str, overrides: list[str], store: RunStore, run_name: str) -> tu
     """
     cfg = config(name, overrides)
     run = store.create(run_name)
-    status = train_and_evaluate(cfg, run, progress=False)
+    status = train_and_evaluate(cfg, run, progress=False, callbacks=callbacks, data=data)
     if status["state"] != "completed":
         raise ReproductionError(f"{run.path}: {status['state']}: {status['message']}")
     return run, command("train", f"configs/{name}.yaml", *overrides, "--name", run_name)

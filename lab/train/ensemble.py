@@ -563,6 +563,12 @@ class EnsembleTrainer:
                 states.append(h)
         return h
 
+    @torch.no_grad()
+    def features(self, x: torch.Tensor, upto: int | None = None) -> torch.Tensor:
+        """The live members' states at depth ``upto`` (default the last, h_L) of inputs ``x [B, in]`` (on the
+        ensemble's device), without droppath: ``[K, B, H]``, in slot order (:attr:`live`)."""
+        return self._features(x, upto=upto)
+
     def train_step(self) -> dict[int, float]:
         """One optimisation step of every live member on its batch of step ``self.step``.
 

@@ -51,10 +51,17 @@ def test_lab_probe_reports_the_grid_and_its_best_cell(diffusion_runs, capsys):
     out, _ = capsys.readouterr()
     summary = json.loads((run / "analysis" / "probe.json").read_text())
     assert summary["kind"] == "diffusion" and summary["times"] == [0.05, 0.3] and len(summary["blocks"]) == 3
-    grid = torch.tensor(summary["grid"])
-    assert grid.shape == (2, 3) and summary["top1"] == grid.max().item() > 0.1  # above chance for 10 digits
-    assert summary["block"] == summary["blocks"][int(grid.argmax()) % 3] and summary["weights"] == "ema"
-    assert f"best: {summary['top1']:.4f} at {summary['block']}" in out and summary["n_train"] == 400
+    grid = torch.tensor(summary["grid"])  # validation accuracy: the cells are chosen on it, never on the test split
+    assert grid.shape == (2, 3) and summary["grid_of"].startswith("validation")
+    assert summary["n_train"] + summary["n_val"] == 400 and summary["n_val"] == 80 and summary["protocol"] == "quick"
+    i, j = divmod(int(grid.argmax()), 3)
+    assert summary["block"] == summary["blocks"][j] and summary["t"] == summary["times"][i]
+    assert summary["weights"] == "ema"
+    assert summary["top1"] > 0.1  # test accuracy of that cell: above chance for 10 digits
+    deep = grid[:, 2:]  # a 3-block model: its deepest third is the last block
+    assert summary["deep_blocks"] == summary["blocks"][2:] and summary["deep_block"] == summary["blocks"][2]
+    assert summary["deep_t"] == summary["times"][int(deep.argmax())]
+    assert f"best: {summary['top1']:.4f} on test at {summary['block']}" in out and "deepest blocks:" in out
     assert main(["probe", str(run), "--noise-levels", "0,0.5", "--no-progress"]) == 2
     assert "noise levels must lie in (0, 1]" in capsys.readouterr().err
 

@@ -1,0 +1,186 @@
+"""*Residual Connections Harm Generative Representation Learning* on its own structure, at toy scale: the toy MAE.
+
+The paper's claims about MAE features rest on its architecture (§3.2): the encoder's shortcuts decay, the decoder's
+do not, and U-Net skips carry each encoder state to the decoder, so the bottleneck may lose what only reconstruction
+needs. ``configs/toy_mae_digits.yaml`` is that structure as a residual MLP on 8 × 8 digits (:mod:`lab.nn.mlp`:
+8 encoder blocks, 4 decoder blocks at α = 1, U-Net skips; half of each digit's pixels hidden). One ``lab sweep`` per
+seed trains, as one ensemble, the encoder decayed linearly to α_min = 1.0 … 0.5 and the two controls of Table 3b
+(√0.5 (x + f(x)) and x + √0.5 f(x)); one more run per seed is Table 3a's "no U-Net" row (the same model without its
+skips) at α_min 0.6. Every member's bottleneck — the encoder's output — is then measured on held-out digits: the
+paper's Eq. 6 rank, the full ridge probe and, the lab's addition, a probe fitted on five digits of each class (on
+8 × 8 digits the full probe sits near its ceiling at every α_min, so differences in the features show only in the
+few-label probe, which the claims use).
+
+Claims measured: Table 3a (U-Net skips against none), Table 3b (the controls), Figure 6c (rank against probe across
+α_min).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from lab.analysis.rank_sweep import member_features, pearson_r, sweep_rank_metrics
+from lab.reproduce.claims import Claim, Curves, Result, mean, mean_sd, not_at_this_budget
+from lab.reproduce.runs import CONFIGS, ReproductionError, command, train
+from lab.reproduce.verdict import Floor, combine, judge
+from lab.runs.store import Run, RunStore, config_of_run
+from lab.sweeps import create_sweep, plan_sweep, train_sweep
+from lab.train.build import build_data, build_model, build_task
+
+P = "decayed"
+CONFIG = "toy_mae_digits"
+PAPER_SCALE = "MAE ViT-B/16 with U-Net skips, ImageNet-100, 800 epochs; probe of the encoder's class token"
+CLAIMS = {
+    "unet": Claim("decayed.unet", P, "Table 3a", "without skip connections between encoder and decoder, the bottleneck "
+                  "must preserve all information to reconstruct the input, and the representation degrades",
+                  "probe 83.6 with U-Net skips, 61.5 without (α_min 0.6)",
+                  "few-label probe of the toy MAE's bottleneck at α_min 0.6, with U-Net skips minus without",
+                  PAPER_SCALE, (83.6 - 61.5) / 61.5),
+    "controls": Claim("decayed.controls", P, "Table 3b", "scaling both branches by √0.5 helps less than the decayed "
+                      "shortcut, and scaling the residual branch alone does not help",
+                      "probe 76.5 standard, 76.9 x + √0.5 f(x), 82.6 √0.5 (x + f(x)), 83.6 decayed α_min 0.6",
+                      "few-label probe of the toy MAE's bottleneck: decayed (α_min 0.6) minus √0.5 (x + f(x)), and "
+                      "decayed minus x + √0.5 f(x)", PAPER_SCALE, (83.6 - 82.6) / 82.6),
+    "correlation": Claim("decayed.rank_probe", P, "Figure 6c", "feature rank and linear-probe accuracy are negatively "
+                         "correlated across α_min", "Pearson r −0.42 … −0.58 over epochs 200–800 (MAE, ImageNet-100)",
+                         "Pearson r across the α_min sweep (1.0 … 0.5) of the bottleneck's Eq. 6 rank against its "
+                         "few-label probe accuracy (the claim's effect: −r)", PAPER_SCALE),
+}
+SIZES = {
+    "smoke": {"alphas": [1.0, 0.6], "epochs": 1, "width": 16, "depth": 2, "decoder": 2, "points": 200},
+    "cpu": {"alphas": [1.0, 0.9, 0.8, 0.7, 0.6, 0.5], "epochs": 40, "width": 64, "depth": 8, "decoder": 4,
+            "points": 360},
+}
+CHANCE = 0.1
+"""A probe of ten digits at chance."""
+FLOOR_MARGIN, CEILING = 0.1, 0.99
+"""A probe must lie this far above chance, and below this ceiling, to tell features apart."""
+
+
+def scale(budget: str) -> str:
+    """The lab's setting at ``budget``."""
+    s = SIZES[budget]
+    return (f"toy MAE: residual MLP of {s['depth']} encoder + {s['decoder']} decoder blocks × {s['width']} with U-Net "
+            f"skips, scikit-learn digits (1,437 training images of 8 × 8, half the pixels hidden), {s['epochs']} "
+            "epochs")
+
+
+def _sweep(overrides: list[str], store: RunStore, points: int) -> tuple[list[dict], str]:
+    """Train a sweep of the toy MAE; each member's settings and its bottleneck's measures on held-out digits."""
+    plan = plan_sweep(CONFIGS / f"{CONFIG}.yaml", overrides)
+    folder, runs = create_sweep(plan, store)
+    statuses = train_sweep(plan, folder, runs, progress=False)
+    bad = [f"{r.id}: {s['state']}" for r, s in zip(runs, statuses, strict=True) if s["state"] != "completed"]
+    if bad:
+        raise ReproductionError("sweep members did not complete: " + "; ".join(bad))
+    return _measured(runs, statuses, [m.values for m in plan.members], points), \
+        command("sweep", f"configs/{CONFIG}.yaml", *overrides)
+
+
+def _single(overrides: list[str], store: RunStore, points: int, name: str) -> tuple[dict, str]:
+    """Train one toy MAE (``lab train``) and measure its bottleneck as :func:`_sweep` measures a member's."""
+    run, line = train(CONFIG, overrides, store, name)
+    return _measured([run], [run.read_status()], [{}], points)[0], line
+
+
+def _measured(runs: list[Run], statuses: list[dict], settings: list[dict], points: int) -> list[dict]:
+    """Each run's settings and its bottleneck's Eq. 6 rank, full probe and few-label probe on held-out digits."""
+    cfg = config_of_run(runs[0])
+    data = build_data(cfg)
+    task = build_task(cfg, data)
+    models = []
+    for run in runs:
+        model = build_model(config_of_run(run), data)
+        model.load_state_dict(run.load_checkpoint("last")["model"])
+        models.append(model.eval())
+    n = min(points, len(data.x_test))
+    x = task.probe_inputs(torch.cat([data.x_train, data.x_test[:n]]))
+    features = member_features(models, x)
+    layer = models[0].representation
+    frame = sweep_rank_metrics(features[:, :, :len(data.x_train)], data.y_train, features[:, :, len(data.x_train):],
+                               data.y_test[:n], num_classes=data.num_classes, layer=layer, few_labels=True)
+    return [{**values, "rank": float(frame["eq6_entropy"][k, layer]), "probe": float(frame["probe_acc"][k, layer]),
+             "probe_few": float(frame["probe_few"][k]), "test_loss": statuses[k]["metrics"].get("test_loss"),
+             "rank_by_layer": frame["eq6_entropy"][k].tolist()} for k, values in enumerate(settings)]
+
+
+def measure(budget: str, seeds: int, store: RunStore, tick: Callable[[], None] = lambda: None) -> list[Result]:
+    """Table 3a, Table 3b and Figure 6c on the toy MAE (see the module docstring)."""
+    claims = list(CLAIMS.values())
+    if budget not in SIZES:
+        return [not_at_this_budget(c, [], "measured on the toy MAE at the smoke and cpu budgets; at full scale by "
+                                   "the MAE runs of Table 2 (the gpu budget's commands)") for c in claims]
+    s, smoke = SIZES[budget], budget == "smoke"
+    start = time.perf_counter()
+    size = [f"model.width={s['width']}", f"model.depth={s['depth']}", f"model.decoder_depth={s['decoder']}",
+            f"train.epochs={s['epochs']}"]
+    arms: dict[str, list[dict]] = {}
+    r_values, commands, first = [], [], None
+    for seed in range(seeds):
+        seeded = [*size, f"model.seed={seed}", f"train.seed={seed}", f"name=toy-mae-s{seed}"]
+        alphas = ",".join(f"{a:g}" for a in s["alphas"])
+        members, line = _sweep([*seeded, f"model.alpha_min={alphas}"], store, s["points"])
+        controls, ctrl_line = _sweep([*seeded, "model.shortcut=scaled_both,scaled_branch"], store, s["points"])
+        plain, plain_line = _single([*size, f"model.seed={seed}", f"train.seed={seed}", "model.alpha_min=0.6",
+                                     "model.unet_skips=false"], store, s["points"], f"toy-mae-no-unet-s{seed}")
+        tick()
+        for m in members:
+            arms.setdefault(f"α_min {m['model.alpha_min']:g}", []).append(m)
+        for m in controls:
+            arms.setdefault(m["model.shortcut"], []).append(m)
+        arms.setdefault("no U-Net, α_min 0.6", []).append(plain)
+        r_values.append(pearson_r(np.array([m["rank"] for m in members]), np.array([m["probe_few"] for m in members])))
+        if seed == 0:
+            commands, first = [line, ctrl_line, plain_line], members
+    seconds = time.perf_counter() - start
+
+    def per_seed(arm: str, key: str) -> list[float]:
+        return [float(m[key]) if m[key] is not None else float("nan") for m in arms[arm]]
+
+    few = {arm: per_seed(arm, "probe_few") for arm in arms}
+    full = {arm: per_seed(arm, "probe") for arm in arms}
+    values = {f"{arm}: {what}": per_seed(arm, key) for arm in arms
+              for what, key in (("few-label probe", "probe_few"), ("full probe", "probe"), ("Eq. 6 rank", "rank"),
+                                ("held-out loss", "test_loss"))}
+    decayed = "α_min 0.6"
+
+    def probe_ok(*names: str) -> list[str]:
+        return [f"the few-label probe of {n} is at its ceiling ({mean_sd(few[n])})" for n in names
+                if mean(few[n]) >= CEILING]
+
+    def floor(name: str) -> Floor:
+        return Floor(f"chance (1/10) + {FLOOR_MARGIN:g}", CHANCE, tuple(few[name]), FLOOR_MARGIN)
+
+    def diff(a: str, b: str) -> list[float]:
+        return [x - y for x, y in zip(few[a], few[b], strict=True)]
+
+    setting = scale(budget)
+    layers = list(range(len(first[0]["rank_by_layer"])))
+    figure = Curves("Eq. 6 rank of the toy MAE by depth (seed 0; the bottleneck is the encoder's last state)",
+                    "depth", "Eq. 6 entropy", {f"α_min = {m['model.alpha_min']:g}": (layers, m["rank_by_layer"])
+                                               for m in first})
+    text = "; ".join(f"{arm}: {mean_sd(few[arm])} (full {mean_sd(full[arm])})" for arm in arms)
+    unet = CLAIMS["unet"]
+    out = [Result(unet, values, f"few-label probe {mean_sd(few[decayed])} with U-Net skips, "
+                                f"{mean_sd(few['no U-Net, α_min 0.6'])} without (full probe {mean_sd(full[decayed])} "
+                                f"and {mean_sd(full['no U-Net, α_min 0.6'])})",
+                  judge(diff(decayed, "no U-Net, α_min 0.6"), what="few-label probe, U-Net skips minus none",
+                        target=unet.relative * mean(few["no U-Net, α_min 0.6"]), floor=floor("no U-Net, α_min 0.6"),
+                        preconditions=probe_ok(decayed), smoke=smoke), setting, commands, seconds)]
+    controls = CLAIMS["controls"]
+    parts = [judge(diff(decayed, other), what=f"few-label probe, decayed α_min 0.6 minus {label}",
+                   target=relative * mean(few[other]), floor=floor(other), preconditions=probe_ok(decayed),
+                   smoke=smoke)
+             for other, label, relative in (("scaled_both", "√0.5 (x + f(x))", controls.relative),
+                                            ("scaled_branch", "x + √0.5 f(x)", (83.6 - 76.9) / 76.9))]
+    out.append(Result(controls, values, text, combine(parts, "decayed above both controls"), setting, commands,
+                      seconds, figure))
+    out.append(Result(CLAIMS["correlation"], {"pearson r": r_values, **values}, f"r = {mean_sd(r_values)} across "
+                      f"α_min {', '.join(f'{a:g}' for a in s['alphas'])}",
+                      judge([-r for r in r_values], what="−Pearson r of Eq. 6 rank and few-label probe",
+                            floor=floor(f"α_min {s['alphas'][0]:g}"), smoke=smoke), setting, commands, seconds))
+    return out
