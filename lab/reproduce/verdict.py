@@ -101,6 +101,8 @@ def t_test(effects: Sequence[float]) -> Stats:
     if n == 1:
         return Stats(mean, (math.nan, math.nan), math.nan, math.nan, math.nan, 1)
     sd = float(x.std(ddof=1))
+    if sd <= 1e-12 * abs(mean):  # identical effects, up to the rounding of their mean
+        sd = 0.0
     se = sd / math.sqrt(n)
     if se == 0.0:
         p = 0.0 if mean > 0 else 1.0 if mean < 0 else 0.5

@@ -168,3 +168,24 @@ def test_constant_features_do_not_break_the_probe():
 def test_bad_shapes_are_rejected():
     with pytest.raises(ValueError, match=r"\[K, L\+1, n, H\]"):
         sweep_rank_metrics(torch.zeros(2, 10, 4), torch.zeros(10), torch.zeros(2, 10, 4), torch.zeros(10))
+
+
+def test_the_few_label_probe_reads_what_a_few_labels_can_separate():
+    """Features where one direction carries the class and many carry noise: five labels per class find the class
+    direction only when it is large against the noise; the full probe finds it either way."""
+    from lab.analysis.rank_sweep import few_label_probe_accuracy, ridge_probe_accuracy
+
+    g = torch.Generator().manual_seed(0)
+    y = torch.arange(600) % 3
+    signal = torch.nn.functional.one_hot(y, 3).double()
+    noise = torch.randn(600, 13, generator=g, dtype=torch.float64)
+    clear = torch.cat([signal + 0.1 * noise[:, :3], noise[:, 3:]], 1)  # the class stands out in three directions
+    faint = torch.cat([signal + 0.8 * noise[:, :3], noise[:, 3:]], 1)  # ... or hides in their noise
+    feats = torch.stack([clear, faint])  # [2, n, d]: two feature sets at once
+    few = few_label_probe_accuracy(feats[:, :400], y[:400], feats[:, 400:], y[400:], per_class=5, draws=10)
+    full = ridge_probe_accuracy(feats[:, :400], y[:400], feats[:, 400:], y[400:])
+    assert few.shape == (2,) and few[0] > 0.9 and few[1] < 0.6 and full[1] > few[1] + 0.1
+    again = few_label_probe_accuracy(feats[:, :400], y[:400], feats[:, 400:], y[400:], per_class=5, draws=10)
+    assert torch.equal(few, again)  # the draws are seeded
+    with pytest.raises(ValueError, match="fewer than 500 training points"):
+        few_label_probe_accuracy(feats[:, :400], y[:400], feats[:, 400:], y[400:], per_class=500)

@@ -1,5 +1,6 @@
-"""``python -m lab reproduce``: every claim reported with a verdict, commands and time; a self-contained report that
-shows data as text; an experiment that fails loses only its own claims."""
+"""``python -m lab reproduce``: every claim reported with the numbers its verdict rests on, the scale it ran at,
+commands and time; a self-contained report that shows data as text; an experiment that fails is an error (its own
+claims only), and the command says so."""
 
 import json
 import re
@@ -15,8 +16,12 @@ from lab.reproduce.decayed import CLAIMS as DECAYED
 from lab.reproduce.droppath import CLAIMS as DROPPATH
 from lab.reproduce.droppath import _falls
 from lab.reproduce.report import html_page, markdown
+from lab.reproduce.toy_mae import CLAIMS as TOY_MAE
+from lab.reproduce.verdict import judge
 
-EVERY_CLAIM = [c.id for c in (*claims_of("fc"), *claims_of("conv"), *DECAYED.values(), *DROPPATH.values())]
+EVERY_CLAIM = [c.id for c in (*claims_of("fc"), *claims_of("conv"), DECAYED["rank"], *TOY_MAE.values(),
+                              *(DECAYED[k] for k in ("mae", "diffusion_fid", "diffusion_probe")), *DROPPATH.values())]
+NUMBERS = ("effect", "ci95", "p_value", "seeds", "floor", "scale")
 
 
 @pytest.fixture(scope="module")
@@ -26,27 +31,30 @@ def smoke(tmp_path_factory):
     return out
 
 
-def test_smoke_reports_every_claim_with_a_verdict_commands_and_time(smoke):
+def test_smoke_checks_every_pipeline_and_judges_no_claim(smoke):
     record = json.loads((smoke / "claims.json").read_text())
-    assert record["budget"] == "smoke" and record["seeds"] == 1
+    assert record["budget"] == "smoke" and record["seeds"] == 1 and "judges none" in record["scope"]
     claims = {c["id"]: c for c in record["claims"]}
     assert list(claims) == EVERY_CLAIM and len(EVERY_CLAIM) == 18
     for claim in claims.values():
-        assert claim["verdict"] in ("holds", "differs"), claim  # smoke measures everything it lists
+        assert claim["verdict"] == "pipeline only", claim  # a smoke run shows no claim either way
+        assert all(key in claim for key in NUMBERS) and claim["seeds"] <= 1 and claim["p_value"] is None
+        assert claim["scale"]["lab"] and claim["scale"]["paper"], claim["id"]
         assert claim["commands"] and claim["commands"][0].startswith("python -m lab ")
         assert claim["seconds"] > 0 and claim["paper"] in PAPERS.values() and claim["lab_value"] != "—"
     assert all(len(v) == 1 for c in claims.values() for v in c["values"].values())  # one seed
     # every training is an ordinary run folder the Runs page can open
     folders = list((smoke / "runs").iterdir())
     runs = [p for p in folders if (p / "status.json").exists()]
-    sweeps = [p for p in folders if (p / "sweep.json").exists()]  # the rank sweep and its controls
-    assert (len(runs), len(sweeps)) == (13, 2)
+    sweeps = [p for p in folders if (p / "sweep.json").exists()]  # the rank sweep; the toy MAE's two
+    assert (len(runs), len(sweeps)) == (14, 3)
     assert all(json.loads((p / "status.json").read_text())["state"] == "completed" for p in runs)
     md = (smoke / "report.md").read_text()
-    assert "Smoke budget" in md and md.count("\n| ") == 1 + 18  # header and one row per claim
+    assert "judges none" in md and md.count("\n| ") == 1 + 18  # header and one row per claim
+    assert "| 95% CI | p | seeds | floor | scale (lab / paper) |" in md
     page = (smoke / "report.html").read_text()
     assert not re.search(r"<(script|link)[^>]+(src|href)=['\"]?https?:", page)  # nothing fetched: opens offline
-    assert page.count("class='holds'") + page.count("class='differs'") == 18
+    assert page.count("class='pipeline-only'") == 18 and "judges none" in page
 
 
 def test_the_gpu_budget_lists_the_full_scale_commands_and_measures_nothing(tmp_path):
@@ -58,7 +66,7 @@ def test_the_gpu_budget_lists_the_full_scale_commands_and_measures_nothing(tmp_p
     assert paths["json"].is_file()
 
 
-def test_a_failed_experiment_reports_its_own_claims_and_the_others_go_on(tmp_path, monkeypatch):
+def test_a_failed_experiment_is_an_error_not_a_verdict_and_the_others_go_on(tmp_path, monkeypatch, capsys):
     from lab.reproduce import droppath
 
     def broken(*args, **kwargs):
@@ -67,9 +75,14 @@ def test_a_failed_experiment_reports_its_own_claims_and_the_others_go_on(tmp_pat
     monkeypatch.setattr(droppath, "measure_figure3", broken)
     results, _ = reproduce(tmp_path / "r", papers=["droppath"], budget="smoke", progress=False)
     by_id = {r.claim.id: r for r in results}
-    assert by_id["droppath.figure3"].verdict == "not measurable"
+    assert by_id["droppath.figure3"].verdict == "error" and by_id["droppath.figure3"].judged is None
     assert "RuntimeError: disk full" in by_id["droppath.figure3"].reason
-    assert by_id["droppath.table1"].verdict in ("holds", "differs")
+    assert by_id["droppath.table1"].verdict == "pipeline only"
+    # the command names the failure and exits non-zero, the report written all the same
+    assert main(["reproduce", "--paper", "droppath", "--budget", "smoke", "--out", str(tmp_path / "c"),
+                 "--no-progress"]) == 1
+    assert "error: droppath.figure3: the experiment failed: RuntimeError: disk full" in capsys.readouterr().err
+    assert json.loads((tmp_path / "c" / "claims.json").read_text())["claims"][0]["verdict"] == "error"
 
 
 def test_bad_input_is_refused_before_anything_is_written(smoke, tmp_path, capsys):
@@ -84,12 +97,13 @@ def test_bad_input_is_refused_before_anything_is_written(smoke, tmp_path, capsys
 
 
 def test_the_report_shows_every_text_as_text():
-    claim = Claim("x.y", "alignment", "<b>Figure 1</b>", "a <script>alert(1)</script> claim", "1 | 2", "m <i>")
-    result = Result(claim, {"a": [1.0, 2.0]}, "<img src=x onerror=alert(2)>", "holds", "because <b>", ["echo <x>"],
-                    1.0, Curves("<t>", "x", "y", {"<s>": ([0, 1], [1, 2])}))
-    meta = {"budget": "cpu", "seeds": 2, "seconds": 3.0}
+    claim = Claim("x.y", "alignment", "<b>Figure 1</b>", "a <script>alert(1)</script> claim", "1 | 2", "m <i>",
+                  "<u>paper</u>")
+    result = Result(claim, {"a": [1.0, 2.0]}, "<img src=x onerror=alert(2)>", judge([1.0, 2.0], what="because <b>"),
+                    "<s>lab</s>", ["echo <x>"], 1.0, Curves("<t>", "x", "y", {"<s>": ([0, 1], [1, 2])}))
+    meta = {"budget": "cpu", "seeds": 2, "seconds": 3.0, "scope": "<em>scope</em>"}
     page = html_page([result], meta)
-    for raw in ("<script>alert(1)", "<img src=x", "<b>Figure", "<b>because", "<x>", "<i>"):
+    for raw in ("<script>alert(1)", "<img src=x", "<b>Figure", "<b>because", "<x>", "<i>", "<u>paper", "<s>lab", "<em>scope"):
         assert raw not in page
     assert "&lt;img src=x onerror=alert(2)&gt;" in page
     md = markdown([result], meta)
@@ -103,7 +117,8 @@ def test_the_report_names_no_file_on_another_server_whatever_bokeh_lists(monkeyp
     monkeypatch.setattr(Resources, "css_files", property(lambda self: ["https://cdn.example.org/x.css"]))
     monkeypatch.setattr(Resources, "js_files", property(lambda self: ["https://cdn.example.org/x.js"]))
     claim = Claim("x.y", "alignment", "Figure 1", "a claim", "1", "m")
-    result = Result(claim, {"a": [1.0]}, "1", "holds", "", [], 1.0, Curves("t", "x", "y", {"s": ([0, 1], [1, 2])}))
+    result = Result(claim, {"a": [1.0]}, "1", judge([1.0], what="x"), "", [], 1.0,
+                    Curves("t", "x", "y", {"s": ([0, 1], [1, 2])}))
     page = html_page([result], {"budget": "cpu", "seeds": 1, "seconds": 1.0})
     assert "cdn.example.org" not in page and "Bokeh" in page and "<div" in page
 
@@ -111,8 +126,6 @@ def test_the_report_names_no_file_on_another_server_whatever_bokeh_lists(monkeyp
 def test_measures_and_summaries():
     assert mean_sd([1.0, 2.0, 3.0]) == "2 ± 1" and mean_sd([0.5]) == "0.5" and mean_sd([]) == "n/a"
     assert mean_sd([1.0, float("nan"), 3.0]) == "2 ± 1.41"
-    with pytest.raises(ValueError, match="verdict"):
-        Result(Claim("a", "alignment", "", "", "", ""), {}, "", "maybe", "")
     rising = np.abs(np.subtract.outer(np.arange(5.0), np.arange(5.0)))  # distance grows with the gap: monotonic
     assert _falls(rising) == 0
     detour = rising.copy()
