@@ -32,7 +32,7 @@ from lab.jobs.submit import EXECUTORS, Resources, SubmissionRefused, check_resou
 from lab.nn.diffusion import SAMPLERS
 from lab.reports.alignment import alignment_report, format_alignment
 from lab.reports.diffusion_probe import diffusion_probe_report, format_diffusion_probe
-from lab.reports.fid import FID_FILE, fid_report, format_fid
+from lab.reports.fid import FID_FILE, fid_report, fid_select_best, format_fid
 from lab.reports.probe import format_probe, probe_report
 from lab.reports.samples import format_samples, sample_report
 from lab.reproduce import BUDGETS, PAPERS, reproduce
@@ -74,7 +74,8 @@ def _sampling_arguments(parser: argparse.ArgumentParser) -> None:
     weights, the noise's seed, the device and the progress bar."""
     parser.add_argument("--guidance", type=float, default=0.0,
                         help="classifier-free guidance scale w of a class-conditional run (default 0: none)")
-    parser.add_argument("--checkpoint", default="last", choices=["last", "best"])
+    parser.add_argument("--checkpoint", default="last", metavar="last|best|step-N",
+                        help="last, best, or a checkpoint kept by train.save_every (step-000050000)")
     weights = parser.add_mutually_exclusive_group()
     weights.add_argument("--ema", dest="ema", action="store_true", default=None,
                          help="the weights' moving average (default when the run kept one)")
@@ -174,6 +175,12 @@ def _parser() -> argparse.ArgumentParser:
                      help="default: the run's train.sampler (the reference's FID: sde with --steps 1000)")
     fid.add_argument("--reference-limit", type=int, default=50_000, metavar="N",
                      help="at most N reference images (default 50000)")
+    fid.add_argument("--select", default=None, choices=["best"],
+                     help="best: score every checkpoint kept by train.save_every with --select-num samples, then "
+                          "the best of them (lowest distance) with --num, as the U-ViT reference selects with FID-10k "
+                          "and reports FID-50k (--checkpoint is then unused)")
+    fid.add_argument("--select-num", type=int, default=10_000, metavar="N",
+                     help="samples per checkpoint when selecting (default 10000)")
     _sampling_arguments(fid)
     sweep = sub.add_parser("sweep", help="train a sweep (comma lists; two lists sweep their product) into one "
                                          "folder of ordinary run folders, as few ensembles as possible")
@@ -342,11 +349,14 @@ def _sample(args: argparse.Namespace, store: RunStore) -> int:
 
 def _fid(args: argparse.Namespace, store: RunStore) -> int:
     def measure(run: Run) -> tuple[str, str]:
-        measurement = fid_report(run, reference=args.reference, features=args.features, num=args.num,
-                                 steps=args.steps, sampler=args.sampler, guidance=args.guidance,
-                                 checkpoint=args.checkpoint, ema=args.ema, inception_weights=args.inception_weights,
-                                 reference_limit=args.reference_limit, seed=args.seed, device=args.device,
-                                 progress=not args.no_progress)
+        settings = dict(reference=args.reference, features=args.features, steps=args.steps, sampler=args.sampler,
+                        guidance=args.guidance, ema=args.ema, inception_weights=args.inception_weights,
+                        reference_limit=args.reference_limit, seed=args.seed, device=args.device,
+                        progress=not args.no_progress)
+        if args.select == "best":
+            measurement = fid_select_best(run, num=args.num, select_num=args.select_num, **settings)
+        else:
+            measurement = fid_report(run, num=args.num, checkpoint=args.checkpoint, **settings)
         return format_fid(measurement), f"appended to {run.path / layout.ANALYSIS / FID_FILE}"
 
     return _report(args, store, measure)

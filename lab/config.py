@@ -49,6 +49,7 @@ ENGINES = ("auto", "tensor", "loader")
 PRECISIONS = ("auto", "fp32", "bf16")
 WEIGHT_DECAY_ON = ("weights", "all")
 AUGMENTS = ("none", "flip", "mae", "resized_crop", "crop_flip", "timm")
+NORMALIZE = ("imagenet", "symmetric")
 DATASETS = (*TOY_DATASETS, *IMAGE_DATASETS, LATENT_FOLDER)
 
 
@@ -237,6 +238,9 @@ class DataConfig:
                                                          "training transform with its defaults (image folders); "
                                                          "none")
     workers: int = _field(4, lo=0, hi=256, doc="loader engine: data-loading worker processes per training process")
+    normalize: str = _field("imagenet", choices=NORMALIZE, doc="image folders: pixels standardised with ImageNet's "
+                                                                "mean and std, or symmetric: mapped to [-1, 1], as the "
+                                                                "U-ViT reference")
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -244,6 +248,9 @@ class DataConfig:
             raise ConfigError(f"data.image_size applies to digits and image_folder; {self.name} keeps its own size")
         if self.classes == 1:
             raise ConfigError("data.classes=1 keeps one class: a classifier needs at least 2 (0 keeps all)")
+        if self.normalize != "imagenet" and self.name != "image_folder":
+            raise ConfigError(f"data.normalize applies to image folders read from their files; {self.name} is "
+                              "standardised with its own training statistics")
         if (self.classes or self.max_per_class) and self.name in TOY_DATASETS:
             raise ConfigError(f"data.classes and data.max_per_class apply to image sets; {self.name} has two "
                               "classes and data.n samples")
@@ -301,10 +308,16 @@ class TrainConfig:
     warmup_epochs: int = _field(0, lo=0, doc="warmup_*: warmup length in epochs (adds to warmup_steps)")
     accum_steps: int = _field(1, lo=1, hi=4096, doc="loader engine: micro-batches accumulated per update; "
                                                     "global batch = batch_size × accum_steps × processes")
+    global_batch: int = _field(0, lo=0, doc="loader engine: the global batch, whatever the processes (each takes "
+                                            "global_batch / (accum_steps × processes) samples; train.batch_size is "
+                                            "then unused); 0: batch_size × accum_steps × processes")
     precision: str = _field("auto", choices=PRECISIONS, doc="loader engine: bf16 autocast (auto: on CUDA only)")
     compile: bool = _field(False, doc="loader engine: torch.compile the model")
     checkpoint_every: int = _field(1, lo=1, doc="loader engine: write checkpoints/last.pt every N epochs (and on "
                                                 "stop)")
+    save_every: int = _field(0, lo=0, doc="also keep the weights every N steps as checkpoints/step-<step>.pt (0: "
+                                          "never), as the U-ViT reference keeps its checkpoints; lab fid --select "
+                                          "best scores each")
     probe_every: int = _field(0, lo=0, doc="loader engine, mae and diffusion: a quick linear probe every N epochs "
                                            "(diffusion: the best over noise levels and blocks; 0 = never)")
     label_smoothing: float = _field(0.0, lo=0.0, hi=1.0, doc="loader engine, classify: timm's label-smoothing "

@@ -25,7 +25,7 @@ from torch.utils.data import Dataset, Sampler
 from lab.seeds import epoch_seed, sample_seed
 
 __all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "FileDataset", "KeyedSampler", "ShardSampler", "TensorDataset",
-           "eval_transform", "train_transform"]
+           "eval_transform", "train_transform", "NORMALIZATIONS"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -56,15 +56,20 @@ def _augmentations(size: int, augment: str) -> list[Callable]:
     raise ValueError(f"unknown augmentation {augment!r}; valid: flip, mae, resized_crop, crop_flip, timm, none")
 
 
-def _normalise() -> list[Callable]:
+NORMALIZATIONS = {"imagenet": (IMAGENET_MEAN, IMAGENET_STD), "symmetric": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5))}
+"""How pixels in [0, 1] become a model's inputs, x = (pixels − mean) / std: ImageNet's statistics, or ``symmetric``:
+pixels in [−1, 1], as the U-ViT reference and most diffusion models take them."""
+
+
+def _normalise(normalize: str = "imagenet") -> list[Callable]:
     from torchvision.transforms import v2  # imported here: torchvision takes seconds to import
 
-    return [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    return [v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(*NORMALIZATIONS[normalize])]
 
 
-def train_transform(size: int, augment: str) -> Callable[[Image.Image], torch.Tensor]:
+def train_transform(size: int, augment: str, normalize: str = "imagenet") -> Callable[[Image.Image], torch.Tensor]:
     """PIL image → ``[3, size, size]`` float tensor, augmented (``flip``, ``mae``, ``resized_crop``, ``crop_flip``,
-    ``timm`` or ``none``), normalised.
+    ``timm`` or ``none``), normalised (:data:`NORMALIZATIONS`).
 
     ``timm`` is timm's own training transform with the defaults of its training script
     (``timm.data.create_transform``: random resized crop 0.08–1 with a random choice of bilinear or bicubic
@@ -74,21 +79,21 @@ def train_transform(size: int, augment: str) -> Callable[[Image.Image], torch.Te
     if augment == "timm":
         from timm.data import create_transform  # imported here: timm takes seconds to import
 
-        return create_transform(size, is_training=True, color_jitter=0.4, interpolation="random",
-                                mean=IMAGENET_MEAN, std=IMAGENET_STD)
+        mean, std = NORMALIZATIONS[normalize]
+        return create_transform(size, is_training=True, color_jitter=0.4, interpolation="random", mean=mean, std=std)
     from torchvision.transforms import v2
 
-    return v2.Compose([v2.ToImage(), *_augmentations(size, augment), *_normalise()[1:]])
+    return v2.Compose([v2.ToImage(), *_augmentations(size, augment), *_normalise(normalize)[1:]])
 
 
-def eval_transform(size: int) -> Callable[[Image.Image], torch.Tensor]:
+def eval_transform(size: int, normalize: str = "imagenet") -> Callable[[Image.Image], torch.Tensor]:
     """PIL image → ``[3, size, size]``, no randomness: the shorter side resized to ``size / 0.875`` and centre-
     cropped for ImageNet-scale images (size ≥ 128); small images are resized to ``size`` and not cropped."""
     from torchvision.transforms import v2
 
     resize = math.floor(size / CROP_PCT) if size >= 128 else size
     return v2.Compose([v2.ToImage(), v2.Resize(resize, interpolation=v2.InterpolationMode.BICUBIC, antialias=True),
-                       v2.CenterCrop(size), *_normalise()[1:]])
+                       v2.CenterCrop(size), *_normalise(normalize)[1:]])
 
 
 def tensor_transform(size: int, augment: str) -> Callable[[torch.Tensor], torch.Tensor] | None:

@@ -69,12 +69,17 @@ class UViT(nn.Module):
         shortcut: the α schedule (:data:`lab.shortcuts.SCHEDULES`); ``sublayer`` is the paper's.
         alpha_min: the last α of the decayed schedules (1 = the reference U-ViT; 0.7 is Table 4's).
         decay_on: the sub-layers the schedule applies to: ``both``, ``attn`` or ``mlp``.
+        zero_init: start every block's branch output layers (``attn.proj``, ``mlp.fc2``) at zero, after the
+            reference's initialisation: *Residual Connections Harm Generative Representation Learning* §3.2 does so
+            for α_min <= 0.7, where the decayed shortcuts otherwise make the feature norm grow unstably (off: the
+            reference U-ViT).
     """
 
     def __init__(self, img_size: int = 32, patch_size: int = 2, in_chans: int = 3, embed_dim: int = 512,
                  depth: int = 12, num_heads: int = 8, mlp_ratio: float = 4.0, qkv_bias: bool = False,
                  mlp_time_embed: bool = False, num_classes: int = 0, label_dropout: bool = False, conv: bool = True,
-                 skip: bool = True, shortcut: str = "sublayer", alpha_min: float = 1.0, decay_on: str = "both") -> None:
+                 skip: bool = True, shortcut: str = "sublayer", alpha_min: float = 1.0, decay_on: str = "both",
+                 zero_init: bool = False) -> None:
         super().__init__()
         from timm.layers import PatchEmbed, trunc_normal_  # imported here: timm takes seconds to import
 
@@ -117,6 +122,9 @@ class UViT(nn.Module):
             elif isinstance(m, nn.LayerNorm):
                 nn.init.ones_(m.weight)
                 nn.init.zeros_(m.bias)
+        if zero_init:  # after the reference's initialisation, which would overwrite it
+            for _, b in self.iter_blocks():
+                b.zero_init_()
 
     @property
     def null_class(self) -> int | None:

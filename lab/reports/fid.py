@@ -240,9 +240,40 @@ def fid_report(run: Run, *, reference: str = "digits", features: str = "digits-c
                    "reference": reference if reference == "digits" else str(Path(reference).expanduser().resolve()),
                    "reference_images": len(real), "num": num, "step": drawn.step, "sampler": drawn.sampler,
                    "steps": steps, "guidance": guidance, "weights": drawn.weights, "seed": seed,
-                   "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra}
+                   "checkpoint": checkpoint, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra}
     atomic_write_json(run.path / layout.ANALYSIS / FID_FILE, {"measurements": [*earlier, measurement]})
     return measurement
+
+
+def fid_select_best(run: Run, *, num: int = 50_000, select_num: int = 10_000, **kwargs: Any) -> dict[str, Any]:
+    """The reference's selection: every checkpoint the run kept (``train.save_every``; ``checkpoints/step-*.pt``)
+    scored with ``select_num`` samples, then the best of them (the lowest distance) scored with ``num``; every
+    measurement is appended to ``fid.json``.
+
+    Args:
+        run: a diffusion run that kept checkpoints.
+        num: samples of the final measurement (the reference's FID-50k).
+        select_num: samples per checkpoint while selecting (its FID-10k).
+        kwargs: :func:`fid_report`'s other settings.
+
+    Returns:
+        The final measurement, with ``selected_from``: ``[checkpoint, value]`` of every checkpoint scored.
+
+    Raises:
+        ValueError: the run kept no checkpoints (``train.save_every`` was 0), or :func:`fid_report`'s errors.
+    """
+    names = run.saved_checkpoints()
+    if not names:
+        raise ValueError(f"{run.path.name} kept no checkpoints to select from: train with train.save_every=N (the "
+                         "U-ViT reference keeps one every 50,000 steps), or measure one with --checkpoint")
+    scored = [(name, fid_report(run, num=select_num, checkpoint=name, **kwargs)["value"]) for name in names]
+    best = min(scored, key=lambda item: item[1])[0]
+    final = fid_report(run, num=num, checkpoint=best, **kwargs)
+    final["selected_from"] = [[name, value] for name, value in scored]
+    measurements = read_measurements(run)  # the last one is the final measurement: note what it was chosen from
+    measurements[-1] = final
+    atomic_write_json(run.path / layout.ANALYSIS / FID_FILE, {"measurements": measurements})
+    return final
 
 
 def format_fid(measurement: dict[str, Any]) -> str:

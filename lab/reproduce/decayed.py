@@ -89,8 +89,10 @@ FULL_SCALE = {
     "mae": ["for a in 1.0 0.9 0.8 0.7 0.6 0.5; do torchrun --nproc_per_node=4 -m lab train "
             "configs/mae_vit_b16_in100.yaml data.root=/data/imagenet100 model.alpha_min=$a; done",
             command("probe", "RUN", "--protocol", "authors")],
-    "diffusion": ["for a in 1.0 0.7; do torchrun --nproc_per_node=8 -m lab train configs/uvit_small_cifar100.yaml "
-                  "data.root=/data/cifar100_png model.alpha_min=$a; done",
+    "diffusion": ["torchrun --nproc_per_node=8 -m lab train configs/uvit_small_cifar100.yaml "
+                  "data.root=/data/cifar100_png model.alpha_min=1.0 model.zero_init=false",
+                  "torchrun --nproc_per_node=8 -m lab train configs/uvit_small_cifar100.yaml "
+                  "data.root=/data/cifar100_png model.alpha_min=0.7",
                   command("fid", "RUN", "--reference", "/data/cifar100_png/train", "--inception-weights", "FILE",
                           "--select", "best", "--sampler", "sde", "--steps", "1000"),
                   command("probe", "RUN", "--protocol", "authors")],

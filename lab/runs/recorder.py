@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 
-from lab.runs.store import Run, checkpoint_field
+from lab.runs.store import Run, checkpoint_field, saved_name
 from lab.train.core import Callback, TrainerView
 
 
@@ -59,6 +59,10 @@ class RunRecorder(Callback):
         self._status(trainer, "running", f"training from step {trainer.step}")
 
     def on_step_end(self, trainer: TrainerView, loss: float) -> None:
+        if trainer.cfg.save_every and trainer.step % trainer.cfg.save_every == 0:  # kept: the weights alone
+            state = trainer.state_dict()
+            self.run.save_checkpoint({k: state[k] for k in ("model", "ema", "step") if k in state},
+                                     saved_name(trainer.step))
         if trainer.step % trainer.cfg.log_every == 0:
             lr = trainer.optimizer.param_groups[0]["lr"]
             self.run.append_metrics({"kind": "step", "step": trainer.step, "epoch": trainer.epoch, "loss": loss,

@@ -54,6 +54,15 @@ class RunFolderError(ValueError):
     """A folder is not a readable run folder (no or corrupt config.json); the message says what is wrong."""
 
 
+SAVED_PREFIX = "step-"
+"""The name of a checkpoint kept at a step (``train.save_every``): ``step-<step, 9 digits>``."""
+
+
+def saved_name(step: int) -> str:
+    """The checkpoint name of the weights kept at ``step``."""
+    return f"{SAVED_PREFIX}{step:09d}"
+
+
 def _stamp() -> str:
     return datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
 
@@ -376,6 +385,15 @@ class Run:
 
     def has_checkpoint(self, name: str = "last") -> bool:
         return self.checkpoint_path(name).is_file()
+
+    def saved_checkpoints(self) -> list[str]:
+        """The names of the checkpoints kept every ``train.save_every`` steps (``step-<9 digits>``), by step; links
+        are never listed."""
+        folder = self.path / layout.CHECKPOINTS
+        if folder.is_symlink():
+            return []
+        return sorted(p.stem for p in folder.glob(f"{SAVED_PREFIX}*.pt")
+                      if p.stem[len(SAVED_PREFIX):].isdigit() and not p.is_symlink())
 
     # -- figures ----------------------------------------------------------------------------------------------
     def figures(self, kind: str, suffix: str = ".png") -> list[tuple[int, Path]]:

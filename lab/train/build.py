@@ -14,8 +14,7 @@ from lab.config import PIXEL_TASKS, ExperimentConfig
 from lab.data.image_split import ImageSplit
 from lab.data.images import load_images
 from lab.data.keyed import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
+    NORMALIZATIONS,
     FileDataset,
     TensorDataset,
     eval_transform,
@@ -78,7 +77,7 @@ def pixel_scale(cfg: ExperimentConfig) -> tuple[tuple[float, ...], tuple[float, 
     an ``image_folder`` read from its files (:mod:`lab.data.keyed`). A generative model's samples go back to
     pixels with it."""
     if cfg.data.name == "image_folder":
-        return IMAGENET_MEAN, IMAGENET_STD
+        return NORMALIZATIONS[cfg.data.normalize]
     if cfg.data.name == LATENT_FOLDER:  # decoded by the VAE into [−1, 1]
         return (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
     split = raw_images(cfg).standardize()
@@ -120,8 +119,9 @@ def loader_data(cfg: ExperimentConfig) -> LoaderData:
                                                 max_per_class=d.max_per_class or None,
                                                 test_fraction=1.0 - d.train_fraction, seed=d.seed)
         size = d.image_size or 32
-        return LoaderData(FileDataset(train, train_transform(size, d.augment), seed=cfg.train.seed),
-                          FileDataset(test, eval_transform(size)), FileDataset(train, eval_transform(size)),
+        return LoaderData(FileDataset(train, train_transform(size, d.augment, d.normalize), seed=cfg.train.seed),
+                          FileDataset(test, eval_transform(size, d.normalize)),
+                          FileDataset(train, eval_transform(size, d.normalize)),
                           len(names), (3, size, size))
     # digits-FD's reference is the training digits as pixels (the config allows no other set): read them once
     raw = raw_images(cfg) if cfg.train.fd_samples else None

@@ -106,6 +106,23 @@ class ResumeMismatch(ValueError):
     would silently change its schedule; the message says what to set."""
 
 
+def micro_batch(cfg: TrainConfig, processes: int) -> int:
+    """Samples per process in one micro-batch: ``train.batch_size``, or, with ``train.global_batch`` set, the global
+    batch divided among the micro-batches and processes (so a recipe's global batch holds on any number of GPUs).
+
+    Raises:
+        ValueError: the global batch does not divide into ``train.accum_steps`` × ``processes`` equal parts.
+    """
+    if not cfg.global_batch:
+        return cfg.batch_size
+    share, rest = divmod(cfg.global_batch, cfg.accum_steps * processes)
+    if rest or not share:
+        raise ValueError(f"train.global_batch={cfg.global_batch} does not divide into {cfg.accum_steps} "
+                         f"micro-batch(es) × {processes} process(es); choose a process count or train.accum_steps "
+                         "that divides it")
+    return share
+
+
 class LoaderTrainer:
     """Train ``model`` on ``data`` with ``cfg`` as one process of ``world``.
 
@@ -153,9 +170,10 @@ class LoaderTrainer:
             self.criterion = LabelSmoothingCrossEntropy(smoothing=cfg.label_smoothing)
         self.bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and self.device.type == "cuda")
         self.mask_generator = torch.Generator(device=self.device)
-        self.sampler = KeyedSampler(len(data.train), cfg.batch_size, world.rank, world.size, cfg.seed)
+        self.batch_size = micro_batch(cfg, world.size)
+        self.sampler = KeyedSampler(len(data.train), self.batch_size, world.rank, world.size, cfg.seed)
         self.workers = data_cfg.workers
-        self.loader = DataLoader(data.train, batch_size=cfg.batch_size, sampler=self.sampler,
+        self.loader = DataLoader(data.train, batch_size=self.batch_size, sampler=self.sampler,
                                  num_workers=self.workers, pin_memory=self.device.type == "cuda",
                                  persistent_workers=self.workers > 0, drop_last=True,
                                  worker_init_fn=ignore_stop_signals)
@@ -164,7 +182,7 @@ class LoaderTrainer:
             raise ValueError(f"an epoch holds {self.sampler.batches} micro-batches per process, fewer than "
                              f"train.accum_steps={cfg.accum_steps}")
         self.total_steps = run_length(cfg, self.steps_per_epoch)
-        self.global_batch = cfg.batch_size * cfg.accum_steps * world.size
+        self.global_batch = self.batch_size * cfg.accum_steps * world.size
         self.peak_lr = peak_lr(cfg, self.global_batch)
         self.warmup = warmup_steps(cfg, self.steps_per_epoch)
         if cfg.min_lr > self.peak_lr:
@@ -314,7 +332,7 @@ class LoaderTrainer:
         if self._losses:
             out["train_loss"] = sum(self._losses) / len(self._losses)
             self._losses = []
-        loader = DataLoader(self.data.test, batch_size=self.cfg.batch_size, num_workers=self.workers,
+        loader = DataLoader(self.data.test, batch_size=self.batch_size, num_workers=self.workers,
                             sampler=ShardSampler(len(self.data.test), self.world.rank, self.world.size),
                             pin_memory=self.device.type == "cuda", worker_init_fn=ignore_stop_signals)
         sums = [0.0, 0.0, 0.0, 0.0]  # loss sum, top-1 hits, top-5 hits, count
@@ -430,7 +448,9 @@ class LoaderTrainer:
         """
         saved = (state.get("global_batch", self.global_batch), state.get("steps_per_epoch", self.steps_per_epoch))
         if saved != (self.global_batch, self.steps_per_epoch):
-            processes, rest = divmod(saved[0], self.cfg.batch_size * self.cfg.accum_steps)
+            processes, rest = divmod(saved[0], self.batch_size * self.cfg.accum_steps)
+            if self.cfg.global_batch:  # the per-process batch follows the processes: the global one is what counts
+                processes, rest = 0, 1
             hint = (f" Resume it with {processes} process(es) (torchrun --nproc_per_node={processes} -m lab resume …)."
                     if processes and not rest else "")
             raise ResumeMismatch(

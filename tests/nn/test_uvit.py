@@ -119,3 +119,17 @@ def test_registered_sizes_are_the_references():
     assert len(list(small.iter_blocks())) == 13 and small.net.embed_dim == 512
     assert len(list(mid.iter_blocks())) == 17 and mid.net.in_chans == 4
     assert count(small) / 1e6 == pytest.approx(44, abs=1) and count(mid) / 1e6 == pytest.approx(131, abs=1)
+
+
+def test_zero_init_starts_every_branch_at_zero_after_the_reference_initialisation():
+    """§3.2 of the decayed-shortcut paper: for α_min <= 0.7 each block starts as its scaled shortcut."""
+    from lab.nn.registry import create_model
+
+    model = create_model("uvit_tiny", seed=0, embed_dim=16, depth=2, num_heads=2, alpha_min=0.7, zero_init=True)
+    for _, block in model.iter_blocks():
+        assert all(float(p.abs().sum()) == 0.0 for p in (block.attn.proj.weight, block.attn.proj.bias,
+                                                         block.mlp.fc2.weight, block.mlp.fc2.bias))
+        h = torch.randn(2, 5, 16)
+        assert torch.allclose(block(h), block.alpha * h)
+    plain = create_model("uvit_tiny", seed=0, embed_dim=16, depth=2, num_heads=2, alpha_min=0.7)
+    assert float(plain.net.mid_block.mlp.fc2.weight.abs().sum()) > 0  # the reference U-ViT: off

@@ -103,7 +103,8 @@ def test_the_report_shows_every_text_as_text():
                     "<s>lab</s>", ["echo <x>"], 1.0, Curves("<t>", "x", "y", {"<s>": ([0, 1], [1, 2])}))
     meta = {"budget": "cpu", "seeds": 2, "seconds": 3.0, "scope": "<em>scope</em>"}
     page = html_page([result], meta)
-    for raw in ("<script>alert(1)", "<img src=x", "<b>Figure", "<b>because", "<x>", "<i>", "<u>paper", "<s>lab", "<em>scope"):
+    for raw in ("<script>alert(1)", "<img src=x", "<b>Figure", "<b>because", "<x>", "<i>", "<u>paper", "<s>lab",
+                "<em>scope"):
         assert raw not in page
     assert "&lt;img src=x onerror=alert(2)&gt;" in page
     md = markdown([result], meta)

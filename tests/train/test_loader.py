@@ -191,3 +191,53 @@ def test_a_discrete_schedule_run_samples_with_dpm_solver_and_refuses_another_sam
     assert [p.name for p in (run / "figures").iterdir()] == ["samples-000000005.png"]
     summary = sample_report(Run(run), num=2, steps=3, progress=False)  # the run's sampler by default
     assert summary["sampler"] == "dpm_solver" and summary["png"].name == "samples-5-dpm_solver3-ema-seed0.png"
+
+
+def test_a_global_batch_holds_whatever_the_number_of_processes():
+    """train.global_batch divides among micro-batches and processes (the U-ViT reference's 128 on 1 or 8 GPUs)."""
+    from lab.train.loader import micro_batch
+
+    cfg = apply_overrides(ExperimentConfig(), {"train.global_batch": 128, "train.accum_steps": 2}).train
+    assert [micro_batch(cfg, n) for n in (1, 2, 4, 8)] == [64, 32, 16, 8]
+    with pytest.raises(ValueError, match="does not divide into 2 micro-batch"):
+        micro_batch(cfg, 3)
+    assert micro_batch(apply_overrides(ExperimentConfig(), {"train.batch_size": 48}).train, 8) == 48
+    t = _trainer({"train.global_batch": 64, "train.batch_size": 7})
+    assert t.batch_size == 64 and t.global_batch == 64 and t.steps_per_epoch == 409 // 64  # data.n 512: 409 train
+
+
+def test_kept_checkpoints_hold_the_weights_and_lab_fid_selects_the_best(tmp_path, capsys):
+    """train.save_every keeps the weights (not the optimiser) at its steps; lab fid --select best scores each with
+    --select-num samples and the best again with --num, as the U-ViT reference selects its FID checkpoint."""
+    assert main(["train", *TINY_UVIT, "train.save_every=5", "--runs-dir", str(tmp_path)]) == 0
+    (run,) = tmp_path.iterdir()
+    from lab.runs.store import Run
+
+    assert Run(run).saved_checkpoints() == ["step-000000005", "step-000000010"]
+    kept = torch.load(run / "checkpoints" / "step-000000005.pt", weights_only=True)
+    assert set(kept) == {"model", "ema", "step"} and kept["step"] == 5
+    assert main(["fid", str(run), "--reference", "digits", "--features", "digits-classifier", "--select", "best",
+                 "--select-num", "6", "--num", "12", "--steps", "2", "--no-progress"]) == 0
+    measurements = json.loads((run / "analysis" / "fid.json").read_text())["measurements"]
+    assert [(m["checkpoint"], m["num"]) for m in measurements[:2]] == [("step-000000005", 6), ("step-000000010", 6)]
+    final = measurements[-1]
+    best = min(measurements[:2], key=lambda m: m["value"])["checkpoint"]
+    assert final["checkpoint"] == best and final["num"] == 12 and len(final["selected_from"]) == 2
+    assert capsys.readouterr().out.startswith("digits-FD ")
+    assert main(["fid", str(tmp_path / run.name), "--reference", "digits", "--features", "digits-classifier",
+                 "--checkpoint", "step-000000007", "--num", "4", "--steps", "1", "--no-progress"]) == 2
+    assert "no checkpoint at" in capsys.readouterr().err
+
+
+def test_image_folders_can_be_read_into_minus_one_to_one(tmp_path):
+    from lab.config import ConfigError
+    from lab.train.build import pixel_scale
+
+    root = make_synthetic_image_folder(tmp_path / "imgs", classes=2, per_class=4, size=8)
+    cfg = load_config(None, {"data.name": "image_folder", "data.root": str(root), "data.normalize": "symmetric",
+                             "data.image_size": 8, "data.workers": 0, "train.engine": "loader",
+                             "model.name": "uvit_tiny", "train.task": "diffusion"})
+    x, _ = loader_data(cfg).test[(0, 0)]
+    assert x.min() >= -1.0 and x.max() <= 1.0 and pixel_scale(cfg) == ((0.5,) * 3, (0.5,) * 3)
+    with pytest.raises(ConfigError, match="data.normalize applies to image folders"):
+        load_config(None, {"data.name": "digits", "data.normalize": "symmetric"})
