@@ -86,6 +86,7 @@ def rank_frame(models: Sequence[ResidualMLP], data: ToyData, *, names: Sequence[
         train_loss=np.array([metrics.get("train_loss", nan) for metrics, _ in evals], np.float32),
         test_loss=np.array([metrics.get("test_loss", nan) for metrics, _ in evals], np.float32),
         task=np.array("classify" if task is None else task.name),
+        structure=np.array("unet" if models[0].skips else "no_skips" if layer != models[0].depth else "no_decoder"),
         eval_step=np.array([at for _, at in evals], np.int64),
         diverged=diverged,
         final_features=features[:, layer, len(x_train):].float().numpy(),

@@ -71,9 +71,10 @@ SIZES = {
               "uvit": ["model.embed_dim=16", "model.depth=2", "model.num_heads=2", "train.max_steps=10",
                        "train.eval_every=10", "train.warmup_steps=2", "train.samples=4", "train.sample_steps=3"],
               "fid_num": 64, "diffusion_probe": {"times": (0.02, 0.2), "epochs": 5, "limit": 400}},
-    "cpu": {"alphas": [1.0, 0.9, 0.8, 0.7, 0.6, 0.5], "n": 8192, "epochs": 6, "depths": [8, 16, 32], "width": 32,
+    "cpu": {"alphas": [1.0, 0.9, 0.8, 0.7, 0.6, 0.5], "n": 16384, "epochs": 6, "depths": [8, 16, 32], "width": 32,
             "points": 1024, "mae_epochs": 8, "mae_every": 1, "probe_epochs": 200,
-            "uvit": ["train.eval_every=0"], "fid_num": 500, "diffusion_probe": {}},
+            "uvit": ["model.embed_dim=32", "model.depth=4", "model.num_heads=4", "train.eval_every=0",
+                     "train.samples=0"], "fid_num": 500, "diffusion_probe": {"epochs": 50}},
 }
 LEARNED = 0.9
 """The test accuracy every member of a spiral sweep must reach (chance 0.5) for its rank to describe a classifier."""
@@ -273,8 +274,11 @@ def measure_diffusion(budget: str, seeds: int, store: RunStore,
                   f"{DIGITS_FD_MAX:g})" for a, v in fds.items() if not mean(v) < DIGITS_FD_MAX]
     fd_gain = [a - b for a, b in zip(fds[1.0], fds[0.7], strict=True)]
     deep_gain = [b - a for a, b in zip(deep[1.0], deep[0.7], strict=True)]
-    setting = (f"tiny U-ViT (64 wide, 6 blocks, 2 × 2 patches) on scikit-learn digits, {steps} steps at batch 128; "
-               f"digits-FD of {sizes['fid_num']} probability-flow samples in a digits classifier's features")
+    overrides = {o.split("=")[0]: o.split("=")[1] for o in sizes["uvit"]}
+    width, blocks = overrides.get("model.embed_dim", "64"), int(overrides.get("model.depth", "6")) + 1
+    setting = (f"tiny U-ViT ({width} wide, {blocks} blocks, 2 × 2 patches) on scikit-learn digits, {steps} steps at "
+               f"batch 128; digits-FD of {sizes['fid_num']} probability-flow samples in a digits classifier's "
+               "features")
     fid_claim, probe_claim = claims
     return [
         Result(fid_claim, {"α_min 1.0": fds[1.0], "α_min 0.7": fds[0.7], "improvement": fd_gain},

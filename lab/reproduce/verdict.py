@@ -211,6 +211,6 @@ def combine(parts: Sequence[Verdict], what: str) -> Verdict:
             break
     else:
         verdict = "holds" if all(n == "holds" for n in names) else "inconclusive"
-    reason = f"{what}: " + "; ".join(p.reason for p in parts)
+    reason = f"{what}: " + "; ".join(dict.fromkeys(p.reason for p in parts))  # a shared precondition, said once
     first = parts[0]
     return Verdict(verdict, reason, first.stats, first.floor, first.target, first.needed, list(parts))

@@ -1,12 +1,94 @@
-"""A trainer callback that records a run into its folder: metrics, status heartbeats, checkpoints, TensorBoard."""
+"""A trainer callback that records a run into its folder: metrics, status heartbeats, checkpoints, TensorBoard.
+
+Checkpoints stay off the training loop: the state is copied between steps (a copy of its tensors costs far less
+than serialising and writing it) and written by a thread of its own (:class:`CheckpointWriter`), atomically as
+before; ``last`` is written at most every :data:`CHECKPOINT_S` seconds, and always at the end of training (also a
+stop, or a SIGTERM turned into a stop). A run killed outright loses at most that much training: it resumes from the
+``last`` written before.
+"""
 
 from __future__ import annotations
 
 import math
+import threading
 import time
+from typing import Any
+
+import torch
 
 from lab.runs.store import Run, checkpoint_field, saved_name
 from lab.train.core import Callback, TrainerView
+
+CHECKPOINT_S = 30.0
+"""The most seconds of training between two ``last`` checkpoints of the tensor trainers (the first evaluation's
+state is written at once)."""
+
+
+def detached(obj: Any) -> Any:
+    """``obj`` (a state dict: tensors in dicts, lists and tuples) with every tensor copied: a snapshot that training
+    can go on changing under."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: detached(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(detached(v) for v in obj)
+    return obj
+
+
+class CheckpointWriter:
+    """Writes a run's checkpoints in a thread of its own, newest first: a checkpoint submitted while an older one of
+    the same name still waits replaces it.
+
+    Args:
+        run: the run folder.
+    """
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self._pending: dict[str, dict[str, Any]] = {}  # checkpoint name → state waiting to be written
+        self._lock = threading.Condition()
+        self._busy = False
+        self._error: BaseException | None = None
+
+    def submit(self, state: dict[str, Any], *names: str) -> None:
+        """Write ``state`` (a copy training no longer changes) under ``names``, in the background."""
+        with self._lock:
+            self._pending.update(dict.fromkeys(names, state))
+            if not self._busy:
+                self._busy = True
+                threading.Thread(target=self._write, name=f"lab-checkpoint-{self.run.id}", daemon=True).start()
+
+    def _write(self) -> None:
+        while True:
+            with self._lock:
+                if not self._pending:
+                    self._busy = False
+                    self._lock.notify_all()
+                    return
+                pending, self._pending = self._pending, {}
+            by_state: dict[int, tuple[dict[str, Any], list[str]]] = {}
+            for name, state in pending.items():
+                by_state.setdefault(id(state), (state, []))[1].append(name)
+            try:
+                for state, names in by_state.values():  # serialised once per state, whatever its names
+                    self.run.save_checkpoint(state, *names)
+            except BaseException as err:  # a full disk: said at the next flush, on the training thread
+                with self._lock:
+                    self._error = err
+
+    def flush(self) -> None:
+        """Wait until every submitted checkpoint is on disk.
+
+        Raises:
+            OSError: a write failed (the error of the first that did).
+        """
+        with self._lock:
+            while self._busy:
+                self._lock.wait()
+            error, self._error = self._error, None
+        if error is not None:
+            raise error
 
 
 def _saved_best(run: Run) -> float:
@@ -29,17 +111,23 @@ class RunRecorder(Callback):
         run: the run folder.
         tensorboard: also write TensorBoard scalars (``tensorboard --logdir runs``).
         heartbeat_s: minimum seconds between status.json rewrites during training.
-        checkpoint_on_eval: save the checkpoints after each evaluation (the tensor trainers); the loader engine
-            says when instead (``on_checkpoint``), since an epoch of ImageNet is worth more than one evaluation.
+        checkpoint_on_eval: checkpoint from evaluations (the tensor trainers: ``best`` when it improved, ``last``
+            every ``checkpoint_s`` seconds and at the end, both written in the background); the loader engine says
+            when instead (``on_checkpoint``), since an epoch of ImageNet is worth more than one evaluation.
+        checkpoint_s: the most seconds of training between two ``last`` checkpoints (:data:`CHECKPOINT_S`).
     """
 
     def __init__(self, run: Run, *, tensorboard: bool = True, heartbeat_s: float = 1.0,
-                 checkpoint_on_eval: bool = True) -> None:
+                 checkpoint_on_eval: bool = True, checkpoint_s: float = CHECKPOINT_S) -> None:
         self.run, self.heartbeat_s, self.checkpoint_on_eval = run, heartbeat_s, checkpoint_on_eval
+        self.checkpoint_s = checkpoint_s
         self._last_beat = 0.0
         self.best_acc = -math.inf
         self.tensorboard = tensorboard
         self.writer = None  # made when training starts: until then the recorder has written nothing
+        self.checkpoints = CheckpointWriter(run)
+        self._candidate: dict[str, Any] | None = None  # the last evaluation's state, not yet written as last
+        self._last_written = -math.inf  # when ``last`` was last submitted (monotonic seconds)
 
     def _status(self, trainer: TrainerView, state: str, message: str = "") -> None:
         self.run.write_status(state, message, step=trainer.step, epoch=trainer.epoch,
@@ -83,9 +171,16 @@ class RunRecorder(Callback):
         acc = metrics.get("test_acc", metrics.get("train_acc", -math.inf))
         best = acc > self.best_acc
         self.best_acc = max(acc, self.best_acc)
-        if self.checkpoint_on_eval:
-            self.run.save_checkpoint({**trainer.state_dict(), "best_acc": self.best_acc}, "last",
-                                     *(("best",) if best else ()))
+        if self.checkpoint_on_eval:  # a copy now, the writing in the background
+            state = detached({**trainer.state_dict(), "best_acc": self.best_acc})
+            due = time.monotonic() - self._last_written >= self.checkpoint_s
+            if due:
+                self._last_written, self._candidate = time.monotonic(), None
+            else:
+                self._candidate = state  # written at the end of training unless a later one is
+            names = ("last",) * due + ("best",) * best
+            if names:
+                self.checkpoints.submit(state, *names)
         elif best:  # the loader engine saves last on its own schedule; best holds the weights just evaluated
             self.run.save_checkpoint({**trainer.state_dict(), "best_acc": acc}, "best")
 
@@ -94,10 +189,17 @@ class RunRecorder(Callback):
         self.run.save_checkpoint(trainer.state_dict(), "last")
 
     def on_train_end(self, trainer: TrainerView) -> None:
+        """The last evaluation's state becomes ``last`` (after a divergence too: it is the last finite one), and
+        every checkpoint is on disk before the run's final status is written."""
+        if self._candidate is not None:
+            self.checkpoints.submit(self._candidate, "last")
+            self._candidate, self._last_written = None, time.monotonic()
+        self.checkpoints.flush()
         if self.writer is not None:
             self.writer.flush()
 
     def close(self) -> None:
+        self.checkpoints.flush()
         if self.writer is not None:
             self.writer.close()
             self.writer = None

@@ -5,8 +5,12 @@ Several residual MLPs that differ only in α_min train as one batched computatio
 features and linear-probe accuracy, and across members their correlation. The task is the paper's point: ``classify``
 (a toy set's two classes) is the supervised analogue of its Figure 9; ``masked`` (reconstruct hidden pixels of the
 digits) and ``denoise`` (predict the noise of noised digits) are the generative ones it is about
-(:mod:`lab.train.tasks`), whose probes read the digit from features of clean digits. Before a sweep starts, the
-untrained members are drawn. A member that diverges or does not learn is named, never plotted as if it had.
+(:mod:`lab.train.tasks`). A generative sweep has the paper's structure by default (``structure=unet``, the lab's toy
+MAE of ``configs/toy_mae_digits.yaml``): the ``depth`` blocks are an encoder whose shortcuts decay, half as many
+decoder blocks keep α = 1, U-Net skips join them, and the probes read the encoder's output; ``no_skips`` is
+Table 3a's ablation (the same model without the skips) and ``no_decoder`` the residual MLP decaying to its output.
+Before a sweep starts, the untrained members are drawn. A member that diverges or does not learn is named, never
+plotted as if it had.
 """
 
 from __future__ import annotations
@@ -33,6 +37,8 @@ from lab.ui.text import md
 from lab.ui.views.live_rank import MEASURES, RankViews
 
 SCHEDULES = ("linear", "paper_eq5", "scaled_both", "scaled_branch")
+STRUCTURES = {"unet": {"unet_skips": True}, "no_skips": {"unet_skips": False}, "no_decoder": None}
+"""A generative sweep's model: with a decoder of half the encoder's depth and U-Net skips or none, or no decoder."""
 MAX_MEMBERS = 16
 _UMAP = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lab-umap")  # one fit at a time, off the UI thread
 
@@ -72,6 +78,11 @@ KNOBS: dict[str, Knob] = {
                  "train.task"),
     "mask_ratio": Knob(param.Number(default=0.5, bounds=(0.05, 0.95), step=0.05, doc="masked: share of each digit's "
                                     "pixels hidden"), "Sweep", "train.mask_ratio"),
+    "structure": Knob(param.Selector(default="unet", objects=list(STRUCTURES), doc="generative tasks: unet: an "
+                                     "encoder of `depth` decayed blocks, a decoder of depth/2 blocks at α = 1 and "
+                                     "U-Net skips, probed at the encoder's output (the paper's §3.2); no_skips: "
+                                     "Table 3a's ablation, without the skips; no_decoder: the MLP decays to its "
+                                     "output, which must carry every pixel"), "Sweep"),
     "schedule": Knob(param.Selector(default="linear", objects=list(SCHEDULES), doc="α over depth: linear or the "
                                     "paper's Eq. 5; scaled_both / scaled_branch are Table 3b's controls"), "Sweep",
                      "model.shortcut"),
@@ -132,8 +143,13 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
             return apply_overrides(ExperimentConfig(), {"name": f"rank-{self.dataset}", "model.name": "residual_mlp",
                                                         **overrides, **FIXED})
         overrides = {k: v for k, v in overrides.items() if not k.startswith("data.") or k == "data.seed"}
-        return apply_overrides(ExperimentConfig(), {"name": f"rank-{self.task}-digits", "model.name": "residual_mlp",
-                                                    **overrides, "data.name": "digits", **FIXED})
+        structure = STRUCTURES[self.structure]
+        if structure is not None:
+            overrides.update({"model.decoder_depth": max(1, self.depth // 2),
+                              **{f"model.{k}": v for k, v in structure.items()}})
+        return apply_overrides(ExperimentConfig(), {"name": f"rank-{self.task}-{self.structure}-digits",
+                                                    "model.name": "residual_mlp", **overrides, "data.name": "digits",
+                                                    **FIXED})
 
     def alpha_min_values(self) -> list[float]:
         return parse_alpha_mins(self.alpha_mins)

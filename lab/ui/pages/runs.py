@@ -245,7 +245,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
     def _open(self) -> None:
         """Follow the run named by ``run`` from its first record (or show nothing when it is empty)."""
         key = self.run.strip()
-        self._path, self._opened, self._shown_figure = None, None, None
+        self._path, self._opened, self._shown_figure, self._last_summary = None, None, None, None
         self._tell("run", None)
         self._tell("stop", None)
         self.follower.forget()  # watch-only jobs: forgetting stops nothing (and its last poll comes before clear)
@@ -391,6 +391,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
             self._compared[path] = (key, records.follow, (old if not records.rewritten else []) + records.records)
             changed = changed or bool(records.records) or records.rewritten or not old
             self._configs[path] = config
+        self._configs = {path: config for path, config in self._configs.items() if path in self._compared}
         if not changed and self._shown == list(self._compared):
             return
         self._shown = list(self._compared)
