@@ -184,10 +184,10 @@ class JobFollower(pn.viewable.Viewer):
         if not alive:
             self._stop_polling()
         if changed:  # handlers change raw Bokeh models; Panel's own widgets and panes push themselves
-            self._push()
+            self.push()
         return changed
 
-    def _push(self) -> None:
+    def push(self) -> None:
         """Send pending model changes to every notebook output showing these views (no-op when served)."""
         for view in self._views:
             obj = view.__panel__() if isinstance(view, pn.viewable.Viewer) else view

@@ -28,6 +28,8 @@ def test_pixel_scale_maps_the_raw_images_onto_what_the_model_sees():
     assert raw.x_train.min() >= 0 and raw.x_train.max() <= 1 and len(mean) == len(std) == 1
     assert torch.allclose((raw.x_train - mean[0]) / std[0], data.x_train, atol=1e-6)
     folder = load_config("configs/uvit_small_cifar100.yaml")
+    assert pixel_scale(folder) == ((0.5,) * 3, (0.5,) * 3), "the U-ViT reference reads pixels into [-1, 1]"
+    folder = load_config("configs/uvit_small_cifar100.yaml", ["data.normalize=imagenet"])
     assert pixel_scale(folder) == (IMAGENET_MEAN, IMAGENET_STD), "files are read with ImageNet's statistics"
     with pytest.raises(ValueError, match="toy set"):
         raw_images(load_config())  # the default: the spiral

@@ -215,7 +215,7 @@ def test_rank_page_draws_a_generative_sweep_in_jupyterlab_offline(notebook):
                                                          "Rank vs probe", "α_min"))]
     assert len(drawn) == 4 + 2 and not pixel_problems(drawn), pixel_report(plots)
     assert any(p["title"] == "Loss per member" for p in plots), "a generative task's bars are its losses"
-    assert page.evaluate(JS_CELL_TEXT, [cell, "Figure 6"]), "the caption names the MAE figure it is the analogue of"
+    assert page.evaluate(JS_CELL_TEXT, [cell, "toy MAE"]), "the caption names the structure the members have"
     assert not [r for r in notebook.new_runs() if "rank" in r.name], "nothing trains until Start"
     assert not notebook.seen.external and not notebook.seen.errors, notebook.seen
 

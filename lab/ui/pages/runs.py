@@ -309,6 +309,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         """Show a finished scan, and start the next one when the page changed or ``refresh_s`` passed."""
         if self._rank is not None and self._rank[2].done():
             self._show_sweep_rank(*self._rank)
+            self.follower.push()
         if self._scan is not None:
             if not self._scan.done():
                 return
@@ -318,6 +319,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
             self._due = max(self._due, time.monotonic() + (time.monotonic() - self._started) / SCAN_SHARE)
             self._apply(future.result())  # an exception goes to _refresh_failed
             self._tell("refresh", None)
+            self.follower.push()  # a notebook's outputs get the raw Bokeh models' changes (served: nothing to do)
         if self._dirty or time.monotonic() >= self._due:
             self._dirty, self._started = False, time.monotonic()
             self._due = self._started + self.refresh_s
@@ -336,8 +338,8 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         options = keys + [k for k in self._compare_choice.value if k not in keys]
         if self._compare_choice.options != options:
             self._compare_choice.options = options
-        if self._added is not None and not any(s["path"].resolve() == self._added or self._added in
-                                               s["path"].resolve().parents for s in read.summaries):
+        if self._added is not None and not any(s["path"] == self._added or self._added in s["path"].parents
+                                               for s in read.summaries):  # listed from it: no resolving needed
             self._tell("folder", "info", f"No run folders in {code(self._added)} yet; the table shows them as they "
                                          "appear.")
         elif "folder" in self._messages and self._messages["folder"][0] == "info":

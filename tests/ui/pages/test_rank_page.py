@@ -93,10 +93,19 @@ def test_members_that_do_not_learn_are_named(manager):
 def test_a_generative_task_sweeps_the_digits_and_judges_members_by_their_loss(manager):
     page = RankPage(manager=manager, **{**SMALL, "task": "masked", "alpha_mins": "1.0, 0.5", "epochs": 4})
     cfg = page.config()
-    assert (cfg.data.name, cfg.train.task, cfg.name) == ("digits", "masked", "rank-masked-digits")
+    assert (cfg.data.name, cfg.train.task, cfg.name) == ("digits", "masked", "rank-masked-unet-digits")
+    # the paper's structure: the encoder decays, a decoder of half its depth at α = 1, U-Net skips
+    assert cfg.model.get("decoder_depth") == SMALL["depth"] // 2 and cfg.model.get("unet_skips") is True
     views = page.rank
-    assert "Figure 6" in views.caption.object and "does **not** appear" in views.caption.object
-    assert views.frame["final_features"].shape == (2, 359, 8)  # the held-out digits, read clean
+    assert "toy MAE" in views.caption.object and "encoder's output" in views.caption.object
+    assert int(views.frame["layer"]) == SMALL["depth"] and str(views.frame["structure"]) == "unet"
+    assert views.frame["final_features"].shape == (2, 359, 8)  # the held-out digits' bottleneck
+    assert views.frame["probe_few"].shape == (2,)
+    page.structure = "no_skips"  # Table 3a's ablation
+    assert page.config().model.get("unet_skips") is False and "Table 3a" in views.caption.object
+    page.structure = "no_decoder"
+    assert not page.config().model.get("decoder_depth") and "No encoder-decoder split" in views.caption.object
+    page.structure = "unet"
     assert views.accuracy.title.text == "Loss per member"
     page.param.trigger("play")
     assert poll_until(page, lambda: page.job.status()["state"] == "completed")
