@@ -57,7 +57,7 @@ from lab.runs.catalog import (
     run_roots,
 )
 from lab.runs.store import FINISHED, Run
-from lab.ui.follower import can_schedule, weak_periodic
+from lab.ui.follower import can_schedule, session_id, weak_periodic
 from lab.ui.pages.knobs import Knob, knob_class
 from lab.ui.pages.page import Page
 from lab.ui.pages.runs_scan import POOL, Followed, Opened, Scan, ScanRequest, scan, sweep_rank
@@ -127,7 +127,9 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         self._started = 0.0  # when the last scan started
         self._dirty = True
         self._refresher: PeriodicCallback | None = None
-        self._served = can_schedule()  # served (or in a kernel): read in a worker; else right away, on this thread
+        # served: read in a worker, shown at the session's next tick; in a notebook's kernel (its one user's event
+        # loop, whose cell outputs are sent what changed only with the follower's push) and in scripts: right away
+        self._served = session_id() is not None
         self._ready = False
         # columns share the width; a long sweep member's name or problem list wraps. Every cell is plain text
         # (Tabulator's "textarea" formatter escapes it); no hover tooltip: Tabulator renders a tooltip as HTML
@@ -178,6 +180,9 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
             self._refresher = weak_periodic(self, RunsPage._tick, TICK_MS, RunsPage._refresh_failed)
         else:
             self.refresh()
+            if can_schedule():  # a kernel: the table keeps itself current as served, on the kernel's loop
+                self._refresher = weak_periodic(self, RunsPage._refresh_and_push, int(self.refresh_s * 1000),
+                                                RunsPage._refresh_failed)
 
     # -- what the page shows ----------------------------------------------------------------------------------
     @param.depends("folder", watch=True)
@@ -543,6 +548,11 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         callbacks do)."""
         changed = self.follower.poll()
         return self.refresh() or changed
+
+    def _refresh_and_push(self) -> None:
+        self.refresh()
+        self._tell("refresh", None)
+        self.follower.push()
 
     def _refresh_failed(self, err: Exception) -> None:  # keep refreshing; say what failed
         log.error("refreshing the run table failed", exc_info=err)
