@@ -149,6 +149,7 @@ class _Child:
         self.proc: multiprocessing.process.BaseProcess | None = None
         self.slots: list[dict[str, tuple[int, dict[str, np.ndarray]]]] = [{} for _ in range(size)]
         self.ended = [False] * size
+        self.listeners: list[tuple[Callable[[], None], ...]] = [() for _ in range(size)]  # each job's (Job.listen)
         self.lock = threading.Lock()
         self._control: Connection | None = None
         self.asked = [False] * size  # which of its jobs the user asked to stop
@@ -180,6 +181,9 @@ class _Child:
                     self.ended[k] = True
                 else:
                     self.slots[k][kind] = (version, payload)
+            if kind is not None:
+                for callback in self.listeners[k]:
+                    callback()
 
     def send(self, k: int, op: str, arg: Any = None) -> None:
         if self.is_alive():
@@ -350,6 +354,10 @@ class ChildJob(Job):
     def latest(self, kind: str) -> tuple[int, dict[str, np.ndarray]] | None:
         with self.child.lock:
             return self.child.slots[self.index].get(kind)
+
+    def listen(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` from the thread that receives the child's frames, each time one of this job's lands."""
+        self.child.listeners[self.index] = (*self.child.listeners[self.index], callback)
 
     def kinds(self) -> list[str]:
         """The snapshot kinds received so far."""

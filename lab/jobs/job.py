@@ -36,6 +36,7 @@ class Job:
     keep: bool = False  # a kept job survives its owner's browser session
     group: object | None = None  # jobs of one lockstep group hold one slot of their manager together
     admission: Callable[[Job], None] = staticmethod(_always)
+    _listeners: tuple[Callable[[], None], ...] = ()
 
     def start(self) -> Job:
         raise NotImplementedError
@@ -66,6 +67,16 @@ class Job:
     def latest(self, kind: str) -> tuple[int, dict[str, np.ndarray]] | None:
         """``(version, payload)`` of the newest snapshot of ``kind``, or None before the first."""
         raise NotImplementedError
+
+    def listen(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` each time a new snapshot lands in a slot, from the thread that put it there (with no
+        lock of the job held): a page draws a frame as soon as it is made instead of at its next poll."""
+        self._listeners = (*self._listeners, callback)
+
+    def _landed(self) -> None:
+        """A new snapshot is in its slot: tell the listeners."""
+        for callback in self._listeners:
+            callback()
 
     def is_alive(self) -> bool:
         return self.status().get("state") not in (*FINISHED, "unknown")

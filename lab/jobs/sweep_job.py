@@ -325,6 +325,7 @@ class SweepJob(InProcessJob):
         with self._lock:
             version = 1 if self._slot is None else self._slot[0] + 1
             self._slot = (version, frame)
+        self._landed()
 
     def _frame(self) -> dict[str, np.ndarray]:
         ensemble = self._ensemble

@@ -103,6 +103,7 @@ class ThreadJob(InProcessJob):
         with self._lock:
             version = self._slots.get(kind, (0, None))[0] + 1
             self._slots[kind] = (version, payload)
+        self._landed()
         if self._disk is not None:
             self._disk(kind, payload)
 

@@ -1,9 +1,14 @@
 """Follow one job from a page: start it, poll it, hand new metrics and snapshots to the page's views.
 
-Every page that trains uses one :class:`JobFollower`; it is the only place that polls a job. Its periodic callback
-runs in a ``panel serve`` session (the session's own thread) and in a Jupyter kernel (the kernel's event loop) the
-same way, and after each poll that changed something it pushes the changes to notebook outputs (a browser served
-by ``panel serve`` gets them through the session's websocket without help).
+Every page that trains uses one :class:`JobFollower`; it is the only place that reads a job. Its periodic callback
+(status and metrics) runs in a ``panel serve`` session (the session's own thread) and in a Jupyter kernel (the
+kernel's event loop) the same way, and after each poll that changed something it pushes the changes to notebook
+outputs (a browser served by ``panel serve`` gets them through the session's websocket without help).
+
+Frames are not polled: the job says when one lands (:meth:`~lab.jobs.job.Job.listen`) and the follower draws it on
+the page's own thread at once. A page whose live view is wrapped in the follower's :class:`FrameClock`
+(:meth:`JobFollower.pace`) asks the job for the next on-demand frame only when the browser has drawn the last one
+while it was on screen, so frames come as fast as the browser draws them and never queue.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ import numpy as np
 import panel as pn
 import param
 from panel.io import PeriodicCallback, push_notebook
+from panel.io.state import set_curdoc
 
 from lab.config import ConfigError, ExperimentConfig
 from lab.jobs.job import Job
 from lab.jobs.manager import JobManager, ManagerBusy, get_manager
+from lab.ui.views.frame_clock import FrameClock
 from lab.ui.views.status import JobStatus
 
 log = logging.getLogger(__name__)
@@ -64,6 +71,8 @@ class JobFollower(pn.viewable.Viewer):
         self._cursor = 0
         self._callback = None
         self._finalizer: weakref.finalize | None = None
+        self.clock: FrameClock | None = None  # paces the on-demand kinds when a page wraps its live view in it
+        self._landing = False  # a draw of landed frames is scheduled on the page's thread
 
     # -- what the page draws ----------------------------------------------------------------------------------
     def on_snapshot(self, kind: str, handler: SnapshotHandler) -> None:
@@ -75,8 +84,18 @@ class JobFollower(pn.viewable.Viewer):
         self._metrics_handlers.append(handler)
 
     def want(self, kind: str, on: bool = True) -> None:
-        """Ask the job for the next frame of the on-demand ``kind`` after every poll (or stop asking)."""
+        """Ask the job for frames of the on-demand ``kind`` (or stop asking): the next one each time the browser has
+        drawn the last (with :meth:`pace`), or after every poll (without)."""
         (self._wanted.add if on else self._wanted.discard)(kind)
+        if on:
+            self._ask()
+
+    def pace(self, view: pn.viewable.Viewable) -> FrameClock:
+        """Wrap the live ``view`` in a :class:`FrameClock` that paces the wanted kinds by what the browser draws;
+        the page lays out the clock where it would have put the view."""
+        self.clock = FrameClock(view)
+        self.clock.param.watch(lambda _: self._ask(), "drawn")
+        return self.clock
 
     def add_views(self, *views: pn.viewable.Viewable) -> None:
         """More objects whose notebook outputs are pushed after a changing poll."""
@@ -120,6 +139,7 @@ class JobFollower(pn.viewable.Viewer):
         self.job = job
         self.records, self.versions, self._cursor = [], {}, 0
         self.status.clear()
+        job.listen(_waker(self, job))
         # a page that is thrown away (a notebook cell run again) does not leave its job training
         if self._finalizer is not None:
             self._finalizer.detach()
@@ -173,19 +193,41 @@ class JobFollower(pn.viewable.Viewer):
             for handler in self._metrics_handlers:
                 handler(new)
             changed = True
-        for kind, handler in self._snapshot_handlers:
-            latest = job.latest(kind)
-            if latest is not None and latest[0] != self.versions.get(kind):
-                self.versions[kind] = latest[0]
-                handler(latest[1])
-                changed = True
-        for kind in self._wanted:
-            job.request(kind)  # the last frame is drawn: the job may build the next one
+        changed = self._draw_frames() or changed
+        self._ask()
         if not alive:
             self._stop_polling()
         if changed:  # handlers change raw Bokeh models; Panel's own widgets and panes push themselves
             self.push()
         return changed
+
+    def _draw_frames(self) -> bool:
+        """Hand each kind's newest snapshot, if not handed yet, to its handlers; returns whether any was."""
+        job, drawn = self.job, False
+        if job is None:
+            return False
+        for kind, handler in self._snapshot_handlers:
+            latest = job.latest(kind)
+            if latest is not None and latest[0] != self.versions.get(kind):
+                self.versions[kind] = latest[0]
+                handler(latest[1])
+                drawn = True
+        if drawn and self.clock is not None:
+            self.clock.tick()  # after the views' changes: the browser answers once it has painted them
+        return drawn
+
+    def _landed(self) -> None:
+        """On the page's thread: draw what landed since the last draw."""
+        self._landing = False
+        if self._draw_frames():
+            self.push()
+
+    def _ask(self) -> None:
+        """Ask the job for the next frame of each wanted kind, once the browser has drawn the last one (or when no
+        browser paces them)."""
+        if self.job is not None and (self.clock is None or self.clock.ready):
+            for kind in self._wanted:
+                self.job.request(kind)
 
     def push(self) -> None:
         """Send pending model changes to every notebook output showing these views (no-op when served)."""
@@ -232,6 +274,34 @@ def weak_periodic(owner: Any, call: Callable[[Any], Any], period_ms: int,
     callback = PeriodicCallback(callback=tick, period=period_ms, background=True)
     callback.start()
     return callback
+
+
+def _waker(follower: JobFollower, job: Job) -> Callable[[], None]:
+    """What ``job`` calls, from its own thread, when a frame lands: schedule one draw on the follower's thread — the
+    session's (served), or the kernel's event loop — unless one is pending. Holds the follower weakly; elsewhere (a
+    script, a test) the owner's polls draw the frames."""
+    ref = weakref.ref(follower)
+    doc = pn.state.curdoc if session_id() is not None else None
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        loop = None
+
+    def wake() -> None:
+        f = ref()
+        if f is None or f.job is not job or f._landing or (doc is None and loop is None):
+            return
+        f._landing = True
+        try:
+            if doc is not None:
+                with set_curdoc(doc):  # scheduled on the session's loop, run under its lock as Panel's callbacks
+                    pn.state.execute(f._landed, schedule=True)
+            else:
+                loop.call_soon_threadsafe(f._landed)
+        except Exception:  # the session or kernel is gone: nobody draws
+            f._landing = False
+
+    return wake
 
 
 def _stop_quietly(job: Job) -> None:

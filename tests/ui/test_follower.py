@@ -82,3 +82,52 @@ def test_a_job_that_ends_during_a_poll_is_polled_once_more(manager):
 
     follower = asyncio.run(follow())
     assert "completed" in follower.status.message, follower.status.message
+
+
+def test_a_paced_follower_asks_for_the_next_frame_once_the_browser_has_drawn_the_last(manager):
+    """With its live view wrapped in a FrameClock the follower asks for a frame only when the browser has painted the
+    last one it was sent: no request while the browser is behind (or the view is off screen), one at its answer."""
+    import panel as pn
+
+    follower = JobFollower(manager)
+    follower.on_snapshot("nodes", lambda frame: None)
+    clock = follower.pace(pn.pane.Markdown("grid"))
+    clock.drawn = 0  # a browser shows the clock and has drawn everything it was sent (nothing yet)
+    job = follower.start(tiny(), cadence={"nodes": (1, 0.0)}, on_demand=("nodes",), disk_every_s=0)
+    follower.want("nodes")  # ready: asked at once (the forced first frame may use that request up)
+    assert wait_for(lambda: job.latest("nodes") is not None)
+    time.sleep(0.3)
+    follower.poll()  # draws the newest frame: one more sent, not yet drawn
+    version, sent = job.latest("nodes")[0], clock.sent
+    assert sent == 1 and not clock.ready
+    step = int(job.latest("nodes")[1]["step"])
+    assert wait_for(lambda: max((r["step"] for r in job.metrics_since(0)[0]), default=0) >= step + 20)
+    follower.poll()  # it trained 20 steps on, and made no frame nobody would see
+    assert job.latest("nodes")[0] == version and clock.sent == sent
+    clock.drawn = clock.sent  # the browser painted it while on screen: the next frame is asked for at once
+    assert wait_for(lambda: job.latest("nodes")[0] == version + 1)
+    follower.forget()
+
+
+def test_frames_are_drawn_when_they_land_not_at_the_next_poll(manager, monkeypatch):
+    """On an event loop (a kernel's) a frame that lands is drawn on that loop at once, though the follower's
+    status poll is ten seconds away: five frames drawn with no poll but the first, each once, in order."""
+    drawn: list[tuple[int, float]] = []
+    calls = []
+    poll = JobFollower.poll
+    monkeypatch.setattr(JobFollower, "poll", lambda self: calls.append(1) or poll(self))
+
+    async def follow() -> int:
+        follower = JobFollower(manager, period=10_000)
+        follower.on_snapshot("nodes", lambda frame: drawn.append((int(frame["step"]), time.monotonic())))
+        job = follower.start(tiny(), cadence={"nodes": (5, 0.0)}, disk_every_s=0)
+        deadline = time.monotonic() + 60
+        while len(drawn) < 5 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        polled = len(calls)
+        follower.forget()
+        return polled
+
+    polls = asyncio.run(follow())
+    steps = [s for s, _ in drawn]
+    assert len(steps) >= 5 and steps == sorted(set(steps)) and polls <= 1, (steps, polls)  # the poll at the start, at most

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import urllib.request
 
 import pytest
@@ -117,6 +118,48 @@ def test_browser_playground_follows_sliders_trains_live_and_every_plot_shows_its
         page.get_by_role("button", name="Start / pause").click()
         _pixels(page, "Playground")
     assert not seen.errors and not seen.external, seen
+
+
+@needs_chromium
+def test_browser_paces_the_playground_and_a_page_out_of_sight_asks_for_no_frame(server):
+    """The browser answers each frame it paints (the FrameClock's count comes back), the job makes the next only
+    then; with another page shown the Playground's grid is out of sight: the run trains on and makes no frame,
+    until the Playground is back."""
+    url = server
+    with browser_page() as (page, seen):
+        page.goto(f"{url}/apps?page=Playground&depth=4&width=4&snapshot_every=1", timeout=60_000)
+        _wait(page, "(alpha, title, grids) => grids.length > 0")
+        page.get_by_role("button", name="Start / pause").click()
+        _wait(page, "(alpha, title) => title && title !== 'step 0'", timeout=120_000)
+        (job,) = get_manager().active()
+        page.wait_for_function(f"() => ({JS_CLOCK})().drawn >= 3", timeout=60_000)  # paced by what it draws
+        page.get_by_role("button", name="Runs").click()  # the Playground leaves the screen; its run trains on
+        page.wait_for_timeout(1500)  # the grid leaves the page; a frame asked for before may still land
+        version, step = job.latest("nodes")[0], _logged_step(job)
+        assert _until(lambda: _logged_step(job) >= step + 50)
+        assert job.latest("nodes")[0] == version  # nobody sees the grid: no frame made
+        page.get_by_role("button", name="Playground").click()
+        assert _until(lambda: job.latest("nodes")[0] > version + 2)  # back on screen: frames again
+        page.get_by_role("button", name="Start / pause").click()
+    assert not seen.errors and not seen.external, seen
+
+
+JS_CLOCK = """() => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
+    if (m.data && m.data.drawn !== undefined && m.data.sent !== undefined)
+      return {drawn: m.data.drawn, sent: m.data.sent}; return null; }"""
+
+
+def _logged_step(job) -> int:
+    return max((r["step"] for r in job.metrics_since(0)[0]), default=0)
+
+
+def _until(predicate, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 JS_CURVE_POINTS = """() => { let n = 0; for (const doc of Bokeh.documents) for (const m of doc.all_models)

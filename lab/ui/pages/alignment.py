@@ -277,7 +277,10 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
 
         heads = pair(pn.Column(self.main.heading, self.main.summary), pn.Column(self.twin.heading,
                                                                                 self.twin.summary))
-        views = [pair(self.main.panes[name], self.twin.panes[name]) for name in VIEWS]
+        # each run's first figure paces its frames: the next is made once the browser has drawn the last (on screen)
+        first, *rest = VIEWS
+        views = [pair(self.follower.pace(self.main.panes[first]), self.twin_follower.pace(self.twin.panes[first])),
+                 *(pair(self.main.panes[name], self.twin.panes[name]) for name in rest)]
         curves = [pair(a, b) for a, b in zip(self.curves.pane, self.twin_curves.pane, strict=True)]
         return [heads, *views, *curves]
 

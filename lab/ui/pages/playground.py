@@ -4,7 +4,8 @@ node's output over the input plane for a deep residual MLP — live while it tra
 Training settings (data, model, optimisation) rebuild the model; view settings (layer and node range, colour
 normalisation, replayed frame) only redraw and never touch the job. Every setting is one row of :data:`KNOBS`,
 which also names it in the URL query and in the config. The grid, the decision map and the curves are drawn once
-and then updated in place; frames are built on demand, one per poll, so none is computed that nobody will see.
+and then updated in place; frames are built on demand, the next once the browser has drawn the last one while the
+grid was on screen (:meth:`~lab.ui.follower.JobFollower.pace`), so none is computed that nobody will see.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
         self.follower.on_snapshot("similarity", self._new_similarity)
         self.follower.on_metrics(self.curves.extend)
         self._views = pn.Column(
-            self.grid.pane, pn.Row(self.decision.pane, pn.Column(self.alpha_chart.pane, self._downloads())),
+            self.follower.pace(self.grid.pane), pn.Row(self.decision.pane, pn.Column(self.alpha_chart.pane, self._downloads())),
             self.curves.pane, self.similarity)
         self.follower.add_views(self._views, self.hint)
         self._rebuild()
