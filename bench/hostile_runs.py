@@ -70,7 +70,8 @@ def hostile_folder(root: Path, runs: int, metrics_mb: int) -> dict[str, str]:
     bomb = store.create("bomb")
     bomb.write_config({"name": "bomb", "model": {"name": "residual_mlp"}})
     bomb.write_status("completed", "done", step=5)
-    with zipfile.ZipFile(bomb.path / "snapshots" / "nodes-000000005.npz", "w", compression=zipfile.ZIP_DEFLATED) as zf, \
+    frame = bomb.path / "snapshots" / "nodes-000000005.npz"
+    with zipfile.ZipFile(frame, "w", compression=zipfile.ZIP_DEFLATED) as zf, \
             zf.open("maps.npy", "w", force_zip64=True) as member:
         np.lib.format.write_array_header_2_0(member, {"descr": "<f4", "fortran_order": False,
                                                       "shape": (128, 1024, 32, 32)})

@@ -108,7 +108,8 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
         self.follower.on_snapshot("similarity", self._new_similarity)
         self.follower.on_metrics(self.curves.extend)
         self._views = pn.Column(
-            self.follower.pace(self.grid.pane), pn.Row(self.decision.pane, pn.Column(self.alpha_chart.pane, self._downloads())),
+            self.follower.pace(self.grid.pane),
+            pn.Row(self.decision.pane, pn.Column(self.alpha_chart.pane, self._downloads())),
             self.curves.pane, self.similarity)
         self.follower.add_views(self._views, self.hint)
         self._rebuild()
