@@ -66,13 +66,17 @@ def layer_weights(model: nn.Module) -> np.ndarray:
     return out
 
 
+RESOLUTION = 50
+"""Grid points per axis of a node map in *ResidualDroppath: Enhancing Feature Reuse over Residual Connections*."""
+
+
 @torch.inference_mode()
-def node_maps(model: nn.Module, resolution: int = 50, limit: float = 1.0) -> NodeMaps:
+def node_maps(model: nn.Module, resolution: int = RESOLUTION, limit: float = 1.0) -> NodeMaps:
     """Evaluate a 2-D model on the ``resolution²`` grid and collect every layer's node outputs (eval mode).
 
     Args:
         model: a model with ``forward_intermediates`` and ``iter_blocks`` taking ``[N, 2]`` inputs.
-        resolution: grid points per axis (50 in *ResidualDroppath: Enhancing Feature Reuse over Residual Connections*).
+        resolution: grid points per axis (:data:`RESOLUTION` in the paper).
         limit: half-width of the square.
     """
     with eval_mode(model):

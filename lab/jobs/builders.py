@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from lab.analysis.jacobian import jacobian_shapes
-from lab.analysis.node_maps import node_maps
+from lab.analysis.node_maps import RESOLUTION, node_maps
 from lab.analysis.residual_alignment import PAPER_K, RA4_FIT_START, residual_alignment
 from lab.analysis.similarity import layer_distances, linear_cka
 from lab.data.toy2d import ToyData
@@ -60,7 +60,7 @@ def judged(builder: Builder) -> SelfJudged:
     return SelfJudged(build)
 
 
-def nodes_snapshot(model: nn.Module, resolution: int = 50, limit: float = 1.0) -> dict[str, np.ndarray]:
+def nodes_snapshot(model: nn.Module, resolution: int = RESOLUTION, limit: float = 1.0) -> dict[str, np.ndarray]:
     """Node maps ``[L+1, H, R, R]``, weights ``[L+1, H, H_in]``, decision ``[R, R]`` and the α of every block."""
     frame = node_maps(model, resolution, limit).as_arrays()
     frame["alphas"] = np.array([b.alpha for _, b in model.iter_blocks()], np.float32)
@@ -68,7 +68,7 @@ def nodes_snapshot(model: nn.Module, resolution: int = 50, limit: float = 1.0) -
 
 
 @torch.no_grad()
-def similarity_snapshot(model: nn.Module, resolution: int = 50, limit: float = 1.0,
+def similarity_snapshot(model: nn.Module, resolution: int = RESOLUTION, limit: float = 1.0,
                         cka_points: int = 625) -> dict[str, np.ndarray]:
     """Layer distance ``[L+1, L+1]`` on the full grid and linear CKA on an evenly strided subset of it."""
     maps = node_maps(model, resolution, limit).maps  # [L+1, H, R, R]

@@ -54,7 +54,7 @@ class JobFollower(pn.viewable.Viewer):
         views: Panel objects whose notebook outputs get pushed after a poll that changed something.
     """
 
-    period = param.Integer(default=400, bounds=(50, 10_000), doc="milliseconds between polls")
+    period = param.Integer(default=1000, bounds=(50, 10_000), doc="milliseconds between polls")
 
     def __init__(self, manager: JobManager | None = None, views: Iterable[pn.viewable.Viewable] = (),
                  **params: Any) -> None:

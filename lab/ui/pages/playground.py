@@ -24,6 +24,7 @@ from bokeh.embed import file_html
 from bokeh.resources import INLINE
 from PIL import Image
 
+from lab.analysis.node_maps import RESOLUTION
 from lab.config import ConfigError, ExperimentConfig, apply_overrides
 from lab.data.toy2d import make_toy_data
 from lab.jobs.builders import nodes_snapshot, similarity_snapshot
@@ -94,7 +95,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
         self.frame: dict[str, np.ndarray] | None = None  # the frame on screen
         self.history_steps: list[int] = []  # step of every frame received from the job, oldest first
         self.grid = LiveGrid()
-        self.decision = LiveDecision()
+        self.decision = LiveDecision(max_points=600)
         self.curves = LiveCurves()
         self._similarity_pipe = hv.streams.Pipe(data=None)
         self.alpha_chart = LiveAlphas()
@@ -168,7 +169,9 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
 
     # -- actions ----------------------------------------------------------------------------------------------
     def _start(self, paused: bool) -> bool:
-        job = self.follower.start(self.config(), paused=paused, on_demand=("nodes", "similarity"),
+        builders = {"nodes": partial(nodes_snapshot, resolution=self._live_resolution()),
+                    "similarity": similarity_snapshot}
+        job = self.follower.start(self.config(), paused=paused, on_demand=("nodes", "similarity"), builders=builders,
                                   cadence={"nodes": (self.snapshot_every, 0.0), "similarity": (0, 2.0)})
         if job is None:
             return False
@@ -177,6 +180,15 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
         self.follower.want("nodes")
         self.follower.want("similarity", not self.similarity.collapsed)
         return True
+
+    def _live_resolution(self) -> int:
+        """Grid points per axis of the run's node maps: twice the pixels a tile is drawn at in the current view, so
+        every pixel on screen is a point of the map, between 24 and the paper's 50. A map's points cost the training
+        child time at every frame (a forward pass over R² points of every layer) and the server bytes to forward:
+        at the default view (13-pixel tiles) 26 points instead of 50 make a frame a quarter of the work."""
+        view = self._view()
+        tile = mosaic(self.frame, layers=view["layers"], nodes=view["nodes"], fit_width=view["fit_width"]).tile
+        return int(np.clip(2 * tile, 24, RESOLUTION))
 
     # -- live updates -----------------------------------------------------------------------------------------
     def _set_history(self, steps: list[int]) -> None:

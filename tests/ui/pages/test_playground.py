@@ -180,3 +180,17 @@ def test_the_playground_trains_in_a_child_process_and_a_killed_one_is_reported(t
         kill_child_then_start_again(page, [page.job])
     finally:
         manager.shutdown()
+
+
+def test_live_frames_are_built_at_the_resolution_the_grid_is_drawn_at(manager):
+    """Node maps cost the training child a forward pass over R² points per frame: a run's frames have twice the
+    pixels of a drawn tile per axis (26 for the default view's 13-pixel tiles), between 24 and the paper's 50."""
+    assert PlaygroundPage(manager=manager)._live_resolution() == 26  # 33 layers × 32 nodes in 1040 px
+    assert small_page(manager)._live_resolution() == 50  # 5 layers × 5 nodes: large tiles, the paper's 50 points
+    page = small_page(manager, depth=16, width=8, grid_width=400, snapshot_every=2)  # 17 layers in 400 px
+    resolution = page._live_resolution()
+    assert 24 <= resolution < 50 and page.frame["maps"].shape[-1] == 50  # the untrained model: the paper's
+    page.param.trigger("play")
+    assert poll_until(page, lambda: int(page.frame["step"]) > 0)
+    assert page.frame["maps"].shape[-1] == resolution == page.frame["decision"].shape[-1]
+    page.param.trigger("reset")
