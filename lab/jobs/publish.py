@@ -69,7 +69,7 @@ class Publisher(Callback):
             if payload is None:
                 continue
             payload["step"] = np.int64(trainer.step)
-            self.sink(kind, Snapshot(kind, payload))
+            self.sink(kind, Snapshot(kind, payload, forced=force))
 
 
 def compact(payload: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -79,7 +79,9 @@ def compact(payload: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 class DiskSink:
-    """Write snapshots into a run folder at most every ``every_s`` seconds per kind, pruning old ones."""
+    """Write snapshots into a run folder at most every ``every_s`` seconds per kind, pruning old ones; a forced
+    snapshot (training started, paused or ended) is always written: it is the state a run stopped at, which a replay
+    of the run must find, however short the run."""
 
     def __init__(self, run, every_s: float = 2.0, keep_last: int = 3, keep_history: int = 24) -> None:
         self.run, self.every_s, self.keep_last, self.keep_history = run, every_s, keep_last, keep_history
@@ -87,7 +89,7 @@ class DiskSink:
 
     def __call__(self, kind: str, payload: dict[str, np.ndarray]) -> None:
         now = time.monotonic()
-        if now - self._t.get(kind, -1e18) < self.every_s:
+        if now - self._t.get(kind, -1e18) < self.every_s and not getattr(payload, "forced", False):
             return
         self._t[kind] = now
         self.run.save_snapshot(kind, int(payload["step"]), compact(payload))

@@ -13,9 +13,10 @@ class Snapshot(dict):
     as a table of its arrays and the view of its kind.
     """
 
-    def __init__(self, kind: str, arrays: dict[str, np.ndarray]) -> None:
+    def __init__(self, kind: str, arrays: dict[str, np.ndarray], forced: bool = False) -> None:
         super().__init__(arrays)
         self.kind = kind
+        self.forced = forced  # taken because training started, paused or ended, not on its cadence
 
     @property
     def step(self) -> int | None:

@@ -56,3 +56,16 @@ def test_a_self_judged_builder_decides_alone():
     publisher.on_train_start(_trainer(0, torch.nn.Identity()))  # NaN means "undefined" here: published
     publisher.on_step_end(_trainer(1, torch.nn.Identity()), 0.0)  # None: not published
     assert len(sink) == 1 and np.isnan(sink[0]["v"]).all() and int(sink[0]["step"]) == 0
+
+
+def test_a_run_shorter_than_the_disk_interval_keeps_its_first_and_last_frames(tmp_path):
+    """Frames reach the run folder at most every ``disk_every_s`` seconds, but those taken because training started
+    or ended always do: a replay of the run finds the state it ended at, however fast it trained."""
+    from lab.jobs.thread import ThreadJob
+    from lab.runs.store import RunStore
+    from tests.jobs.helpers import tiny
+
+    run = RunStore(tmp_path).create("short")
+    job = ThreadJob(tiny(**{"train.max_steps": 30}), run, cadence={"nodes": (5, 0.0)}, disk_every_s=3600).start()
+    assert job.wait(timeout=120)["state"] == "completed"
+    assert run.snapshot_versions("nodes") == [0, 30]

@@ -31,6 +31,10 @@ class FrameClock(JSComponent):
     sent = param.Integer(default=0, doc="frames pushed to the browser (the server counts them)")
     drawn = param.Integer(default=-1, doc="the last of them the browser painted while visible (-1: no browser yet)")
 
+    # the browser's answers are not a user's action: they must not turn the page's busy indicator on and off (a
+    # change of its style at every frame)
+    _busy__ignore = ["drawn"]
+
     _esm = """
     export function render({ model, el }) {
       el.append(model.get_child("object"));
