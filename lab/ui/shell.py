@@ -100,6 +100,9 @@ class LabShell(pn.viewable.Viewer):
         location = self._location
         if location is None or self._synced is page:
             return
+        # the address bar names the new page before the old page's settings leave it: dropping them first would
+        # send the browser the old page's name once more, which it could echo back and undo the switch
+        location.update_query(page=self.page)
         if self._synced is not None:
             location.unsync(self._synced)
         self._synced = page

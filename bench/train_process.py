@@ -1,0 +1,91 @@
+"""``lab train`` as a whole process against a plain PyTorch script of the same model, data and evaluation.
+
+``python -m lab train configs/spiral_residual_droppath.yaml train.epochs=20`` (a run folder, metrics, status
+heartbeats, checkpoints, TensorBoard, a progress bar) and a script that trains the same 32 × 32 residual MLP on the
+same spiral with a bare loop and evaluates train and test accuracy once per epoch, as the lab's run does, each in a
+fresh interpreter and timed from start to exit, in interleaved pairs (drifts in the machine's speed hit both).
+Target: lab / plain <= 1.05 (median of the pairs).
+
+    python bench/train_process.py [--pairs 3] [--epochs 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from bench.common import table  # noqa: E402
+
+CONFIG = "configs/spiral_residual_droppath.yaml"
+
+PLAIN = """
+import sys, torch, torch.nn.functional as F
+sys.path.insert(0, {root!r})
+from bench.train_spiral import plain_model
+from lab.config import load_config
+from lab.data.toy2d import make_toy_data
+torch.set_num_threads(1)
+cfg = load_config({config!r}, ["train.epochs={epochs}"])
+data = make_toy_data(cfg.data)
+torch.manual_seed(cfg.model.seed)
+model = plain_model(cfg.model.depth, cfg.model.width)
+opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=tuple(cfg.train.betas))
+gen = torch.Generator().manual_seed(cfg.train.seed)
+x, y, bs = data.x_train, data.y_train, cfg.train.batch_size
+for epoch in range(cfg.train.epochs):
+    model.train()
+    perm = torch.randperm(len(x), generator=gen)
+    for i in range(0, len(x), bs):
+        idx = perm[i:i + bs]
+        loss = F.cross_entropy(model(x[idx]), y[idx])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        loss.item()
+    model.eval()
+    with torch.no_grad():
+        acc = [(model(a).argmax(1) == b).float().mean().item() for a, b in
+               ((data.x_train, data.y_train), (data.x_test, data.y_test))]
+print("test acc", acc[1])
+"""
+
+
+def timed_run(cmd: list[str]) -> float:
+    """Seconds from start to exit of ``cmd`` (run in the repository root; its output discarded)."""
+    t0 = time.perf_counter()
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=20)
+    args = parser.parse_args()
+    runs = tempfile.mkdtemp(prefix="lab-bench-")
+    lab = [sys.executable, "-m", "lab", "train", CONFIG, f"train.epochs={args.epochs}", "--runs-dir", runs]
+    plain = [sys.executable, "-c", PLAIN.format(root=str(ROOT), config=CONFIG, epochs=args.epochs)]
+    t_lab, t_plain = [], []
+    for _ in range(args.pairs):
+        t_plain.append(timed_run(plain))
+        t_lab.append(timed_run(lab))
+    ratios = [a / b for a, b in zip(t_lab, t_plain, strict=True)]
+    ratio = statistics.median(ratios)
+    print(f"{CONFIG} train.epochs={args.epochs}, whole process, {args.pairs} interleaved pairs")
+    print(table(["process", "seconds (median)", "each pair", "target"], [
+        ["plain PyTorch script", statistics.median(t_plain), " ".join(f"{t:.1f}" for t in t_plain), ""],
+        ["python -m lab train", statistics.median(t_lab), " ".join(f"{t:.1f}" for t in t_lab), ""],
+        ["lab / plain (median of pairs)", ratio, " ".join(f"{r:.3f}" for r in ratios),
+         "<= 1.05 " + ("PASS" if ratio <= 1.05 else "FAIL")],
+    ]))
+
+
+if __name__ == "__main__":
+    main()
