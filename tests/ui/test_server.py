@@ -141,7 +141,7 @@ def test_browser_paces_the_playground_and_a_page_out_of_sight_asks_for_no_frame(
         settled = False
         for _ in range(5):
             version, step, t0 = job.latest("nodes")[0], _logged_step(job), time.monotonic()
-            assert _until(lambda: _logged_step(job) >= step + 50 and time.monotonic() - t0 >= span)
+            assert _until(lambda s=step, t=t0: _logged_step(job) >= s + 50 and time.monotonic() - t >= span)
             if job.latest("nodes")[0] == version:
                 settled = True  # trained on, no frame made: nobody sees the grid
                 break
