@@ -5,8 +5,9 @@ Every page that trains uses one :class:`JobFollower`; it is the only place that 
 kernel's event loop) the same way, and after each poll that changed something it pushes the changes to notebook
 outputs (a browser served by ``panel serve`` gets them through the session's websocket without help).
 
-Frames are not polled: the job says when one lands (:meth:`~lab.jobs.job.Job.listen`) and the follower draws it on
-the page's own thread at once. A page whose live view is wrapped in the follower's :class:`FrameClock`
+Frames of jobs in this process or its children are not polled: the job says when one lands
+(:meth:`~lab.jobs.job.Job.listen`) and the follower draws it on the page's own thread at once (a job that trains
+elsewhere, read from its run folder, is drawn at each poll). A page whose live view is wrapped in the follower's :class:`FrameClock`
 (:meth:`JobFollower.pace`) asks the job for the next on-demand frame only when the browser has drawn the last one
 while it was on screen, so frames come as fast as the browser draws them and never queue.
 """
