@@ -11,6 +11,7 @@ from lab.jobs.manager import JobManager, get_manager
 from lab.ui.follower import JobFollower
 from lab.ui.serve import serving
 from lab.ui.shell import LabShell
+from tests.jobs.helpers import wait_for
 from tests.ui.browser import (
     JS_HAS_TEXT,
     JS_PIXELS,
@@ -141,7 +142,7 @@ def test_browser_paces_the_playground_and_a_page_out_of_sight_asks_for_no_frame(
         settled = False
         for _ in range(5):
             version, step, t0 = job.latest("nodes")[0], _logged_step(job), time.monotonic()
-            assert _until(lambda s=step, t=t0: _logged_step(job) >= s + 50 and time.monotonic() - t >= span)
+            assert wait_for(lambda s=step, t=t0: _logged_step(job) >= s + 50 and time.monotonic() - t >= span)
             if job.latest("nodes")[0] == version:
                 settled = True  # trained on, no frame made: nobody sees the grid
                 break
@@ -149,7 +150,7 @@ def test_browser_paces_the_playground_and_a_page_out_of_sight_asks_for_no_frame(
         # the switch held: the address bar's page name, sent back by the browser, did not take the Playground back
         assert page.get_by_role("button", name="Start / pause").filter(visible=True).count() == 0
         page.get_by_role("button", name="Playground").click()
-        assert _until(lambda: job.latest("nodes")[0] > version + 2)  # back on screen: frames again
+        assert wait_for(lambda: job.latest("nodes")[0] > version + 2)  # back on screen: frames again
         page.get_by_role("button", name="Start / pause").click()
     assert not seen.errors and not seen.external, seen
 
@@ -161,15 +162,6 @@ JS_CLOCK = """() => { for (const doc of Bokeh.documents) for (const m of doc.all
 
 def _logged_step(job) -> int:
     return max((r["step"] for r in job.metrics_since(0)[0]), default=0)
-
-
-def _until(predicate, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 JS_CURVE_POINTS = """() => { let n = 0; for (const doc of Bokeh.documents) for (const m of doc.all_models)
