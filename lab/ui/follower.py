@@ -7,9 +7,9 @@ outputs (a browser served by ``panel serve`` gets them through the session's web
 
 Frames of jobs in this process or its children are not polled: the job says when one lands
 (:meth:`~lab.jobs.job.Job.listen`) and the follower draws it on the page's own thread at once (a job that trains
-elsewhere, read from its run folder, is drawn at each poll). A page whose live view is wrapped in the follower's :class:`FrameClock`
-(:meth:`JobFollower.pace`) asks the job for the next on-demand frame only when the browser has drawn the last one
-while it was on screen, so frames come as fast as the browser draws them and never queue.
+elsewhere, read from its run folder, is drawn at each poll). A page whose live view is wrapped in the follower's
+:class:`FrameClock` (:meth:`JobFollower.pace`) asks the job for the next on-demand frame only when the browser has drawn
+the last one while it was on screen, so frames come as fast as the browser draws them and never queue.
 """
 
 from __future__ import annotations
