@@ -274,8 +274,8 @@ def measure_diffusion(budget: str, seeds: int, store: RunStore,
                   f"{DIGITS_FD_MAX:g})" for a, v in fds.items() if not mean(v) < DIGITS_FD_MAX]
     fd_gain = [a - b for a, b in zip(fds[1.0], fds[0.7], strict=True)]
     deep_gain = [b - a for a, b in zip(deep[1.0], deep[0.7], strict=True)]
-    overrides = {o.split("=")[0]: o.split("=")[1] for o in sizes["uvit"]}
-    width, blocks = overrides.get("model.embed_dim", "64"), int(overrides.get("model.depth", "6")) + 1
+    model = config_of_run(run).model  # as trained: the budget's overrides, else the builder's defaults
+    width, blocks = model.get("embed_dim"), 2 * (model.get("depth") // 2) + 1  # in blocks, the mid block, out blocks
     setting = (f"tiny U-ViT ({width} wide, {blocks} blocks, 2 × 2 patches) on scikit-learn digits, {steps} steps at "
                f"batch 128; digits-FD of {sizes['fid_num']} probability-flow samples in a digits classifier's "
                "features")
