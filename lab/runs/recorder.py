@@ -9,12 +9,11 @@ stop, or a SIGTERM turned into a stop). A run killed outright loses at most that
 
 from __future__ import annotations
 
+import copy
 import math
 import threading
 import time
 from typing import Any
-
-import torch
 
 from lab.runs.store import Run, checkpoint_field, saved_name
 from lab.train.core import Callback, TrainerView
@@ -22,18 +21,6 @@ from lab.train.core import Callback, TrainerView
 CHECKPOINT_S = 30.0
 """The most seconds of training between two ``last`` checkpoints of the tensor trainers (the first evaluation's
 state is written at once)."""
-
-
-def detached(obj: Any) -> Any:
-    """``obj`` (a state dict: tensors in dicts, lists and tuples) with every tensor copied: a snapshot that training
-    can go on changing under."""
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().clone()
-    if isinstance(obj, dict):
-        return {k: detached(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(detached(v) for v in obj)
-    return obj
 
 
 class CheckpointWriter:
@@ -172,7 +159,8 @@ class RunRecorder(Callback):
         best = acc > self.best_acc
         self.best_acc = max(acc, self.best_acc)
         if self.checkpoint_on_eval:  # a copy now, the writing in the background
-            state = detached({**trainer.state_dict(), "best_acc": self.best_acc})
+            # every tensor copied: a snapshot that training can go on changing under
+            state = copy.deepcopy({**trainer.state_dict(), "best_acc": self.best_acc})
             due = time.monotonic() - self._last_written >= self.checkpoint_s
             if due:
                 self._last_written, self._candidate = time.monotonic(), None
