@@ -3,7 +3,8 @@
 ``python -m lab train configs/spiral_residual_droppath.yaml train.epochs=20`` (a run folder, metrics, status
 heartbeats, checkpoints, TensorBoard, a progress bar) and a script that trains the same 32 × 32 residual MLP on the
 same spiral with a bare loop and evaluates train and test accuracy once per epoch, as the lab's run does, each in a
-fresh interpreter and timed from start to exit, in interleaved pairs (drifts in the machine's speed hit both).
+fresh interpreter and timed from start to exit, in interleaved pairs whose order alternates (drifts in the
+machine's speed hit both alike).
 Target: lab / plain <= 1.05 (median of the pairs).
 
     python bench/train_process.py [--pairs 3] [--epochs 20]
@@ -12,6 +13,7 @@ Target: lab / plain <= 1.05 (median of the pairs).
 from __future__ import annotations
 
 import argparse
+import compileall
 import statistics
 import subprocess
 import sys
@@ -69,13 +71,16 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=20)
     args = parser.parse_args()
+    # both processes start as an installed package does, from compiled bytecode (pip compiles at install): a
+    # checkout run with PYTHONDONTWRITEBYTECODE would recompile every changed module of the lab at each start
+    compileall.compile_dir(ROOT / "lab", quiet=1, force=False)
     runs = tempfile.mkdtemp(prefix="lab-bench-")
     lab = [sys.executable, "-m", "lab", "train", CONFIG, f"train.epochs={args.epochs}", "--runs-dir", runs]
     plain = [sys.executable, "-c", PLAIN.format(root=str(ROOT), config=CONFIG, epochs=args.epochs)]
     t_lab, t_plain = [], []
-    for _ in range(args.pairs):
-        t_plain.append(timed_run(plain))
-        t_lab.append(timed_run(lab))
+    for pair in range(args.pairs):  # the order alternates: a drift in the machine's speed favours neither
+        for cmd, times in ((plain, t_plain), (lab, t_lab))[::1 if pair % 2 == 0 else -1]:
+            times.append(timed_run(cmd))
     ratios = [a / b for a, b in zip(t_lab, t_plain, strict=True)]
     ratio = statistics.median(ratios)
     print(f"{CONFIG} train.epochs={args.epochs}, whole process, {args.pairs} interleaved pairs")

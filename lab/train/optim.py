@@ -57,10 +57,14 @@ def make_optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.Optimizer:
 
     Adam adds λθ to the gradient (L2 regularisation), AdamW shrinks θ by ``lr · λ`` (decoupled weight decay), SGD
     adds λθ to the gradient before momentum (the gradient of λ/2 ‖θ‖²).
+
+    Every one updates its parameters with PyTorch's ``foreach`` kernels, also on the CPU (where PyTorch's default
+    is a Python loop over the parameters): the same update, and about 0.5 ms less per step of the 32-block spiral
+    MLP, whose 66 small tensors made the loop a twelfth of the step (``bench/train_spiral.py``).
     """
     groups = param_groups(model, cfg.weight_decay, cfg.weight_decay_on)
     if cfg.optimizer == "adamw":
-        return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
+        return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, foreach=True)
     if cfg.optimizer == "adam":
-        return torch.optim.Adam(groups, lr=cfg.lr, betas=cfg.betas)
-    return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
+        return torch.optim.Adam(groups, lr=cfg.lr, betas=cfg.betas, foreach=True)
+    return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, foreach=True)
