@@ -96,3 +96,30 @@ def test_one_sgd_step_decays_what_the_rule_says(engine, rule):
         if before[name].abs().max() > 1e-3:  # the decay term is visible: the other rule would fail here
             assert not torch.allclose(p.detach(), undecayed if decays[name] else undecayed - LR * WD * before[name],
                                       rtol=1e-5, atol=1e-7), name
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adamw", "sgd"])
+def test_the_foreach_update_is_pytorchs_per_parameter_update(optimizer):
+    """The lab's optimisers use the foreach kernels on the CPU (faster for many small tensors); three steps land
+    where PyTorch's default per-parameter loop lands."""
+    cfg = apply_overrides(ExperimentConfig(), {"train.optimizer": optimizer, "train.lr": 0.05, "train.momentum": 0.9,
+                                               "train.weight_decay": 0.01}).train
+    torch.manual_seed(0)
+    fast = nn.Sequential(nn.Linear(3, 8), nn.GELU(), nn.Linear(8, 2))
+    slow = nn.Sequential(nn.Linear(3, 8), nn.GELU(), nn.Linear(8, 2))
+    slow.load_state_dict(fast.state_dict())
+    initial = [p.detach().clone() for p in fast.parameters()]
+    opt_fast = make_optimizer(fast, cfg)
+    assert all(g.get("foreach") is True for g in opt_fast.param_groups)
+    kind = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}[optimizer]
+    extra = {"momentum": cfg.momentum} if optimizer == "sgd" else {"betas": cfg.betas}
+    opt_slow = kind(param_groups(slow, cfg.weight_decay, cfg.weight_decay_on), lr=cfg.lr, foreach=False, **extra)
+    x, y = torch.randn(16, 3), torch.randint(0, 2, (16,))
+    for model, opt in ((fast, opt_fast), (slow, opt_slow)):
+        for _ in range(3):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    assert all(not torch.equal(p, p0) for p, p0 in zip(fast.parameters(), initial, strict=True))
+    for a, b in zip(fast.parameters(), slow.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
