@@ -1,8 +1,8 @@
-"""Residual Lab in the browser: ``panel serve apps/`` serves this at http://localhost:5006/apps."""
+"""Residual Lab in the browser: ``panel serve apps/`` serves this at http://localhost:5006/apps.
 
-import lab.ui as ui
-from lab.ui.shell import LabShell
+The app ships inside the package (:mod:`lab.ui.app`; ``residual-lab serve`` serves it without a checkout).
+"""
 
-ui.extension("tabulator")
+from lab.ui.app import TITLE, app
 
-LabShell().template().servable(title="Residual Lab")
+app().servable(title=TITLE)

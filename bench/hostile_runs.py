@@ -2,7 +2,7 @@
 
 A runs folder written by others may hold a named pipe in place of a run's status, config and metrics, a
 ``metrics.jsonl`` of about 200 MB, a frame (``.npz``) whose 0.5 MB deflate into 512 MB, a picture of 150 MB and
-thousands of runs. The bench serves ``apps/main.py`` twice on free ports of 127.0.0.1 — over an empty runs folder (the
+thousands of runs. The bench serves the lab's app twice on free ports of 127.0.0.1 — over an empty runs folder (the
 reference) and over such a folder — and drives Debian's Chromium (Playwright): in the hostile case one session opens
 the Runs page, then the 200 MB run (its curves), the run with the frame bomb and the one with the picture, while a
 second session's Playground measures, in the browser, the milliseconds from an ``alpha_min`` key press to the α

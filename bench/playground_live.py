@@ -1,7 +1,7 @@
 """The Playground in a real browser: frames per second drawn while the 32 × 32 model trains, and training
 throughput with the page open against headless training measured in the same run.
 
-Serves apps/main.py on a free port of 127.0.0.1, opens it in Debian's Chromium (Playwright), presses Start and
+Serves the lab's app on a free port of 127.0.0.1, opens it in Debian's Chromium (Playwright), presses Start and
 counts, in the browser, how often the grid's title ("step N") changes (a listener on the Bokeh model, so the count
 costs the page nothing). Targets: >= 5 frames/s in the browser, training with the page open >= 85 % of headless (a
 bare Trainer). The same job with no page (run folder, metrics, checkpoints and TensorBoard, but no frames asked

@@ -1,6 +1,6 @@
 """The Rank page while a 6-member α_min sweep trains: how long a control takes to show its effect in the browser.
 
-Serves apps/main.py on a free port of 127.0.0.1 and drives Debian's Chromium (Playwright) on ``?page=Rank`` with the
+Serves the lab's app on a free port of 127.0.0.1 and drives Debian's Chromium (Playwright) on ``?page=Rank`` with the
 page's defaults (six members, α_min 1.0 … 0.5, 32 × 32 residual MLPs on 16,384 spiral points). The measured control
 is the rank measure (a view setting): each change must retitle the rank-by-layer plot, and the bench times, from
 Python, the round trip from selecting the option to the new title in the page (browser → server → param → Bokeh →

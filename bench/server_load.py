@@ -1,6 +1,6 @@
 """The served lab under load: how long a control takes to show its effect in the browser while two jobs train.
 
-Serves apps/main.py on a free port of 127.0.0.1 (at most two jobs) and drives Debian's Chromium (Playwright) with
+Serves the lab's app on a free port of 127.0.0.1 (at most two jobs) and drives Debian's Chromium (Playwright) with
 three sessions in one browser: two Playgrounds (16 × 16 model) that both train, and the Data page. In the first
 Playground (``shortcut=linear``) the alpha_min slider is moved one step with the keyboard, again and again, and
 each time the bench measures, in the browser, the milliseconds from the key press to the frame in which the α

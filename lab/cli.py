@@ -2,7 +2,7 @@
 ``analyze alignment RUN [--inputs N] [--k K]``, ``probe RUN [--layer bottleneck|blocks.N] [--epochs N]`` (linear
 probing on frozen features), ``sample RUN`` and ``fid RUN --reference DIR|digits`` (diffusion runs), ``sweep CONFIG
 key=v1,v2,... [section.key=value ...]``, ``submit CONFIG [...] --executor slurm|local`` (a sweep as cluster jobs)
-and ``reproduce``.
+``reproduce`` and ``serve`` (the lab's pages, as ``panel serve apps/`` serves them from a checkout).
 
 ``train`` and ``resume`` also run as the processes of ``torchrun --nproc_per_node=N -m lab train CONFIG``
 (data-parallel, the loader engine); ``--steps N`` trains a slice of a run and stops with a checkpoint."""
@@ -243,7 +243,28 @@ def _parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--out", default=None, help="report folder (default: RUNS_DIR/reproduce-<time>)")
     reproduce.add_argument("--runs-dir", default=None)
     reproduce.add_argument("--no-progress", action="store_true", help="no progress bar")
+    serve = sub.add_parser("serve", help="serve the lab's pages at http://127.0.0.1:PORT/apps (as `panel serve apps/` "
+                                         "does from a checkout) until Ctrl-C")
+    serve.add_argument("--port", type=int, default=5006, help="port (default 5006; 0: a free one)")
+    serve.add_argument("--address", default="127.0.0.1", help="interface to listen on (default: loopback only)")
+    serve.add_argument("--runs-dir", default=None, help="runs folder (default: $LAB_RUNS_DIR or ./runs)")
+    serve.add_argument("--max-jobs", type=int, default=2, help="training jobs at once (default 2)")
+    serve.add_argument("--threads", action="store_true", help="train the pages' runs in the server's threads "
+                                                             "instead of child processes")
+    serve.add_argument("--show", action="store_true", help="open a browser tab")
     return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    """``serve``: 0 after Ctrl-C or SIGTERM (every job stopped with its checkpoint), 2 for bad input."""
+    if not 0 <= args.port <= 65535 or args.max_jobs < 1:
+        print("error: --port must be in 0..65535 and --max-jobs >= 1", file=sys.stderr)
+        return 2
+    from lab.ui.serve import serve_lab  # here: the pages import Panel, HoloViews and Bokeh
+
+    serve_lab(args.port, args.address, runs_dir=args.runs_dir or default_runs_dir(), max_jobs=args.max_jobs,
+              processes=not args.threads, show=args.show)
+    return 0
 
 
 def _latents(args: argparse.Namespace) -> int:
@@ -488,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     if args.command == "latents":  # writes no run folder
         return _latents(args)
+    if args.command == "serve":
+        return _serve(args)
     store = RunStore(args.runs_dir or default_runs_dir())
     if args.command == "analyze":
         return _analyze(args, store)

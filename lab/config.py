@@ -7,7 +7,7 @@ wasted experiment. A renamed key is the one exception: its old name still loads,
 ``DeprecationWarning`` (``train.drop_rate`` is now ``train.drop_path_rate``); giving both names is an error.
 
 Example:
-    >>> cfg = load_config("configs/spiral.yaml", ["model.depth=16", "train.lr=0.01"])
+    >>> cfg = load_config("spiral", ["model.depth=16", "train.lr=0.01"])  # a packaged config, or a YAML path
     >>> cfg.model.depth
     16
 """
@@ -591,13 +591,43 @@ def _keep_model_keys(section: dict[str, Any], name: str, overridden: set[str]) -
         del section[key]
 
 
+CONFIGS = Path(__file__).resolve().parent / "configs"
+"""The configs shipped inside the package: the papers' protocols, the full-scale runs and what the reproduction
+trains. ``load_config("spiral")`` reads ``spiral.yaml`` from here, wherever the lab is installed."""
+
+
+def packaged_configs() -> list[str]:
+    """The names of the configs shipped with the lab (``spiral``, ``mae_vit_b16_in1k``, …)."""
+    return sorted(p.stem for p in CONFIGS.glob("*.yaml"))
+
+
+def config_path(name: str | Path) -> Path:
+    """The config file ``name`` names: the file itself when it exists, else a packaged config (:data:`CONFIGS`) —
+    by name (``spiral``), file name (``spiral.yaml``) or as the checkout spells it (``configs/spiral.yaml``), so the
+    documented commands work from any folder after ``pip install``.
+
+    Raises:
+        ConfigError: no such file, and no packaged config of that name (the message lists them).
+    """
+    path = Path(name)
+    if path.is_file():
+        return path
+    if path.parent in (Path("."), Path("configs")):
+        packaged = CONFIGS / (path.name if path.suffix in (".yaml", ".yml") else f"{path.name}.yaml")
+        if packaged.is_file():
+            return packaged
+    raise ConfigError(f"config file not found: {path} (nor a packaged config of that name; packaged: "
+                      f"{', '.join(packaged_configs())})")
+
+
 def load_config(path: str | Path | None = None, overrides: Iterable[str] | Mapping[str, Any] = ()) -> ExperimentConfig:
-    """Load an experiment config from YAML (or JSON) and apply dotted overrides; no path gives the defaults."""
+    """Load an experiment config from YAML (or JSON) and apply dotted overrides; no path gives the defaults.
+
+    ``path`` is a file, or the name of a packaged config (:func:`config_path`).
+    """
     cfg = ExperimentConfig()
     if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
+        path = config_path(path)
         try:
             text = path.read_text()
             data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)

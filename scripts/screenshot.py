@@ -1,6 +1,6 @@
 """Make the README's picture of the Playground from a real run.
 
-Serves apps/main.py on a free port of 127.0.0.1 with a temporary runs folder, opens the Playground in Debian's
+Serves the lab's app on a free port of 127.0.0.1 with a temporary runs folder, opens the Playground in Debian's
 Chromium (Playwright) with the settings of ``--query``, presses "Start / pause", trains for ``--seconds``, pauses,
 and saves the page (the sidebar's controls and status, the grid, the decision map, the α chart and the curves) as a
 PNG. Prints the steps trained and the test accuracy the status line shows.

@@ -3,14 +3,17 @@ import warnings
 import pytest
 
 from lab.config import (
+    CONFIGS,
     ConfigError,
     DataConfig,
     ExperimentConfig,
     ModelConfig,
     TrainConfig,
     apply_overrides,
+    config_path,
     from_dict,
     load_config,
+    packaged_configs,
     save_config,
 )
 
@@ -90,8 +93,22 @@ def test_malformed_override():
 
 
 def test_missing_file():
-    with pytest.raises(ConfigError, match="config file not found"):
+    with pytest.raises(ConfigError, match="config file not found") as err:
         load_config("configs/does-not-exist.yaml")
+    assert "spiral_residual_droppath" in str(err.value)  # the packaged configs it could have meant
+
+
+def test_a_packaged_config_goes_by_name_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no configs/ here
+    assert {"spiral", "mae_vit_b16_in1k", "uvit_tiny_digits"} <= set(packaged_configs())
+    for name in ("spiral", "spiral.yaml", "configs/spiral.yaml"):
+        assert config_path(name) == CONFIGS / "spiral.yaml", name
+    assert load_config("spiral_residual_droppath").train.lr == 0.1
+    (tmp_path / "spiral.yaml").write_text("model:\n  depth: 3\n")  # a file of that name here is what it names
+    assert config_path("spiral.yaml").resolve() == (tmp_path / "spiral.yaml").resolve()
+    assert load_config("spiral.yaml").model.depth == 3
+    with pytest.raises(ConfigError, match="config file not found"):
+        config_path("elsewhere/spiral.yaml")  # a path with another folder is a path, never a packaged name
 
 
 # ---------------------------------------------------------------- train.drop_rate, renamed train.drop_path_rate

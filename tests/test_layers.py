@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"cli", "ui", "__main__"},
 ]
 RANK = {package: rank for rank, layer in enumerate(LAYERS) for package in layer}
-SAME_LAYER_ALLOWED = {("cli", "__main__"), ("__main__", "cli")}
+SAME_LAYER_ALLOWED = {("cli", "__main__"), ("__main__", "cli"), ("cli", "ui")}  # `serve` starts the pages
 
 
 def _top(module: str) -> str | None:

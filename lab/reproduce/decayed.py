@@ -28,12 +28,13 @@ import numpy as np
 import torch
 
 from lab.analysis.rank import feature_rank
+from lab.config import CONFIGS
 from lab.data.readers import write_digits_folder
 from lab.reports.diffusion_probe import diffusion_probe_report
 from lab.reports.fid import fid_report
 from lab.reports.probe import probe_report
 from lab.reproduce.claims import Claim, Curves, Result, mean, mean_sd, not_at_this_budget
-from lab.reproduce.runs import CONFIGS, ReproductionError, command, train
+from lab.reproduce.runs import ReproductionError, command, train
 from lab.reproduce.verdict import Floor, combine, judge
 from lab.runs.store import RunStore, config_of_run
 from lab.sweeps import create_sweep, plan_sweep, train_sweep

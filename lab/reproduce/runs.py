@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Sequence
-from pathlib import Path
 
-from lab.config import ExperimentConfig, load_config
+from lab.config import CONFIGS, ExperimentConfig, load_config
 from lab.data.toy2d import ToyData
 from lab.jobs.runner import resolved, train_and_evaluate
 from lab.runs.store import Run, RunStore
 from lab.train.core import Callback
-
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 class ReproductionError(RuntimeError):

@@ -24,8 +24,9 @@ import numpy as np
 import torch
 
 from lab.analysis.rank_sweep import member_features, pearson_r, sweep_rank_metrics
+from lab.config import CONFIGS
 from lab.reproduce.claims import Claim, Curves, Result, mean, mean_sd, not_at_this_budget
-from lab.reproduce.runs import CONFIGS, ReproductionError, command, train
+from lab.reproduce.runs import ReproductionError, command, train
 from lab.reproduce.verdict import Floor, combine, judge
 from lab.runs.store import Run, RunStore, config_of_run
 from lab.sweeps import create_sweep, plan_sweep, train_sweep

@@ -22,7 +22,8 @@ CLIENT_GONE = ("WebSocketClosedError", "StreamClosedError")
 
 @pytest.fixture
 def server(tmp_path, monkeypatch, caplog):
-    """The real apps/main.py served by pn.serve on a free port of 127.0.0.1, with its own runs folder.
+    """The lab's real app (lab/ui/app.py, what apps/main.py runs) served by pn.serve on a free port of 127.0.0.1,
+    with its own runs folder.
 
     On teardown the server's log must hold no Bokeh validation message (``E-1xxx`` errors, ``W-1xxx`` warnings)
     and no error (an exception in a callback is logged, not raised: the page would just stop updating).

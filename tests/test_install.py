@@ -1,0 +1,106 @@
+"""The package works outside the checkout: a wheel built from the sources, installed (not editable) into a fresh
+virtual environment, runs ``python -m lab train <packaged config>``, ``python -m lab reproduce --budget smoke`` and
+``residual-lab serve`` from an empty folder.
+
+The fresh environment sees the test environment's installed dependencies (a path file), not its packages' path
+files, so the editable install of this checkout stays invisible there: ``lab`` can only come from the wheel.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from lab.runs import layout
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
+    """``(python, folder, env)``: the fresh environment's interpreter, an empty working folder, the environment."""
+    tmp = tmp_path_factory.mktemp("install")
+    src = tmp / "src"  # built from a copy: the build leaves nothing in the checkout
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "lab", src / "lab", ignore=shutil.ignore_patterns("__pycache__"))
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp / "dist"), str(src)],
+                   check=True, cwd=tmp)
+    (wheel,) = (tmp / "dist").glob("residual_lab-*.whl")
+    venv = tmp / "venv"
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(venv)],
+                   check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    ours = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    Path(site, "dependencies.pth").write_text("\n".join(sorted(ours)) + "\n")
+    subprocess.run([*pip, "--python", str(python), "install", "--no-deps", str(wheel)], check=True, cwd=tmp)
+    folder = tmp / "empty"
+    folder.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LAB_RUNS_DIR")}
+    return python, folder, env
+
+
+def _run(installed, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    python, folder, env = installed
+    return subprocess.run([str(python), *args], cwd=folder, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_lab_comes_from_the_wheel_with_its_configs(installed):
+    python = installed[0]
+    out = _run(installed, "-c", "import lab, lab.config as c; print(lab.__file__); print(*c.packaged_configs())")
+    assert out.returncode == 0, out.stderr
+    where, names = out.stdout.splitlines()
+    assert Path(where).is_relative_to(python.parent.parent) and not Path(where).is_relative_to(ROOT)
+    assert {"spiral", "spiral_residual_droppath", "mae_vit_b16_in1k", "uvit_tiny_digits"} <= set(names.split())
+
+
+def test_train_a_packaged_config_by_name(installed):
+    out = _run(installed, "-m", "lab", "train", "spiral", "model.depth=2", "model.width=4", "data.n=512",
+               "train.epochs=1", "--runs-dir", "runs", "--no-progress")
+    assert out.returncode == 0, out.stderr
+    assert "completed" in out.stderr
+    (run,) = (installed[1] / "runs").iterdir()
+    assert (run / layout.CONFIG).is_file() and (run / layout.CHECKPOINTS / "last.pt").is_file()
+    missing = _run(installed, "-m", "lab", "train", "no_such_config", "--runs-dir", "runs")
+    assert missing.returncode == 2 and "packaged: " in missing.stderr and "spiral" in missing.stderr
+
+
+def test_reproduce_smoke_from_an_empty_folder(installed):
+    out = _run(installed, "-m", "lab", "reproduce", "--budget", "smoke", "--out", "rep", "--no-progress")
+    assert out.returncode == 0, out.stderr[-2000:]
+    rep = installed[1] / "rep"
+    assert {"report.html", "report.md", "claims.json"} <= {p.name for p in rep.iterdir()}
+    assert "pipeline only" in (rep / "report.md").read_text()
+
+
+def test_residual_lab_serve_answers_and_stops_on_sigterm(installed):
+    python, folder, env = installed
+    proc = subprocess.Popen([str(python.parent / "residual-lab"), "serve", "--port", "0", "--runs-dir", "runs"],
+                            cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()  # printed once the server listens
+        url = re.search(r"http://127\.0\.0\.1:\d+/apps", line)
+        assert url, line
+        with urllib.request.urlopen(url.group(0), timeout=120) as page:
+            assert page.status == 200 and "<title>Residual Lab</title>" in page.read().decode()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
