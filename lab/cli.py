@@ -32,7 +32,7 @@ from lab.jobs.submit import EXECUTORS, Resources, SubmissionRefused, check_resou
 from lab.nn.diffusion import SAMPLERS
 from lab.reports.alignment import alignment_report, format_alignment
 from lab.reports.diffusion_probe import diffusion_probe_report, format_diffusion_probe
-from lab.reports.fid import FID_FILE, fid_report, fid_select_best, format_fid
+from lab.reports.fid import fid_report, fid_select_best, format_fid
 from lab.reports.probe import format_probe, probe_report
 from lab.reports.samples import format_samples, sample_report
 from lab.reproduce import BUDGETS, PAPERS, reproduce
@@ -124,7 +124,8 @@ def _parser() -> argparse.ArgumentParser:
                          help="first block (1-based) of RA4's 1/sigma_1 fit (default 5, as the paper's Fig. 4b)")
     analyze.add_argument("--nc-inputs", type=int, default=500, help="training inputs for neural collapse")
     analyze.add_argument("--checkpoint", default="last", choices=["last", "best"])
-    probe = sub.add_parser("probe", help="linear probe on a run's frozen features into <run>/analysis/probe.json")
+    probe = sub.add_parser("probe", help="linear probe on a run's frozen features into <run>/analysis/probe.json "
+                                         "(a diffusion run's: analysis/diffusion_probe.json)")
     probe.add_argument("run", help="run id (in the runs folder) or a run folder's path")
     probe.add_argument("--runs-dir", default=None)
     probe.add_argument("--layer", default="bottleneck",
@@ -332,7 +333,8 @@ def _analyze(args: argparse.Namespace, store: RunStore) -> int:
     def measure(run: Run) -> tuple[str, str]:
         summary = alignment_report(run, inputs=args.inputs, k=args.k, nc_inputs=args.nc_inputs,
                                    checkpoint=args.checkpoint, fit_start=args.ra4_from - 1)
-        return format_alignment(summary), f"wrote {run.path / layout.ANALYSIS / 'alignment.json'} and alignment.npz"
+        return format_alignment(summary), (f"wrote {run.analysis_path(layout.ALIGNMENT)} and "
+                                           f"{layout.ALIGNMENT_ARRAYS}")
 
     return _report(args, store, measure)
 
@@ -343,13 +345,13 @@ def _probe(args: argparse.Namespace, store: RunStore) -> int:
         return 2
 
     def measure(run: Run) -> tuple[str, str]:
-        wrote = f"wrote {run.path / layout.ANALYSIS / 'probe.json'}"
+        wrote = f"wrote {run.analysis_path(layout.PROBE)}"
         if config_of_run(run).train.task == "diffusion":
             times = tuple(float(t) for t in args.noise_levels.split(",")) if args.noise_levels else PROBE_TIMES
             summary = diffusion_probe_report(run, times=times, checkpoint=args.checkpoint, epochs=args.epochs,
                                              lr=args.lr, batch_size=args.batch_size, limit=args.limit,
                                              device=args.device, protocol=args.protocol or "quick")
-            return format_diffusion_probe(summary), wrote
+            return format_diffusion_probe(summary), f"wrote {run.analysis_path(layout.DIFFUSION_PROBE)}"
         summary = probe_report(run, layer=args.layer, checkpoint=args.checkpoint, protocol=args.protocol,
                                epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, limit=args.limit,
                                device=args.device, progress=not args.no_progress)
@@ -378,7 +380,7 @@ def _fid(args: argparse.Namespace, store: RunStore) -> int:
             measurement = fid_select_best(run, num=args.num, select_num=args.select_num, **settings)
         else:
             measurement = fid_report(run, num=args.num, checkpoint=args.checkpoint, **settings)
-        return format_fid(measurement), f"appended to {run.path / layout.ANALYSIS / FID_FILE}"
+        return format_fid(measurement), f"appended to {run.analysis_path(layout.FID)}"
 
     return _report(args, store, measure)
 

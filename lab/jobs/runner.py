@@ -128,7 +128,7 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
                 data = data if data is not None else loader_data(cfg)
                 trainer = LoaderTrainer(build_model(cfg, data), data, cfg.train, cfg.data, world, subscribers,
                                         alpha_min=cfg.model.get("alpha_min"),
-                                        figures=run.path / layout.FIGURES if writes else None)
+                                        figure_path=run.figure_path if writes else None)
             else:
                 trainer = make_trainer(cfg, subscribers, data)
             if state is not None:
@@ -183,7 +183,7 @@ def _continue(cfg: ExperimentConfig, run: Run, plan: ResumePlan) -> None:
         run.set_aside()
         run.write_status("queued", "restarting from step 0; the earlier attempt is in history/")
     elif plan.source == "best" and run.checkpoint_path("last").exists():
-        os.replace(run.checkpoint_path("last"), run.history_path(f"last-before-step-{plan.step}.pt"))
+        os.replace(run.checkpoint_path("last"), run.history_path(layout.replaced_checkpoint_name(plan.step)))
     if plan.changes or plan.source != "last":
         run.add_resume_change(to_dict(cfg), plan.record())
 

@@ -92,12 +92,10 @@ def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inp
                    **{key: _plain(out[key]) for key in NC_KEYS},
                    step=step, inputs=len(x), k=k, num_classes=C, checkpoint=checkpoint,
                    ra4_fit_from=int(out["fit_start"]) + 1)
-    folder = run.path / layout.ANALYSIS
-    folder.mkdir(exist_ok=True)
-    atomic_write_json(folder / "alignment.json", summary)
+    atomic_write_json(run.analysis_path(layout.ALIGNMENT), summary)
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **out)
-    atomic_write_bytes(folder / "alignment.npz", buffer.getvalue())
+    atomic_write_bytes(run.analysis_path(layout.ALIGNMENT_ARRAYS), buffer.getvalue())
     return summary
 
 

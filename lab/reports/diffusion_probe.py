@@ -1,4 +1,5 @@
-"""Linear probes of a diffusion run's features over (block, noise level), written to ``<run>/analysis/probe.json``.
+"""Linear probes of a diffusion run's features over (block, noise level), written to
+``<run>/analysis/diffusion_probe.json``.
 
 *Residual Connections Harm Generative Representation Learning* (§5, Table 4) probes a diffusion model's frozen
 features with a linear classifier and reports "the best configurations, including the choices of layer index and
@@ -54,7 +55,7 @@ def diffusion_probe_report(run: Run, *, times: tuple[float, ...] = PROBE_TIMES, 
                            ema: bool | None = None, epochs: int = 100, lr: float = 1e-2, batch_size: int = 256,
                            limit: int | None = None, seed: int = 0, device: str = "auto",
                            protocol: str = "quick") -> dict[str, Any]:
-    """Probe every (noise level, block) of a diffusion run's checkpoint; write ``analysis/probe.json``.
+    """Probe every (noise level, block) of a diffusion run's checkpoint; write ``analysis/diffusion_probe.json``.
 
     Args:
         run: a run of ``train.task=diffusion``.
@@ -125,7 +126,7 @@ def diffusion_probe_report(run: Run, *, times: tuple[float, ...] = PROBE_TIMES, 
         "limit": limit, "seed": seed, "extract_s": round(extract_s, 3),
         "probe_s": round(time.perf_counter() - start, 3),
     }
-    atomic_write_json(run.path / layout.ANALYSIS / "probe.json", summary)
+    atomic_write_json(run.analysis_path(layout.DIFFUSION_PROBE), summary)
     return summary
 
 

@@ -44,7 +44,6 @@ METRICS = {"inception": "FID", "digits-classifier": "digits-FD"}
 INCEPTION_WEIGHTS = ("torch-fidelity's weights-inception-2015-12-05-6726825d.pth (the TensorFlow FID Inception in "
                      "PyTorch), from https://github.com/toshas/torch-fidelity/releases/download/v0.2.0/"
                      "weights-inception-2015-12-05-6726825d.pth, copied onto this machine")
-FID_FILE = "fid.json"
 
 
 def folder_pixels(folder: str | Path, channels: int, size: int, limit: int | None = None) -> Tensor:
@@ -139,7 +138,7 @@ def read_measurements(run: Run) -> list[dict[str, Any]]:
     Raises:
         ValueError: the file exists but cannot be read (it is left as it is).
     """
-    path = run.path / layout.ANALYSIS / FID_FILE
+    path = run.analysis_path(layout.FID)
     if not os.path.lexists(path):
         return []
     try:
@@ -241,7 +240,7 @@ def fid_report(run: Run, *, reference: str = "digits", features: str = "digits-c
                    "reference_images": len(real), "num": num, "step": drawn.step, "sampler": drawn.sampler,
                    "steps": steps, "guidance": guidance, "weights": drawn.weights, "seed": seed,
                    "checkpoint": checkpoint, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **extra}
-    atomic_write_json(run.path / layout.ANALYSIS / FID_FILE, {"measurements": [*earlier, measurement]})
+    atomic_write_json(run.analysis_path(layout.FID), {"measurements": [*earlier, measurement]})
     return measurement
 
 
@@ -272,7 +271,7 @@ def fid_select_best(run: Run, *, num: int = 50_000, select_num: int = 10_000, **
     final["selected_from"] = [[name, value] for name, value in scored]
     measurements = read_measurements(run)  # the last one is the final measurement: note what it was chosen from
     measurements[-1] = final
-    atomic_write_json(run.path / layout.ANALYSIS / FID_FILE, {"measurements": measurements})
+    atomic_write_json(run.analysis_path(layout.FID), {"measurements": measurements})
     return final
 
 

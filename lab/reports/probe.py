@@ -185,8 +185,7 @@ def probe_report(run: Run, *, layer: str = "bottleneck", checkpoint: str = "last
                              f"blocks.0 to blocks.{blocks - 1}")
     features_of = "forward_features" if block is None else f"blocks.{block} output, mean over tokens"
     n_train, n_test = (len(s) if limit is None else min(limit, len(s)) for s in (data.train_eval, data.test))
-    folder = run.path / layout.ANALYSIS
-    path = folder / f"features-{'bottleneck' if block is None else f'blocks.{block}'}-{step}.pt"
+    path = run.analysis_path(layout.features_name("bottleneck" if block is None else f"blocks.{block}", step))
     fingerprint = _fingerprint(model)
     start = time.perf_counter()
     feats = _read_cache(path, fingerprint, n_train, n_test)
@@ -218,7 +217,7 @@ def probe_report(run: Run, *, layer: str = "bottleneck", checkpoint: str = "last
         "extract_s": round(extract_s, 3), "probe_s": round(time.perf_counter() - start, 3),
         "loss": [float(v) for v in out["loss"]],
     }
-    atomic_write_json(folder / "probe.json", summary)
+    atomic_write_json(run.analysis_path(layout.PROBE), summary)
     return summary
 
 

@@ -216,9 +216,8 @@ def sample_report(run: Run, *, num: int = 64, steps: int = 50, sampler: str | No
     drawn = sample_batches(run, num=num, steps=steps, sampler=sampler, guidance=guidance, checkpoint=checkpoint,
                            ema=ema, seed=seed, batch_size=batch_size, device=device, progress=progress)
     settings = f"{drawn.sampler}{steps}" + (f"-w{guidance:g}" if guidance else "") + f"-{drawn.weights}-seed{seed}"
-    folder = run.path / layout.ANALYSIS
-    folder.mkdir(exist_ok=True)
-    png, npz = (folder / f"samples-{drawn.step}-{settings}.{ext}" for ext in ("png", "npz"))
+    png, npz = (run.analysis_path(layout.samples_name(drawn.step, settings, ext)) for ext in (".png", ".npz"))
+    npz.parent.mkdir(exist_ok=True)
     labels = drawn.labels if drawn.labels is not None else torch.full((num,), -1)
     first = _write_npz(npz, drawn.batches, num, labels.numpy())
     atomic_write_bytes(png, grid_png(torch.from_numpy(first)))

@@ -12,8 +12,12 @@ entry                       written by                              contents
 ``metrics.jsonl``           :class:`~lab.runs.recorder.RunRecorder`  one JSON record per line, appended and flushed
 ``snapshots/``              publishers                              ``<kind>-<step, 9 digits>.npz`` frames
 ``checkpoints/``            the recorder                            ``last.pt``, ``best.pt``
-``figures/``                the runner (loader engine)              ``reconstruction-<step>.png`` …
-``analysis/``               ``lab analyze``, ``lab probe``          ``alignment.json``, ``probe.json``, features
+``figures/``                the runner (loader engine)              ``<kind>-<step, 9 digits>.<ext>``: kinds
+                                                                    ``reconstruction``, ``samples`` (PNG), ``probe``
+                                                                    (JSON)
+``analysis/``               ``lab analyze``, ``probe``, ``sample``,  ``alignment.json``/``.npz``, ``probe.json``,
+                            ``fid``                                 ``diffusion_probe.json``, ``fid.json``,
+                                                                    ``samples-…``, cached ``features-…``
 ``history/``                a resume                                what it set aside; nothing is ever deleted
 ``events.out.tfevents.*``   the recorder                            TensorBoard scalars
 ``process.log``             :class:`~lab.jobs.process.ProcessJob`   the child's stdout and stderr
@@ -47,3 +51,40 @@ JOBS = "jobs"
 FOLDERS = (SNAPSHOTS, CHECKPOINTS)
 #: What a restart keeps in place (everything else moves under ``history/restart-<time>/``).
 KEPT_ON_RESTART = (CONFIG, HISTORY, LOCK)
+
+# -- inside analysis/ ------------------------------------------------------------------------------------------------
+ALIGNMENT = "alignment.json"
+"""``lab analyze alignment``: RA1–RA4 and NC1–NC4 summaries (:mod:`lab.reports.alignment`)."""
+ALIGNMENT_ARRAYS = "alignment.npz"
+"""The same analysis's arrays."""
+PROBE = "probe.json"
+"""``lab probe``: the linear probe of a classifier's or an MAE's frozen features (:mod:`lab.reports.probe`)."""
+DIFFUSION_PROBE = "diffusion_probe.json"
+"""``lab probe`` of a diffusion run: probes over (block, noise level) (:mod:`lab.reports.diffusion_probe`)."""
+FID = "fid.json"
+"""``lab fid``: every FID or digits-FD measurement of the run, appended (:mod:`lab.reports.fid`)."""
+
+# -- inside figures/ -------------------------------------------------------------------------------------------------
+RECONSTRUCTION, SAMPLES, PROBE_FIGURE = "reconstruction", "samples", "probe"
+"""The kinds of evaluation figure the loader engine writes (``probe``: a JSON record, not a picture)."""
+
+
+def figure_name(kind: str, step: int, suffix: str = ".png") -> str:
+    """``<kind>-<step, 9 digits><suffix>``, an evaluation figure's name inside ``figures/``."""
+    return f"{kind}-{step:09d}{suffix}"
+
+
+def samples_name(step: int, settings: str, suffix: str) -> str:
+    """``samples-<step>-<settings><suffix>`` inside ``analysis/``: the grid and arrays ``lab sample`` drew."""
+    return f"{SAMPLES}-{step}-{settings}{suffix}"
+
+
+def features_name(layer: str, step: int) -> str:
+    """``features-<layer>-<step>.pt`` inside ``analysis/``: the frozen features a probe cached."""
+    return f"features-{layer}-{step}.pt"
+
+
+def replaced_checkpoint_name(step: int) -> str:
+    """``last-before-step-<step>.pt`` inside ``history/``: a ``last`` checkpoint a resume from an earlier one set
+    aside."""
+    return f"last-before-step-{step}.pt"

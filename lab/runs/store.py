@@ -395,7 +395,15 @@ class Run:
         return sorted(p.stem for p in folder.glob(f"{SAVED_PREFIX}*.pt")
                       if p.stem[len(SAVED_PREFIX):].isdigit() and not p.is_symlink())
 
-    # -- figures ----------------------------------------------------------------------------------------------
+    # -- figures and analyses -------------------------------------------------------------------------------
+    def figure_path(self, kind: str, step: int, suffix: str = ".png") -> Path:
+        """Where the evaluation figure ``kind`` of ``step`` goes (:func:`~lab.runs.layout.figure_name`)."""
+        return self.path / layout.FIGURES / layout.figure_name(kind, step, suffix)
+
+    def analysis_path(self, name: str) -> Path:
+        """``analysis/<name>`` (a name of :mod:`~lab.runs.layout`); the writer makes the folder."""
+        return self.path / layout.ANALYSIS / name
+
     def figures(self, kind: str, suffix: str = ".png") -> list[tuple[int, Path]]:
         """``(step, path)`` of the evaluation figures ``figures/<kind>-<step>.<suffix>`` (``samples``, ``probe``
         with ``.json``, ``reconstruction``), by step. Links are never listed (nor a linked folder read): they could

@@ -137,20 +137,21 @@ class LoaderTrainer:
         callbacks: subscribers: those that write (the run recorder, a progress bar) on rank 0 only; stop checks on
             every rank (a stop any rank sees stops all).
         alpha_min: the model's alpha_min, only to word the divergence message.
-        figures: folder for reconstruction pictures (MAE) and sample grids (diffusion), written by rank 0; None for
-            none.
+        figure_path: where the evaluation figure ``(kind, step, suffix)`` goes — reconstruction pictures (MAE),
+            sample grids and probe grids (diffusion), written by rank 0 (the run folder names them:
+            :meth:`~lab.runs.store.Run.figure_path`); None for none.
     """
 
     def __init__(self, model: nn.Module, data: LoaderData, cfg: TrainConfig, data_cfg: DataConfig, world: World,
                  callbacks: Iterable[Callback] = (), alpha_min: float | None = None,
-                 figures: Path | None = None) -> None:
+                 figure_path: Callable[[str, int, str], Path] | None = None) -> None:
         self.cfg, self.world, self.data = cfg, world, data
         self.device = world.device
         if self.device.type == "cpu" and cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.model = model.to(self.device)
         self.callbacks = list(callbacks)
-        self.alpha_min, self.figures = alpha_min, figures
+        self.alpha_min, self.figure_path = alpha_min, figure_path
         # every parameter takes part in every step (ResidualDroppath's odd step keeps the kept branches in the graph
         # through F(x)·(1 − mask)), so DDP needs no search for unused parameters
         self.ddp = (DistributedDataParallel(self.model, device_ids=[self.device] if self.device.type == "cuda"
@@ -375,9 +376,9 @@ class LoaderTrainer:
             with eval_mode(self.model), self._autocast():
                 feats = self.model.forward_features(self._fixed.to(self.device)).float()
             out.update(pretrain_eval.bottleneck_rank(feats))
-            if self.figures is not None:
+            if self.figure_path is not None:
                 pretrain_eval.save_reconstruction(self.model, self._fixed[:8].to(self.device),
-                                                  self.figures / f"reconstruction-{self.step:09d}.png",
+                                                  self.figure_path("reconstruction", self.step, ".png"),
                                                   seed=self.cfg.seed)
         if self._probes_now():
             train, test = (pretrain_eval.features(self.model, d, limit=self.cfg.probe_samples or 5000,
@@ -393,17 +394,17 @@ class LoaderTrainer:
         return bool(self.cfg.probe_every) and epoch_end and self.epoch % self.cfg.probe_every == 0
 
     def _diffusion_measures(self) -> dict[str, float]:
-        """``figures/samples-<step>.png`` (``train.samples`` images from the noise of ``train.seed``); with
+        """A ``samples`` figure (``train.samples`` images from the noise of ``train.seed``); with
         ``train.fd_samples``, the digits-FD of that many samples (``digits_fd``); and, every ``train.probe_every``
-        epochs, linear probes over (noise level, block): the best cell in the metrics, the whole grid in
-        ``figures/probe-<step>.json``. All with the weights' moving average when there is one
+        epochs, linear probes over (noise level, block): the best cell in the metrics, the whole grid in a
+        ``probe`` figure (JSON). All with the weights' moving average when there is one
         (:mod:`lab.train.pretrain_eval`)."""
         model = self.ema.module if self.ema is not None else self.model
         out: dict[str, float] = {}
         drawing = {"steps": self.cfg.sample_steps, "sampler": self.cfg.sampler, "device": self.device}
         with self._autocast():
-            if self.figures is not None and self.cfg.samples:
-                pretrain_eval.save_samples(model, self.figures / f"samples-{self.step:09d}.png", num=self.cfg.samples,
+            if self.figure_path is not None and self.cfg.samples:
+                pretrain_eval.save_samples(model, self.figure_path("samples", self.step, ".png"), num=self.cfg.samples,
                                            seed=self.cfg.seed, decode=self.data.decode, **drawing)
             if self.data.judge is not None:  # other noise than the grid's: it is not measured on what it shows
                 drawn = pretrain_eval.draw(model, self.cfg.fd_samples, seed=self.cfg.seed + 1, **drawing)
@@ -415,8 +416,8 @@ class LoaderTrainer:
                        for d in (self.data.train_eval, self.data.test))
         with torch.enable_grad():
             grid = pretrain_eval.probe_grid(train, test, self.data.num_classes, seed=self.cfg.seed)
-        if self.figures is not None:  # written whole, then renamed: a reader never sees half a grid
-            path = self.figures / f"probe-{self.step:09d}.json"
+        if self.figure_path is not None:  # written whole, then renamed: a reader never sees half a grid
+            path = self.figure_path("probe", self.step, ".json")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.with_suffix(".tmp").write_text(json.dumps({"step": self.step, "times": list(pretrain_eval.PROBE_TIMES),
                                                             "accuracy": grid.tolist()}))

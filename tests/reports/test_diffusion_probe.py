@@ -49,7 +49,8 @@ def test_lab_probe_reports_the_grid_and_its_best_cell(diffusion_runs, capsys):
     assert main(["probe", str(run), "--noise-levels", "0.05,0.3", "--epochs", "20", "--limit", "400",
                  "--device", "cpu"]) == 0
     out, _ = capsys.readouterr()
-    summary = json.loads((run / "analysis" / "probe.json").read_text())
+    summary = json.loads((run / "analysis" / "diffusion_probe.json").read_text())  # its own entry: not the MAE's
+    assert not (run / "analysis" / "probe.json").exists()
     assert summary["kind"] == "diffusion" and summary["times"] == [0.05, 0.3] and len(summary["blocks"]) == 3
     grid = torch.tensor(summary["grid"])  # validation accuracy: the cells are chosen on it, never on the test split
     assert grid.shape == (2, 3) and summary["grid_of"].startswith("validation")

@@ -22,6 +22,7 @@ import yaml
 from lab.config import ConfigError, ExperimentConfig, ModelConfig, TrainConfig, apply_overrides, to_dict
 from lab.jobs.manager import JobManager
 from lab.nn.vit_block import sublayer_scales
+from lab.runs import layout
 from lab.runs.entries import LIMITS, read_json, read_picture
 from lab.train.build import raw_images
 from lab.ui.follower import JobFollower
@@ -180,7 +181,7 @@ class DiffusionPage(knob_class("_DiffusionKnobs", KNOBS, TrainingPage)):
         job = self.members[member].job
         if job is None:
             return
-        samples, probes = job.run.figures("samples"), job.run.figures("probe", ".json")
+        samples, probes = job.run.figures(layout.SAMPLES), job.run.figures(layout.PROBE_FIGURE, ".json")
         with contextlib.suppress(OSError, ValueError, KeyError):  # gone, or swapped for a link since listed
             if samples and samples[-1][0] > self.diffusion.samples_step[member]:
                 self.diffusion.show_samples(member, samples[-1][0], read_picture(samples[-1][1]))

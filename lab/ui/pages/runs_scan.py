@@ -174,7 +174,7 @@ def training_points(run: Run) -> tuple[np.ndarray, np.ndarray] | None:
 def _newer_figure(path: Path, shown: Path | None) -> tuple[int, Path, bytes | None, str | None] | None:
     """The newest reconstruction picture of a run when it is not the one shown: its step, path, bytes (None when it
     cannot be shown) and why not."""
-    pictures = Run(path).figures("reconstruction")
+    pictures = Run(path).figures(layout.RECONSTRUCTION)
     if not pictures or pictures[-1][1] == shown:
         return None
     step, newest = pictures[-1]

@@ -1,0 +1,75 @@
+"""Only ``lab/runs/`` spells a run folder's entry names (``lab/runs/layout.py``): anywhere else in ``lab/`` a path
+built from a literal that names a run-folder entry (``run.path / "analysis" / "probe.json"``,
+``f"samples-{step:09d}.png"``) fails here, so the format stays in the one table readers and writers share."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import lab
+from lab.runs import layout
+
+LAB = Path(lab.__file__).parent
+NAMES = {value for key, value in vars(layout).items() if key.isupper() and isinstance(value, str)}
+PREFIXES = tuple(f"{kind}-" for kind in (layout.RECONSTRUCTION, layout.SAMPLES, layout.PROBE_FIGURE, "features",
+                                         "last-before-step", "restart"))
+PATH_CALLS = {"Path", "open", "glob", "rglob", "joinpath", "with_name", "is_file", "exists", "history_path",
+              "analysis_path", "checkpoint_path"}
+ALLOWED = {
+    ("data/latents.py", "config.json"): "a VAE folder's diffusers config, not a run folder's",
+}
+
+
+def _text(node: ast.AST) -> str | None:
+    """The literal start of a string or f-string node (an f-string's leading constant part)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+        return str(node.values[0].value)
+    return None
+
+
+def _names_a_run_entry(text: str) -> bool:
+    first = text.strip("/").split("/")[0]
+    return first in NAMES or first.startswith(PREFIXES) or first.startswith(layout.TFEVENTS_PREFIX)
+
+
+def _spelled(tree: ast.AST) -> list[tuple[int, str]]:
+    """``(line, literal)`` of every literal used to build a path that names a run-folder entry."""
+    found = []
+    for node in ast.walk(tree):
+        operands: list[ast.AST] = []
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            operands = [node.left, node.right]
+        elif isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in PATH_CALLS:
+                operands = list(node.args)
+        for operand in operands:
+            text = _text(operand)
+            if text is not None and _names_a_run_entry(text):
+                found.append((operand.lineno, text))
+    return found
+
+
+def test_no_run_folder_name_is_spelled_outside_lab_runs():
+    spelled = []
+    for path in sorted(LAB.rglob("*.py")):
+        where = path.relative_to(LAB).as_posix()
+        if where.startswith("runs/"):
+            continue
+        for line, text in _spelled(ast.parse(path.read_text(), filename=str(path))):
+            if (where, text) not in ALLOWED:
+                spelled.append(f"lab/{where}:{line}: {text!r}")
+    assert not spelled, "run-folder names spelled outside lab/runs/ (use lab/runs/layout.py):\n" + "\n".join(spelled)
+
+
+def test_the_check_sees_the_spellings_it_forbids():
+    """The check itself: each way a name used to be spelled is caught, and a name from the table is not."""
+    caught = ['run.path / "analysis" / "probe.json"', 'folder / f"samples-{step:09d}.png"',
+              'Path(run, "metrics.jsonl")', 'folder.glob("reconstruction-*.png")', 'run / "checkpoints"']
+    for source in caught:
+        assert _spelled(ast.parse(source)), source
+    for source in ['run.analysis_path(layout.PROBE)', 'run.path / layout.ANALYSIS', 'x / "images"']:
+        assert not _spelled(ast.parse(source)), source
