@@ -85,9 +85,8 @@ def _sampling_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m lab", description="Residual Lab experiments.")
-    sub = parser.add_subparsers(dest="command", required=True)
+def _train_arguments(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``train`` and ``resume`` (one run trained now, from the start or from a checkpoint)."""
     train = sub.add_parser("train", help="train a config into a new run folder")
     train.add_argument("config", help="YAML config, e.g. configs/spiral.yaml")
     train.add_argument("overrides", nargs="*", help="dotted overrides such as model.depth=16 train.lr=0.01")
@@ -113,6 +112,10 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--snapshot-every", type=int, default=0, metavar="N",
                        help="write snapshots every N steps into the run folder (0: none): node maps for toy "
                             "sets, Residual Alignment for image sets")
+
+
+def _analyze_arguments(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``analyze alignment RUN``."""
     analyze = sub.add_parser("analyze", help="analyse a run's checkpoint into <run>/analysis/")
     analyze.add_argument("analysis", choices=["alignment"], help="alignment: RA1-RA4 and NC1-NC4")
     analyze.add_argument("run", help="run id (in the runs folder) or a run folder's path")
@@ -124,6 +127,10 @@ def _parser() -> argparse.ArgumentParser:
                          help="first block (1-based) of RA4's 1/sigma_1 fit (default 5, as the paper's Fig. 4b)")
     analyze.add_argument("--nc-inputs", type=int, default=500, help="training inputs for neural collapse")
     analyze.add_argument("--checkpoint", default="last", choices=["last", "best"])
+
+
+def _probe_arguments(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``probe RUN``."""
     probe = sub.add_parser("probe", help="linear probe on a run's frozen features into <run>/analysis/probe.json "
                                          "(a diffusion run's: analysis/diffusion_probe.json)")
     probe.add_argument("run", help="run id (in the runs folder) or a run folder's path")
@@ -147,6 +154,10 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument("--limit", type=int, default=None, metavar="N", help="at most N samples of each split")
     probe.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:i]")
     probe.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _sample_arguments(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``sample RUN``."""
     sample = sub.add_parser("sample", help="draw images from a diffusion run into <run>/analysis/samples-*.png and "
                                            ".npz")
     sample.add_argument("run", help="run id (in the runs folder) or a run folder's path")
@@ -158,6 +169,10 @@ def _parser() -> argparse.ArgumentParser:
                              "reference's training grids); sde: Euler-Maruyama (its FID samples, with --steps 1000). "
                              "On the discrete schedule dpm_solver: DPM-Solver++")
     _sampling_arguments(sample)
+
+
+def _fid_arguments(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``fid RUN``."""
     fid = sub.add_parser("fid", help="Fréchet distance of a diffusion run's samples from reference images (FID, or "
                                      "digits-FD) appended to <run>/analysis/fid.json")
     fid.add_argument("run", help="run id (in the runs folder) or a run folder's path")
@@ -183,6 +198,10 @@ def _parser() -> argparse.ArgumentParser:
     fid.add_argument("--select-num", type=int, default=10_000, metavar="N",
                      help="samples per checkpoint when selecting (default 10000)")
     _sampling_arguments(fid)
+
+
+def _sweep_arguments(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``sweep CONFIG key=v1,v2 …``."""
     sweep = sub.add_parser("sweep", help="train a sweep (comma lists; two lists sweep their product) into one "
                                          "folder of ordinary run folders, as few ensembles as possible")
     sweep.add_argument("config", help="YAML config of a residual_mlp, e.g. configs/spiral.yaml")
@@ -190,6 +209,10 @@ def _parser() -> argparse.ArgumentParser:
                                                    "model.alpha_min=1.0,0.8,0.6,0.5 train.seed=0,1")
     sweep.add_argument("--runs-dir", default=None, help="runs folder (default: $LAB_RUNS_DIR or ./runs)")
     sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _submit_arguments(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``submit CONFIG …`` (SLURM, or local)."""
     submit = sub.add_parser("submit", help="send a sweep (comma lists) or one run to a SLURM cluster, one job per "
                                            "member writing into one sweep folder; --executor local runs the jobs "
                                            "here")
@@ -215,6 +238,10 @@ def _parser() -> argparse.ArgumentParser:
     waiting.add_argument("--no-wait", dest="wait", action="store_false", help="return once submitted (default with "
                                                                               "--executor slurm)")
     submit.add_argument("--runs-dir", default=None, help="the shared runs folder (default: $LAB_RUNS_DIR or ./runs)")
+
+
+def _latents_arguments(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``latents IMAGES``."""
     latents = sub.add_parser("latents", help="encode an image folder with a local VAE into a latent folder "
                                              "(data.name=latent_folder); under torchrun each process encodes its share")
     latents.add_argument("images", help="the image folder: IMAGES/<class>/* or IMAGES/train|val/<class>/*")
@@ -232,6 +259,10 @@ def _parser() -> argparse.ArgumentParser:
     latents.add_argument("--batch-size", type=int, default=32, help="images encoded at once (default 32)")
     latents.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:i]")
     latents.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _reproduce_arguments(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``reproduce``."""
     reproduce = sub.add_parser("reproduce", help="measure the papers' claims and write OUT/report.html, report.md "
                                                  "and claims.json")
     reproduce.add_argument("--paper", action="append", choices=list(PAPERS), default=None,
@@ -244,6 +275,10 @@ def _parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--out", default=None, help="report folder (default: RUNS_DIR/reproduce-<time>)")
     reproduce.add_argument("--runs-dir", default=None)
     reproduce.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _serve_arguments(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``serve``."""
     serve = sub.add_parser("serve", help="serve the lab's pages at http://127.0.0.1:PORT/apps (as `panel serve apps/` "
                                          "does from a checkout) until Ctrl-C")
     serve.add_argument("--port", type=int, default=5006, help="port (default 5006; 0: a free one)")
@@ -253,6 +288,14 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--threads", action="store_true", help="train the pages' runs in the server's threads "
                                                              "instead of child processes")
     serve.add_argument("--show", action="store_true", help="open a browser tab")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m lab", description="Residual Lab experiments.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for arguments in (_train_arguments, _analyze_arguments, _probe_arguments, _sample_arguments, _fid_arguments,
+                      _sweep_arguments, _submit_arguments, _latents_arguments, _reproduce_arguments, _serve_arguments):
+        arguments(sub)
     return parser
 
 
@@ -505,29 +548,28 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+_FOLDERLESS: dict[str, Callable[[argparse.Namespace], int]] = {"latents": _latents, "serve": _serve}
+"""Commands that open no runs folder."""
+_COMMANDS: dict[str, Callable[[argparse.Namespace, RunStore], int]] = {
+    "analyze": _analyze, "probe": _probe, "sample": _sample, "fid": _fid, "sweep": _sweep, "submit": _submit,
+    "reproduce": _reproduce}
+"""Commands on a runs folder besides ``train`` and ``resume`` (:func:`_train`)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 completed or stopped, 1 diverged or failed, 2 bad input or a refused
     resume, with nothing written; a sweep counts as :func:`_sweep` says)."""
     args = _parse(argv)
-    if args.command == "latents":  # writes no run folder
-        return _latents(args)
-    if args.command == "serve":
-        return _serve(args)
+    if args.command in _FOLDERLESS:
+        return _FOLDERLESS[args.command](args)
     store = RunStore(args.runs_dir or default_runs_dir())
-    if args.command == "analyze":
-        return _analyze(args, store)
-    if args.command == "probe":
-        return _probe(args, store)
-    if args.command == "sample":
-        return _sample(args, store)
-    if args.command == "fid":
-        return _fid(args, store)
-    if args.command == "sweep":
-        return _sweep(args, store)
-    if args.command == "submit":
-        return _submit(args, store)
-    if args.command == "reproduce":
-        return _reproduce(args, store)
+    if args.command in _COMMANDS:
+        return _COMMANDS[args.command](args, store)
+    return _train(args, store)
+
+
+def _train(args: argparse.Namespace, store: RunStore) -> int:
+    """``train`` and ``resume``: the exit status of :func:`main`."""
     if args.steps is not None and args.steps < 1:
         print("error: --steps must be >= 1", file=sys.stderr)
         return 2

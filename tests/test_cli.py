@@ -122,3 +122,9 @@ def test_cli_analyze_says_what_is_wrong(trained_digits_run, tmp_path, capsys):
     assert main(["analyze", "alignment", str(broken)]) == 2
     assert "corrupt or not a lab checkpoint" in capsys.readouterr().err
     assert main(["analyze", "alignment", str(trained_digits_run), "--inputs", "1"]) == 2
+
+
+def test_serve_refuses_a_port_out_of_range_before_starting_anything(capsys):
+    assert main(["serve", "--port", "70000"]) == 2
+    assert "--port must be in 0..65535" in capsys.readouterr().err
+    assert main(["serve", "--max-jobs", "0"]) == 2
