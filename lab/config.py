@@ -1,10 +1,11 @@
-"""Experiment configuration: frozen dataclasses, YAML round-trip and strict dotted overrides.
+"""Experiment configuration: the model, data and training sections, YAML round-trip and strict dotted overrides.
 
-A config is a tree of frozen dataclasses. Every leaf field may carry bounds or a set of choices in its metadata;
-construction validates them, so an invalid config cannot exist. Loading from a mapping is strict: an unknown key
-is an error that names itself and the valid keys, because a silently ignored typo (``model.alpha_mni=0.5``) is a
-wasted experiment. A renamed key is the one exception: its old name still loads, as the new key, with a
-``DeprecationWarning`` (``train.drop_rate`` is now ``train.drop_path_rate``); giving both names is an error.
+A config is a tree of frozen dataclasses on the engine of :mod:`lab.strict`: every leaf field may carry bounds or a
+set of choices in its metadata; construction validates them, so an invalid config cannot exist. Loading from a
+mapping is strict: an unknown key is an error that names itself and the valid keys, because a silently ignored typo
+(``model.alpha_mni=0.5``) is a wasted experiment. A renamed key is the one exception: its old name still loads, as
+the new key, with a ``DeprecationWarning`` (``train.drop_rate`` is now ``train.drop_path_rate``); giving both names
+is an error.
 
 Example:
     >>> cfg = load_config("spiral", ["model.depth=16", "train.lr=0.01"])  # a packaged config, or a YAML path
@@ -14,14 +15,7 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import json
-import math
-import sys
-import types
-import typing
-import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +23,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from lab import strict
 from lab.data.images import IMAGE_DATASETS
 from lab.data.latents import LATENT_FOLDER
 from lab.data.toy2d import TOY_DATASETS
@@ -36,6 +31,21 @@ from lab.nn.diffusion import SAMPLERS, SCHEDULE_SAMPLERS
 from lab.nn.mlp import ACTIVATIONS
 from lab.nn.registry import model_parameters
 from lab.shortcuts import SCHEDULES
+from lab.strict import (
+    RENAMED,
+    ConfigError,
+    bounded,
+    coerce,
+    flatten,
+    from_dict,
+    parse_override,
+    to_dict,
+    validate,
+)
+
+__all__ = ["CONFIGS", "ConfigError", "DataConfig", "ExperimentConfig", "ModelConfig", "TrainConfig",
+           "apply_overrides", "config_path", "flatten", "from_dict", "load_config", "packaged_configs",
+           "parse_override", "save_config", "to_dict"]
 
 T = TypeVar("T")
 
@@ -53,74 +63,9 @@ NORMALIZE = ("imagenet", "symmetric")
 DATASETS = (*TOY_DATASETS, *IMAGE_DATASETS, LATENT_FOLDER)
 
 
-class ConfigError(ValueError):
-    """Raised for an unknown key, a wrong type or an out-of-range value; the message says which and why."""
-
-
-# Old dotted key -> (new dotted key, what the value is). The old key still loads as the new one, with a warning.
-_RENAMED = {
+RENAMED.update({
     "train.drop_rate": ("train.drop_path_rate", "it is the drop-path rate"),
-}
-
-
-def _caller_stacklevel() -> int:
-    """``stacklevel`` that attributes a warning to the first caller outside this module (a script, the CLI)."""
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename == __file__:
-        frame, level = frame.f_back, level + 1
-    return level
-
-
-def _new_name(old: str, *, new_also_given: bool) -> str:
-    """The current dotted key for the renamed key ``old``; warns, or raises if the new key is given as well."""
-    new, what = _RENAMED[old]
-    if new_also_given:
-        raise ConfigError(f"{old} and {new} are both given; {old} is the old name of {new}, so give only {new}")
-    warnings.warn(f"{old} is deprecated; {what} and is now called {new}", DeprecationWarning,
-                  stacklevel=_caller_stacklevel())
-    return new
-
-
-def _field(default: Any, *, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
-           choices: Iterable[str] | None = None, doc: str = "") -> Any:
-    meta = {"lo": lo, "hi": hi, "lo_open": lo_open, "choices": tuple(choices) if choices else None, "doc": doc}
-    if isinstance(default, (list, dict)):
-        raise TypeError("mutable defaults are not allowed in a frozen config")
-    return field(default=default, metadata=meta)
-
-
-def _describe_range(meta: Mapping[str, Any]) -> str:
-    lo, hi = meta.get("lo"), meta.get("hi")
-    left = "(" if meta.get("lo_open") else "["
-    if lo is not None and hi is not None:
-        return f"in {left}{lo}, {hi}]"
-    if lo is not None:
-        return f"> {lo}" if meta.get("lo_open") else f">= {lo}"
-    return f"<= {hi}"
-
-
-def _validate(obj: Any) -> None:
-    """Check every field of a config dataclass against its metadata (bounds, choices, finiteness)."""
-    section = getattr(obj, "_section", type(obj).__name__)
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        meta = f.metadata
-        name = f"{section}.{f.name}"
-        if value is None:  # an optional field left unset (the model builder's default applies)
-            continue
-        if meta.get("choices") and value not in meta["choices"]:
-            raise ConfigError(f"{name} must be one of {', '.join(meta['choices'])}; got {value!r}")
-        values = value if isinstance(value, tuple) else (value,)
-        for v in values:
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                continue
-            if isinstance(v, float) and not math.isfinite(v):
-                raise ConfigError(f"{name} must be a finite number; got {v}")
-            lo, hi = meta.get("lo"), meta.get("hi")
-            too_low = lo is not None and (v <= lo if meta.get("lo_open") else v < lo)
-            too_high = hi is not None and v > hi
-            if too_low or too_high:
-                raise ConfigError(f"{name} must be {_describe_range(meta)}; got {v}")
+})
 
 
 # Model knobs every config section names alike; None leaves the builder's default. Other keyword arguments of a
@@ -142,22 +87,22 @@ class ModelConfig:
     """
 
     _section = "model"
-    name: str = _field("residual_mlp", doc="registered model name (lab.list_models())")
-    depth: int | None = _field(None, lo=1, hi=1024, doc="number of residual blocks L")
-    width: int | None = _field(None, lo=1, hi=65536, doc="hidden width H (D of the residual stream)")
-    activation: str | None = _field(None, choices=ACTIVATIONS)
-    shortcut: str | None = _field(None, choices=SCHEDULES, doc="alpha schedule (lab.shortcuts); none = no skips")
-    alpha_min: float | None = _field(None, lo=0.0, hi=1.0, doc="last block's shortcut scale for decayed schedules")
-    zero_init: bool | None = _field(None, doc="zero-initialise each branch's output layer (Residual Connections Harm "
+    name: str = bounded("residual_mlp", doc="registered model name (lab.list_models())")
+    depth: int | None = bounded(None, lo=1, hi=1024, doc="number of residual blocks L")
+    width: int | None = bounded(None, lo=1, hi=65536, doc="hidden width H (D of the residual stream)")
+    activation: str | None = bounded(None, choices=ACTIVATIONS)
+    shortcut: str | None = bounded(None, choices=SCHEDULES, doc="alpha schedule (lab.shortcuts); none = no skips")
+    alpha_min: float | None = bounded(None, lo=0.0, hi=1.0, doc="last block's shortcut scale for decayed schedules")
+    zero_init: bool | None = bounded(None, doc="zero-initialise each branch's output layer (Residual Connections Harm "
                                               "Generative Representation Learning, §3.2)")
-    in_dim: int | None = _field(None, lo=1, doc="input features (default: from the data)")
-    num_classes: int | None = _field(None, lo=0, doc="classes (default: from the data); 0: an unconditional "
+    in_dim: int | None = bounded(None, lo=1, doc="input features (default: from the data)")
+    num_classes: int | None = bounded(None, lo=0, doc="classes (default: from the data); 0: an unconditional "
                                                      "diffusion model")
-    seed: int = _field(0, lo=0, doc="initialisation seed, kept apart from data and batch seeds")
+    seed: int = bounded(0, lo=0, doc="initialisation seed, kept apart from data and batch seeds")
     extra: tuple[tuple[str, Any], ...] = field(default=(), metadata={"doc": "other builder arguments, by name"})
 
     def __post_init__(self) -> None:
-        _validate(self)
+        validate(self)
         try:
             params, takes_any = model_parameters(self.name)
         except ValueError as err:
@@ -200,9 +145,9 @@ def _coerce_like(value: Any, default: Any, name: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{name} must be a list; got {value!r}")
         kind = type(default[0]) if isinstance(default, tuple) and default else None
-        return tuple(_coerce(v, kind, name) if kind in (int, float) else v for v in value)
+        return tuple(coerce(v, kind, name) if kind in (int, float) else v for v in value)
     if isinstance(default, (bool, int, float, str)):
-        return _coerce(value, type(default), name)
+        return coerce(value, type(default), name)
     return value
 
 
@@ -216,34 +161,34 @@ class DataConfig:
     the others are read from ``root``, never downloaded)."""
 
     _section = "data"
-    name: str = _field("spiral", choices=DATASETS)
-    n: int = _field(16384, lo=2, hi=10_000_000, doc="toy sets: number of samples, half per class")
-    noise: float = _field(0.0, lo=0.0, hi=10.0, doc="toy sets: noise level (Gaussian std for the spiral of "
+    name: str = bounded("spiral", choices=DATASETS)
+    n: int = bounded(16384, lo=2, hi=10_000_000, doc="toy sets: number of samples, half per class")
+    noise: float = bounded(0.0, lo=0.0, hi=10.0, doc="toy sets: noise level (Gaussian std for the spiral of "
                                                      "ResidualDroppath: Enhancing Feature Reuse over Residual "
                                                      "Connections)")
-    train_fraction: float = _field(0.8, lo=0.0, hi=1.0, lo_open=True, doc="share kept for training (toy sets, "
+    train_fraction: float = bounded(0.8, lo=0.0, hi=1.0, lo_open=True, doc="share kept for training (toy sets, "
                                                                           "digits, image folders)")
-    seed: int = _field(0, lo=0, doc="seed for sampling the data and splitting it")
-    root: str = _field("", doc="image sets other than digits: the local folder holding the files (latent_folder: "
+    seed: int = bounded(0, lo=0, doc="seed for sampling the data and splitting it")
+    root: str = bounded("", doc="image sets other than digits: the local folder holding the files (latent_folder: "
                                "the folder `python -m lab latents` wrote)")
-    classes: int = _field(0, lo=0, doc="image sets: keep the first N classes (0 = all)")
-    max_per_class: int = _field(0, lo=0, doc="image sets: at most N training images per class (0 = all)")
-    image_size: int = _field(0, lo=0, hi=4096, doc="digits and image folders: resize to N × N (0 = 8 for digits, "
+    classes: int = bounded(0, lo=0, doc="image sets: keep the first N classes (0 = all)")
+    max_per_class: int = bounded(0, lo=0, doc="image sets: at most N training images per class (0 = all)")
+    image_size: int = bounded(0, lo=0, hi=4096, doc="digits and image folders: resize to N × N (0 = 8 for digits, "
                                                     "32 for image folders)")
-    augment: str = _field("none", choices=AUGMENTS, doc="loader engine, training images: flip = horizontal flips "
+    augment: str = bounded("none", choices=AUGMENTS, doc="loader engine, training images: flip = horizontal flips "
                                                          "(diffusion on CIFAR); mae = RandomResizedCrop "
                                                          "(scale 0.2-1) + flip as MAE pretraining; resized_crop = "
                                                          "scale 0.08-1 + flip (ImageNet classification); crop_flip "
                                                          "= padded random crop + flip (CIFAR); timm = timm's "
                                                          "training transform with its defaults (image folders); "
                                                          "none")
-    workers: int = _field(4, lo=0, hi=256, doc="loader engine: data-loading worker processes per training process")
-    normalize: str = _field("imagenet", choices=NORMALIZE, doc="image folders: pixels standardised with ImageNet's "
+    workers: int = bounded(4, lo=0, hi=256, doc="loader engine: data-loading worker processes per training process")
+    normalize: str = bounded("imagenet", choices=NORMALIZE, doc="image folders: pixels standardised with ImageNet's "
                                                                 "mean and std, or symmetric: mapped to [-1, 1], as the "
                                                                 "U-ViT reference")
 
     def __post_init__(self) -> None:
-        _validate(self)
+        validate(self)
         if self.image_size and self.name not in ("digits", "image_folder"):
             raise ConfigError(f"data.image_size applies to digits and image_folder; {self.name} keeps its own size")
         if self.classes == 1:
@@ -269,82 +214,82 @@ class TrainConfig:
     """Optimisation, regularisation and evaluation cadence."""
 
     _section = "train"
-    optimizer: str = _field("adam", choices=OPTIMIZERS)
-    lr: float = _field(0.01, lo=0.0, hi=100.0, lo_open=True)
-    betas: tuple[float, float] = _field((0.9, 0.999), lo=0.0, hi=1.0)
-    weight_decay: float = _field(0.0, lo=0.0, doc="λ; which parameters it decays: train.weight_decay_on")
-    weight_decay_on: str = _field("weights", choices=WEIGHT_DECAY_ON, doc="weights: not norms, biases or a model's "
+    optimizer: str = bounded("adam", choices=OPTIMIZERS)
+    lr: float = bounded(0.01, lo=0.0, hi=100.0, lo_open=True)
+    betas: tuple[float, float] = bounded((0.9, 0.999), lo=0.0, hi=1.0)
+    weight_decay: float = bounded(0.0, lo=0.0, doc="λ; which parameters it decays: train.weight_decay_on")
+    weight_decay_on: str = bounded("weights", choices=WEIGHT_DECAY_ON, doc="weights: not norms, biases or a model's "
                                                                         "no_weight_decay() (timm's rule); all: every "
                                                                         "parameter (Residual Alignment, Eq. 1)")
-    momentum: float = _field(0.9, lo=0.0, hi=1.0, doc="SGD only")
-    lr_schedule: str = _field("constant", choices=LR_SCHEDULES, doc="learning rate per step (lab.train.schedule)")
-    warmup_steps: int = _field(0, lo=0, doc="warmup_*: linear warmup from 0 over these steps")
-    min_lr: float = _field(0.0, lo=0.0, doc="cosine schedules: the learning rate they end at")
-    batch_size: int = _field(256, lo=1)
-    epochs: int = _field(6, lo=1)
-    max_steps: int = _field(0, lo=0, doc="stop after this many steps; 0 = no limit beyond epochs")
-    droppath: str = _field("off", choices=DROPPATH_MODES)
-    drop_path_rate: float = _field(0.0, lo=0.0, hi=1.0, doc="drop-path rate: probability of dropping a block's "
+    momentum: float = bounded(0.9, lo=0.0, hi=1.0, doc="SGD only")
+    lr_schedule: str = bounded("constant", choices=LR_SCHEDULES, doc="learning rate per step (lab.train.schedule)")
+    warmup_steps: int = bounded(0, lo=0, doc="warmup_*: linear warmup from 0 over these steps")
+    min_lr: float = bounded(0.0, lo=0.0, doc="cosine schedules: the learning rate they end at")
+    batch_size: int = bounded(256, lo=1)
+    epochs: int = bounded(6, lo=1)
+    max_steps: int = bounded(0, lo=0, doc="stop after this many steps; 0 = no limit beyond epochs")
+    droppath: str = bounded("off", choices=DROPPATH_MODES)
+    drop_path_rate: float = bounded(0.0, lo=0.0, hi=1.0, doc="drop-path rate: probability of dropping a block's "
                                                               "branch per sample (timm's drop_path_rate)")
-    eval_every: int = _field(0, lo=0, doc="evaluate every N steps; 0 = once per epoch")
-    log_every: int = _field(10, lo=1, doc="record the training loss every N steps")
-    seed: int = _field(0, lo=0, doc="seed for batch order and droppath masks")
-    device: str = _field("auto", doc="'auto' (CUDA when present), 'cpu' or 'cuda[:i]'")
-    threads: int = _field(1, lo=0, doc="torch CPU threads; the toy models' small matmuls run fastest on one "
+    eval_every: int = bounded(0, lo=0, doc="evaluate every N steps; 0 = once per epoch")
+    log_every: int = bounded(10, lo=1, doc="record the training loss every N steps")
+    seed: int = bounded(0, lo=0, doc="seed for batch order and droppath masks")
+    device: str = bounded("auto", doc="'auto' (CUDA when present), 'cpu' or 'cuda[:i]'")
+    threads: int = bounded(1, lo=0, doc="torch CPU threads; the toy models' small matmuls run fastest on one "
                                        "(and leave a core to a server); 0 keeps torch's default")
-    task: str = _field("classify", choices=TASKS, doc="classify: cross-entropy on labels; masked, denoise: a "
+    task: str = bounded("classify", choices=TASKS, doc="classify: cross-entropy on labels; masked, denoise: a "
                                                        "residual MLP reconstructs hidden pixels or predicts the "
                                                        "noise of an image set (lab.train.tasks); mae: the model's "
                                                        "own masked-reconstruction loss (MAE pretraining); "
                                                        "diffusion: the ε-prediction loss of a U-ViT diffusion "
                                                        "model")
-    mask_ratio: float = _field(0.5, lo=0.0, hi=1.0, doc="task=masked: the share of each image's pixels hidden")
-    engine: str = _field("auto", choices=ENGINES, doc="tensor: whole data sets as tensors (toy and small image "
+    mask_ratio: float = bounded(0.5, lo=0.0, hi=1.0, doc="task=masked: the share of each image's pixels hidden")
+    engine: str = bounded("auto", choices=ENGINES, doc="tensor: whole data sets as tensors (toy and small image "
                                                        "sets); loader: a DataLoader per process, DDP under "
                                                        "torchrun; auto: loader for mae, diffusion or under "
                                                        "torchrun")
-    lr_scaling: str = _field("none", choices=("none", "batch256"), doc="batch256: the rate used is train.lr × "
+    lr_scaling: str = bounded("none", choices=("none", "batch256"), doc="batch256: the rate used is train.lr × "
                                                                       "global batch / 256 (MAE's base lr rule)")
-    warmup_epochs: int = _field(0, lo=0, doc="warmup_*: warmup length in epochs (adds to warmup_steps)")
-    accum_steps: int = _field(1, lo=1, hi=4096, doc="loader engine: micro-batches accumulated per update; "
+    warmup_epochs: int = bounded(0, lo=0, doc="warmup_*: warmup length in epochs (adds to warmup_steps)")
+    accum_steps: int = bounded(1, lo=1, hi=4096, doc="loader engine: micro-batches accumulated per update; "
                                                     "global batch = batch_size × accum_steps × processes")
-    global_batch: int = _field(0, lo=0, doc="loader engine: the global batch, whatever the processes (each takes "
+    global_batch: int = bounded(0, lo=0, doc="loader engine: the global batch, whatever the processes (each takes "
                                             "global_batch / (accum_steps × processes) samples; train.batch_size is "
                                             "then unused); 0: batch_size × accum_steps × processes")
-    precision: str = _field("auto", choices=PRECISIONS, doc="loader engine: bf16 autocast (auto: on CUDA only)")
-    compile: bool = _field(False, doc="loader engine: torch.compile the model")
-    checkpoint_every: int = _field(1, lo=1, doc="loader engine: write checkpoints/last.pt every N epochs (and on "
+    precision: str = bounded("auto", choices=PRECISIONS, doc="loader engine: bf16 autocast (auto: on CUDA only)")
+    compile: bool = bounded(False, doc="loader engine: torch.compile the model")
+    checkpoint_every: int = bounded(1, lo=1, doc="loader engine: write checkpoints/last.pt every N epochs (and on "
                                                 "stop)")
-    save_every: int = _field(0, lo=0, doc="also keep the weights every N steps as checkpoints/step-<step>.pt (0: "
+    save_every: int = bounded(0, lo=0, doc="also keep the weights every N steps as checkpoints/step-<step>.pt (0: "
                                           "never), as the U-ViT reference keeps its checkpoints; lab fid --select "
                                           "best scores each")
-    probe_every: int = _field(0, lo=0, doc="loader engine, mae and diffusion: a quick linear probe every N epochs "
+    probe_every: int = bounded(0, lo=0, doc="loader engine, mae and diffusion: a quick linear probe every N epochs "
                                            "(diffusion: the best over noise levels and blocks; 0 = never)")
-    label_smoothing: float = _field(0.0, lo=0.0, hi=1.0, doc="loader engine, classify: timm's label-smoothing "
+    label_smoothing: float = bounded(0.0, lo=0.0, hi=1.0, doc="loader engine, classify: timm's label-smoothing "
                                                               "cross-entropy (0.1 is timm's training default)")
-    rank_inputs: int = _field(256, lo=2, doc="loader engine, mae: held-out images whose bottleneck features give "
+    rank_inputs: int = bounded(256, lo=2, doc="loader engine, mae: held-out images whose bottleneck features give "
                                              "the effective rank at each evaluation")
-    ema: float = _field(0.0, lo=0.0, hi=1.0, doc="loader engine: decay of an exponential moving average of the "
+    ema: float = bounded(0.0, lo=0.0, hi=1.0, doc="loader engine: decay of an exponential moving average of the "
                                                  "weights kept beside them (timm's ModelEmaV3; 0 = none); a "
                                                  "diffusion model samples with it (0.9999 in U-ViT)")
-    samples: int = _field(64, lo=0, hi=1024, doc="loader engine, diffusion: images of the sample grid saved at each "
+    samples: int = bounded(64, lo=0, hi=1024, doc="loader engine, diffusion: images of the sample grid saved at each "
                                                  "evaluation (figures/samples-<step>.png; 0 = none)")
-    sampler: str = _field("ode", choices=SAMPLERS,
+    sampler: str = bounded("ode", choices=SAMPLERS,
                           doc="loader engine, diffusion: the sampler of that grid: on the VP-SDE ode = probability "
                               "flow (the reference's training grids), sde = Euler-Maruyama (steadier for an "
                               "undertrained model); on the discrete schedule dpm_solver (DPM-Solver++)")
-    sample_steps: int = _field(50, lo=1, hi=10_000, doc="loader engine, diffusion: steps of that sampler (50, as the "
+    sample_steps: int = bounded(50, lo=1, hi=10_000, doc="loader engine, diffusion: steps of that sampler (50, as the "
                                              "reference's training grids)")
-    fd_samples: int = _field(0, lo=0, hi=50_000, doc="loader engine, diffusion of digits: digits-FD of this many "
+    fd_samples: int = bounded(0, lo=0, hi=50_000, doc="loader engine, diffusion of digits: digits-FD of this many "
                                                      "samples (that sampler and steps) against the training digits "
                                                      "at each evaluation (metric digits_fd; 0 = none)")
-    probe_samples: int = _field(0, lo=0, doc="loader engine: images of each split the quick probes read (0: 5000 for "
+    probe_samples: int = bounded(0, lo=0, doc="loader engine: images of each split the quick probes read (0: 5000 for "
                                              "mae, 2000 for diffusion)")
 
     def __post_init__(self) -> None:
         if len(self.betas) != 2:
             raise ConfigError(f"train.betas must have two values; got {list(self.betas)}")
-        _validate(self)
+        validate(self)
         if self.lr_schedule.startswith("warmup_") and self.warmup_steps == 0 and self.warmup_epochs == 0:
             raise ConfigError(f"train.lr_schedule={self.lr_schedule} needs train.warmup_steps > 0 or "
                               "train.warmup_epochs > 0")
@@ -414,169 +359,21 @@ class ExperimentConfig:
                               "would do nothing")
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Mapping <-> dataclass, strictly.
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def _coerce(value: Any, tp: Any, name: str) -> Any:
-    """Convert a YAML/JSON/override value to the field's declared type, or raise ConfigError naming the field."""
-    origin = typing.get_origin(tp)
-    if dataclasses.is_dataclass(tp):
-        if isinstance(value, tp):
-            return value
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{name} must be a mapping of {tp.__name__} fields; got {value!r}")
-        return from_dict(tp, value, prefix=name)
-    if origin is tuple:
-        args = typing.get_args(tp)
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{name} must be a list of {len(args)} values; got {value!r}")
-        if len(value) != len(args):
-            raise ConfigError(f"{name} must have {len(args)} values; got {list(value)}")
-        return tuple(_coerce(v, a, name) for v, a in zip(value, args, strict=True))
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in typing.get_args(tp):
-            return None
-        tp = next(a for a in typing.get_args(tp) if a is not type(None))
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{name} must be true or false; got {value!r}")
-    if tp is int:
-        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
-            raise ConfigError(f"{name} must be an integer; got {value!r}")
-        return int(value)
-    if tp is float:
-        if isinstance(value, str):  # YAML 1.1 reads 1e-3 (no dot, unsigned exponent) as a string
-            with contextlib.suppress(ValueError):
-                value = float(value)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{name} must be a number; got {value!r}")
-        return float(value)
-    if tp is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{name} must be a string; got {value!r}")
-        return value
-    return value
-
-
-def from_dict(cls: type[T], data: Mapping[str, Any], *, prefix: str = "") -> T:
-    """Build config dataclass ``cls`` from a mapping, rejecting unknown keys.
-
-    A renamed key's old name (``train.drop_rate``) is read as the new one with a ``DeprecationWarning``.
-
-    Args:
-        cls: a config dataclass type.
-        data: plain values (from YAML or JSON); nested sections as mappings.
-        prefix: dotted path of this section, used in error messages.
-
-    Raises:
-        ConfigError: an unknown key (the message lists the valid ones), a wrong type, an out-of-range value, or
-            a renamed key given under both its old and its new name.
-    """
-    section = getattr(cls, "_section", "")
-    old_keys = [key for key in data if f"{section}.{key}" in _RENAMED]
-    if old_keys:
-        data = dict(data)
-        for key in old_keys:
-            new = _RENAMED[f"{section}.{key}"][0].rpartition(".")[2]
-            _new_name(f"{section}.{key}", new_also_given=new in data)
-            data[new] = data.pop(key)
-    hints = _hints(cls)
-    valid = [f.name for f in dataclasses.fields(cls) if f.name != "extra"]
-    unknown = [k for k in data if k not in valid]
-    where = f"{prefix}." if prefix else ""
-    kwargs = {k: _coerce(v, hints[k], f"{where}{k}") for k, v in data.items() if k in valid}
-    if cls is ModelConfig:  # the builder's own keys; ModelConfig checks them against its signature
-        kwargs["extra"] = tuple((k, data[k]) for k in unknown)
-    elif unknown:
-        raise ConfigError(f"unknown key {where}{unknown[0]}; valid keys: {', '.join(where + v for v in valid)}")
-    return cls(**kwargs)
-
-
-def to_dict(cfg: Any) -> dict[str, Any]:
-    """Plain nested dict (tuples as lists), ready for YAML or JSON."""
-
-    def plain(v: Any) -> Any:
-        if isinstance(v, ModelConfig):  # unset knobs are left out; the builder's own keys sit beside the rest
-            out = {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)
-                   if f.name != "extra" and getattr(v, f.name) is not None}
-            return out | {k: plain(value) for k, value in v.extra}
-        if dataclasses.is_dataclass(v):
-            return {f.name: plain(getattr(v, f.name)) for f in dataclasses.fields(v)}
-        if isinstance(v, tuple):
-            return [plain(x) for x in v]
-        return v
-
-    return plain(cfg)
-
-
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested config dict (:func:`to_dict`, or ``config.json``'s section) as dotted keys:
-    ``{"model": {"alpha_min": 0.7}}`` → ``{"model.alpha_min": 0.7}`` (lists stay values)."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, Mapping):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """Split ``"model.depth=16"`` into ``("model.depth", 16)``; the value is parsed as YAML (numbers, lists, bools)."""
-    key, sep, raw = text.partition("=")
-    key = key.strip()
-    if not sep or not key:
-        raise ConfigError(f"override {text!r} must look like section.key=value")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as err:
-        raise ConfigError(f"override {text!r}: cannot parse value: {err}") from None
-    if isinstance(value, bool) and raw.strip().lower() not in ("true", "false"):
-        value = raw.strip()  # YAML 1.1 reads off/on/yes/no as booleans; `train.droppath=off` means the string
-    return key, value
-
-
 def apply_overrides(cfg: T, overrides: Iterable[str] | Mapping[str, Any]) -> T:
-    """Return a copy of ``cfg`` with dotted overrides applied and the result re-validated.
-
-    A renamed key's old name (``train.drop_rate``) sets the new key, with a ``DeprecationWarning``.
-
-    Args:
-        cfg: a config dataclass instance.
-        overrides: ``["model.depth=16", "train.lr=0.01"]`` or ``{"model.depth": 16}``.
+    """Return a copy of ``cfg`` with dotted overrides applied and the result re-validated
+    (:func:`lab.strict.apply_overrides`); a new ``model.name`` drops the old model's keys the new one does not take.
 
     Raises:
         ConfigError: an unknown section or key (naming the valid ones), an invalid value, or a renamed key given
             under both its old and its new name.
     """
-    items = list(overrides.items() if isinstance(overrides, Mapping) else (parse_override(o) for o in overrides))
-    keys = {key for key, _ in items}
-    items = [(_new_name(key, new_also_given=_RENAMED[key][0] in keys) if key in _RENAMED else key, value)
-             for key, value in items]
-    data = to_dict(cfg)
+    return strict.apply_overrides(cfg, overrides, prepare=_new_model, open_sections=("model",))
+
+
+def _new_model(data: dict[str, Any], items: list[tuple[str, Any]]) -> None:
     model_name = next((value for key, value in items if key == "model.name"), None)
     if isinstance(data.get("model"), dict) and isinstance(model_name, str) and model_name != data["model"]["name"]:
-        _keep_model_keys(data["model"], model_name, {key.partition(".")[2] for key in keys})
-    for key, value in items:
-        node, parts = data, key.split(".")
-        for depth, part in enumerate(parts):
-            path = ".".join(parts[:depth])
-            new_model_key = path == "model" and depth == len(parts) - 1 and isinstance(node, dict)
-            if not new_model_key and (not isinstance(node, dict) or part not in node):
-                valid = sorted(node) if isinstance(node, dict) else []
-                where = f"{path}." if path else ""
-                raise ConfigError(f"unknown key {key}; valid keys: {', '.join(where + v for v in valid)}")
-            if depth == len(parts) - 1:
-                node[part] = value
-            else:
-                node = node[part]
-    return from_dict(type(cfg), data)
+        _keep_model_keys(data["model"], model_name, {key.partition(".")[2] for key, _ in items})
 
 
 def _keep_model_keys(section: dict[str, Any], name: str, overridden: set[str]) -> None:

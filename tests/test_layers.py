@@ -10,7 +10,7 @@ import lab
 
 # Lowest first; a package may import from its own layer's other packages only where the pair is listed below.
 LAYERS: list[set[str]] = [
-    {"shortcuts", "hooks", "seeds", "viz"},
+    {"shortcuts", "hooks", "seeds", "viz", "strict"},
     {"nn", "data"},
     {"config"},
     {"analysis"},
