@@ -38,7 +38,8 @@ from lab.runs import layout
 from lab.runs.lock import RunLock
 from lab.runs.recorder import RunRecorder
 from lab.runs.stop import StopFile
-from lab.runs.store import Run, RunStore, atomic_write_json
+from lab.runs.store import Run, RunStore
+from lab.runs.writes import atomic_write_json
 from lab.train.core import end_state
 from lab.train.ensemble import MODEL, EnsembleCallback, EnsembleMember, EnsembleTrainer, ensemble_groups
 

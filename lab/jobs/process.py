@@ -24,7 +24,8 @@ from lab.jobs.runner import uses_loader
 from lab.runs import layout
 from lab.runs.entries import read_tail
 from lab.runs.stop import STOP_FILE, request_stop
-from lab.runs.store import FINISHED, Run, open_append
+from lab.runs.store import FINISHED, Run
+from lab.runs.writes import open_append
 
 
 class AttachedJob(Job):

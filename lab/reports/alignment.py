@@ -17,7 +17,8 @@ from lab.analysis.residual_alignment import NC_KEYS, PAPER_K, RA4_FIT_START, SCA
 from lab.config import ExperimentConfig
 from lab.data.toy2d import ToyData
 from lab.runs import layout
-from lab.runs.store import CheckpointError, Run, atomic_write_bytes, atomic_write_json, config_of_run
+from lab.runs.store import CheckpointError, Run, config_of_run
+from lab.runs.writes import atomic_write_bytes, atomic_write_json
 from lab.train.build import build_data, build_model, loader_data
 from lab.train.loader import LoaderData
 

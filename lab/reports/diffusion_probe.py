@@ -27,7 +27,8 @@ import torch
 from lab.analysis.probing import linear_probe, protocol_probe
 from lab.reports.alignment import load_trained
 from lab.runs import layout
-from lab.runs.store import Run, atomic_write_json, config_of_run
+from lab.runs.store import Run, config_of_run
+from lab.runs.writes import atomic_write_json
 from lab.train.core import resolve_device
 from lab.train.pretrain_eval import PROBE_TIMES, diffusion_features
 

@@ -35,7 +35,8 @@ from lab.config import ExperimentConfig
 from lab.data.formats import IMAGE_SUFFIXES, read_images
 from lab.runs import layout
 from lab.runs.entries import LIMITS, read_json
-from lab.runs.store import Run, atomic_write_json, config_of_run, load_problem
+from lab.runs.store import Run, config_of_run, load_problem
+from lab.runs.writes import atomic_write_json
 from lab.train.build import pixel_scale, raw_images
 from lab.train.core import resolve_device
 

@@ -28,7 +28,8 @@ from tqdm.auto import tqdm
 from lab.analysis.probing import PROTOCOLS, protocol_probe
 from lab.reports.alignment import load_trained
 from lab.runs import layout
-from lab.runs.store import Run, atomic_write_bytes, atomic_write_json, config_of_run
+from lab.runs.store import Run, config_of_run
+from lab.runs.writes import atomic_write_bytes, atomic_write_json
 from lab.train.core import resolve_device
 from lab.train.loader import LoaderData
 from lab.train.pretrain_eval import features

@@ -30,7 +30,8 @@ from lab.nn.diffusion import SCHEDULE_SAMPLERS
 from lab.reports.alignment import load_trained
 from lab.runs import layout
 from lab.runs.entries import size_text
-from lab.runs.store import Run, atomic_write_bytes, config_of_run
+from lab.runs.store import Run, config_of_run
+from lab.runs.writes import atomic_write_bytes
 from lab.train.build import sample_decoder
 from lab.train.core import resolve_device
 from lab.train.pretrain_eval import grid_png

@@ -16,15 +16,10 @@ its path, ``lab resume PATH``, is written where it lies once it has been checked
 from __future__ import annotations
 
 import contextlib
-import errno
 import io
-import json
-import math
 import os
 import re
-import stat
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -38,8 +33,9 @@ import torch
 
 from lab.config import ExperimentConfig, from_dict
 from lab.runs import layout
-from lab.runs.entries import LIMITS, EntryError, open_entry, read_bytes, read_json, read_jsonl, read_npz
+from lab.runs.entries import LIMITS, open_entry, read_bytes, read_json, read_jsonl, read_npz
 from lab.runs.snapshot import Snapshot
+from lab.runs.writes import atomic_write_bytes, atomic_write_json, json_text, open_append
 
 STATES = ("queued", "running", "paused", "completed", "stopped", "diverged", "failed")
 FINISHED = ("completed", "stopped", "diverged", "failed")
@@ -76,89 +72,6 @@ def sanitize_name(name: str) -> str:
     """A name safe as one path component: letters, digits, ``-``, ``_``, ``.``; at most 48 characters."""
     cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")
     return cleaned[:48] or "run"
-
-
-def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = False) -> None:
-    """Write ``data`` to a temp file beside ``path`` then ``os.replace`` it: readers see old or new, never half.
-
-    A killed process cannot leave a torn file either way; ``durable`` adds an fsync so the file also survives a
-    power cut (worth it for checkpoints, not for once-a-second status heartbeats).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; run folders are meant to be read by other processes
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def open_append(path: Path) -> int:
-    """A file descriptor appending to the regular file ``path`` (created 0644 if missing). A run folder from
-    elsewhere may hold a link or a named pipe under an entry's name: a link is never written through and a pipe
-    never waited on.
-
-    Raises:
-        EntryError: ``path`` is a link or not a regular file.
-    """
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-    except OSError as err:
-        if os.path.islink(path) or err.errno == errno.ENXIO:  # ENXIO: a pipe nobody reads
-            raise EntryError(f"{path} is a link or a named pipe: nothing is written to it") from None
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise EntryError(f"{path} is not a regular file: nothing is written to it")
-    return fd
-
-
-def strict_json(obj: Any) -> Any:
-    """``obj`` with every non-finite float replaced by None; a dict gains ``nonfinite``, the dotted path and value
-    (``"nan"``, ``"inf"``, ``"-inf"``) of each replaced number, so a reader sees which and why. Strict JSON has no
-    NaN or Infinity: browsers, ``jq`` and most languages refuse the bare tokens Python writes by default."""
-    found: dict[str, str] = {}
-
-    def clean(value: Any, path: str) -> Any:
-        if isinstance(value, (float, np.floating)) and not math.isfinite(value):
-            found[path] = str(float(value))
-            return None
-        if isinstance(value, dict):
-            return {k: clean(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [clean(v, f"{path}[{i}]") for i, v in enumerate(value)]
-        return value
-
-    out = clean(obj, "")
-    if found and isinstance(out, dict):
-        out["nonfinite"] = found
-    return out
-
-
-def json_text(obj: Any, indent: int | None = None) -> str:
-    """Strict JSON text of ``obj`` (:func:`strict_json`; numpy scalars and paths as plain values)."""
-    return json.dumps(strict_json(obj), indent=indent, default=_json_default, allow_nan=False)
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, json_text(obj, indent=2).encode())
-
-
-def _json_default(o: Any) -> Any:
-    if isinstance(o, np.integer):
-        return o.item()
-    if isinstance(o, np.floating):  # non-finite ones were replaced by strict_json
-        return o.item()
-    if isinstance(o, Path):
-        return str(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
 def load_problem(err: Exception) -> str:

@@ -20,7 +20,8 @@ from lab.runs.catalog import (
     run_summary,
 )
 from lab.runs.stop import STOP_FILE
-from lab.runs.store import Run, RunStore, atomic_write_json
+from lab.runs.store import Run, RunStore
+from lab.runs.writes import atomic_write_json
 from lab.ui.pages.runs_scan import Followed, follow
 
 

@@ -14,7 +14,8 @@ import panel as pn
 import pytest
 
 from lab.runs.stop import STOP_FILE
-from lab.runs.store import Run, RunStore, atomic_write_json
+from lab.runs.store import Run, RunStore
+from lab.runs.writes import atomic_write_json
 from lab.ui.pages.runs import EMPTY, RunsPage
 from lab.ui.views.run_views import COLUMNS, format_age, format_clock, format_metrics, format_progress
 from tests.jobs.helpers import tiny
