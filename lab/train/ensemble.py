@@ -43,7 +43,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -68,6 +68,7 @@ from lab.train.core import (
 )
 from lab.train.optim import decayed, make_optimizer
 from lab.train.schedule import learning_rate
+from lab.train.stacked import StackedParameters
 from lab.train.tasks import pixel_task_metrics
 
 MEMBER_KEYS = (
@@ -131,62 +132,6 @@ def ensemble_groups(cfgs: Sequence[ExperimentConfig]) -> list[list[int]]:
         key = repr((shared_settings(cfg), batch_schedule(cfg.train, n_train[data_key])))
         groups.setdefault(key, []).append(i)
     return list(groups.values())
-
-
-@dataclass
-class _Stack:
-    """One parameter kind of all members, e.g. every block's ``branch.fc.weight``.
-
-    ``data`` is ``[K, ...]`` (stem, head) or ``[L, K, ...]`` (blocks; ``axis`` 1); ``leaves`` are what the forward
-    uses: ``data`` itself, or its ``L`` block slices. ``state`` holds the optimiser's tensors of the same shape.
-    ``decays``: whether weight decay applies to this kind (:func:`lab.train.optim.decayed`).
-    """
-
-    axis: int
-    data: torch.Tensor
-    decays: bool = True
-    grad: torch.Tensor = field(init=False)
-    leaves: list[torch.Tensor] = field(init=False)
-    state: dict[str, torch.Tensor] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.attach(torch.zeros_like(self.data))
-
-    def attach(self, grad: torch.Tensor) -> None:
-        """Make the leaves (requiring grad) and point their ``.grad`` into the stacked gradient ``grad``."""
-        self.grad = grad
-        if self.axis == 0:
-            self.data.requires_grad_(True)
-            self.data.grad = self.grad
-            self.leaves = [self.data]
-            return
-        self.data.requires_grad_(False)
-        self.leaves = []
-        for leaf, leaf_grad in zip(self.data.unbind(0), self.grad.unbind(0), strict=True):
-            leaf.requires_grad_(True)  # a slice of a tensor that needs no grad: a leaf of its own
-            leaf.grad = leaf_grad
-            self.leaves.append(leaf)
-
-    def keep(self, slots: torch.Tensor) -> None:
-        """Keep only the members at ``slots`` (indices along the member axis), gradients and state included."""
-        with torch.no_grad():
-            self.data = self.data.index_select(self.axis, slots)
-            self.state = {k: v.index_select(self.axis, slots) for k, v in self.state.items()}
-            grad = self.grad.index_select(self.axis, slots)
-        self.attach(grad)
-
-    def member(self, tensor: torch.Tensor, slot: int, block: int | None) -> torch.Tensor:
-        """Member ``slot``'s slice of ``tensor`` (``data``, ``grad`` or a state tensor); block ``block`` if stacked."""
-        return tensor[slot] if self.axis == 0 else tensor[block, slot]
-
-    def bcast(self, values: list[float]) -> float | torch.Tensor:
-        """Per-member scalars shaped to broadcast against ``data``; one float when all members agree (then the
-        update uses the very torch.optim call with a Python scalar)."""
-        if all(v == values[0] for v in values):
-            return values[0]
-        shape = [1] * self.data.ndim
-        shape[self.axis] = len(values)
-        return torch.tensor(values, dtype=self.data.dtype, device=self.data.device).view(shape)
 
 
 class _MemberOptimizer:
@@ -271,6 +216,37 @@ class _Masks:
             out = out + f.detach() * self.detached[block]
         return out if self.scale is None else out / self.scale
 
+    @classmethod
+    def draw(cls, members: Sequence[tuple[int, TrainConfig, torch.Generator]], rdp: dict[int, torch.Tensor],
+             step: int, batch: int, depth: int, dtype: torch.dtype, device: torch.device) -> _Masks | None:
+        """The masks of ``members`` (``(index, train config, generator)`` per slot) at ``step``, drawn per member from
+        its own generator in block order with the shapes its DropPath modules use, so each member sees a solo run's
+        masks; a ResidualDroppath drop iteration's masks go into ``rdp`` (by member index) for the next iteration.
+        None when no member drops anything this step."""
+        ones = torch.ones(depth, batch, 1, dtype=dtype, device=device)
+        keep, detached, scale = [ones] * len(members), [None] * len(members), [1.0] * len(members)
+        for slot, (k, cfg, generator) in enumerate(members):
+            mode, rate = droppath_mode(cfg, step), cfg.drop_path_rate
+            if (mode == "droppath" and rate > 0.0) or mode == "rdp_drop":
+                p = torch.full((batch, 1), 1.0 - rate, dtype=dtype, device=device)
+                keep[slot] = torch.stack([torch.bernoulli(p, generator=generator) for _ in range(depth)])
+                if mode == "droppath":
+                    scale[slot] = 1.0 - rate
+                else:
+                    rdp[k] = keep[slot]
+            elif mode == "rdp_train":  # odd iteration: train the branches the previous one dropped
+                keep[slot], detached[slot] = 1.0 - rdp[k], rdp[k]
+        if all(t is ones for t in keep):
+            return None
+        if any(t is not None for t in detached):
+            zeros = torch.zeros_like(ones)
+            detached_t = torch.stack([zeros if t is None else t for t in detached], 1)
+        else:
+            detached_t = None
+        scale_t = (torch.tensor(scale, dtype=dtype, device=device)[:, None, None]
+                   if any(v != 1.0 for v in scale) else None)
+        return cls(torch.stack(keep, 1), detached_t, scale_t)
+
 
 class EnsembleTrainer:
     """Train K residual MLPs (:data:`MODEL`) that differ only in :data:`MEMBER_KEYS` as one batched computation.
@@ -323,8 +299,8 @@ class EnsembleTrainer:
 
         models = [build_model(cfg, data).to(self.device) for cfg in cfgs]
         self._templates = models
-        self._names = [name for name, _ in models[0].named_parameters()]
-        self._stacks, self._where = self._stack(models)
+        self._params = StackedParameters(models, _BLOCK)
+        self._stacks = self._params.stacks
         self.depth = models[0].depth
         self._skips, self.representation = models[0].skips, models[0].representation  # U-Net skips, probe state
         self._act = make_activation(models[0].blocks[0].branch.activation).forward
@@ -335,11 +311,11 @@ class EnsembleTrainer:
         optimizers = [make_optimizer(m, cfg.train) for m, cfg in zip(models, cfgs, strict=True)]
         self._hyper = [{**opt.param_groups[0], "weight_decay": cfg.train.weight_decay}
                        for opt, cfg in zip(optimizers, cfgs, strict=True)]
-        self._decay(decayed(models[0], train.weight_decay_on))
+        self._params.mark_decay(decayed(models[0], train.weight_decay_on))
         # per member, the index of each parameter in its torch.optim optimiser's state (group order, then position)
         self._state_index = [self._optimizer_index(m, opt) for m, opt in zip(models, optimizers, strict=True)]
         self._kind = train.optimizer
-        self._init_state()
+        self._params.zero_state(("exp_avg", "exp_avg_sq") if self._kind in ("adam", "adamw") else ("momentum_buffer",))
         per_member = callbacks if callbacks is not None else [()] * len(cfgs)
         if len(per_member) != len(cfgs):
             raise ValueError(f"{len(cfgs)} members but {len(per_member)} callback lists")
@@ -364,37 +340,6 @@ class EnsembleTrainer:
                                      f"ensemble cannot vary (it may vary {', '.join(MEMBER_KEYS)}); ensemble_groups "
                                      "splits such configs into ensembles")
 
-    def _stack(self, models: list[ResidualMLP]) -> tuple[dict[str, _Stack], dict[str, tuple[str, int | None]]]:
-        """Stacks keyed by parameter kind (``stem.weight``, ``blocks.fc.weight``, ...) and, per parameter name,
-        ``(kind, block)``."""
-        where: dict[str, tuple[str, int | None]] = {}
-        for name in self._names:
-            if name.startswith(_BLOCK):
-                block, _, rest = name[len(_BLOCK):].partition(".")
-                where[name] = (f"blocks.{rest}", int(block))
-            else:
-                where[name] = (name, None)
-        params = [dict(m.named_parameters()) for m in models]
-        stacks: dict[str, _Stack] = {}
-        with torch.no_grad():
-            for kind in dict.fromkeys(k for k, _ in where.values()):
-                names = [n for n in self._names if where[n][0] == kind]
-                if where[names[0]][1] is None:
-                    stacks[kind] = _Stack(0, torch.stack([p[names[0]].detach() for p in params]))
-                else:
-                    stacks[kind] = _Stack(1, torch.stack([torch.stack([p[n].detach() for p in params])
-                                                          for n in names]))
-        return stacks, where
-
-    def _decay(self, decays: dict[str, bool]) -> None:
-        """Mark each stack decayed or not; the rule never tells one block's parameter from another's."""
-        for kind, stack in self._stacks.items():
-            flags = {decays[name] for name, (k, _) in self._where.items() if k == kind}
-            if len(flags) != 1:
-                raise ValueError(f"weight decay applies to some {kind} parameters and not others; the ensemble "
-                                 "decays whole stacks")
-            stack.decays = flags.pop()
-
     @staticmethod
     def _optimizer_index(model: ResidualMLP, optimizer: torch.optim.Optimizer) -> dict[str, int]:
         order = {id(p): i for i, p in enumerate(p for group in optimizer.param_groups for p in group["params"])}
@@ -407,11 +352,6 @@ class EnsembleTrainer:
         self._beta_t = self._beta.to(self.device, self._stacks["stem.weight"].data.dtype)[..., None, None]
         self._alpha_one = [bool((row == 1.0).all()) for row in self._alpha]
         self._beta_one = [bool((row == 1.0).all()) for row in self._beta]
-
-    def _init_state(self) -> None:
-        names = ("exp_avg", "exp_avg_sq") if self._kind in ("adam", "adamw") else ("momentum_buffer",)
-        for stack in self._stacks.values():
-            stack.state = {n: torch.zeros_like(stack.data, requires_grad=False) for n in names}
 
     # -- members ----------------------------------------------------------------------------------------------
     @property
@@ -438,19 +378,14 @@ class EnsembleTrainer:
         if index in self._final:
             return self._final[index]
         slot = self._live.index(index)
-        with torch.no_grad():
-            model = {name: self._stacks[kind].member(self._stacks[kind].data, slot, block).clone()
-                     for name, (kind, block) in self._where.items()}
-            state: dict[int, dict[str, torch.Tensor]] = {}
-            if self.step > 0 and (self._kind != "sgd" or self._hyper[index]["momentum"] != 0):
-                step_dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
-                for name in self._names:
-                    kind, block = self._where[name]
-                    stack = self._stacks[kind]
-                    entry = {k: stack.member(v, slot, block).clone() for k, v in stack.state.items()}
-                    if self._kind != "sgd":
-                        entry = {"step": torch.tensor(float(self.step), dtype=step_dtype), **entry}
-                    state[self._state_index[index][name]] = entry
+        model = self._params.member_parameters(slot)
+        state: dict[int, dict[str, torch.Tensor]] = {}
+        if self.step > 0 and (self._kind != "sgd" or self._hyper[index]["momentum"] != 0):
+            step_dtype = torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+            for name, entry in self._params.member_state(slot).items():
+                if self._kind != "sgd":
+                    entry = {"step": torch.tensor(float(self.step), dtype=step_dtype), **entry}
+                state[self._state_index[index][name]] = entry
         optimizer = self.members[index].optimizer._template.state_dict()
         optimizer["state"] = state
         rdp = self._rdp_masks.get(index)
@@ -469,8 +404,7 @@ class EnsembleTrainer:
         gone = {m.index for m in members}
         keep = [slot for slot, k in enumerate(self._live) if k not in gone]
         slots = torch.tensor(keep, dtype=torch.long, device=self.device)
-        for stack in self._stacks.values():
-            stack.keep(slots)
+        self._params.keep(slots)
         self._alpha, self._beta = self._alpha[:, keep], self._beta[:, keep]
         self._scales()
         self._live = [self._live[s] for s in keep]
@@ -492,36 +426,12 @@ class EnsembleTrainer:
         return self._perm[1][:, k * self.batch_size:(k + 1) * self.batch_size]
 
     def _masks(self, step: int, batch: int) -> _Masks | None:
-        """This step's droppath / ResidualDroppath masks, drawn per member from its own generator in block order
-        with the shapes its DropPath modules use, so each member sees a solo run's masks."""
+        """This step's droppath / ResidualDroppath masks (:meth:`_Masks.draw`), or None."""
         if not self._droppath:
             return None
-        dtype = self._stacks["stem.weight"].data.dtype
-        ones = torch.ones(self.depth, batch, 1, dtype=dtype, device=self.device)
-        keep, detached, scale = [ones] * len(self._live), [None] * len(self._live), [1.0] * len(self._live)
-        for slot, k in enumerate(self._live):
-            cfg = self.members[k].cfg
-            mode, rate = droppath_mode(cfg, step), cfg.drop_path_rate
-            if (mode == "droppath" and rate > 0.0) or mode == "rdp_drop":
-                p = torch.full((batch, 1), 1.0 - rate, dtype=dtype, device=self.device)
-                keep[slot] = torch.stack([torch.bernoulli(p, generator=self._generators[k])
-                                          for _ in range(self.depth)])
-                if mode == "droppath":
-                    scale[slot] = 1.0 - rate
-                else:
-                    self._rdp_masks[k] = keep[slot]
-            elif mode == "rdp_train":  # odd iteration: train the branches the previous one dropped
-                keep[slot], detached[slot] = 1.0 - self._rdp_masks[k], self._rdp_masks[k]
-        if all(t is ones for t in keep):
-            return None
-        if any(t is not None for t in detached):
-            zeros = torch.zeros_like(ones)
-            detached_t = torch.stack([zeros if t is None else t for t in detached], 1)
-        else:
-            detached_t = None
-        scale_t = (torch.tensor(scale, dtype=dtype, device=self.device)[:, None, None]
-                   if any(v != 1.0 for v in scale) else None)
-        return _Masks(torch.stack(keep, 1), detached_t, scale_t)
+        members = [(k, self.members[k].cfg, self._generators[k]) for k in self._live]
+        return _Masks.draw(members, self._rdp_masks, step, batch, self.depth, self._stacks["stem.weight"].data.dtype,
+                           self.device)
 
     def _logits(self, x: torch.Tensor, masks: _Masks | None = None, slots: torch.Tensor | None = None) -> torch.Tensor:
         """``x [K, B, in]`` (or ``[B, in]``, shared) → logits ``[K, B, C]``; ``slots`` restricts to those members."""
@@ -589,8 +499,7 @@ class EnsembleTrainer:
         values = losses.tolist()
         out = {k: v for k, v in zip(self._live, values, strict=True)}
         finite = [slot for slot, v in enumerate(values) if math.isfinite(v)]
-        for stack in self._stacks.values():
-            stack.grad.zero_()
+        self._params.zero_grad()
         if len(finite) == len(values):
             losses.sum().backward()
         elif finite:  # the diverged members' slices get no gradient from the loss
@@ -617,57 +526,7 @@ class EnsembleTrainer:
             if self.members[k].cfg.lr_schedule != "constant" or self.members[k].cfg.lr_scaling != "none":
                 for group in self.members[k].optimizer.param_groups:
                     group["lr"] = lr
-        for stack in self._stacks.values():
-            p, g = stack.data, stack.grad
-            wds = [h["weight_decay"] if stack.decays else 0.0 for h in hyper]
-            if self._kind == "sgd":
-                self._sgd(stack, p, g, t, lrs, wds, [h["momentum"] for h in hyper])
-            else:
-                self._adam(stack, p, g, t, lrs, wds, hyper)
-
-    def _sgd(self, stack: _Stack, p: torch.Tensor, g: torch.Tensor, t: int, lrs: list[float], wds: list[float],
-             momenta: list[float]) -> None:
-        if any(wds):
-            wd = stack.bcast(wds)
-            g = g.add(p, alpha=wd) if isinstance(wd, float) else torch.addcmul(g, p, wd)
-        if any(momenta):  # a member without momentum gets buf · 0 + g = g, as its solo update
-            buf = stack.state["momentum_buffer"]
-            if t == 1:
-                buf.copy_(g)
-            else:
-                buf.mul_(stack.bcast(momenta)).add_(g)
-            g = buf
-        lr = stack.bcast(lrs)
-        if isinstance(lr, float):
-            p.add_(g, alpha=-lr)
-        else:
-            p.add_(g * -lr)
-
-    def _adam(self, stack: _Stack, p: torch.Tensor, g: torch.Tensor, t: int, lrs: list[float], wds: list[float],
-              hyper: list[dict[str, Any]]) -> None:
-        b1 = [h["betas"][0] for h in hyper]
-        b2 = [h["betas"][1] for h in hyper]
-        if any(wds):
-            if self._kind == "adamw":  # decoupled: shrink the parameter before the moment update
-                p.mul_(stack.bcast([1 - lr * wd for lr, wd in zip(lrs, wds, strict=True)]))
-            else:
-                wd = stack.bcast(wds)
-                g = g.add(p, alpha=wd) if isinstance(wd, float) else torch.addcmul(g, p, wd)
-        m, v = stack.state["exp_avg"], stack.state["exp_avg_sq"]
-        m.lerp_(g, stack.bcast([1 - b for b in b1]))
-        v.mul_(stack.bcast(b2))
-        one_minus_b2 = stack.bcast([1 - b for b in b2])
-        if isinstance(one_minus_b2, float):
-            v.addcmul_(g, g, value=one_minus_b2)
-        else:
-            v.addcmul_(g * one_minus_b2, g)
-        step_size = stack.bcast([lr / (1 - b ** t) for lr, b in zip(lrs, b1, strict=True)])
-        eps = stack.bcast([h["eps"] for h in hyper])
-        denom = (v.sqrt() / stack.bcast([(1 - b ** t) ** 0.5 for b in b2])).add_(eps)
-        if isinstance(step_size, float):
-            p.addcdiv_(m, denom, value=-step_size)
-        else:
-            p.add_(-step_size * m / denom)
+        self._params.update(self._kind, t, lrs, hyper)
 
     # -- evaluation and the loop ------------------------------------------------------------------------------
     @torch.no_grad()
