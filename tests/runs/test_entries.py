@@ -90,7 +90,7 @@ def test_lab_resume_of_a_run_whose_lock_is_a_named_pipe_is_refused_at_once(tmp_p
     done = subprocess.run([sys.executable, "-m", "lab", "resume", str(run), "train.epochs=2", "--no-progress"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr
-    assert "locked by a process this one cannot identify" in done.stderr and "named pipe" in done.stderr
+    assert "locked by a process this one cannot identify" in done.stderr and "named pipe" in done.stderr, done.stderr
 
 
 def test_a_planted_link_named_like_the_locks_temp_file_writes_nothing_through_it(tmp_path):
