@@ -26,6 +26,7 @@ from lab.config import ConfigError, ExperimentConfig, load_config
 from lab.data.latents import encode_image_folder
 from lab.data.toy2d import TOY_DATASETS, ToyData
 from lab.jobs.builders import alignment_builder
+from lab.jobs.kinds import ALIGNMENT, NODES
 from lab.jobs.publish import DiskSink, Publisher
 from lab.jobs.runner import checked_data, resolved, train_and_evaluate, uses_loader
 from lab.jobs.submit import EXECUTORS, Resources, SubmissionRefused, check_resources, submit_sweep
@@ -507,9 +508,9 @@ def _submit(args: argparse.Namespace, store: RunStore) -> int:
 def _snapshot_publisher(cfg: ExperimentConfig, run: Run, every: int, data: ToyData) -> Publisher:
     """Node maps for toy sets (2-D inputs), Residual Alignment frames for image sets."""
     if cfg.data.name in TOY_DATASETS:
-        return Publisher(DiskSink(run, every_s=0.0), {"nodes": (every, 0.0)})
+        return Publisher(DiskSink(run, every_s=0.0), {NODES: (every, 0.0)})
     builder = alignment_builder(data)  # K = 30 as the paper's Fig. 2, capped at the blocks' size
-    return Publisher(DiskSink(run, every_s=0.0), {"alignment": (every, 0.0)}, {"alignment": builder})
+    return Publisher(DiskSink(run, every_s=0.0), {ALIGNMENT: (every, 0.0)}, {ALIGNMENT: builder})
 
 
 def _config(args: argparse.Namespace, store: RunStore) -> tuple[ExperimentConfig, Run | None, ResumePlan | None]:

@@ -77,9 +77,6 @@ def similarity_snapshot(model: nn.Module, resolution: int = RESOLUTION, limit: f
     return {"distance": layer_distances(feats).numpy(), "cka": linear_cka(feats[:, ::stride]).numpy()}
 
 
-BUILDERS: dict[str, Builder] = {"nodes": nodes_snapshot, "similarity": similarity_snapshot}
-
-
 # torch.func's forward-mode AD keeps process-wide state (its dual levels): two training threads taking Jacobians at
 # once (a run and its lockstep twin) break each other's, so alignment frames are built one at a time.
 _FUNCTORCH = threading.Lock()

@@ -22,7 +22,7 @@ returns at once: the child is given :data:`GRACE_S` seconds to end the step it i
 then SIGTERM, then SIGKILL, by a thread of the server, and a run ended that way is recorded ``stopped``, as asked,
 not ``failed``.
 
-Builders and callbacks must be picklable (module-level functions, as :data:`~lab.jobs.builders.BUILDERS`).
+Builders and callbacks must be picklable (module-level functions, as the kinds' own builders: :mod:`lab.jobs.kinds`).
 """
 
 from __future__ import annotations

@@ -14,12 +14,11 @@ from collections.abc import Callable, Iterable
 
 import numpy as np
 
-from lab.jobs.builders import BUILDERS, Builder, judged
+from lab.jobs.builders import Builder, judged
 from lab.jobs.cadence import Cadence
+from lab.jobs.kinds import default_builders, default_cadence
 from lab.runs.snapshot import Snapshot
 from lab.train.core import Callback, TrainerView
-
-DEFAULT_CADENCE = {"nodes": (10, 0.0), "similarity": (0, 2.0)}
 
 
 class Publisher(Callback):
@@ -27,8 +26,10 @@ class Publisher(Callback):
 
     Args:
         sink: receives each published payload (with ``step`` added); a job's memory slot or the run folder.
-        cadence: per kind, ``(every_n_steps, every_t_seconds)``; either may be 0 (off).
+        cadence: per kind, ``(every_n_steps, every_t_seconds)``; either may be 0 (off). Default: the kinds'
+            own (:func:`~lab.jobs.kinds.default_cadence`).
         builders: snapshot builders by kind; each judges its own frames (:func:`~lab.jobs.builders.judged`).
+            Default: the kinds' own (:func:`~lab.jobs.kinds.default_builders`).
         on_demand: kinds built only when due and requested (:meth:`request`); a request is used up by one build.
             A forced publish (start, pause, end) builds them regardless.
     """
@@ -37,8 +38,8 @@ class Publisher(Callback):
                  cadence: dict[str, tuple[int, float]] | None = None, builders: dict[str, Builder] | None = None,
                  on_demand: Iterable[str] = ()) -> None:
         self.sink = sink
-        self.cadence = Cadence(DEFAULT_CADENCE if cadence is None else cadence, on_demand)
-        builders = BUILDERS if builders is None else builders
+        self.cadence = Cadence(default_cadence() if cadence is None else cadence, on_demand)
+        builders = default_builders() if builders is None else builders
         missing = [k for k in self.cadence.kinds if k not in builders]
         if missing:
             raise ValueError(f"no snapshot builder for {missing}; known: {', '.join(builders)}")

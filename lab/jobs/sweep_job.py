@@ -23,6 +23,7 @@ import yaml
 from lab.config import ExperimentConfig, flatten, to_dict
 from lab.jobs.cadence import Cadence
 from lab.jobs.job import InProcessJob
+from lab.jobs.kinds import RANK
 from lab.nn.mlp import ResidualMLP
 from lab.reports.sweep_frame import rank_frame
 from lab.runs.snapshot import Snapshot
@@ -30,9 +31,6 @@ from lab.runs.store import Run
 from lab.sweeps import SweepPlan, final_status, plan_sweep, train_sweep
 from lab.train.core import end_state
 from lab.train.ensemble import EnsembleCallback, EnsembleTrainer
-
-RANK = "rank"
-"""The snapshot kind a sweep job publishes."""
 
 
 def _text(value: Any) -> str:

@@ -54,7 +54,7 @@ class ThreadJob(InProcessJob):
             layer similarity every 2 s).
         on_demand: kinds built only when due *and* asked for with :meth:`request` (a page asks for the next
             frame once it has drawn the last, so no frame is computed that nobody will see).
-        builders: snapshot builders by kind (default :data:`lab.jobs.builders.BUILDERS`).
+        builders: snapshot builders by kind (default: :func:`lab.jobs.kinds.default_builders`).
         resume: continue the run (True: from its last checkpoint; a :class:`~lab.runs.resume.ResumePlan`).
         disk_every_s: also write each kind's snapshot to ``run/snapshots`` at most this often (0 = never).
         paused: start paused (train only when :meth:`resume` or :meth:`step` is called).

@@ -14,6 +14,7 @@ import numpy as np
 import panel as pn
 
 from lab.analysis.node_maps import NodeMaps
+from lab.jobs.kinds import NODES, SIMILARITY
 from lab.runs import layout
 from lab.runs.snapshot import Snapshot
 from lab.runs.store import Run
@@ -42,8 +43,8 @@ def _arrays(arrays: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 _KIND_VIEWS: dict[str, Callable[[Snapshot], Any]] = {
-    "nodes": node_grid,
-    "similarity": lambda s: similarity_heatmaps(s["distance"], s["cka"]),
+    NODES: node_grid,
+    SIMILARITY: lambda s: similarity_heatmaps(s["distance"], s["cka"]),
 }
 
 
@@ -81,7 +82,7 @@ def run_view(run: Run) -> pn.viewable.Viewable:
     records = run.metric_records()
     if records:
         parts.append(pn.pane.HoloViews(training_curves(records)))
-    frame = run.load_snapshot("nodes")
+    frame = run.load_snapshot(NODES)
     if frame is not None:
         parts.append(pn.pane.HoloViews(node_grid(frame[1].float32())))
     return pn.Column(*parts)

@@ -57,7 +57,7 @@ def test_a_sweep_trains_in_a_child_and_is_controlled_and_drawn_like_a_sweep_job(
     """One ensemble of an α_min sweep in a child: paused with its frame, single steps, on-demand rank frames, its
     members' metrics tagged by member; killed, it is reported failed and its members' folders stay."""
     from lab.config import load_config
-    from lab.jobs.sweep_job import RANK
+    from lab.jobs.kinds import RANK
 
     cfg = load_config("configs/spiral.yaml", ["model.depth=3", "model.width=8", "data.n=512", "model.shortcut=linear",
                                               "train.epochs=1000", "train.eval_every=10", "train.log_every=5"])

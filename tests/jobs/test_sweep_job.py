@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from lab.config import load_config
+from lab.jobs.kinds import RANK
 from lab.jobs.manager import JobManager, ManagerBusy
-from lab.jobs.sweep_job import RANK, SweepJob, group_plan, plan_from_config
+from lab.jobs.sweep_job import SweepJob, group_plan, plan_from_config
 from lab.runs.store import Run, RunStore, config_of_run
 from lab.sweeps import create_sweep, plan_sweep, read_sweep
 from lab.train import build_model

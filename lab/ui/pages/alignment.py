@@ -31,6 +31,7 @@ from lab.config import ConfigError, ExperimentConfig, ModelConfig, apply_overrid
 from lab.data.images import IMAGE_DATASETS
 from lab.data.roots import resolve_data_path
 from lab.jobs.builders import alignment_builder
+from lab.jobs.kinds import ALIGNMENT
 from lab.jobs.manager import JobManager
 from lab.train.build import build_data, build_model
 from lab.ui.follower import JobFollower
@@ -125,9 +126,9 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
         self.twin_curves = LiveCurves(width=300, height=160)
         self._data = None
         self._data_key = None
-        self.follower.on_snapshot("alignment", self.main.show)
+        self.follower.on_snapshot(ALIGNMENT, self.main.show)
         self.follower.on_metrics(self.curves.extend)
-        self.twin_follower.on_snapshot("alignment", self.twin.show)
+        self.twin_follower.on_snapshot(ALIGNMENT, self.twin.show)
         self.twin_follower.on_metrics(self.twin_curves.extend)
         self._twin_parts: list[pn.viewable.Viewable] = []  # what the contrast switch shows or hides
         self._views = pn.Column(*self._rows(), self._downloads())
@@ -212,12 +213,12 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
         except (ConfigError, ValueError, PermissionError, FileNotFoundError) as err:
             self.follower.status.error(f"Cannot start: {err}")
             return False
-        kwargs = {"builders": {"alignment": builder}, "cadence": {"alignment": (self.every, 0.0)},
-                  "on_demand": ("alignment",), "paused": paused}
+        kwargs = {"builders": {ALIGNMENT: builder}, "cadence": {ALIGNMENT: (self.every, 0.0)},
+                  "on_demand": (ALIGNMENT,), "paused": paused}
         if not self.contrast:
             if self.follower.start(cfg, **kwargs) is None:
                 return False
-            self.follower.want("alignment")
+            self.follower.want(ALIGNMENT)
             return True
         cfgs = [cfg, self.config(twin=True)]
         jobs = self.follower.start_lockstep(cfgs, names=[c.name for c in cfgs], **kwargs)  # both or neither
@@ -225,7 +226,7 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
             return False
         self.twin_follower.follow(jobs[1])
         for follower in self.followers:
-            follower.want("alignment")
+            follower.want(ALIGNMENT)
         return True
 
     @property

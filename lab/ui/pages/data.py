@@ -10,6 +10,7 @@ import param
 
 from lab.config import ConfigError, ExperimentConfig, apply_overrides
 from lab.data.toy2d import make_toy_data
+from lab.jobs.kinds import NODES
 from lab.jobs.manager import JobManager
 from lab.ui.pages.knobs import Knob, config_overrides, knob_class, toy_data_knobs
 from lab.ui.pages.page import Page
@@ -42,7 +43,7 @@ class DataPage(knob_class("_DataKnobs", KNOBS, Page)):
         self.decision = LiveDecision(size=360)
         self.curves = LiveCurves()
         self.follower.on_metrics(self.curves.extend)
-        self.follower.on_snapshot("nodes", self._new_frame)
+        self.follower.on_snapshot(NODES, self._new_frame)
         self._views = pn.Column(pn.Row(self.data_pane, self.decision.pane), self.curves.pane)
         self.follower.add_views(self._views)
         self._draw_data()
@@ -83,7 +84,7 @@ class DataPage(knob_class("_DataKnobs", KNOBS, Page)):
         except ConfigError as err:
             self.follower.status.error(str(err))
             return
-        if self.follower.start(cfg, cadence={"nodes": (0, 0.5)}, disk_every_s=0) is not None:
+        if self.follower.start(cfg, cadence={NODES: (0, 0.5)}, disk_every_s=0) is not None:
             self.curves.clear()
 
     @param.depends("stop", watch=True)

@@ -28,6 +28,7 @@ from lab.analysis.node_maps import RESOLUTION
 from lab.config import ConfigError, ExperimentConfig, apply_overrides
 from lab.data.toy2d import make_toy_data
 from lab.jobs.builders import nodes_snapshot, similarity_snapshot
+from lab.jobs.kinds import NODES, SIMILARITY
 from lab.jobs.manager import JobManager
 from lab.nn.mlp import ACTIVATIONS
 from lab.shortcuts import DECAYED, SCHEDULES, block_scales
@@ -105,8 +106,8 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
               for key, view in (("distance", distance_heatmap), ("cka", cka_heatmap))),
             title="Layer similarity (Euclidean distance and linear CKA between layers)", collapsed=True, width=720)
         self.similarity.param.watch(self._similarity_toggled, "collapsed")
-        self.follower.on_snapshot("nodes", self._new_frame)
-        self.follower.on_snapshot("similarity", self._new_similarity)
+        self.follower.on_snapshot(NODES, self._new_frame)
+        self.follower.on_snapshot(SIMILARITY, self._new_similarity)
         self.follower.on_metrics(self.curves.extend)
         self._views = pn.Column(
             self.follower.pace(self.grid.pane),
@@ -169,16 +170,16 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
 
     # -- actions ----------------------------------------------------------------------------------------------
     def _start(self, paused: bool) -> bool:
-        builders = {"nodes": partial(nodes_snapshot, resolution=self._live_resolution()),
-                    "similarity": similarity_snapshot}
-        job = self.follower.start(self.config(), paused=paused, on_demand=("nodes", "similarity"), builders=builders,
-                                  cadence={"nodes": (self.snapshot_every, 0.0), "similarity": (0, 2.0)})
+        builders = {NODES: partial(nodes_snapshot, resolution=self._live_resolution()),
+                    SIMILARITY: similarity_snapshot}
+        job = self.follower.start(self.config(), paused=paused, on_demand=(NODES, SIMILARITY), builders=builders,
+                                  cadence={NODES: (self.snapshot_every, 0.0), SIMILARITY: (0, 2.0)})
         if job is None:
             return False
         self.curves.clear()
         self._set_history([])
-        self.follower.want("nodes")
-        self.follower.want("similarity", not self.similarity.collapsed)
+        self.follower.want(NODES)
+        self.follower.want(SIMILARITY, not self.similarity.collapsed)
         return True
 
     def _live_resolution(self) -> int:
@@ -212,7 +213,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
         self._similarity_pipe.send(arrays)
 
     def _similarity_toggled(self, event: param.parameterized.Event) -> None:
-        self.follower.want("similarity", not event.new)
+        self.follower.want(SIMILARITY, not event.new)
         if not event.new and self.job is None:
             self._rebuild()
 
@@ -233,16 +234,16 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
         if self.job is None or not self.history_steps:
             return
         if self.history == 0:
-            latest = self.job.latest("nodes")
+            latest = self.job.latest(NODES)
             if latest is not None:
                 self.frame = latest[1]
                 self._draw()
             return
         wanted = self.history_steps[max(0, len(self.history_steps) - 1 + self.history)]
-        on_disk = [v for v in self.job.run.snapshot_versions("nodes") if v <= wanted]
+        on_disk = [v for v in self.job.run.snapshot_versions(NODES) if v <= wanted]
         found = None
         with contextlib.suppress(OSError):  # a frame being replaced: the one on screen stays
-            found = self.job.run.load_snapshot("nodes", on_disk[-1]) if on_disk else None
+            found = self.job.run.load_snapshot(NODES, on_disk[-1]) if on_disk else None
         if found is not None:
             self.frame = found[1].float32()
             self._draw()

@@ -26,8 +26,8 @@ import yaml
 
 from lab.analysis.embed import umap_embed
 from lab.config import PIXEL_TASKS, ConfigError, ExperimentConfig, apply_overrides, to_dict
+from lab.jobs.kinds import RANK
 from lab.jobs.manager import JobManager
-from lab.jobs.sweep_job import RANK
 from lab.nn.mlp import ACTIVATIONS
 from lab.reports.sweep_frame import rank_frame
 from lab.train.build import build_data, build_model, build_task

@@ -30,12 +30,11 @@ from lab.runs import layout
 from lab.runs.catalog import RunCatalog
 from lab.runs.entries import read_jsonl, read_picture
 from lab.runs.store import Run, RunFolderError, config_of_run
+from lab.ui.views.replays import REPLAYS
 from lab.ui.views.run_views import table_frame
 
 POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lab-runs-scan")
 """The threads that read run folders for every Runs page of this process."""
-KINDS = ("nodes", "alignment")
-"""The kinds of saved frame the page replays (:data:`lab.ui.views.saved_frames.VIEWS`)."""
 MAX_POINTS = 100_000
 """A toy run's training points are drawn under its replayed frames only up to this many samples."""
 MAX_STEP_RECORDS = 250
@@ -197,7 +196,7 @@ def scan(catalog: RunCatalog, request: ScanRequest) -> Scan:
             or reader.summary(stale_after_s=request.stale_after_s)
         run = Run(path)
         out.opened = Opened(path, summary, reader.config()[1], reader.checkpoints(), follow(request.opened),
-                            {k: run.snapshot_versions(k) for k in KINDS}, _newer_figure(path, request.figure),
+                            {k: run.snapshot_versions(k) for k in REPLAYS}, _newer_figure(path, request.figure),
                             training_points(run) if request.first else None)
     for followed in request.compared:
         out.compared[followed.path] = (follow(followed), catalog.reader(followed.path).config()[0])

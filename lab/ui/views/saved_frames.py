@@ -2,11 +2,12 @@
 
 A run trained by a page (or by ``python -m lab train --snapshot-every N``) keeps frames under ``snapshots/``
 (``<kind>-<step>.npz``, :meth:`~lab.runs.store.Run.load_snapshot`). Opened on the Runs page, they are replayed with a
-step slider: ``nodes`` frames in the Playground's node grid and decision map (over the run's training points, rebuilt
-from its config by whoever opens the run: :meth:`SavedFrames.show_points`), ``alignment`` frames in the Alignment
-views. Nothing is trained and nothing is written. A frame comes from a run folder, so it is checked before it is
-drawn: read through :func:`~lab.runs.entries.read_npz` (whose checks bound what loading it costs), then against the
-arrays its view draws (:data:`ARRAYS`); a frame that cannot be read or drawn leaves the one on screen and says why.
+step slider in the view each kind registers (:mod:`lab.ui.views.replays`): ``nodes`` frames in the Playground's node
+grid and decision map (over the run's training points, rebuilt from its config by whoever opens the run:
+:meth:`SavedFrames.show_points`), ``alignment`` frames in the Alignment views. Nothing is trained and nothing is
+written. A frame comes from a run folder, so it is checked before it is drawn: read through
+:func:`~lab.runs.entries.read_npz` (whose checks bound what loading it costs), then against its kind's contract
+(:func:`~lab.jobs.kinds.check_frame`); a frame that cannot be read or drawn leaves the one on screen and says why.
 """
 
 from __future__ import annotations
@@ -16,47 +17,20 @@ import logging
 import numpy as np
 import panel as pn
 
+from lab.jobs.kinds import KINDS, NODES, FrameError, check_frame
 from lab.runs.store import Run
 from lab.ui.text import markdown_pane, md
-from lab.ui.views.live_alignment import AlignmentViews
-from lab.ui.views.live_grid import LiveDecision, LiveGrid
+from lab.ui.views.replays import REPLAYS, Replay
 
 log = logging.getLogger(__name__)
-
-VIEWS = {"nodes": "Node maps and decision boundary (the Playground's views)",
-         "alignment": "Residual Alignment (the Alignment page's views)"}
-"""The kinds of saved frame that have a view, and how the chooser names them."""
-ARRAYS = {
-    "nodes": {"maps": 4, "weights": 3, "decision": 2},
-    "alignment": {"sigma": 2, "scores": 2, "grid": 5, "baseline": 1, "inv_sigma": 1, "inv_sigma_fit": 1,
-                  "traj_pca": 3, "traj_gauss": 3, "labels": 1, "nc1": 1},
-}
-"""The numeric arrays each view draws from a frame, and how many axes each has."""
-
-
-class FrameError(ValueError):
-    """A saved frame that its view cannot draw; the message says what is missing or malformed."""
-
-
-def check_frame(kind: str, frame: dict[str, np.ndarray]) -> None:
-    """Raise :class:`FrameError` unless ``frame`` holds every array of :data:`ARRAYS` for ``kind``, numeric, with its
-    number of axes and no empty axis."""
-    for name, ndim in ARRAYS[kind].items():
-        if name not in frame:
-            raise FrameError(f"the frame has no array {name!r}")
-        array = np.asarray(frame[name])
-        if array.dtype.kind not in "biuf" or array.ndim != ndim or 0 in array.shape:
-            raise FrameError(f"the frame's {name!r} is {array.dtype} of shape {array.shape}; its view draws a "
-                             f"numeric array of {ndim} non-empty axes")
 
 
 class SavedFrames:
     """The saved frames of one run: a chooser of kind, a step slider and the kind's view.
 
     Attributes:
-        layout: what a page shows (hidden while the run has no frame of a kind in :data:`VIEWS`).
-        grid, decision: the node grid and decision map (``nodes``).
-        alignment: the Alignment views (``alignment``; None until a run with such frames is opened).
+        layout: what a page shows (hidden while the run has no frame of a kind with a replay view).
+        views: each kind's replay view (:mod:`lab.ui.views.replays`), made when that kind is first shown.
     """
 
     def __init__(self) -> None:
@@ -65,8 +39,7 @@ class SavedFrames:
         self._unseen = False  # a run was opened whose frames have not been drawn yet
         self.kind = pn.widgets.Select(label="Saved frames", options={}, width=420)
         self.step = pn.widgets.DiscreteSlider(label="Step", options=[0], value=0, width=420)
-        self.grid, self.decision = LiveGrid(), LiveDecision()
-        self.alignment: AlignmentViews | None = None  # made when first shown: its figures cost a page that has none
+        self.views: dict[str, Replay] = {}  # each kind's replay view, made when first shown (views cost)
         self.title = markdown_pane("", margin=(0, 10))
         self.problem = markdown_pane("", margin=(0, 10), visible=False)
         self._body = pn.Column(sizing_mode="stretch_width")
@@ -88,7 +61,7 @@ class SavedFrames:
     def show_points(self, points: tuple[np.ndarray, np.ndarray]) -> None:
         """Draw the node maps over the run's training points ``(x [n, 2], y [n])`` from now on."""
         self._points = points
-        if self.kind.value == "nodes" and self.layout.visible:
+        if self.kind.value == NODES and self.layout.visible:
             self.draw()
 
     def refresh(self, frames: dict[str, list[int]] | None = None) -> None:
@@ -96,9 +69,9 @@ class SavedFrames:
         grows while the run writes frames, and stays on the newest when it was there; the first frames found of a
         run just opened draw its newest."""
         if frames is None:
-            frames = {} if self.run is None else {k: self.run.snapshot_versions(k) for k in VIEWS}
-        self._frames = {k: v for k, v in frames.items() if k in VIEWS and v}
-        kinds = {VIEWS[k]: k for k in self._frames}
+            frames = {} if self.run is None else {k: self.run.snapshot_versions(k) for k in REPLAYS}
+        self._frames = {k: v for k, v in frames.items() if k in REPLAYS and v}
+        kinds = {KINDS[k].title: k for k in self._frames}
         self.layout.visible = bool(kinds)
         opened, self._unseen = self._unseen and bool(kinds), self._unseen and not kinds
         if kinds != self.kind.options:
@@ -111,10 +84,7 @@ class SavedFrames:
 
     def _kind_changed(self) -> None:
         kind = self.kind.value
-        if kind == "alignment" and self.alignment is None:
-            self.alignment = AlignmentViews()
-        self._body[:] = ([self.grid.pane, self.decision.pane] if kind == "nodes"
-                         else [pn.Column(*self.alignment.rows())] if kind == "alignment" else [])
+        self._body[:] = self._view(kind).panes() if kind in REPLAYS else []
         if self.run is not None and kind in self._frames:
             self._steps(self._frames[kind], opened=True)
 
@@ -135,7 +105,7 @@ class SavedFrames:
     def draw(self) -> None:
         """Draw the chosen step's frame in its kind's view, or say why it cannot be (the frame on screen stays)."""
         kind, run = self.kind.value, self.run
-        if run is None or kind not in VIEWS:
+        if run is None or kind not in REPLAYS:
             return
         step = int(self.step.value)
         try:
@@ -144,12 +114,7 @@ class SavedFrames:
                 return
             frame = loaded[1].float32()
             check_frame(kind, frame)
-            if kind == "nodes":
-                L, H = frame["maps"].shape[:2]
-                self.grid.show(frame, layers=(0, L), nodes=(0, H), normalize="tile", points=self._points)
-                self.decision.show(frame["decision"], step, *self._points, _scalar(frame.get("limit"), 1.0))
-            else:
-                self.alignment.show(frame)
+            self._view(kind).show(frame, step, self._points)
         except (OSError, FrameError) as err:
             self._say(f"The frame of step {step} is not drawn: {md(err)}")
             return
@@ -159,15 +124,14 @@ class SavedFrames:
                       f"({md(f'{type(err).__name__}: {err}')})")
             return
         self.problem.visible = False
-        self.title.object = f"**{VIEWS[kind]}** at step {step}, from `snapshots/` (read-only)"
+        self.title.object = f"**{KINDS[kind].title}** at step {step}, from `snapshots/` (read-only)"
+
+    def _view(self, kind: str) -> Replay:
+        """``kind``'s replay view, made on first use."""
+        if kind not in self.views:
+            self.views[kind] = REPLAYS[kind]()
+        return self.views[kind]
 
     def _say(self, text: str) -> None:
         self.problem.object, self.problem.visible = text, True
 
-
-def _scalar(value: object, default: float) -> float:
-    """A frame's one-number entry (``limit``), or ``default`` when it is missing or not one finite number."""
-    array = np.asarray(value if value is not None else default)
-    if array.size != 1 or array.dtype.kind not in "biuf" or not np.isfinite(array).all():
-        return default
-    return float(array.reshape(()))

@@ -1,0 +1,94 @@
+"""The kinds of frame: one record per kind of snapshot a job publishes and a view draws.
+
+A *frame* (:class:`~lab.runs.snapshot.Snapshot`) is one kind's arrays at one training step. A :class:`Kind` says
+everything the lab knows about a kind below the pages: its name, how a chooser names it, the numeric arrays its
+views draw (the frame's contract, checked before a frame read from a run folder is drawn), the builder that makes
+it from any model and its default cadence, when it has them. The views that draw a kind live with the pages
+(:mod:`lab.ui.views.replays` registers the replay view of each kind a run folder's frames are shown in).
+
+A new kind is one :func:`register` call (and, for a builder the publisher runs by default, the builder itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lab.jobs.builders import Builder, nodes_snapshot, similarity_snapshot
+
+NODES, SIMILARITY, ALIGNMENT, RANK = "nodes", "similarity", "alignment", "rank"
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of frame.
+
+    Attributes:
+        name: the kind's name (a snapshot file's prefix: ``snapshots/<name>-<step>.npz``).
+        title: how a chooser names it.
+        arrays: the numeric arrays its views draw and each one's number of axes (the frame's contract).
+        builder: makes a frame from any model, for the publisher's defaults; None for a kind its job builds itself
+            (alignment frames need the data; rank frames a whole sweep).
+        cadence: the default ``(every_n_steps, every_t_seconds)`` of a builder the publisher runs by default.
+    """
+
+    name: str
+    title: str
+    arrays: Mapping[str, int] = field(default_factory=dict)
+    builder: Builder | None = None
+    cadence: tuple[int, float] | None = None
+
+
+KINDS: dict[str, Kind] = {}
+"""Every kind, by name."""
+
+
+def register(kind: Kind) -> Kind:
+    """Add ``kind`` to :data:`KINDS`.
+
+    Raises:
+        ValueError: a kind of that name exists already.
+    """
+    if kind.name in KINDS:
+        raise ValueError(f"a frame kind {kind.name!r} is registered already")
+    KINDS[kind.name] = kind
+    return kind
+
+
+register(Kind(NODES, "Node maps and decision boundary (the Playground's views)",
+              {"maps": 4, "weights": 3, "decision": 2}, nodes_snapshot, (10, 0.0)))
+register(Kind(SIMILARITY, "Layer distance and linear CKA (the Playground's similarity view)",
+              {"distance": 2, "cka": 2}, similarity_snapshot, (0, 2.0)))
+register(Kind(ALIGNMENT, "Residual Alignment (the Alignment page's views)",
+              {"sigma": 2, "scores": 2, "grid": 5, "baseline": 1, "inv_sigma": 1, "inv_sigma_fit": 1,
+               "traj_pca": 3, "traj_gauss": 3, "labels": 1, "nc1": 1}))
+register(Kind(RANK, "Rank and probe of every layer of a sweep's members (the Rank page's views)",
+              {"effective_rank": 2, "eq6_entropy": 2, "probe_acc": 2, "pca": 3, "labels": 1}))
+
+
+def default_builders() -> dict[str, Builder]:
+    """The builders a publisher runs when a job names none, by kind."""
+    return {k.name: k.builder for k in KINDS.values() if k.builder is not None and k.cadence is not None}
+
+
+def default_cadence() -> dict[str, tuple[int, float]]:
+    """Their default cadences, by kind."""
+    return {k.name: k.cadence for k in KINDS.values() if k.builder is not None and k.cadence is not None}
+
+
+class FrameError(ValueError):
+    """A frame that its views cannot draw; the message says what is missing or malformed."""
+
+
+def check_frame(kind: str, frame: Mapping[str, np.ndarray]) -> None:
+    """Raise :class:`FrameError` unless ``frame`` holds every array of ``kind``'s contract (:attr:`Kind.arrays`),
+    numeric, with its number of axes and no empty axis."""
+    for name, ndim in KINDS[kind].arrays.items():
+        if name not in frame:
+            raise FrameError(f"the frame has no array {name!r}")
+        array = np.asarray(frame[name])
+        if array.dtype.kind not in "biuf" or array.ndim != ndim or 0 in array.shape:
+            raise FrameError(f"the frame's {name!r} is {array.dtype} of shape {array.shape}; its view draws a "
+                             f"numeric array of {ndim} non-empty axes")

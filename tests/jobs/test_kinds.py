@@ -1,0 +1,68 @@
+"""The kinds of frame: one record each; every kind's frames, as its builder or job makes them, hold the arrays its
+views draw (its contract), and a frame that breaks the contract is refused before it is drawn."""
+
+import numpy as np
+import pytest
+
+from lab.config import ExperimentConfig, apply_overrides
+from lab.jobs.builders import alignment_builder
+from lab.jobs.kinds import (
+    ALIGNMENT,
+    KINDS,
+    NODES,
+    RANK,
+    SIMILARITY,
+    FrameError,
+    Kind,
+    check_frame,
+    default_builders,
+    default_cadence,
+    register,
+)
+from lab.reports.sweep_frame import rank_frame
+from lab.train.build import build_data, build_model
+
+
+def _model(**overrides):
+    cfg = apply_overrides(ExperimentConfig(), {"model.depth": 3, "model.width": 6, "data.n": 256, **overrides})
+    data = build_data(cfg)
+    return build_model(cfg, data).eval(), data
+
+
+def test_the_publishers_defaults_are_the_kinds_with_a_builder_and_a_cadence():
+    assert default_builders() == {NODES: KINDS[NODES].builder, SIMILARITY: KINDS[SIMILARITY].builder}
+    assert default_cadence() == {NODES: (10, 0.0), SIMILARITY: (0, 2.0)}
+    assert KINDS[ALIGNMENT].builder is None and KINDS[RANK].builder is None  # their jobs build them
+
+
+@pytest.mark.parametrize("kind", [NODES, SIMILARITY])
+def test_a_default_builders_frame_keeps_its_contract(kind):
+    model, _ = _model()
+    frame = KINDS[kind].builder(model)
+    check_frame(kind, frame)
+    assert set(KINDS[kind].arrays) <= set(frame)
+
+
+def test_alignment_and_rank_frames_keep_their_contracts():
+    model, data = _model(**{"model.name": "fc_resnet", "data.name": "digits", "model.depth": 2, "model.width": 16})
+    check_frame(ALIGNMENT, alignment_builder(data, k=4, inputs=16, nc_inputs=50, baseline_trials=2)(model))
+    mlps = [_model(**{"model.alpha_min": a, "model.shortcut": "linear"}) for a in (1.0, 0.5)]
+    frame = rank_frame([m for m, _ in mlps], mlps[0][1], names=["a", "b"], points=64)
+    check_frame(RANK, frame)
+
+
+def test_a_frame_that_breaks_its_contract_is_named():
+    model, _ = _model()
+    frame = KINDS[NODES].builder(model)
+    with pytest.raises(FrameError, match="no array 'decision'"):
+        check_frame(NODES, {k: v for k, v in frame.items() if k != "decision"})
+    with pytest.raises(FrameError, match="'maps' is float32 of shape"):
+        check_frame(NODES, {**frame, "maps": frame["maps"][0]})
+    with pytest.raises(FrameError, match="numeric array"):
+        check_frame(NODES, {**frame, "weights": np.array(["a"])})
+
+
+def test_a_kind_is_registered_once():
+    with pytest.raises(ValueError, match="registered already"):
+        register(Kind(NODES, "again"))
+    assert KINDS[NODES].title != "again"
