@@ -60,12 +60,13 @@ from lab.runs.store import FINISHED, Run
 from lab.ui.follower import can_schedule, session_id, weak_periodic
 from lab.ui.pages.knobs import Knob, knob_class
 from lab.ui.pages.page import Page
-from lab.ui.pages.runs_scan import POOL, Followed, Opened, Scan, ScanRequest, scan, sweep_rank
-from lab.ui.text import code, code_block, markdown_pane, md
-from lab.ui.views.live_rank import RankViews
+from lab.ui.pages.runs_scan import POOL, ComparedRuns, Followed, Opened, Scan, ScanRequest, scan, sweep_rank
+from lab.ui.text import code, markdown_pane, md
 from lab.ui.views.run_compare import CompareViews
-from lab.ui.views.run_views import COLUMNS, RunCurves, checkpoints_markdown, format_age
+from lab.ui.views.run_details import RunDetails
+from lab.ui.views.run_views import COLUMNS, RunCurves
 from lab.ui.views.saved_frames import SavedFrames
+from lab.ui.views.sweep_rank import SweepRank
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,6 @@ KNOBS: dict[str, Knob] = {
 }
 WIDTHS = {"run": "24%", "model": "10%", "state": "9%", "progress": "10%", "metrics": "22%", "heartbeat": "8%",
           "problems": "17%"}
-EMPTY = "Select a run in the table to see its curves, status, config and checkpoints."
 TICK_MS = 200
 """How often a served page looks whether its last scan is done (and starts the next one when due)."""
 PAGE_ROWS = 25
@@ -116,13 +116,11 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         self._path: Path | None = None  # the opened run's folder
         self._opened: Followed | None = None  # where the opened run's metrics were read to
         self._first = False  # the opened run was just opened (its training points are read once)
-        self._shown_figure: Path | None = None
         self._keys: dict[Path, str] = {}  # run folder → its name in the table and the URL
         self._messages: dict[str, tuple[str, str]] = {}  # topic (folder, run, stop) → (alert kind, text)
         self._syncing = False
         self._generation = 0  # grows with every change of what the page shows: older scans are dropped
         self._scan: Future | None = None
-        self._rank: tuple[str, int, Future] | None = None  # an opened sweep's rank frame being built: key, members
         self._due = 0.0  # when the next periodic scan is due (monotonic seconds)
         self._started = 0.0  # when the last scan started
         self._dirty = True
@@ -142,24 +140,12 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
                                           sizing_mode="stretch_width", max_height=420)
         self.table.param.watch(self._selected, "selection")
         self.curves = RunCurves()
-        self._header = markdown_pane(EMPTY, sizing_mode="stretch_width", margin=(5, 10))
+        self.details = RunDetails()
         self._plots = pn.Column(sizing_mode="stretch_width")
-        self._config = markdown_pane("", sizing_mode="stretch_width", max_height=420,
-                                     styles={"overflow-y": "auto"})
-        self._checkpoints = markdown_pane("", sizing_mode="stretch_width")
-        self._details = pn.Row(pn.Card(self._config, title="Config", sizing_mode="stretch_width"),
-                               pn.Card(self._checkpoints, title="Checkpoints", sizing_mode="stretch_width"),
-                               sizing_mode="stretch_width", visible=False)
-        # MAE runs: the newest reconstruction picture (originals, masked inputs, reconstructions), embedded
-        self._picture = pn.pane.PNG(None, sizing_mode="stretch_width", max_width=900)
-        self._caption = markdown_pane("", margin=(0, 10))
-        self._figure = pn.Column(self._caption, self._picture, sizing_mode="stretch_width", visible=False)
         self._stop_button = pn.widgets.Button.from_param(self.param.stop, color="danger", width=110, disabled=True)
         self._stop_note = markdown_pane("", margin=(0, 10), sizing_mode="stretch_width")
         self.comparison = CompareViews()
-        self._compared: dict[Path, tuple[str, Followed, list[dict[str, Any]]]] = {}  # path → key, read to, records
-        self._configs: dict[Path, dict[str, Any]] = {}  # the compared runs' configs, as last read
-        self._shown: list[Path] | None = None  # the runs the comparison shows
+        self.compared = ComparedRuns()
         self._last_summary: dict[str, Any] | None = None  # the opened run's, as last read
         # a native multiple select: its options are text (a run folder's name is never markup; a MultiChoice would
         # render it as HTML)
@@ -167,10 +153,10 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
                                                       value=[], size=6, sizing_mode="stretch_width")
         self._compare_choice.param.watch(lambda e: setattr(self, "compare", ",".join(e.new)), "value")
         self.saved = SavedFrames()
-        self.sweep_rank: RankViews | None = None  # an opened sweep's, made when first shown (its figures cost)
-        self._sweep_rank = pn.Column(sizing_mode="stretch_width", visible=False)
-        self._main = pn.Column(self.table, self.comparison.layout, self._sweep_rank, self._header, self._plots,
-                               self.saved.layout, self._figure, self._details, sizing_mode="stretch_width")
+        self.sweep = SweepRank()
+        self._main = pn.Column(self.table, self.comparison.layout, self.sweep.layout, self.details.header, self._plots,
+                               self.saved.layout, self.details.figure, self.details.details,
+                               sizing_mode="stretch_width")
         self.follower.add_views(self._main)
         self._folder_changed()
         self._open()
@@ -231,7 +217,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
             self._compare_choice.options = list(dict.fromkeys([*self._compare_choice.options, *keys]))
             self._compare_choice.value = keys
         self._tell("compare", None)
-        compared, refused = {}, []
+        chosen, refused = {}, []
         for key in keys:
             try:
                 path = resolve_run_path(key, self.roots)
@@ -240,8 +226,8 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
             except (PermissionError, FileNotFoundError, ValueError) as err:
                 refused.append(md(err))
             else:
-                compared[path] = self._compared.get(path, (key, Followed(path), []))
-        self._compared = compared
+                chosen[path] = key
+        self.compared.choose(chosen)
         if refused:
             self._tell("compare", "danger", "Not compared: " + "; ".join(refused))
         self._changed()
@@ -250,17 +236,15 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
     def _open(self) -> None:
         """Follow the run named by ``run`` from its first record (or show nothing when it is empty)."""
         key = self.run.strip()
-        self._path, self._opened, self._shown_figure, self._last_summary = None, None, None, None
+        self._path, self._opened, self._last_summary = None, None, None
         self._tell("run", None)
         self._tell("stop", None)
         self.follower.forget()  # watch-only jobs: forgetting stops nothing (and its last poll comes before clear)
         self.curves.clear()
         self._plots[:] = []
-        self._details.visible = self._figure.visible = False
-        self._header.object = EMPTY
+        self.details.clear()
         self.saved.open(None)
-        self._sweep_rank.visible = False
-        self._rank = None
+        self.sweep.clear()
         if key:
             try:
                 path = resolve_run_path(key, self.roots)
@@ -273,7 +257,9 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
             else:
                 if sweep:  # a sweep opens as the comparison of its members, and its rank views
                     paths = find_runs(path, self.roots)
-                    self._build_sweep_rank(key, paths)
+                    self._tell("run", "info", self.sweep.start(key, len(paths), POOL.submit(sweep_rank, paths)))
+                    if not self._served:
+                        self._tell("run", "info", self.sweep.finish())
                     self.compare = ",".join(self._key(p) for p in paths)
                 else:
                     self._path, self._opened, self._first = path, Followed(path), True
@@ -290,8 +276,8 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
     # -- reading, off the event loop ----------------------------------------------------------------------------
     def _request(self) -> ScanRequest:
         return ScanRequest(self._generation, tuple(self.folders()), tuple(self.roots), self.stale_after_s,
-                           self._opened, self._first, self._shown_figure,
-                           tuple(followed for _, followed, _ in self._compared.values()))
+                           self._opened, self._first, self.details.shown_figure,
+                           self.compared.follows())
 
     def _changed(self) -> None:
         """What the page shows changed: read it again now (in a test or a script) or at the next tick (served)."""
@@ -312,8 +298,8 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
 
     def _tick(self) -> None:
         """Show a finished scan, and start the next one when the page changed or ``refresh_s`` passed."""
-        if self._rank is not None and self._rank[2].done():
-            self._show_sweep_rank(*self._rank)
+        if self.sweep.ready:
+            self._tell("run", "info", self.sweep.finish())
             self.follower.push()
         if self._scan is not None:
             if not self._scan.done():
@@ -352,7 +338,9 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         if read.opened is not None:
             self._show_opened(read.opened, before)
         self._update_stop(self._summary())
-        self._show_comparison(read)
+        shown = self.compared.add(read.compared)
+        if shown is not None:
+            self.comparison.show(*shown)
         self._dirty = self._dirty or read.more  # a long file: the next chunk at once
         return changed
 
@@ -387,54 +375,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         if event.new[0] < len(keys):
             self.run = keys[event.new[0]]
 
-    # -- runs compared ----------------------------------------------------------------------------------------
-    def _show_comparison(self, read: Scan) -> None:
-        """Add the compared runs' new records and redraw the comparison when anything changed."""
-        changed = False
-        for path, (records, config) in read.compared.items():
-            if path not in self._compared:
-                continue
-            key, _, old = self._compared[path]
-            self._compared[path] = (key, records.follow, (old if not records.rewritten else []) + records.records)
-            changed = changed or bool(records.records) or records.rewritten or not old
-            self._configs[path] = config
-        self._configs = {path: config for path, config in self._configs.items() if path in self._compared}
-        if not changed and self._shown == list(self._compared):
-            return
-        self._shown = list(self._compared)
-        entries = list(self._compared.items())
-        self.comparison.show([key for _, (key, _, _) in entries], [self._configs.get(path, {}) for path, _ in entries],
-                             [records for _, (_, _, records) in entries])
-
     # -- the opened run ---------------------------------------------------------------------------------------
-    def _build_sweep_rank(self, key: str, paths: list[Path]) -> None:
-        """Start building the opened sweep's rank views from its members' last checkpoints, in a worker."""
-        self._tell("run", "info", f"{code(key)} is a sweep: its {len(paths)} members are compared above; reading "
-                                  "their last checkpoints for the rank views…")
-        self._rank = (key, len(paths), POOL.submit(sweep_rank, paths))
-        if not self._served:
-            self._show_sweep_rank(*self._rank)
-
-    def _show_sweep_rank(self, key: str, members: int, future: Future) -> None:
-        """The opened sweep's rank views (when its members are residual MLPs), or why there are none."""
-        self._rank = None
-        words = f"{code(key)} is a sweep: its {members} members are compared above"
-        try:
-            frame, left_out = future.result()
-        except (ValueError, OSError) as err:
-            self._tell("run", "info", f"{words}; no rank views: {md(err)}")
-            return
-        if self.sweep_rank is None:
-            self.sweep_rank = RankViews()
-            for name in ("rank_time", "probe_time"):  # one frame: nothing over training to draw
-                self.sweep_rank.panes[name].visible = False
-            self._sweep_rank[:] = [self.sweep_rank.layout]
-        self.sweep_rank.clear()
-        self.sweep_rank.show(frame)
-        self._sweep_rank.visible = True
-        missing = f" ({len(left_out)} left out: {'; '.join(md(m) for m in left_out)})" if left_out else ""
-        self._tell("run", "info", f"{words}, with the rank views of their last checkpoints{missing}.")
-
     def _summary(self) -> dict[str, Any] | None:
         """The opened run's summary as last read (None before its first scan)."""
         return None if self._path is None else self._last_summary
@@ -459,7 +400,8 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         if opened.points is not None:
             self.saved.show_points(opened.points)
         self.saved.refresh(opened.frames)
-        self._show_details(summary, opened)
+        self.details.show(self._key(self._path), self._path, summary, opened.config_text, opened.checkpoints,
+                          opened.figure)
 
     def _new_records(self, records: list[dict[str, Any]]) -> None:
         self.curves.extend(records)
@@ -467,39 +409,6 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         shown = [p for row in self._plots for p in row]
         if panes != shown:
             self._plots[:] = [pn.Row(*panes[i:i + 2]) for i in range(0, len(panes), 2)]
-
-    def _show_details(self, summary: dict[str, Any], opened: Opened) -> None:
-        model = md(summary["model"], one_line=True) if summary["model"] else "unknown"
-        lines = [f"### {md(self._key(self._path), one_line=True)}",
-                 f"{code(self._path)} · model **{model}** · state **{md(summary['state'], one_line=True)}** · "
-                 f"heartbeat {format_age(summary['age_s'])}"]
-        if summary["message"]:
-            lines.append(f"> {md(summary['message'])}")
-        if summary["stale"]:
-            lines.append(f"**Stale:** no heartbeat for {format_age(summary['age_s']).removesuffix(' ago')}; the "
-                         "process writing this run may have died.")
-        if summary["problems"]:
-            lines.append("**Problems:** " + "; ".join(md(p) for p in summary["problems"]) + ".")
-        if not summary["records"]:
-            lines.append("No metrics yet: `metrics.jsonl` holds no complete record.")
-        header = "\n\n".join(lines)
-        if self._header.object != header:
-            self._header.object = header
-        config = code_block(opened.config_text, "yaml") if opened.config_text else \
-            "No readable config (see the problems above)."
-        if self._config.object != config:
-            self._config.object = config
-        checkpoints = checkpoints_markdown(opened.checkpoints)
-        if self._checkpoints.object != checkpoints:
-            self._checkpoints.object = checkpoints
-        self._details.visible = True
-        if opened.figure is not None:  # a newer picture: embedded (nothing fetched), or why it is not shown
-            step, self._shown_figure, picture, problem = opened.figure
-            self._picture.object = picture
-            self._caption.object = (f"**Reconstructions at step {step}**: held-out images, their masked inputs, "
-                                    "the reconstructions (visible patches pasted back)" if picture is not None else
-                                    f"**Reconstructions at step {step}** not shown: {md(problem)}")
-            self._figure.visible = True
 
     # -- stopping ---------------------------------------------------------------------------------------------
     def lab_job(self) -> Job | None:

@@ -102,6 +102,43 @@ class Opened:
     points: tuple[np.ndarray, np.ndarray] | None  # a toy run's training points (the first scan of a run)
 
 
+class ComparedRuns:
+    """The runs a page compares: each one's name, where its metrics were read to, its records so far and its config,
+    merged from each scan's reads (:meth:`add`)."""
+
+    def __init__(self) -> None:
+        self.runs: dict[Path, tuple[str, Followed, list[dict[str, Any]]]] = {}  # path → name, read to, records
+        self.configs: dict[Path, dict[str, Any]] = {}  # as last read
+        self._shown: list[Path] | None = None  # the runs the comparison last drew
+
+    def choose(self, names: dict[Path, str]) -> None:
+        """Compare the runs ``names`` (path → name); a run compared already keeps what was read of it."""
+        self.runs = {path: self.runs.get(path, (name, Followed(path), [])) for path, name in names.items()}
+        self.configs = {path: config for path, config in self.configs.items() if path in self.runs}
+
+    def follows(self) -> tuple[Followed, ...]:
+        """Where each compared run's metrics are read from next, in order."""
+        return tuple(followed for _, followed, _ in self.runs.values())
+
+    def add(self, read: dict[Path, tuple[Records, dict[str, Any]]]
+            ) -> tuple[list[str], list[dict[str, Any]], list[list[dict[str, Any]]]] | None:
+        """Merge a scan's reads of the compared runs; returns ``(names, configs, records)`` to draw when anything
+        changed (new records, a rewritten file, another choice of runs), else None."""
+        changed = False
+        for path, (records, config) in read.items():
+            if path not in self.runs:
+                continue
+            name, _, old = self.runs[path]
+            self.runs[path] = (name, records.follow, (old if not records.rewritten else []) + records.records)
+            changed = changed or bool(records.records) or records.rewritten or not old
+            self.configs[path] = config
+        if not changed and self._shown == list(self.runs):
+            return None
+        self._shown = list(self.runs)
+        return ([name for name, _, _ in self.runs.values()], [self.configs.get(path, {}) for path in self.runs],
+                [records for _, _, records in self.runs.values()])
+
+
 @dataclass
 class Scan:
     """Everything a page shows, read by :func:`scan`."""

@@ -17,7 +17,8 @@ from lab.jobs.kinds import ALIGNMENT, NODES
 from lab.runs.stop import STOP_FILE
 from lab.runs.store import Run, RunStore
 from lab.runs.writes import atomic_write_json
-from lab.ui.pages.runs import EMPTY, RunsPage
+from lab.ui.pages.runs import RunsPage
+from lab.ui.views.run_details import EMPTY
 from lab.ui.views.run_views import COLUMNS, format_age, format_clock, format_metrics, format_progress
 from tests.jobs.helpers import tiny
 from tests.ui.driving import poll_until, shown
@@ -138,7 +139,8 @@ def test_a_corrupt_folder_is_listed_with_its_problems_and_opened(manager):
     assert "half-written line" in row["problems"]
     page.run = run.id
     assert page.curves.live.sources[("step", "loss")].data == {"step": [5, 10], "value": [1.5, 1.0]}
-    assert "status.json is unreadable" in shown(page._header) and "No readable config" in page._config.object
+    assert "status.json is unreadable" in shown(page.details.header)
+    assert "No readable config" in page.details.config.object
     assert page.follower.job is not None and "unknown" in page.follower.status.message
 
 
@@ -149,7 +151,7 @@ def test_opening_a_run_draws_its_metrics_file(manager):
     other = _run(manager.store, "steps-only", "failed")
     other.append_metrics({**STEP, "step": 1, "loss": 2.0}, {**STEP, "step": 2, "loss": 1.0})
     page = RunsPage(manager=manager)
-    assert page._header.object == EMPTY and not page._plots.objects
+    assert page.details.header.object == EMPTY and not page._plots.objects
     page.run = run.id
     records = run.read_metrics()[0]
     live = page.curves.live.sources
@@ -172,8 +174,8 @@ def test_opening_a_run_draws_its_metrics_file(manager):
                 xs, ys = r.data_source.data["step"], r.data_source.data["value"]
                 assert fig.x_range.start < min(xs) and max(xs) < fig.x_range.end
                 assert fig.y_range.start < min(ys) and max(ys) < fig.y_range.end
-    assert "last.pt" in shown(page._checkpoints) and "| 60 |" in page._checkpoints.object
-    assert "name: residual_mlp" in page._config.object and "lr: 0.01" in page._config.object
+    assert "last.pt" in shown(page.details.checkpoints) and "| 60 |" in page.details.checkpoints.object
+    assert "name: residual_mlp" in page.details.config.object and "lr: 0.01" in page.details.config.object
     assert page.table.selection == [list(page.table.value["run"]).index(run.id)]
     # the curve grows with the file
     run.append_metrics({**STEP, "step": 70, "loss": 0.1})
@@ -257,10 +259,10 @@ def test_url_state_bad_names_and_the_notebook_cell(manager):
     run.append_metrics(*_records(2))
     page = RunsPage(manager=manager, run=run.id)
     assert page.url_parameters == ("folder", "run", "compare")
-    assert page.curves.live.points()["step:loss"] == 2 and run.id in shown(page._header)
+    assert page.curves.live.points()["step:loss"] == 2 and run.id in shown(page.details.header)
     for bad, why in (("../../etc", "outside"), ("nothing", "no folder"), ("", None)):
         page.run = bad
-        assert page.follower.job is None and page._header.object == EMPTY and not page._plots.objects
+        assert page.follower.job is None and page.details.header.object == EMPTY and not page._plots.objects
         assert (why in shown(page.notice)) if why else True
     (manager.store.root / "plain").mkdir()
     page.run = "plain"
@@ -275,7 +277,7 @@ def test_a_failed_run_says_why(manager, state):
     run.write_status(state, f"loss is nan at step 12 ({state})", step=12, total_steps=100)
     page = RunsPage(manager=manager, run=run.id)
     assert page.follower.status.alert.visible and "loss is nan at step 12" in shown(page.follower.status.alert)
-    assert "loss is nan at step 12" in shown(page._header)
+    assert "loss is nan at step 12" in shown(page.details.header)
 
 
 def test_the_newest_reconstruction_picture_of_an_mae_run_is_shown(manager):
@@ -285,14 +287,14 @@ def test_the_newest_reconstruction_picture_of_an_mae_run_is_shown(manager):
     run.append_metrics(*_records(2))
     page = RunsPage(manager=manager)
     page.run = run.id
-    assert not page._figure.visible  # no picture yet: nothing shown
+    assert not page.details.figure.visible  # no picture yet: nothing shown
     (run.path / "figures").mkdir()
     for step, colour in ((10, "red"), (20, "blue")):
         Image.new("RGB", (8, 4), colour).save(run.path / "figures" / f"reconstruction-{step:09d}.png")
     page.poll()
     page.refresh()
-    assert page._figure.visible and "step 20" in page._caption.object
-    assert page._picture.object == (run.path / "figures" / "reconstruction-000000020.png").read_bytes()
+    assert page.details.figure.visible and "step 20" in page.details.caption.object
+    assert page.details.picture.object == (run.path / "figures" / "reconstruction-000000020.png").read_bytes()
 
 
 def test_a_linked_metrics_file_draws_nothing_and_is_named(manager, tmp_path):
@@ -303,7 +305,7 @@ def test_a_linked_metrics_file_draws_nothing_and_is_named(manager, tmp_path):
     page = RunsPage(manager=manager, run=run.id)
     page.poll()
     assert page.follower.job is not None and sum(page.curves.points().values()) == 0 and not page._plots.objects
-    assert "metrics.jsonl is a symbolic link: not read" in shown(page._header)
+    assert "metrics.jsonl is a symbolic link: not read" in shown(page.details.header)
     assert _rows(page)[run.id]["problems"] == "metrics.jsonl is a symbolic link: not read"
 
 
@@ -416,14 +418,14 @@ def test_a_sweep_of_residual_mlps_opens_with_the_rank_views_of_its_last_checkpoi
     folder, runs = create_sweep(plan, manager.store)
     train_sweep(plan, folder, runs, progress=False)
     page = RunsPage(manager=manager, run=folder.id)
-    frame = page.sweep_rank.frame
+    frame = page.sweep.views.frame
     assert [str(n) for n in frame["member_names"]] == [r.id for r in runs]
     assert frame["alpha_min"].tolist() == pytest.approx([1.0, 0.6, 0.4])
     assert frame["effective_rank"].shape == (3, 5) and (frame["test_acc"] > 0.5).all()
-    assert page._sweep_rank.visible and all(n > 0 for n in page.sweep_rank.counts().values())
+    assert page.sweep.layout.visible and all(n > 0 for n in page.sweep.views.counts().values())
     assert "with the rank views of their last checkpoints" in shown(page.notice)
     page.run = ""
-    assert not page._sweep_rank.visible
+    assert not page.sweep.layout.visible
 
 
 def test_hostile_entries_are_shown_as_problems_and_never_raised_into_a_watcher(manager, tmp_path):
@@ -461,8 +463,8 @@ def test_hostile_entries_are_shown_as_problems_and_never_raised_into_a_watcher(m
     with open(figures / "reconstruction-000000020.png", "wb") as f:
         f.truncate(150 * 10**6)  # sparse: 150 MB that cost no disk
     page.refresh()
-    assert page._figure.visible and page._picture.object is None
-    assert "not shown" in shown(page._caption) and "150.0 MB" in shown(page._caption)
+    assert page.details.figure.visible and page.details.picture.object is None
+    assert "not shown" in shown(page.details.caption) and "150.0 MB" in shown(page.details.caption)
 
 
 def test_a_served_page_reads_in_a_worker_and_its_callbacks_never_wait_on_the_disk(manager, monkeypatch):
@@ -492,4 +494,4 @@ def test_a_served_page_reads_in_a_worker_and_its_callbacks_never_wait_on_the_dis
     release.set()
     page._scan.result(30)
     page._tick()
-    assert page.curves.live.points()["step:loss"] == 3 and "a" in shown(page._header)
+    assert page.curves.live.points()["step:loss"] == 3 and "a" in shown(page.details.header)
