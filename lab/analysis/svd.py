@@ -195,6 +195,32 @@ def _next_block(Z: Tensor, K: Tensor, rows: int, gen: torch.Generator) -> tuple[
     return Q, C
 
 
+def _row_products(A: Tensor | LinearOperator, transpose: bool, work: torch.dtype
+                  ) -> tuple[Callable[[Tensor], Tensor], Callable[[Tensor], Tensor], int]:
+    """Products of A (of Aᵀ when ``transpose``) with rows, computed in ``work``: ``mat(X [B, b, q]) = (A Xᵀ)ᵀ
+    [B, b, p]`` and ``rmat(Y [B, b, p]) = (Aᵀ Yᵀ)ᵀ [B, b, q]``; and B, the number of matrices (1 for an operator)."""
+    if isinstance(A, LinearOperator):
+        fwd, bwd = (A.rmatmat, A.matmat) if transpose else (A.matmat, A.rmatmat)
+
+        def mat(X: Tensor) -> Tensor:
+            return fwd(X[0].mT.to(A.dtype)).to(work).mT[None]
+
+        def rmat(Y: Tensor) -> Tensor:
+            return bwd(Y[0].mT.to(A.dtype)).to(work).mT[None]
+
+        return mat, rmat, 1
+    M = A.reshape(-1, *A.shape[-2:]).to(work)
+    M = M.mT if transpose else M  # [B, p, q]
+
+    def mat_(X: Tensor) -> Tensor:
+        return X @ M.mT
+
+    def rmat_(Y: Tensor) -> Tensor:
+        return Y @ M
+
+    return mat_, rmat_, M.shape[0]
+
+
 def block_krylov_svd(
     A: Tensor | LinearOperator, k: int, *, block: int = 8, dim: int | None = None, tol: float = 1e-3,
     seed: int = 0,
@@ -257,26 +283,7 @@ def block_krylov_svd(
     transpose = m < n  # build the space on the smaller side: Krylov of AAᵀ for wide A
     p, q = (n, m) if transpose else (m, n)  # the basis lives in R^q, A (or Aᵀ) maps it to R^p
 
-    # Products with rows: mat(X [B, b, q]) = (A X^T)^T [B, b, p]; rmat(Y [B, b, p]) = (A^T Y^T)^T [B, b, q].
-    if isinstance(A, LinearOperator):
-        fwd, bwd = (A.rmatmat, A.matmat) if transpose else (A.matmat, A.rmatmat)
-
-        def mat(X: Tensor) -> Tensor:
-            return fwd(X[0].mT.to(dtype)).to(work).mT[None]
-
-        def rmat(Y: Tensor) -> Tensor:
-            return bwd(Y[0].mT.to(dtype)).to(work).mT[None]
-    else:
-        M = A.reshape(-1, m, n).to(work)
-        M = M.mT if transpose else M  # [B, p, q]
-
-        def mat(X: Tensor) -> Tensor:
-            return X @ M.mT
-
-        def rmat(Y: Tensor) -> Tensor:
-            return Y @ M
-
-    B = 1 if isinstance(A, LinearOperator) else M.shape[0]
+    mat, rmat, B = _row_products(A, transpose, work)
     block = min(block, q)
     target = min(q, max(k, -(-(4 * k if dim is None else dim) // block) * block))
     gen = torch.Generator(device="cpu").manual_seed(seed)

@@ -102,24 +102,22 @@ def scale(kind: str, budget: str) -> str:
     return f"{model}, scikit-learn digits (1,347 training images of 8 × 8), {s['epochs']} epochs of SGD"
 
 
-def measure(kind: str, budget: str, seeds: int, store: RunStore,
-            tick: Callable[[], None] = lambda: None) -> list[Result]:
-    """The claims of :func:`claims_of` for one model type (``fc`` or ``conv``) at ``budget``.
+def _values(reports: list[dict], key: str) -> list[float]:
+    """``key`` of each alignment report (None as NaN)."""
+    return [math.nan if r[key] is None else float(r[key]) for r in reports]
 
-    Args:
-        kind: ``fc`` (Type 4) or ``conv``.
-        budget: ``smoke``, ``cpu`` or ``gpu`` (listed only).
-        seeds: model and batch-order seeds 0 … seeds − 1 (the data split is fixed).
-        store: where the runs are written.
-        tick: called after each training and analysis (progress).
-    """
-    tag = "FC" if kind == "fc" else "conv"
-    claims = {c.id.split(".")[1]: c for c in claims_of(kind)}
-    if budget not in SIZES:
-        return [not_at_this_budget(c, FULL_SCALE, "full scale (ResNet34 types on MNIST, CIFAR, ImageNette) runs on "
-                                   "GPU machines: the commands listed") for c in claims.values()]
-    sizes, smoke = SIZES[budget], budget == "smoke"
-    start = time.perf_counter()
+
+def _diff(with_: list[float], without: list[float]) -> list[float]:
+    """Paired differences by seed."""
+    return [a - b for a, b in zip(with_, without, strict=True)]
+
+
+def _train_pairs(kind: str, sizes: dict[str, int], seeds: int, store: RunStore, tick: Callable[[], None]
+                 ) -> tuple[dict[str, list[dict]], dict[str, list[list[tuple[int, float]]]], dict[str, list[float]],
+                            list[str]]:
+    """Train the network with skips (``identity``) and without (``none``) for every seed, and analyse each: per
+    shortcut, the alignment reports, the NC1 curves over training and the test accuracies; and the commands that do
+    the same (seed 0's)."""
     reports: dict[str, list[dict]] = {"identity": [], "none": []}
     curves: dict[str, list[list[tuple[int, float]]]] = {"identity": [], "none": []}
     accuracy: dict[str, list[float]] = {"identity": [], "none": []}
@@ -141,6 +139,28 @@ def measure(kind: str, budget: str, seeds: int, store: RunStore,
             if seed == 0:
                 commands += [line, analyze]
             tick()
+    return reports, curves, accuracy, commands
+
+
+def measure(kind: str, budget: str, seeds: int, store: RunStore,
+            tick: Callable[[], None] = lambda: None) -> list[Result]:
+    """The claims of :func:`claims_of` for one model type (``fc`` or ``conv``) at ``budget``.
+
+    Args:
+        kind: ``fc`` (Type 4) or ``conv``.
+        budget: ``smoke``, ``cpu`` or ``gpu`` (listed only).
+        seeds: model and batch-order seeds 0 … seeds − 1 (the data split is fixed).
+        store: where the runs are written.
+        tick: called after each training and analysis (progress).
+    """
+    tag = "FC" if kind == "fc" else "conv"
+    claims = {c.id.split(".")[1]: c for c in claims_of(kind)}
+    if budget not in SIZES:
+        return [not_at_this_budget(c, FULL_SCALE, "full scale (ResNet34 types on MNIST, CIFAR, ImageNette) runs on "
+                                   "GPU machines: the commands listed") for c in claims.values()]
+    sizes, smoke = SIZES[budget], budget == "smoke"
+    start = time.perf_counter()
+    reports, curves, accuracy, commands = _train_pairs(kind, sizes, seeds, store, tick)
     seconds = time.perf_counter() - start
     skip, plain = reports["identity"], reports["none"]
     setting = scale(kind, budget)
@@ -148,45 +168,39 @@ def measure(kind: str, budget: str, seeds: int, store: RunStore,
                for name, acc in (("with skips", accuracy["identity"]), ("without skips", accuracy["none"]))
                if not np.nanmean(acc) >= LEARNED]
 
-    def values(rs: list[dict], key: str) -> list[float]:
-        return [math.nan if r[key] is None else float(r[key]) for r in rs]
-
-    def diff(with_: list[float], without: list[float]) -> list[float]:
-        return [a - b for a, b in zip(with_, without, strict=True)]
-
     def result(key: str, vals: dict[str, list[float]], text: str, verdict, figure=None) -> Result:
         return Result(claims[key], {**vals, "test accuracy with skips": accuracy["identity"],
                                     "test accuracy without skips": accuracy["none"]},
                       text, verdict, setting, commands, seconds, figure)
 
     out = []
-    s_with, s_without = values(skip, "straightness"), values(plain, "straightness")
-    cv_with, cv_without = values(skip, "spacing_cv"), values(plain, "spacing_cv")
+    s_with, s_without = _values(skip, "straightness"), _values(plain, "straightness")
+    cv_with, cv_without = _values(skip, "spacing_cv"), _values(plain, "spacing_cv")
     out.append(result("ra1", {"straightness with skips": s_with, "straightness without skips": s_without,
                               "spacing CV with skips": cv_with, "spacing CV without skips": cv_without},
                       f"straightness {mean_sd(s_with)} with skips, {mean_sd(s_without)} without; step-length CV "
                       f"{mean_sd(cv_with)} with, {mean_sd(cv_without)} without",
-                      combine([judge(diff(s_with, s_without), what="straightness, with skips minus without",
+                      combine([judge(_diff(s_with, s_without), what="straightness, with skips minus without",
                                      preconditions=learned, smoke=smoke),
-                               judge(diff(cv_without, cv_with), what="step-length CV, without skips minus with",
+                               judge(_diff(cv_without, cv_with), what="step-length CV, without skips minus with",
                                      preconditions=learned, smoke=smoke)], "straight and equally spaced")))
-    a_with, a_without = values(skip, "align_offdiag"), values(plain, "align_offdiag")
-    base = values(skip, "baseline_mean")
+    a_with, a_without = _values(skip, "align_offdiag"), _values(plain, "align_offdiag")
+    base = _values(skip, "baseline_mean")
     out.append(result("ra2", {"with skips": a_with, "without skips": a_without, "random bases": base},
                       f"{mean_sd(a_with)} with skips, {mean_sd(a_without)} without, random bases {mean_sd(base)}",
-                      combine([judge(diff(a_with, base), what="alignment with skips minus the random baseline",
+                      combine([judge(_diff(a_with, base), what="alignment with skips minus the random baseline",
                                      preconditions=learned, smoke=smoke),
-                               judge(diff(a_with, a_without), what="alignment with skips minus without",
+                               judge(_diff(a_with, a_without), what="alignment with skips minus without",
                                      preconditions=learned, smoke=smoke)], "aligned, and not without skips")))
     if "ra3" in claims:
-        r_with, r_without = values(skip, "topk_ratio"), values(plain, "topk_ratio")
+        r_with, r_without = _values(skip, "topk_ratio"), _values(plain, "topk_ratio")
         log_gap = [math.log(a) - math.log(b) if a > 0 and b > 0 else math.nan
                    for a, b in zip(r_with, r_without, strict=True)]
         out.append(result("ra3", {"with skips": r_with, "without skips": r_without},
                           f"top-C σ / next σ = {mean_sd(r_with)} with skips, {mean_sd(r_without)} without",
                           judge(log_gap, what="log spectral drop after C, with skips minus without",
                                 preconditions=learned, smoke=smoke)))
-    slope, r2 = values(skip, "inv_sigma1_slope"), values(skip, "inv_sigma1_r2")
+    slope, r2 = _values(skip, "inv_sigma1_slope"), _values(skip, "inv_sigma1_r2")
     fit_from = skip[0]["ra4_fit_from"]
     blocks = list(range(1, len(skip[0]["inv_sigma"]) + 1))
     fitted = blocks[fit_from - 1:]
@@ -194,10 +208,10 @@ def measure(kind: str, budget: str, seeds: int, store: RunStore,
                     {"with skips": (blocks, skip[0]["inv_sigma"]),
                      f"least squares from block {fitted[0]}": (fitted, skip[0]["inv_sigma_fit"][fitted[0] - 1:]),
                      "without skips": (blocks, plain[0]["inv_sigma"])})
-    out.append(result("ra4", {"slope": slope, "r2": r2, "slope without skips": values(plain, "inv_sigma1_slope")},
+    out.append(result("ra4", {"slope": slope, "r2": r2, "slope without skips": _values(plain, "inv_sigma1_slope")},
                       f"slope {mean_sd(slope)}, R² {mean_sd(r2)} from block {fit_from} over "
                       f"{len(blocks) - fit_from + 1} blocks (without skips: slope "
-                      f"{mean_sd(values(plain, 'inv_sigma1_slope'))})",
+                      f"{mean_sd(_values(plain, 'inv_sigma1_slope'))})",
                       judge(slope, what="slope of 1/σ₁ against depth", smoke=smoke, preconditions=learned,
                             floor=Floor("a linear fit (R²)", 0.8, tuple(r2))), figure))
     nc_with = [math.log10(c[-1][1]) if c and c[-1][1] > 0 else math.nan for c in curves["identity"]]
@@ -210,7 +224,7 @@ def measure(kind: str, budget: str, seeds: int, store: RunStore,
     out.append(result("nc", {"log10 NC1 with skips": nc_with, "log10 NC1 without skips": nc_without,
                              "alignment with skips": a_with, "random bases": base},
                       f"final NC1 10^{mean_sd(nc_with)} with skips, 10^{mean_sd(nc_without)} without",
-                      judge(diff(nc_without, nc_with), what="log10 NC1 at the end, without skips minus with",
+                      judge(_diff(nc_without, nc_with), what="log10 NC1 at the end, without skips minus with",
                             preconditions=learned, smoke=smoke,
                             floor=Floor("the random-basis alignment (RA must occur with skips)",
                                         float(np.nanmean(base)), tuple(a_with))), nc_figure))

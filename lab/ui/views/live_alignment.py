@@ -86,7 +86,22 @@ class AlignmentViews:
         self.pair = (1, 0)
         tools = "pan,wheel_zoom,box_zoom,reset,save"
 
-        # RA1: trajectories
+        self._make_ra1(size, tools)
+        self._make_ra2(size, tools)
+        self._make_ra3(size, tools)
+        self._make_ra4(size, tools)
+        self._make_nc(size, tools)
+
+        self.summary = pn.pane.Markdown("No frame yet: start a run.", margin=(0, 10))
+        self.figures = dict(zip(VIEWS, (self.trajectories, self.grid, self.pair_figure, self.spectrum, self.ra4,
+                                        self.collapse), strict=True))
+        self.panes = {name: pn.pane.Bokeh(fig) for name, fig in self.figures.items()}
+        self.heading = markdown_pane(f"### {md(label, one_line=True)}", margin=(0, 10), visible=bool(label))
+        panes = list(self.panes.values())  # rows of two, not a FlexBox: figures inside one never report "rendered"
+        self.layout = pn.Column(self.heading, self.summary, *(pn.Row(*panes[k:k + 2]) for k in range(0, 6, 2)))
+
+    def _make_ra1(self, size: int, tools: str) -> None:
+        """RA1: the trajectories of the class means through the blocks."""
         self.paths = ColumnDataSource(data={"xs": [], "ys": [], "color": [], "label": []})
         self.means = ColumnDataSource(data={"x": [], "y": [], "color": [], "label": [], "layer": []})
         self.trajectories = figure(title="RA1 trajectories", frame_width=size, frame_height=size,
@@ -98,7 +113,8 @@ class AlignmentViews:
                                                                             ("layer", "@layer")]))
         _legend_beside(self.trajectories, title="class mean")
 
-        # RA2: the mosaic and one pair
+    def _make_ra2(self, size: int, tools: str) -> None:
+        """RA2: the mosaic of alignment scores by block pair, and one pair's matrix."""
         self.mosaic_mapper = LinearColorMapper(palette=Viridis256, low=0.0, high=1.0, nan_color="white")
         self.tiles_image = ColumnDataSource(data={"image": [np.zeros((1, 1), np.float32)], "dw": [1], "dh": [1]})
         self.tiles = ColumnDataSource(data={"x": [], "y": [], "i": [], "j": [], "score": [], "baseline": []})
@@ -123,7 +139,8 @@ class AlignmentViews:
                                color_mapper=self.pair_mapper)
         self.pair_figure.add_layout(ColorBar(color_mapper=self.pair_mapper, width=8), "right")
 
-        # RA3: spectra
+    def _make_ra3(self, size: int, tools: str) -> None:
+        """RA3: the top singular values of every block's Jacobian."""
         self.spectra = ColumnDataSource(data={"xs": [], "ys": [], "color": [], "block": []})
         self.spectrum = figure(title="RA3 top singular values", frame_width=size, frame_height=size,
                                x_range=Range1d(0, 1), y_range=Range1d(0, 1), tools=tools,
@@ -135,7 +152,8 @@ class AlignmentViews:
         self.classes_mark = Span(location=0, dimension="height", line_dash="dashed", line_color="black")
         self.spectrum.add_layout(self.classes_mark)
 
-        # RA4: 1/σ₁
+    def _make_ra4(self, size: int, tools: str) -> None:
+        """RA4: 1/σ₁ by block with its least-squares line."""
         self.inverse = ColumnDataSource(data={"block": [], "inv": [], "fit": []})
         self.ra4 = figure(title="RA4 1/σ₁ by block", frame_width=size, frame_height=size,
                           x_range=Range1d(0, 1), y_range=Range1d(0, 1), tools=tools, x_axis_label="block i",
@@ -144,7 +162,8 @@ class AlignmentViews:
         self.ra4.line("block", "fit", source=self.inverse, color=ORANGE, line_width=2, legend_label="least squares")
         _legend_below(self.ra4)
 
-        # neural collapse
+    def _make_nc(self, size: int, tools: str) -> None:
+        """Neural collapse by layer."""
         self.collapse_source = ColumnDataSource(data={"layer": [], **{key: [] for key, _, _ in NC_LINES}})
         self.collapse = figure(title="Neural collapse by layer", frame_width=size, frame_height=size,
                                x_range=Range1d(0, 1), y_range=Range1d(1e-3, 1), y_axis_type="log", tools=tools,
@@ -154,14 +173,6 @@ class AlignmentViews:
                                legend_label=name)
             self.collapse.scatter("layer", key, source=self.collapse_source, color=color, size=4)
         _legend_below(self.collapse, ncols=2)
-
-        self.summary = pn.pane.Markdown("No frame yet: start a run.", margin=(0, 10))
-        self.figures = dict(zip(VIEWS, (self.trajectories, self.grid, self.pair_figure, self.spectrum, self.ra4,
-                                        self.collapse), strict=True))
-        self.panes = {name: pn.pane.Bokeh(fig) for name, fig in self.figures.items()}
-        self.heading = markdown_pane(f"### {md(label, one_line=True)}", margin=(0, 10), visible=bool(label))
-        panes = list(self.panes.values())  # rows of two, not a FlexBox: figures inside one never report "rendered"
-        self.layout = pn.Column(self.heading, self.summary, *(pn.Row(*panes[k:k + 2]) for k in range(0, 6, 2)))
 
     def set_label(self, label: str) -> None:
         """Name the run these views draw (the column's heading)."""
