@@ -1,11 +1,14 @@
-"""Make the README's picture of the Playground from a real run.
+"""Make the README's pictures of the lab's pages from real runs.
 
-Serves the lab's app on a free port of 127.0.0.1 with a temporary runs folder, opens the Playground in Debian's
-Chromium (Playwright) with the settings of ``--query``, presses "Start / pause", trains for ``--seconds``, pauses,
-and saves the page (the sidebar's controls and status, the grid, the decision map, the α chart and the curves) as a
-PNG. Prints the steps trained and the test accuracy the status line shows.
+Serves the lab's app on a free port of 127.0.0.1 with a temporary runs folder and drives Debian's Chromium
+(Playwright). The Playground (with the settings of ``--query``) trains for ``--seconds`` and pauses; its picture shows
+the sidebar's controls and status, the grid, the decision map, the α chart and the curves. With ``--pages`` more
+pages follow, in the same server: Alignment, Rank and Diffusion each train for ``--seconds`` and pause; Data trains
+its default model; Runs opens the Playground's run. Each picture is written to ``OUT/<page>.png`` (the Playground's
+to ``--out``). Prints, per page, the status line it was taken at.
 
     python scripts/screenshot.py [--seconds 25] [--query "depth=12&width=12"] [--out docs/playground.png]
+    python scripts/screenshot.py --pages Alignment,Rank,Diffusion,Data,Runs --pictures docs/pages
 """
 
 from __future__ import annotations
@@ -62,28 +65,83 @@ def save_png(png: bytes, out: Path, max_bytes: int) -> int:
     return len(data)
 
 
+PAGES = ("Alignment", "Rank", "Diffusion", "Data", "Runs")
+"""The pages ``--pages`` may name, besides the Playground (always first: the Runs page opens its run)."""
+
+
+def _clip(page, width: int, height: int) -> dict[str, float]:
+    """The page's sidebar and main area (no empty margin right of it)."""
+    main_area = page.locator("#main").bounding_box() or {"x": 0, "width": width}
+    return {"x": 0, "y": 0, "width": min(width, main_area["x"] + main_area["width"]), "height": height}
+
+
+def _status(page) -> str:
+    return plain(page.evaluate(JS_STATUS))
+
+
+def _train_and_pause(page, seconds: float, until_gone: str | None = None) -> None:
+    """Press Start / pause, let the run train ``seconds`` once its status says it runs (and until no text
+    ``until_gone`` is left on the page: the first evaluation's views), pause and wait for it."""
+    page.get_by_role("button", name="Start / pause").click()
+    page.wait_for_function(f"() => {{ const s = ({JS_STATUS})(); return s && /step [1-9]/.test(s); }}",
+                           timeout=300_000)
+    time.sleep(seconds)
+    deadline = time.monotonic() + 600
+    while until_gone is not None and page.get_by_text(until_gone).count() and time.monotonic() < deadline:
+        time.sleep(2.0)
+    page.get_by_role("button", name="Start / pause").click()
+    page.wait_for_function(f"() => {{ const s = ({JS_STATUS})(); return s && s.includes('paused'); }}",
+                           timeout=300_000)
+
+
+def _other_page(page, url: str, name: str, seconds: float, run_id: str) -> None:
+    """Bring page ``name`` to the state its picture shows."""
+    query = f"&run={run_id}" if name == "Runs" else ""
+    page.goto(f"{url}/apps?page={name}{query}", timeout=120_000)
+    page.wait_for_function(f"() => ({JS_STATUS})() !== null || document.querySelector('.tabulator') !== null",
+                           timeout=120_000)
+    if name == "Runs":
+        page.locator(".tabulator-cell", has_text=run_id).first.wait_for(timeout=120_000)
+        time.sleep(5.0)  # the opened run's curves and saved frames arrive with the next scans
+    elif name == "Data":
+        page.get_by_role("button", name="Train the default model").click()
+        page.wait_for_function(f"() => {{ const s = ({JS_STATUS})(); return s && s.includes('completed'); }}",
+                               timeout=300_000)
+    else:  # the Diffusion page's first evaluation (samples, digits-FD, probes) comes after a few hundred steps
+        _train_and_pause(page, seconds, until_gone="no samples yet" if name == "Diffusion" else None)
+    time.sleep(2.0)  # let the canvases repaint
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Serve the app, train the Playground for a while in Chromium and save the screenshot.
+    """Serve the app, train the Playground (and the other ``--pages``) for a while in Chromium and save the pictures.
 
     Args:
         argv: command-line arguments (default ``sys.argv[1:]``).
 
     Returns:
-        The exit status: 0 when the picture was saved.
+        The exit status: 0 when every picture was saved.
     """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=25.0, help="seconds to train before pausing")
     parser.add_argument("--query", default=QUERY, help="Playground settings as a URL query (overrides the default)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "playground.png", help="PNG to write")
+    parser.add_argument("--pages", default="", help=f"more pages, comma-separated: {', '.join(PAGES)}")
+    parser.add_argument("--pictures", type=Path, default=ROOT / "docs" / "pages",
+                        help="folder of the other pages' pictures (<page>.png)")
     parser.add_argument("--width", type=int, default=1500, help="browser viewport width")
     parser.add_argument("--height", type=int, default=1100, help="browser viewport height")
-    parser.add_argument("--max-kb", type=int, default=400, help="quantise the PNG when it is larger than this")
+    parser.add_argument("--max-kb", type=int, default=400, help="quantise a PNG when it is larger than this")
     args = parser.parse_args(argv)
+    pages = [p.strip() for p in args.pages.split(",") if p.strip()]
+    unknown = [p for p in pages if p not in PAGES]
+    if unknown:
+        parser.error(f"unknown pages {unknown}; choose among {', '.join(PAGES)}")
 
     from playwright.sync_api import sync_playwright
 
     runs = Path(tempfile.mkdtemp(prefix="lab-screenshot-"))
     query = args.query.lstrip("?&")
+    pictures: dict[str, tuple[bytes, dict[str, float], str]] = {}
     try:
         with serving_lab(runs, max_jobs=1) as url, sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -102,24 +160,29 @@ def main(argv: list[str] | None = None) -> int:
             page.get_by_role("button", name="Start / pause").click()
             page.wait_for_function(f"() => {{ const s = ({JS_STATUS})(); return s && s.includes('paused'); }}",
                                    timeout=60_000)
-            status = plain(page.evaluate(JS_STATUS))
+            status = _status(page)
             step = int(re.search(r"step (\d+)", status).group(1))
             # the paused frame is the paused model: wait until the grid shows it
             page.wait_for_function(f"(s) => ({JS_TITLE})() === 'step ' + s", arg=step, timeout=60_000)
             time.sleep(1.0)  # let the canvases repaint
-            main_area = page.locator("#main").bounding_box() or {"x": 0, "width": args.width}
-            clip = {"x": 0, "y": 0, "width": min(args.width, main_area["x"] + main_area["width"]),
-                    "height": args.height}
-            png = page.screenshot(clip=clip)
+            clip = _clip(page, args.width, args.height)
+            pictures["Playground"] = (page.screenshot(clip=clip), clip, status)
+            run_id = next(runs.iterdir()).name
+            for name in pages:
+                _other_page(page, url, name, args.seconds, run_id)
+                clip = _clip(page, args.width, args.height)
+                pictures[name] = (page.screenshot(clip=clip), clip, _status(page))
             browser.close()
     finally:
         shutil.rmtree(runs, ignore_errors=True)
-    size = save_png(png, args.out, args.max_kb * 1024)
-    acc = re.search(r"test acc ([0-9.]+)", status)
-    print(f"settings: {query}")
-    print(f"trained {step} steps in about {args.seconds:.0f} s; test accuracy {acc.group(1) if acc else 'n/a'}")
-    print(f"status line: {status}")
-    print(f"saved {args.out} ({clip['width']:.0f} x {clip['height']:.0f} px, {size / 1024:.0f} KB)")
+    for name, (png, clip, status) in pictures.items():
+        out = args.out if name == "Playground" else args.pictures / f"{name.lower()}.png"
+        size = save_png(png, out, args.max_kb * 1024)
+        print(f"{name}: saved {out} ({clip['width']:.0f} x {clip['height']:.0f} px, {size / 1024:.0f} KB); "
+              f"status: {status}")
+    acc = re.search(r"test acc ([0-9.]+)", pictures["Playground"][2])
+    print(f"Playground settings: {query}; trained {step} steps in about {args.seconds:.0f} s; test accuracy "
+          f"{acc.group(1) if acc else 'n/a'}")
     if errors:
         print("browser console errors:", *errors, sep="\n  ")
     return 0
