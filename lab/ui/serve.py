@@ -87,8 +87,8 @@ def serve_lab(port: int = 5006, address: str = "127.0.0.1", *, runs_dir: str | P
     get_manager(runs_dir=runs_dir, max_jobs=max_jobs, processes=processes)
     loop = IOLoop(make_current=False)
     server = _server({"apps": str(APP)}, port, address, loop)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: loop.add_callback_from_signal(loop.stop))
+    for sig in (signal.SIGINT, signal.SIGTERM):  # handled on the loop itself (this runs in the main thread)
+        loop.asyncio_loop.add_signal_handler(sig, loop.stop)
     server.start()
     url = f"http://{address}:{server.port}/apps"
     print(f"Residual Lab at {url}", flush=True)
