@@ -136,9 +136,9 @@ class StackedParameters:
         for stack in self.stacks.values():
             wds = [h["weight_decay"] if stack.decays else 0.0 for h in hyper]
             if optimizer == "sgd":
-                sgd_update(stack, stack.data, stack.grad, t, lrs, wds, [h["momentum"] for h in hyper])
+                sgd_update(stack, t, lrs, wds, [h["momentum"] for h in hyper])
             else:
-                adam_update(stack, stack.data, stack.grad, t, lrs, wds, hyper, decoupled=optimizer == "adamw")
+                adam_update(stack, t, lrs, wds, hyper, decoupled=optimizer == "adamw")
 
     @torch.no_grad()
     def member_parameters(self, slot: int) -> dict[str, torch.Tensor]:
@@ -157,11 +157,10 @@ class StackedParameters:
         return out
 
 
-def sgd_update(stack: Stack, p: torch.Tensor, g: torch.Tensor, t: int, lrs: list[float], wds: list[float],
-               momenta: list[float]) -> None:
-    """``torch.optim.SGD``'s step ``t`` (1-based) on every member of ``stack`` at once: parameters ``p``,
-    gradients ``g``, per-member rates, weight decays and momenta (weight decay added to the gradient before the
-    momentum, as torch.optim)."""
+def sgd_update(stack: Stack, t: int, lrs: list[float], wds: list[float], momenta: list[float]) -> None:
+    """``torch.optim.SGD``'s step ``t`` (1-based) on every member of ``stack`` at once, in place: per-member rates,
+    weight decays and momenta (weight decay added to the gradient before the momentum, as torch.optim)."""
+    p, g = stack.data, stack.grad
     if any(wds):
         wd = stack.bcast(wds)
         g = g.add(p, alpha=wd) if isinstance(wd, float) else torch.addcmul(g, p, wd)
@@ -179,10 +178,11 @@ def sgd_update(stack: Stack, p: torch.Tensor, g: torch.Tensor, t: int, lrs: list
         p.add_(g * -lr)
 
 
-def adam_update(stack: Stack, p: torch.Tensor, g: torch.Tensor, t: int, lrs: list[float], wds: list[float],
-                hyper: list[dict[str, Any]], *, decoupled: bool) -> None:
+def adam_update(stack: Stack, t: int, lrs: list[float], wds: list[float], hyper: list[dict[str, Any]], *,
+                decoupled: bool) -> None:
     """``torch.optim.Adam``'s (``decoupled``: ``AdamW``'s) step ``t`` (1-based) on every member of ``stack`` at once,
     with per-member rates, weight decays and ``hyper`` (``betas``, ``eps``), bias-corrected as torch.optim."""
+    p, g = stack.data, stack.grad
     b1 = [h["betas"][0] for h in hyper]
     b2 = [h["betas"][1] for h in hyper]
     if any(wds):
