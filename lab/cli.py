@@ -36,8 +36,14 @@ from lab.reports.diffusion_probe import diffusion_probe_report, format_diffusion
 from lab.reports.fid import fid_report, fid_select_best, format_fid
 from lab.reports.probe import format_probe, probe_report
 from lab.reports.samples import format_samples, sample_report
-from lab.reproduce import BUDGETS, PAPERS, reproduce
-from lab.reproduce.claims import ERROR
+from lab.reproduce import BUDGETS, PAPERS, TOY_BUDGETS, reproduce, reproduce_at_scale
+from lab.reproduce.claims import ERROR, Result
+from lab.reproduce.collect import collect
+from lab.reproduce.estimate import device_kind, read_throughput
+from lab.reproduce.full_scale import DATASETS
+from lab.reproduce.launch import EXECUTORS as REPRODUCE_EXECUTORS
+from lab.reproduce.launch import PlanMismatch, failures
+from lab.reproduce.plan import make_plan, parse_data, plan_text
 from lab.runs import layout
 from lab.runs.lock import RunLocked
 from lab.runs.resume import RESUME_KEYS, ResumePlan, ResumeRefused, find_run, plan_resume, resume_overrides
@@ -212,6 +218,15 @@ def _sweep_arguments(sub: argparse._SubParsersAction) -> None:
     sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+def _cluster_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """What a SLURM job asks for besides its processes (``submit``, ``reproduce --executor slurm``)."""
+    parser.add_argument("--partition", default=None, help="SLURM partition (default: the cluster's)")
+    parser.add_argument("--cpus-per-task", type=int, default=None, help="CPUs per process (default: the cluster's)")
+    parser.add_argument("--time", default="1:00:00", metavar="H:MM:SS",
+                        help="time limit per job (default 1:00:00); a job is checkpointed 90 s before it and "
+                             "requeued, as it is when preempted")
+
+
 def _submit_arguments(sub: argparse._SubParsersAction) -> None:
     """The arguments of ``submit CONFIG …`` (SLURM, or local)."""
     submit = sub.add_parser("submit", help="send a sweep (comma lists) or one run to a SLURM cluster, one job per "
@@ -222,15 +237,11 @@ def _submit_arguments(sub: argparse._SubParsersAction) -> None:
                                                     "model.alpha_min=1.0,0.7 train.seed=0,1,2")
     submit.add_argument("--executor", default="slurm", choices=list(EXECUTORS),
                         help="slurm (sbatch; default) or local (submitit's local executor, on this machine)")
-    submit.add_argument("--partition", default=None, help="SLURM partition (default: the cluster's)")
     submit.add_argument("--nodes", type=int, default=1, help="nodes per member (default 1)")
     submit.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per node (default 0: CPUs)")
     submit.add_argument("--tasks-per-node", type=int, default=None,
                         help="training processes per node (default: one per GPU, one without GPUs)")
-    submit.add_argument("--cpus-per-task", type=int, default=None, help="CPUs per process (default: the cluster's)")
-    submit.add_argument("--time", default="1:00:00", metavar="H:MM:SS",
-                        help="time limit per job (default 1:00:00); a job is checkpointed 90 s before it and "
-                             "requeued, as it is when preempted")
+    _cluster_arguments(submit)
     submit.add_argument("--array-parallelism", type=int, default=64, metavar="K",
                         help="at most K members run at once (default 64)")
     waiting = submit.add_mutually_exclusive_group()
@@ -270,12 +281,35 @@ def _reproduce_arguments(sub: argparse._SubParsersAction) -> None:
                            help="a paper to reproduce (repeatable; default all): " +
                                 "; ".join(f"{k} = {v}" for k, v in PAPERS.items()))
     reproduce.add_argument("--budget", default="cpu", choices=list(BUDGETS),
-                           help="smoke (seconds), cpu (within 30 minutes on 2 cores; default) or gpu (the "
-                                "full-scale commands, listed)")
-    reproduce.add_argument("--seeds", type=int, default=None, help="seeds per measurement (default: 3 for cpu)")
-    reproduce.add_argument("--out", default=None, help="report folder (default: RUNS_DIR/reproduce-<time>)")
+                           help="smoke (seconds), cpu (toy models, within 30 minutes on 2 cores; default); at full "
+                                "scale: gpu (the papers' settings), gpu1 (one GPU overnight, MNIST/CIFAR scale) or "
+                                "gpu-test (every full-scale run shrunk to seconds: the pipeline on a CPU)")
+    reproduce.add_argument("--seeds", type=int, default=None, help="seeds per measurement (default 3; smoke and "
+                                                                  "gpu-test 1)")
+    reproduce.add_argument("--out", default=None, help="report folder (default: RUNS_DIR/reproduce-<time>); at full "
+                                                      "scale, the same folder again continues its runs")
     reproduce.add_argument("--runs-dir", default=None)
     reproduce.add_argument("--no-progress", action="store_true", help="no progress bar")
+    scale = reproduce.add_argument_group("full scale (gpu, gpu1, gpu-test)")
+    scale.add_argument("--data", action="append", default=[], metavar="NAME=DIR",
+                       help="a local data set (repeatable): " + "; ".join(f"{d.name} = {d.what}"
+                                                                          for d in DATASETS.values()))
+    scale.add_argument("--dry-run", action="store_true", help="print the plan (every run, its data, GPU-hours) and "
+                                                              "run nothing")
+    scale.add_argument("--executor", default="local", choices=list(REPRODUCE_EXECUTORS),
+                       help="local: torchrun per run on this machine's GPUs (or CPUs), waiting, then the report; "
+                            "slurm: one job per run through submitit, not waiting (run the command again to "
+                            "continue, or --collect)")
+    scale.add_argument("--retry-failed", action="store_true", help="train (or step) failed runs again instead of "
+                                                                   "reporting them")
+    scale.add_argument("--collect", default=None, metavar="DIR",
+                       help="judge the claims of the reproduction in DIR from its finished runs and write its report")
+    scale.add_argument("--throughput", default=None, metavar="FILE",
+                       help="the throughput records the estimates read (default RUNS_DIR/throughput.jsonl; "
+                            "bench/mae_throughput.py --record FILE writes them)")
+    scale.add_argument("--device-kind", default=None, metavar="NAME",
+                       help="estimate for this device (default: this machine's first GPU, else cpu)")
+    _cluster_arguments(scale)
 
 
 def _serve_arguments(sub: argparse._SubParsersAction) -> None:
@@ -334,17 +368,26 @@ def _latents(args: argparse.Namespace) -> int:
 
 
 def _reproduce(args: argparse.Namespace, store: RunStore) -> int:
-    """``reproduce``: 0 when the report was written (whatever the verdicts), 1 when an experiment failed (the report
-    is written and names it), 2 for bad input."""
+    """``reproduce``: 0 when the report was written (whatever the verdicts), 1 when an experiment or a run failed
+    (the report is written and names it), 2 for bad input; at full scale with ``--dry-run`` or ``--executor slurm``,
+    0 once planned or submitted."""
     if args.seeds is not None and args.seeds < 1:
         print("error: --seeds must be >= 1", file=sys.stderr)
         return 2
+    if args.collect:
+        return _reproduce_report(*collect(args.collect))
+    if args.budget not in TOY_BUDGETS:
+        return _reproduce_at_scale(args, store)
     out = Path(args.out) if args.out else store.root / time.strftime("reproduce-%Y%m%d-%H%M%S")
     if (out / "claims.json").exists():
         print(f"error: {out} holds a reproduction already; choose another --out", file=sys.stderr)
         return 2
-    results, paths = reproduce(out, papers=args.paper or list(PAPERS), budget=args.budget, seeds=args.seeds,
-                               progress=not args.no_progress)
+    return _reproduce_report(*reproduce(out, papers=args.paper or list(PAPERS), budget=args.budget,
+                                        seeds=args.seeds, progress=not args.no_progress))
+
+
+def _reproduce_report(results: list[Result], paths: dict[str, Path]) -> int:
+    """Print each claim's verdict and where the report is; 1 when an experiment failed."""
     width = max(len(r.claim.id) for r in results)
     for r in results:
         print(f"{r.claim.id:<{width}}  {r.verdict:<15} {r.lab_value}")
@@ -353,6 +396,41 @@ def _reproduce(args: argparse.Namespace, store: RunStore) -> int:
     for r in errors:
         print(f"error: {r.claim.id}: {r.reason}", file=sys.stderr)
     return 1 if errors else 0
+
+
+def _reproduce_at_scale(args: argparse.Namespace, store: RunStore) -> int:
+    """``reproduce --budget gpu|gpu1|gpu-test``: plan (``--dry-run`` prints it), launch or continue, collect."""
+    papers = args.paper or list(PAPERS)
+    try:
+        data = parse_data(args.data)
+        if args.dry_run:
+            device = args.device_kind or device_kind()
+            rates = read_throughput(args.throughput or store.root / "throughput.jsonl", device)
+            print(plan_text(make_plan(args.budget, papers, args.seeds, data), rates, device), end="")
+            return 0
+        resources = Resources("slurm", args.partition, cpus_per_task=args.cpus_per_task, time=args.time,
+                              gpus_per_node=1)
+        out = Path(args.out) if args.out else store.root / time.strftime("reproduce-%Y%m%d-%H%M%S")
+        ledger = reproduce_at_scale(out, papers=papers, budget=args.budget, seeds=args.seeds, data=data,
+                                    executor=args.executor, resources=resources, retry_failed=args.retry_failed,
+                                    progress=not args.no_progress)
+    except (ConfigError, PlanMismatch, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    states = [record["state"] for record in ledger["runs"].values()]
+    print(f"reproduction folder: {out} ({len(states)} runs: " + ", ".join(
+        f"{states.count(s)} {s}" for s in dict.fromkeys(states)) + ")", file=sys.stderr)
+    for line in failures(out, ledger):
+        print(f"failed: {line}", file=sys.stderr)
+    if ledger.get("interrupted"):
+        print("interrupted: the same command run again continues", file=sys.stderr)
+        return 130
+    if args.executor == "slurm":
+        print(f"submitted; run the same command again to continue, or `python -m lab reproduce --collect {out}`",
+              file=sys.stderr)
+        return 0
+    code = _reproduce_report(*collect(out))
+    return 1 if code or failures(out, ledger) else 0
 
 
 def _report(args: argparse.Namespace, store: RunStore, measure: Callable[[Run], tuple[str, str]]) -> int:

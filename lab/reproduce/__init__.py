@@ -1,8 +1,10 @@
 """``python -m lab reproduce``: every claim of the three papers that fits a budget, measured and reported.
 
-Budgets (:data:`SCOPE` says what each can and cannot show): ``smoke`` (seconds; what the tests run: it checks the
-pipeline and judges nothing), ``cpu`` (toy models on a 2-core machine, 3 seeds; Table 1 5 seeds, as the paper) and
-``gpu`` (lists the full-scale commands with the papers' numbers to compare against). Every verdict comes from
+Toy budgets (:data:`SCOPE` says what each can and cannot show), measured in this process by :func:`reproduce`:
+``smoke`` (seconds; what the tests run: it checks the pipeline and judges nothing) and ``cpu`` (toy models on a
+2-core machine, 3 seeds; Table 1 5 seeds, as the paper). Full-scale budgets (``gpu``, ``gpu1``, ``gpu-test``:
+:mod:`lab.reproduce.full_scale`) are planned, launched and continued by :func:`reproduce_at_scale` and judged from
+their finished runs by :func:`lab.reproduce.collect.collect`. Every verdict comes from
 :mod:`lab.reproduce.verdict` (an effect, its interval, a test against seed noise, a floor). Every training goes into
 an ordinary run folder under ``OUT/runs`` (the Runs page opens them); the report is ``OUT/report.html``
 (self-contained), ``OUT/report.md`` and ``OUT/claims.json`` (:mod:`lab.reproduce.report`). An experiment that
@@ -15,20 +17,24 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from tqdm.auto import tqdm
 
+from lab.jobs.submit import Resources
 from lab.reproduce import alignment, decayed, droppath, toy_mae
 from lab.reproduce.claims import PAPERS, Claim, Result, failed
+from lab.reproduce.full_scale import FULL_BUDGETS
 from lab.reproduce.report import write_report
 from lab.runs.store import RunStore, environment_info
 
-__all__ = ["BUDGETS", "PAPERS", "SCOPE", "reproduce"]
+__all__ = ["BUDGETS", "PAPERS", "SCOPE", "TOY_BUDGETS", "reproduce", "reproduce_at_scale"]
 
 log = logging.getLogger(__name__)
 
-BUDGETS = ("smoke", "cpu", "gpu")
-SEEDS = {"smoke": 1, "cpu": 3, "gpu": 1}
+TOY_BUDGETS = ("smoke", "cpu")
+BUDGETS = (*TOY_BUDGETS, *FULL_BUDGETS)
+SEEDS = {"smoke": 1, "cpu": 3}
 SCOPE = {
     "smoke": "Smoke budget: models of a few units trained for a few steps, one seed. It checks that every measurement "
              "runs and writes its report; it cannot show any claim, and judges none (every row reads 'pipeline "
@@ -39,7 +45,6 @@ SCOPE = {
            "ImageNet-scale models trained for days — each row names both settings. 'inconclusive' means this "
            "noise hides the effect; 'differs' that it is absent or reversed at this scale, not that the paper is "
            "wrong at its own.",
-    "gpu": "GPU budget: the full-scale commands, listed with the papers' numbers; nothing is measured here.",
 }
 TABLE1_SEEDS = 5  # the paper's Table 1 is over five seeds
 
@@ -76,7 +81,7 @@ def reproduce(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS), budget:
     Args:
         out: the reproduction's folder (made if missing); runs go to ``out/runs``.
         papers: keys of :data:`PAPERS`.
-        budget: one of :data:`BUDGETS`.
+        budget: one of :data:`TOY_BUDGETS`.
         seeds: seeds per measurement (default 1 for smoke, 3 for cpu).
         progress: a progress bar over the trainings.
 
@@ -87,15 +92,16 @@ def reproduce(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS), budget:
         ValueError: an unknown paper or budget, or seeds < 1.
     """
     unknown = [p for p in papers if p not in PAPERS]
-    if unknown or budget not in BUDGETS or (seeds is not None and seeds < 1):
-        raise ValueError(f"papers must be among {', '.join(PAPERS)}, budget one of {', '.join(BUDGETS)} and seeds "
+    if unknown or budget not in TOY_BUDGETS or (seeds is not None and seeds < 1):
+        raise ValueError(f"papers must be among {', '.join(PAPERS)}, budget one of {', '.join(TOY_BUDGETS)} (the "
+                         f"full-scale ones: reproduce_at_scale) and seeds "
                          f">= 1; got papers={list(papers)}, budget={budget!r}, seeds={seeds}")
     seeds = seeds or SEEDS[budget]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     store = RunStore(out / "runs")
     chosen = [e for e in _experiments(budget, seeds, store, out) if e[0] in papers]
-    total = sum(e[2] for e in chosen) if budget != "gpu" else 0
+    total = sum(e[2] for e in chosen)
     start = time.perf_counter()
     results: list[Result] = []
     with tqdm(total=total, desc=f"reproduce ({budget})", unit="run", disable=not progress or not total,
@@ -110,3 +116,39 @@ def reproduce(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS), budget:
     meta = {"budget": budget, "seeds": seeds, "papers": list(papers), "seconds": time.perf_counter() - start,
             "started": time.strftime("%Y-%m-%d %H:%M:%S"), "scope": SCOPE[budget], **environment_info()}
     return results, write_report(results, out, meta)
+
+
+def reproduce_at_scale(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS), budget: str = "gpu",
+                       seeds: int | None = None, data: dict[str, Path] | None = None, executor: str = "local",
+                       resources: Resources | None = None, retry_failed: bool = False, progress: bool = True
+                       ) -> dict[str, Any]:
+    """Plan a full-scale reproduction into ``out`` (``reproduce.json``), launch or continue its runs, and, once the
+    local executor has run them, collect the report (:func:`lab.reproduce.collect.collect`).
+
+    Args:
+        out: the report folder; a folder that holds a reproduction of the same budget is continued.
+        papers, budget, seeds: what to reproduce (``budget`` one of ``gpu``, ``gpu1``, ``gpu-test``).
+        data: ``--data`` names and their folders (:func:`lab.reproduce.plan.parse_data`).
+        executor: ``local`` (torchrun per run, here, waiting) or ``slurm`` (one job per run, not waiting).
+        resources: the cluster jobs' resources (``slurm``: partition, time limit, …).
+        retry_failed: train (or step) failed runs again instead of reporting them.
+        progress: a progress bar over the runs.
+
+    Returns:
+        The ledger as saved (``reproduce.json``): every run's state.
+
+    Raises:
+        ValueError: an unknown paper or budget, seeds < 1, or ``out`` holding another budget's reproduction.
+    """
+    from lab.reproduce.launch import ledger_for, run_local, run_slurm
+    from lab.reproduce.plan import make_plan
+
+    if [p for p in papers if p not in PAPERS]:
+        raise ValueError(f"papers must be among {', '.join(PAPERS)}; got {list(papers)}")
+    out = Path(out)
+    plan = make_plan(budget, list(papers), seeds, data or {})
+    ledger = ledger_for(plan, out, executor)
+    out.mkdir(parents=True, exist_ok=True)
+    if executor == "slurm":
+        return run_slurm(plan, out, ledger, resources or Resources(executor="slurm"), retry_failed=retry_failed)
+    return run_local(plan, out, ledger, retry_failed=retry_failed, progress=progress)

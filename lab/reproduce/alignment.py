@@ -26,7 +26,7 @@ import torch
 from lab.analysis.collapse import collapse_metrics
 from lab.hooks import eval_mode
 from lab.reports.alignment import alignment_report
-from lab.reproduce.claims import Claim, Curves, Result, mean_sd, not_at_this_budget
+from lab.reproduce.claims import Claim, Curves, Result, mean_sd
 from lab.reproduce.runs import command, config, train
 from lab.reproduce.verdict import Floor, combine, judge
 from lab.runs.store import RunStore
@@ -64,9 +64,6 @@ SIZES = {  # per budget: training epochs, analysed inputs, FC width and depth, c
 }
 LEARNED = 0.5
 """The test accuracy both networks must reach (ten digits: chance is 0.1) for a comparison of them to mean anything."""
-FULL_SCALE = [command("train", "configs/ra_type1.yaml", "data.root=/data/mnist"),
-              command("train", "configs/ra_type3.yaml", "data.root=/data/cifar10"),
-              command("analyze", "alignment", "RUN", "--inputs", "64")]
 
 
 class CollapseOverTraining(Callback):
@@ -104,7 +101,7 @@ def scale(kind: str, budget: str) -> str:
 
 def _values(reports: list[dict], key: str) -> list[float]:
     """``key`` of each alignment report (None as NaN)."""
-    return [math.nan if r[key] is None else float(r[key]) for r in reports]
+    return [math.nan if r.get(key) is None else float(r[key]) for r in reports]
 
 
 def _diff(with_: list[float], without: list[float]) -> list[float]:
@@ -148,22 +145,36 @@ def measure(kind: str, budget: str, seeds: int, store: RunStore,
 
     Args:
         kind: ``fc`` (Type 4) or ``conv``.
-        budget: ``smoke``, ``cpu`` or ``gpu`` (listed only).
+        budget: ``smoke`` or ``cpu``.
         seeds: model and batch-order seeds 0 … seeds − 1 (the data split is fixed).
         store: where the runs are written.
         tick: called after each training and analysis (progress).
     """
-    tag = "FC" if kind == "fc" else "conv"
-    claims = {c.id.split(".")[1]: c for c in claims_of(kind)}
-    if budget not in SIZES:
-        return [not_at_this_budget(c, FULL_SCALE, "full scale (ResNet34 types on MNIST, CIFAR, ImageNette) runs on "
-                                   "GPU machines: the commands listed") for c in claims.values()]
-    sizes, smoke = SIZES[budget], budget == "smoke"
+    sizes = SIZES[budget]
     start = time.perf_counter()
     reports, curves, accuracy, commands = _train_pairs(kind, sizes, seeds, store, tick)
-    seconds = time.perf_counter() - start
+    return judged(kind, reports, curves, accuracy, scale(kind, budget), commands, time.perf_counter() - start,
+                  budget == "smoke")
+
+
+def judged(kind: str, reports: dict[str, list[dict]], curves: dict[str, list[list[tuple[int, float]]]],
+           accuracy: dict[str, list[float]], setting: str, commands: list[str], seconds: float, smoke: bool
+           ) -> list[Result]:
+    """The claims of :func:`claims_of` for ``kind`` from the analysed pairs, whatever their scale.
+
+    Args:
+        kind: ``fc`` or ``conv``.
+        reports: per shortcut (``identity``, ``none``), one alignment report per seed (``analysis/alignment.json``).
+        curves: per shortcut, per seed, NC1 of the last layer over training as ``(step, NC1)``.
+        accuracy: per shortcut, per seed, the final test accuracy.
+        setting: the lab's setting, in words.
+        commands: the commands that reproduce it.
+        seconds: what the trainings took.
+        smoke: judge nothing (a pipeline check).
+    """
+    tag = "FC" if kind == "fc" else "conv"
+    claims = {c.id.split(".")[1]: c for c in claims_of(kind)}
     skip, plain = reports["identity"], reports["none"]
-    setting = scale(kind, budget)
     learned = [f"the network {name} reached {mean_sd(acc)} test accuracy, not {LEARNED:g}"
                for name, acc in (("with skips", accuracy["identity"]), ("without skips", accuracy["none"]))
                if not np.nanmean(acc) >= LEARNED]

@@ -33,7 +33,7 @@ from lab.data.readers import write_digits_folder
 from lab.reports.diffusion_probe import diffusion_probe_report
 from lab.reports.fid import fid_report
 from lab.reports.probe import probe_report
-from lab.reproduce.claims import Claim, Curves, Result, mean, mean_sd, not_at_this_budget
+from lab.reproduce.claims import Claim, Curves, Result, mean, mean_sd
 from lab.reproduce.runs import ReproductionError, command, train
 from lab.reproduce.verdict import Floor, combine, judge
 from lab.runs.store import RunStore, config_of_run
@@ -86,19 +86,6 @@ MAE_MODEL = ["model.embed_dim=64", "model.depth=4", "model.num_heads=4", "model.
              "model.decoder_depth=2", "model.decoder_num_heads=4", "model.global_pool=avg"]
 MAE_RECIPE = ["train.batch_size=64", "train.warmup_epochs=1", "train.lr_scaling=none", "train.lr=1e-3",
               "train.probe_every=0", "data.workers=0"]
-FULL_SCALE = {
-    "rank": [command("sweep", "configs/spiral.yaml", "model.shortcut=linear", "model.alpha_min=1.0,0.8,0.6,0.5")],
-    "mae": ["for a in 1.0 0.9 0.8 0.7 0.6 0.5; do torchrun --nproc_per_node=4 -m lab train "
-            "configs/mae_vit_b16_in100.yaml data.root=/data/imagenet100 model.alpha_min=$a; done",
-            command("probe", "RUN", "--protocol", "authors")],
-    "diffusion": ["torchrun --nproc_per_node=8 -m lab train configs/uvit_small_cifar100.yaml "
-                  "data.root=/data/cifar100_png model.alpha_min=1.0 model.zero_init=false",
-                  "torchrun --nproc_per_node=8 -m lab train configs/uvit_small_cifar100.yaml "
-                  "data.root=/data/cifar100_png model.alpha_min=0.7",
-                  command("fid", "RUN", "--reference", "/data/cifar100_png/train", "--inception-weights", "FILE",
-                          "--select", "best", "--sampler", "sde", "--steps", "1000"),
-                  command("probe", "RUN", "--protocol", "authors")],
-}
 
 
 class RankOverTraining(EnsembleCallback):
@@ -154,9 +141,6 @@ def _sweep(overrides: list[str], store: RunStore, sizes: dict) -> tuple[list[dic
 def measure_rank(budget: str, seeds: int, store: RunStore, tick: Callable[[], None] = lambda: None) -> list[Result]:
     """Figure 9 at toy scale (see the module docstring)."""
     claim = CLAIMS["rank"]
-    if budget not in SIZES:
-        return [not_at_this_budget(claim, FULL_SCALE["rank"], "the paper's scale (ResNets on an ImageNet subset) runs "
-                                   "on GPU machines")]
     sizes = SIZES[budget]
     start = time.perf_counter()
     alphas = ",".join(f"{a:g}" for a in sizes["alphas"])
@@ -203,9 +187,6 @@ def measure_mae(budget: str, seeds: int, store: RunStore, work, tick: Callable[[
                 ) -> list[Result]:
     """Table 2 at toy scale: a tiny MAE on digits for α_min 1.0 and 0.6, probed as the authors' code does."""
     claim = CLAIMS["mae"]
-    if budget not in SIZES:
-        return [not_at_this_budget(claim, FULL_SCALE["mae"], "MAE ViT-B/16 on ImageNet-100 takes about 200 GPU hours "
-                                   "per run, as the paper says")]
     sizes = SIZES[budget]
     start = time.perf_counter()
     root = write_digits_folder(work / "digits-images", image_size=32, every=sizes["mae_every"])
@@ -241,10 +222,6 @@ def measure_diffusion(budget: str, seeds: int, store: RunStore,
                       tick: Callable[[], None] = lambda: None) -> list[Result]:
     """Table 4 at toy scale: the tiny U-ViT on digits at α_min 1.0 and 0.7, digits-FD and the diffusion probe."""
     claims = [CLAIMS["diffusion_fid"], CLAIMS["diffusion_probe"]]
-    if budget not in SIZES:
-        return [not_at_this_budget(c, FULL_SCALE["diffusion"], "U-ViT-S on CIFAR-100 trains for 500,000 steps on "
-                                   "GPUs, and FID needs 50,000 samples and the FID Inception's weights")
-                for c in claims]
     sizes = SIZES[budget]
     start = time.perf_counter()
     fds: dict[float, list[float]] = {1.0: [], 0.7: []}

@@ -50,7 +50,8 @@ def _md_cell(text: str) -> str:
 VERDICT_WORDS = ("Verdicts: holds (the effect in the paper's direction, p < 0.05 one-sided over the seeds, above "
                  "its floor) / inconclusive (not significant; the reason says how many seeds this noise would need) / "
                  "differs (significant the other way, or an interval that excludes the paper's effect) / not "
-                 "measurable (a precondition failed: named) / pipeline only (smoke) / error (the experiment failed). "
+                 "measurable (a precondition failed: named) / pipeline only (smoke) / pending (runs not finished: "
+                 "how far) / error (the experiment failed). "
                  "Values are mean ± sd over seeds; effects are in the paper's direction.")
 
 
@@ -124,6 +125,7 @@ def html_page(results: list[Result], meta: dict[str, Any]) -> str:
              "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top;text-align:left}"
              ".holds{background:#e3f4e3}.differs{background:#fbe3e3}.not-measurable{background:#eee}"
              ".inconclusive{background:#fdf6dc}.error{background:#f4c7c7}.pipeline-only{background:#eef}"
+             ".pending{background:#f0f0ff}"
              "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Residual Lab reproduction</title>"
             f"<style>{style}</style>{inline}{script}</head><body>"

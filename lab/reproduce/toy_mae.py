@@ -25,7 +25,7 @@ import torch
 
 from lab.analysis.rank_sweep import member_features, pearson_r, sweep_rank_metrics
 from lab.config import CONFIGS
-from lab.reproduce.claims import Claim, Curves, Result, mean, mean_sd, not_at_this_budget
+from lab.reproduce.claims import Claim, Curves, Result, mean, mean_sd
 from lab.reproduce.runs import ReproductionError, command, train
 from lab.reproduce.verdict import Floor, combine, judge
 from lab.runs.store import Run, RunStore, config_of_run
@@ -55,15 +55,6 @@ SIZES = {
     "smoke": {"alphas": [1.0, 0.6], "epochs": 1, "width": 16, "depth": 2, "decoder": 2, "points": 200},
     "cpu": {"alphas": [1.0, 0.9, 0.8, 0.7, 0.6, 0.5], "epochs": 40, "width": 64, "depth": 8, "decoder": 4,
             "points": 360},
-}
-_MAE = "torchrun --nproc_per_node=4 -m lab train configs/mae_vit_b16_in100.yaml data.root=/data/imagenet100"
-FULL_SCALE = {
-    "unet": [f"{_MAE} model.alpha_min=0.6", f"{_MAE} model.alpha_min=0.6 model.unet_skips=false",
-             command("probe", "RUN", "--protocol", "authors")],
-    "controls": [f"{_MAE} model.alpha_min=1.0", f"{_MAE} model.alpha_min=0.6",
-                 *(f"{_MAE} model.shortcut={s}" for s in ("scaled_both", "scaled_branch")),
-                 command("probe", "RUN", "--protocol", "authors")],
-    "correlation": [f"for a in 1.0 0.9 0.8 0.7 0.6 0.5; do {_MAE} model.alpha_min=$a; done"],
 }
 CHANCE = 0.1
 """A probe of ten digits at chance."""
@@ -120,9 +111,6 @@ def _measured(runs: list[Run], statuses: list[dict], settings: list[dict], point
 
 def measure(budget: str, seeds: int, store: RunStore, tick: Callable[[], None] = lambda: None) -> list[Result]:
     """Table 3a, Table 3b and Figure 6c on the toy MAE (see the module docstring)."""
-    if budget not in SIZES:
-        return [not_at_this_budget(c, FULL_SCALE[key], "MAE ViT-B/16 on ImageNet-100 takes about 200 GPU hours per "
-                                   "run, as the paper says") for key, c in CLAIMS.items()]
     s, smoke = SIZES[budget], budget == "smoke"
     start = time.perf_counter()
     size = [f"model.width={s['width']}", f"model.depth={s['depth']}", f"model.decoder_depth={s['decoder']}",

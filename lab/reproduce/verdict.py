@@ -13,6 +13,7 @@ against a null, ``x − null``). :func:`judge` then decides:
 * **inconclusive**: neither, with how many seeds this seed noise would need to detect the paper's relative effect
   (80 % power at one-sided α = 0.05, normal approximation);
 * **not measurable**: a precondition failed (which one is said);
+* **pending**: a full-scale claim whose runs have not all finished (it says how far they are);
 * **pipeline only**: the smoke budget, which only checks that the measurement runs (its numbers are still
   reported, never judged).
 
@@ -34,7 +35,7 @@ ALPHA = 0.05
 """One-sided significance level of every test."""
 POWER = 0.8
 """The power at which :func:`seeds_needed` sizes an experiment."""
-VERDICTS = ("holds", "inconclusive", "differs", "not measurable", "pipeline only")
+VERDICTS = ("holds", "inconclusive", "differs", "not measurable", "pipeline only", "pending")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,120 @@
+"""``lab reproduce --collect DIR``: the claims of a full-scale reproduction from whatever of it has finished.
+
+An experiment whose runs (and their steps) have all finished is judged by its collector
+(:attr:`~lab.reproduce.full_scale.Experiment.collect`) with the verdict engine the toy budgets use; one with runs
+left reads ``pending`` and says how far each is (step n of N, or failed with its log); a claim the plan could not
+measure says what it needs. The report is the same ``report.html``, ``report.md`` and ``claims.json`` as the other
+budgets write, in the same folder as ``reproduce.json``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+from lab.reproduce.claims import Claim, Result, failed, not_at_this_budget
+from lab.reproduce.full_scale import PlannedRun
+from lab.reproduce.launch import folder_of, load_ledger, steps_left
+from lab.reproduce.plan import make_plan
+from lab.reproduce.report import write_report
+from lab.reproduce.verdict import Stats, Verdict
+from lab.runs.store import Run, environment_info
+
+log = logging.getLogger(__name__)
+
+SCOPE = {
+    "gpu": "GPU budget: the papers' full-scale settings (lab/configs/), trained by this reproduction's runs; each "
+           "claim is judged once all of its runs have finished.",
+    "gpu1": "GPU1 budget: what fits one GPU overnight at MNIST/CIFAR scale (shorter schedules than the papers'); it "
+            "can show whether each effect appears there, not the papers' numbers.",
+    "gpu-test": "GPU-test budget: every full-scale run shrunk to seconds to check the pipeline on a CPU; it judges "
+                "nothing (every row reads 'pipeline only').",
+}
+
+
+def _finished(out: Path, ledger: dict[str, Any], run: PlannedRun) -> Run | None:
+    """The run's folder when it has completed and every step has written its output."""
+    record = ledger["runs"].get(run.key, {})
+    folder = folder_of(out, record)
+    if folder is None or record.get("state") != "completed" or folder.read_status().get("state") != "completed":
+        return None
+    return None if steps_left(folder, list(run.steps)) else folder
+
+
+def _how_far(out: Path, ledger: dict[str, Any], run: PlannedRun) -> str:
+    record = ledger["runs"].get(run.key, {})
+    folder = folder_of(out, record)
+    state = record.get("state", "planned")
+    if folder is None:
+        return f"{run.key}: not started"
+    status = folder.read_status()
+    step, total = status.get("step"), status.get("total_steps")
+    where = (f"step {step} of {total} ({100 * step / total:.0f} %)" if isinstance(step, int) and
+             isinstance(total, int) and total > 0 else f"step {step}" if isinstance(step, int) else "no step yet")
+    if state in ("failed", "step failed"):
+        return f"{run.key}: {state} ({record.get('message', '')})"
+    if status.get("state") == "completed":
+        return f"{run.key}: trained, steps left ({', '.join(s.args[0] for s in steps_left(folder, list(run.steps)))})"
+    return f"{run.key}: {status.get('state', state)} at {where}"
+
+
+def pending(claim: Claim, lines: list[str], done: int, total: int, commands: list[str]) -> Result:
+    """A claim whose runs have not all finished: how far each is."""
+    empty = Stats(math.nan, (math.nan, math.nan), math.nan, math.nan, math.nan, 0)
+    return Result(claim, {}, f"{done} of {total} runs finished", Verdict(
+        "pending", f"{done} of {total} runs finished; " + "; ".join(lines), empty), "", commands)
+
+
+def collect(out: str | Path) -> tuple[list[Result], dict[str, Path]]:
+    """Judge every claim of the reproduction in ``out`` from its finished runs and write its report there.
+
+    Returns:
+        The results, and the paths of ``claims.json``, ``report.md`` and ``report.html``.
+
+    Raises:
+        FileNotFoundError: ``out`` holds no ``reproduce.json``.
+    """
+    out = Path(out)
+    ledger = load_ledger(out)
+    if not ledger:
+        raise FileNotFoundError(f"{out} holds no reproduce.json: collect a folder that `lab reproduce --budget gpu` "
+                                "(or gpu1) planned")
+    plan = make_plan(ledger["budget"], ledger["papers"], ledger["seeds"],
+                     {k: Path(v) for k, v in ledger["data"].items()})
+    results: list[Result] = []
+    for experiment, runs, missing in plan.experiments:
+        measurable = [c for c in experiment.claims if c.id not in missing]
+        results += [not_at_this_budget(c, [], missing[c.id]) for c in experiment.claims if c.id in missing]
+        if not measurable:
+            continue
+        finished = {r.key: folder for r in runs if (folder := _finished(out, ledger, r)) is not None}
+        commands = [line for r in runs if r.key.endswith("-s0") for line in r.commands()]
+        if len(finished) < len(runs):
+            lines = [_how_far(out, ledger, r) for r in runs if r.key not in finished]
+            results += [pending(c, lines, len(finished), len(runs), commands) for c in measurable]
+            continue
+        try:
+            judged = experiment.collect(plan.budget, finished, runs)
+        except Exception as err:  # one experiment's unreadable output does not lose the others'
+            log.exception("collecting %s failed", ", ".join(c.id for c in measurable))
+            results += [failed(c, err, 0.0) for c in measurable]
+            continue
+        results += [r for r in judged if r.claim.id not in missing]
+    for cid, why in plan.not_measurable.items():
+        if not any(r.claim.id == cid for r in results):
+            results.append(not_at_this_budget(_claim(cid), [], why))
+    meta = {"budget": plan.budget, "seeds": plan.seeds, "papers": plan.papers, "seconds": 0.0,
+            "started": ledger.get("created", ""), "scope": SCOPE[plan.budget], "plan": "reproduce.json",
+            **environment_info()}
+    return results, write_report(results, out, meta)
+
+
+def _claim(cid: str) -> Claim:
+    """A claim by id among every experiment's (the toy-only ones included)."""
+    from lab.reproduce import alignment, decayed, droppath, toy_mae
+
+    claims = [*decayed.CLAIMS.values(), *droppath.CLAIMS.values(), *toy_mae.CLAIMS.values(),
+              *alignment.claims_of("fc"), *alignment.claims_of("conv")]
+    return next(c for c in claims if c.id == cid)

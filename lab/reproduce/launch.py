@@ -1,0 +1,373 @@
+"""Launching a full-scale plan and continuing it: ``reproduce.json``, the decision per run, and the executors.
+
+The report folder holds the plan and its state in ``reproduce.json`` (the budget, seeds, papers and data, and per
+run its config, overrides, processes, run folder, state, attempts and log) and one ordinary run folder per run under
+``runs/``. Running the same command again continues from what the folders hold (:func:`next_action`):
+
+- a completed run whose steps (probe, analysis, FID) have all written their output is reused;
+- a completed run with steps left runs those steps;
+- a stopped, preempted or killed run (its lock's process gone) resumes from ``checkpoints/last.pt``, or trains
+  again from step 0 when it left no checkpoint (the earlier attempt kept under its ``history/``);
+- a failed or diverged run, or one whose step failed, is reported with its log, and trained or stepped again only
+  with ``retry_failed``;
+- a run whose lock a live process holds is left to it.
+
+Executors: ``local`` trains here, ``torchrun --standalone`` per run with its processes, as many runs at once as the
+visible GPUs allow (one at a time on CPUs, with gloo); every command's output is appended to ``logs/<key>.log``.
+``slurm`` sends each run to the cluster as one job through :mod:`lab.jobs.submit` (submitit; signalled before its
+time limit or on preemption, checkpointed and requeued), the steps running in the same job once it has trained.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from lab.config import config_path, load_config, to_dict
+from lab.jobs.runner import resolved
+from lab.jobs.submit import MemberJob, Resources, check_resources
+from lab.reproduce.full_scale import PlannedRun, Step
+from lab.reproduce.plan import Plan
+from lab.runs import layout
+from lab.runs.catalog import checkpoint_step
+from lab.runs.entries import LIMITS, read_json, read_tail
+from lab.runs.lock import is_stale, read_holder
+from lab.runs.store import Run, RunStore
+from lab.runs.writes import atomic_write_json
+
+PLAN_FILE = "reproduce.json"
+LOGS = "logs"
+EXECUTORS = ("local", "slurm")
+ACTIONS = ("done", "steps", "train", "resume", "restart", "failed", "busy")
+
+
+class PlanMismatch(ValueError):
+    """The report folder holds a reproduction planned otherwise (another budget); nothing is changed."""
+
+
+def load_ledger(out: Path) -> dict[str, Any]:
+    """``reproduce.json`` of a report folder (``{}`` when there is none).
+
+    Raises:
+        ValueError: it exists but cannot be read as a reproduction's plan.
+    """
+    path = out / PLAN_FILE
+    if not path.exists():
+        return {}
+    ledger = read_json(path, LIMITS[layout.SWEEP])
+    if not isinstance(ledger, dict) or not isinstance(ledger.get("runs"), dict):
+        raise ValueError(f"{path} is not a reproduction's plan")
+    return ledger
+
+
+def ledger_for(plan: Plan, out: Path, executor: str) -> dict[str, Any]:
+    """The plan's ``reproduce.json``, continuing the one ``out`` holds: its runs keep their folders and states.
+
+    Raises:
+        PlanMismatch: ``out`` holds a reproduction of another budget.
+    """
+    earlier = load_ledger(out)
+    if earlier and earlier.get("budget") != plan.budget:
+        raise PlanMismatch(f"{out} holds a reproduction at the {earlier.get('budget')} budget, not {plan.budget}: "
+                           "continue it with that budget, or choose another --out")
+    runs = earlier.get("runs", {})
+    for run in plan.runs:
+        record = runs.get(run.key, {"state": "planned", "attempts": 0, "folder": None})
+        runs[run.key] = {**record, **asdict(run), "log": f"{LOGS}/{run.key}.log"}
+    return {"budget": plan.budget, "papers": plan.papers, "seeds": plan.seeds,
+            "data": {k: str(v) for k, v in plan.data.items()}, "executor": executor,
+            "created": earlier.get("created", time.strftime("%Y-%m-%d %H:%M:%S")),
+            "updated": time.strftime("%Y-%m-%d %H:%M:%S"), "not_measurable": plan.not_measurable, "runs": runs}
+
+
+def save_ledger(out: Path, ledger: dict[str, Any]) -> None:
+    ledger["updated"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    atomic_write_json(out / PLAN_FILE, ledger)
+
+
+def folder_of(out: Path, record: dict[str, Any]) -> Run | None:
+    """The run folder a ledger record names (None before it was made)."""
+    return Run(out / record["folder"]) if record.get("folder") else None
+
+
+def steps_left(run: Run, steps: list[Step]) -> list[Step]:
+    """The steps whose output the run folder does not hold yet."""
+    return [s for s in steps if not run.analysis_path(s.output).exists()]
+
+
+def next_action(run: Run | None, steps: list[Step], record: dict[str, Any], retry_failed: bool = False) -> str:
+    """What continuing a planned run does now: one of :data:`ACTIONS` (see the module docstring)."""
+    if record.get("state") in ("failed", "step failed") and not retry_failed:
+        return "failed"
+    if run is None or not run.path.is_dir():
+        return "train"
+    state = run.read_status().get("state")
+    holder = read_holder(run.path)
+    if holder is not None and not is_stale(holder):
+        return "busy"
+    if state == "completed":
+        return "steps" if steps_left(run, steps) else "done"
+    if state in ("failed", "diverged"):
+        return "restart" if retry_failed else "failed"
+    if not (run.path / layout.CONFIG).exists():
+        return "train"
+    return "resume" if checkpoint_step(run.checkpoint_path("last")) is not None else "restart"
+
+
+def _settle(record: dict[str, Any], folder: Run | None, action: str) -> None:
+    """Record a run there is nothing to do for now: done, failed (its message kept) or busy elsewhere."""
+    if action == "done":
+        record["state"], record["message"] = "completed", ""
+    elif action == "busy":
+        record["state"] = "busy"
+    elif record.get("state") not in ("failed", "step failed"):
+        record["state"] = "failed"
+        record["message"] = folder.read_status().get("message", "") if folder is not None else ""
+
+
+def _lab(*args: str) -> list[str]:
+    return [sys.executable, "-m", "lab", *args]
+
+
+def training_command(run: PlannedRun, folder: Path, action: str) -> list[str]:
+    """The ``torchrun`` command that trains (``train``), continues (``resume``) or retrains (``restart``) a run."""
+    head = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={run.processes}",
+            "-m", "lab"]
+    if action == "train":
+        return [*head, "train", str(config_path(run.config)), *run.overrides, "--run-dir", str(folder),
+                "--no-progress"]
+    return [*head, "resume", str(folder), *(["--restart"] if action == "restart" else []), "--no-progress"]
+
+
+def _devices() -> list[str]:
+    """The GPUs runs are placed on (CUDA_VISIBLE_DEVICES, else every device torch sees); empty on a CPU machine."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [d for d in visible.split(",") if d.strip() and d.strip() != "-1"]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+class _Interrupt:
+    """SIGINT/SIGTERM: start nothing more, let the runs stop with a checkpoint, then return."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._old = {s: signal.signal(s, self._handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.requested = True
+
+    def restore(self) -> None:
+        for s, handler in self._old.items():
+            signal.signal(s, handler)
+
+
+def _log_tail(out: Path, record: dict[str, Any]) -> str:
+    try:
+        return read_tail(out / record["log"], 2000).decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def run_local(plan: Plan, out: Path, ledger: dict[str, Any], *, retry_failed: bool = False, progress: bool = True,
+              poll_s: float = 0.5) -> dict[str, Any]:
+    """Train and step every run of ``plan`` that is not done, on this machine (see the module docstring).
+
+    Returns:
+        The ledger as saved at the end: every run's state (``completed``, ``failed``, ``step failed``, ``stopped``
+        when interrupted, ``busy`` when another process holds it).
+    """
+    store = RunStore(out / "runs")
+    (out / LOGS).mkdir(parents=True, exist_ok=True)
+    queue: list[tuple[PlannedRun, list[list[str]]]] = []
+    for run in plan.runs:
+        record = ledger["runs"][run.key]
+        folder = folder_of(out, record)
+        action = next_action(folder, list(run.steps), record, retry_failed)
+        if action in ("done", "failed", "busy"):
+            _settle(record, folder, action)
+            continue
+        if folder is None:
+            folder = store.create(run.key)
+            record["folder"] = str(folder.path.relative_to(out))
+        commands = [] if action == "steps" else [training_command(run, folder.path, action)]
+        commands += [_lab(*s.argv(folder.path)) for s in (run.steps if action != "steps" else
+                                                          steps_left(folder, list(run.steps)))]
+        queue.append((run, commands))
+    save_ledger(out, ledger)
+    devices = _devices()
+    free = list(devices)
+    active: dict[str, tuple[subprocess.Popen, list[list[str]], list[str], Any]] = {}
+    interrupt = _Interrupt()
+    bar = tqdm(total=len(queue), desc=f"reproduce ({plan.budget})", unit="run", disable=not progress,
+               dynamic_ncols=True)
+
+    def start(run: PlannedRun, commands: list[list[str]], held: list[str], first: bool = True) -> None:
+        record = ledger["runs"][run.key]
+        log = open(out / record["log"], "ab")  # noqa: SIM115 (closed when its process ends); appended, never truncated
+        log.write(("\n$ " + " ".join(commands[0]) + "\n").encode())
+        log.flush()
+        env = {**os.environ, **({"CUDA_VISIBLE_DEVICES": ",".join(held)} if devices else {})}
+        proc = subprocess.Popen(commands[0], stdout=log, stderr=subprocess.STDOUT, env=env)
+        active[run.key] = (proc, commands[1:], held, log)
+        record["state"], record["attempts"] = "running", record.get("attempts", 0) + first
+        save_ledger(out, ledger)
+
+    try:
+        while queue or active:
+            while queue and not interrupt.requested and not (not devices and active):
+                run, commands = queue[0]
+                need = min(run.processes, len(devices))
+                if devices and len(free) < need:
+                    break
+                queue.pop(0)
+                held, free[:] = free[:need], free[need:]
+                start(run, commands, held)
+            if interrupt.requested:
+                queue.clear()
+                for proc, *_ in active.values():
+                    if proc.poll() is None:
+                        proc.send_signal(signal.SIGTERM)
+            time.sleep(poll_s)
+            for key in list(active):
+                proc, rest, held, log = active[key]
+                code = proc.poll()
+                if code is None:
+                    continue
+                log.close()
+                del active[key]
+                run = next(r for r in plan.runs if r.key == key)
+                record = ledger["runs"][key]
+                folder = folder_of(out, record)
+                state = folder.read_status().get("state", "unknown")
+                if code == 0 and rest and state == "completed" and not interrupt.requested:
+                    start(run, rest, held, first=False)
+                    continue
+                free += held
+                bar.update(1)
+                if code == 0 and state == "completed":
+                    record["state"], record["message"] = "completed", ""
+                elif state == "completed":
+                    record["state"] = "step failed" if not interrupt.requested else "completed"
+                    record["message"] = f"a step exited with {code}; see {record['log']}"
+                elif state in ("stopped", "running", "queued", "unknown") and interrupt.requested:
+                    record["state"] = "stopped"
+                    record["message"] = "interrupted; the same command run again resumes it"
+                else:
+                    record["state"] = "failed"
+                    record["message"] = f"{state}: exit status {code}; see {record['log']}"
+                save_ledger(out, ledger)
+    finally:
+        interrupt.restore()
+        bar.close()
+    ledger["interrupted"] = interrupt.requested
+    save_ledger(out, ledger)
+    return ledger
+
+
+def run_slurm(plan: Plan, out: Path, ledger: dict[str, Any], resources: Resources, *, retry_failed: bool = False
+              ) -> dict[str, Any]:
+    """Submit one job per run not done (:class:`ReproductionJob`), without waiting; the command run again later
+    continues or collects. A run whose job is still queued or running is left to it."""
+    import submitit
+
+    store = RunStore(out / "runs")
+    jobs_dir = out / layout.JOBS
+    jobs_dir.mkdir(mode=0o700, exist_ok=True)
+    for run in plan.runs:
+        record = ledger["runs"][run.key]
+        folder = folder_of(out, record)
+        if record.get("job_id") and _job_alive(jobs_dir, record["job_id"], resources.executor):
+            record["state"] = "busy"
+            continue
+        action = next_action(folder, list(run.steps), record, retry_failed)
+        if action in ("done", "failed", "busy"):
+            _settle(record, folder, action)
+            continue
+        cfg = resolved(load_config(config_path(run.config), list(run.overrides)))
+        if folder is None:
+            folder = store.create(run.key)
+            folder.write_config(to_dict(cfg))
+            folder.write_status("queued", "waiting for its cluster job")
+            record["folder"] = str(folder.path.relative_to(out))
+        if action == "restart":
+            from lab.runs.resume import plan_resume
+
+            plan_resume(folder, "restart")  # sets the failed attempt aside, kept under history/
+        job_resources = Resources(**{**asdict(resources), "gpus_per_node": run.processes if resources.gpus_per_node
+                                     else 0, "tasks_per_node": run.processes})
+        check_resources(SimpleNamespace(members=[SimpleNamespace(name=run.key, config=cfg)]), job_resources)
+        executor = submitit.AutoExecutor(folder=jobs_dir, cluster=job_resources.executor)
+        executor.update_parameters(**job_resources.parameters(run.key))
+        job = executor.submit(ReproductionJob(str(folder.path), [list(s.args) for s in run.steps]))
+        record.update(state="submitted", job_id=job.job_id, attempts=record.get("attempts", 0) + 1,
+                      stdout=str(job.paths.stdout), stderr=str(job.paths.stderr))
+        save_ledger(out, ledger)
+    save_ledger(out, ledger)
+    return ledger
+
+
+def _job_alive(jobs_dir: Path, job_id: str, cluster: str) -> bool:
+    """Whether a SLURM job is still queued or running (sacct through submitit)."""
+    if cluster != "slurm":
+        return False
+    import submitit
+
+    try:
+        state = submitit.SlurmJob(folder=jobs_dir, job_id=job_id).state
+    except Exception:  # sacct missing or failing: the run folder decides
+        return False
+    return state in ("PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING")
+
+
+def _steps_after(run_path: str, steps: list[list[str]]) -> int:
+    """Run the steps whose output is missing on a trained folder; 0 when all succeeded."""
+    for args in steps:
+        step = Step(tuple(args), "")
+        code = subprocess.call(_lab(*step.argv(Path(run_path))))
+        if code != 0:
+            return code
+    return 0
+
+
+class ReproductionJob(MemberJob):
+    """A cluster job's callable: train the run folder as ``lab submit`` does (requeued after preemption), then,
+    on rank 0, run its steps."""
+
+    def __init__(self, run_path: str, steps: list[list[str]]) -> None:
+        super().__init__(run_path)
+        self.steps = steps
+
+    def __call__(self) -> dict[str, Any]:
+        status = super().__call__()
+        if status.get("state") == "completed" and int(os.environ.get("RANK", "0")) == 0 and \
+                _steps_after(self.run_path, self.steps) != 0:
+            raise RuntimeError(f"{self.run_path}: a step failed")
+        return status
+
+
+def failures(out: Path, ledger: dict[str, Any]) -> list[str]:
+    """A line per failed run: its state, message and the end of its log."""
+    lines = []
+    for key, record in ledger["runs"].items():
+        if record.get("state") in ("failed", "step failed"):
+            tail = _log_tail(out, record)
+            lines.append(f"{key}: {record['state']}: {record.get('message', '')}"
+                         + (f"\n    log ({record['log']}), last lines:\n    " + tail[-800:].replace("\n", "\n    ")
+                            if tail else ""))
+    return lines
+
+
+__all__ = ["EXECUTORS", "PLAN_FILE", "PlanMismatch", "ReproductionJob", "failures", "ledger_for",
+           "load_ledger", "next_action", "run_local", "run_slurm", "save_ledger", "training_command"]

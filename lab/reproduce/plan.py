@@ -1,0 +1,114 @@
+"""A full-scale reproduction's plan: every run of every experiment the data given allows, the claims it cannot
+measure and why, and what it costs.
+
+:func:`make_plan` asks each :data:`~lab.reproduce.full_scale.EXPERIMENTS` entry for its runs at a budget (runs
+shared by several claims, such as the MAE's α_min sweep, are planned once); :func:`plan_text` is what ``lab
+reproduce --dry-run`` prints: every run with its config, overrides and seed, the data it reads, the processes it
+starts and its GPU-hours (:mod:`lab.reproduce.estimate`), then the claims left out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lab.config import ConfigError
+from lab.reproduce.estimate import gpu_hours
+from lab.reproduce.full_scale import DATASETS, EXPERIMENTS, FULL_BUDGETS, TOY_ONLY, Experiment, PlannedRun
+
+SEEDS = {"gpu": 3, "gpu1": 3, "gpu-test": 1}
+"""Default seeds per full-scale budget: three, so that a verdict can be tested against seed noise."""
+
+
+@dataclass
+class Plan:
+    """Every run of a full-scale reproduction and what it cannot measure.
+
+    Attributes:
+        budget, papers, seeds, data: what it was planned for.
+        experiments: per experiment, its runs and, per claim it cannot measure, why.
+        runs: every run once, in report order.
+    """
+
+    budget: str
+    papers: list[str]
+    seeds: int
+    data: dict[str, Path]
+    experiments: list[tuple[Experiment, list[PlannedRun], dict[str, str]]] = field(default_factory=list)
+    runs: list[PlannedRun] = field(default_factory=list)
+
+    @property
+    def not_measurable(self) -> dict[str, str]:
+        """Claim id → why this plan cannot measure it (data missing, another budget), toy-only claims included."""
+        out = {cid: why for _, _, missing in self.experiments for cid, why in missing.items()}
+        return out | {cid: why for cid, why in TOY_ONLY.items() if cid.split(".")[0] in self.papers}
+
+
+def parse_data(items: list[str]) -> dict[str, Path]:
+    """``--data NAME=DIR`` arguments as ``{name: absolute path}``.
+
+    Raises:
+        ConfigError: an unknown name (the message lists them), a repeated one, or a path that does not exist.
+    """
+    data: dict[str, Path] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip().lower()
+        if not sep or not value:
+            raise ConfigError(f"--data takes NAME=DIR, got {item!r}")
+        if name not in DATASETS:
+            raise ConfigError(f"unknown data {name!r}; known: " + "; ".join(f"{d.name} ({d.what})"
+                                                                         for d in DATASETS.values()))
+        if name in data:
+            raise ConfigError(f"--data {name} is given twice")
+        path = Path(value).expanduser().resolve()
+        if not path.exists():
+            raise ConfigError(f"--data {name}={value}: no such {'file' if name == 'inception' else 'folder'}")
+        data[name] = path
+    return data
+
+
+def make_plan(budget: str, papers: list[str], seeds: int | None, data: dict[str, Path]) -> Plan:
+    """The runs of ``papers``' full-scale experiments at ``budget`` with ``data``.
+
+    Raises:
+        ValueError: ``budget`` is not a full-scale budget, or ``seeds`` < 1.
+    """
+    if budget not in FULL_BUDGETS or (seeds is not None and seeds < 1):
+        raise ValueError(f"a full-scale plan takes a budget among {', '.join(FULL_BUDGETS)} and seeds >= 1; got "
+                         f"{budget!r} and {seeds}")
+    plan = Plan(budget, list(papers), seeds or SEEDS[budget], dict(data))
+    seen: set[str] = set()
+    for experiment in EXPERIMENTS:
+        if experiment.paper not in papers:
+            continue
+        runs, missing = experiment.plan(budget, plan.seeds, data)
+        plan.experiments.append((experiment, runs, missing))
+        plan.runs += [r for r in runs if r.key not in seen]
+        seen |= {r.key for r in runs}
+    return plan
+
+
+def _hours(value: float) -> str:
+    return "unknown" if not math.isfinite(value) else f"{value:,.1f}"
+
+
+def plan_text(plan: Plan, rates: dict[str, float], device: str) -> str:
+    """What ``--dry-run`` prints: every run, its data and GPU-hours on ``device``, the total, and what is left out."""
+    lines = [f"Reproduction plan: {plan.budget} budget, {plan.seeds} seed(s), papers {', '.join(plan.papers)}; "
+             f"GPU-hours on {device} from measured throughput (unknown: no bench measured it there)", ""]
+    total, unknown = 0.0, 0
+    for run in plan.runs:
+        hours = gpu_hours(run.images, run.bench, rates)
+        total += hours if math.isfinite(hours) else 0.0
+        unknown += not math.isfinite(hours)
+        lines += [f"{run.key}  [{', '.join(run.data)}; {run.processes} process(es); GPU-hours {_hours(hours)}]",
+                  *(f"    {line}" for line in run.commands())]
+    lines += ["", f"{len(plan.runs)} runs; {total:,.1f} GPU-hours estimated" + (f", {unknown} run(s) unknown (run "
+              "bench/mae_throughput.py and bench/uvit_throughput.py with --record on this device)" if unknown else ""),
+              ""]
+    if plan.not_measurable:
+        lines.append("Not measurable with this plan:")
+        lines += [f"  {cid}: {why}" for cid, why in plan.not_measurable.items()]
+    return "\n".join(lines) + "\n"
