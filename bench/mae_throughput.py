@@ -31,6 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import median, table  # noqa: E402
 from lab.config import apply_overrides, load_config  # noqa: E402
+from lab.reproduce.estimate import record_throughput  # noqa: E402
 from lab.train.build import build_model, loader_data  # noqa: E402
 from lab.train.distributed import World  # noqa: E402
 from lab.train.loader import LoaderData, LoaderTrainer  # noqa: E402
@@ -80,6 +81,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10 if cuda else 3)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--compile", action="store_true", help="add a torch.compile row")
+    parser.add_argument("--record", default=None, metavar="FILE",
+                        help="append the engine's fastest rate to FILE, which `lab reproduce --dry-run "
+                             "--throughput FILE` estimates GPU-hours from")
     parser.add_argument("--data", default=None, help="an ImageFolder root: add a data-loading row")
     parser.add_argument("--workers", type=int, default=8)
     args = parser.parse_args()
@@ -128,6 +132,10 @@ def main() -> None:
     print(f"{args.model} ({params:.1f} M parameters), {size} px, batch {args.batch}, {device.type}"
           + (f" ({torch.cuda.get_device_name()})" if cuda else f", {torch.get_num_threads()} threads"))
     print(table(["what", "images/s", "× plain"], rows))
+    if args.record:
+        best = max(rate for what, rate, _ in rows if what.startswith("engine step"))
+        record = record_throughput(args.record, f"{args.model}@{size}", best, batch=args.batch)
+        print(f"recorded in {args.record}: {record}")
     if cuda:
         print(f"peak CUDA memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
 

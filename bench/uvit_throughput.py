@@ -29,6 +29,7 @@ from bench.common import table  # noqa: E402
 from bench.mae_throughput import _images_per_s, engine_rows  # noqa: E402
 from lab.config import load_config  # noqa: E402
 from lab.nn.registry import model_parameters  # noqa: E402
+from lab.reproduce.estimate import record_throughput  # noqa: E402
 from lab.train.build import build_model  # noqa: E402
 from lab.train.loader import LoaderData  # noqa: E402
 from lab.train.optim import make_optimizer  # noqa: E402
@@ -42,6 +43,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10 if cuda else 5)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--compile", action="store_true", help="add a torch.compile row")
+    parser.add_argument("--record", default=None, metavar="FILE",
+                        help="append the engine's fastest rate to FILE, which `lab reproduce --dry-run "
+                             "--throughput FILE` estimates GPU-hours from")
     args = parser.parse_args()
 
     from timm.utils import ModelEmaV3
@@ -79,6 +83,10 @@ def main() -> None:
     print(f"{args.model} ({params:.1f} M parameters), images {list(shape)}, batch {args.batch}, {device.type}"
           + (f" ({torch.cuda.get_device_name()})" if cuda else f", {torch.get_num_threads()} threads"))
     print(table(["what", "images/s", "× plain"], rows))
+    if args.record:
+        best = max(rate for what, rate, _ in rows if what.startswith("engine step"))
+        record = record_throughput(args.record, f"{args.model}@{shape[-1]}", best, batch=args.batch)
+        print(f"recorded in {args.record}: {record}")
     if cuda:
         print(f"peak CUDA memory: {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB")
 

@@ -1,0 +1,216 @@
+"""The full-scale reproduction: its plan and estimates, the decision per run, and the whole pipeline shrunk to
+seconds — plan, launch with torchrun (gloo), interrupt mid-run, continue, collect."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from lab.cli import main
+from lab.config import ConfigError
+from lab.reproduce.estimate import gpu_hours, read_throughput, record_throughput
+from lab.reproduce.full_scale import Step
+from lab.reproduce.launch import load_ledger, next_action
+from lab.reproduce.plan import make_plan, parse_data
+from lab.runs import layout
+from lab.runs.store import RunStore
+from tests.reproduce import tiny_data
+
+pytestmark = pytest.mark.xdist_group("torchrun")
+
+
+def test_the_dry_run_prints_every_run_with_its_data_and_gpu_hours(tmp_path, capsys):
+    (tmp_path / "in100").mkdir()
+    (tmp_path / "c100").mkdir()
+    rates = tmp_path / "throughput.jsonl"
+    record_throughput(rates, "mae_vit_base_patch16@224", 1000.0, device="Test GPU")
+    record_throughput(rates, "uvit_small@32", 5.0, device="another GPU")  # another device: not used
+    code = main(["reproduce", "--budget", "gpu", "--dry-run", "--data", f"imagenet100={tmp_path / 'in100'}",
+                 "--data", f"cifar100={tmp_path / 'c100'}", "--throughput", str(rates), "--device-kind", "Test GPU",
+                 "--runs-dir", str(tmp_path / "runs")])
+    text = capsys.readouterr().out
+    assert code == 0 and not (tmp_path / "runs").exists()  # nothing runs, nothing is written
+    mae = [line for line in text.splitlines() if line.startswith("mae-")]
+    assert len(mae) == 3 * 9  # three seeds of six α_min, two controls and the network without U-Net skips
+    hours = 800 * 126_689 / 1000 / 3600
+    assert all(f"GPU-hours {hours:,.1f}" in line and "imagenet100" in line for line in mae)
+    uvit = [line for line in text.splitlines() if line.startswith("uvit-")]
+    assert len(uvit) == 6 and all("GPU-hours unknown" in line for line in uvit)
+    assert f"{33} runs; {27 * hours:,.1f} GPU-hours estimated, 6 run(s) unknown" in text
+    assert "torchrun --nproc_per_node=4 -m lab train mae_vit_b16_in100" in text
+    assert "python -m lab probe RUN --protocol authors" in text
+    assert "decayed.diffusion_fid: needs --data inception=DIR" in text  # FID needs the Inception weights
+    assert "droppath.table1: needs --data mnist=DIR" in text and "or --data cifar10=DIR" in text
+
+
+def test_without_data_the_plan_names_what_each_claim_needs(capsys, tmp_path):
+    assert main(["reproduce", "--budget", "gpu1", "--dry-run", "--runs-dir", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "0 runs" in text
+    assert "alignment.ra2.fc: needs --data mnist=DIR" in text
+    assert "decayed.mae_probe: MAE ViT-B/16 on ImageNet-100" in text and "gpu budget" in text
+    assert "decayed.rank: " in text and "cpu budget" in text
+
+
+def test_data_arguments_are_checked_before_anything_runs(tmp_path):
+    with pytest.raises(ConfigError, match="unknown data 'svhn'.*imagenet100"):
+        parse_data([f"svhn={tmp_path}"])
+    with pytest.raises(ConfigError, match="no such folder"):
+        parse_data([f"cifar10={tmp_path / 'missing'}"])
+    with pytest.raises(ConfigError, match="NAME=DIR"):
+        parse_data(["cifar10"])
+    with pytest.raises(ConfigError, match="twice"):
+        parse_data([f"mnist={tmp_path}", f"MNIST={tmp_path}"])
+    assert parse_data([f"MNIST={tmp_path}"]) == {"mnist": tmp_path.resolve()}
+    with pytest.raises(ValueError, match="budget"):
+        make_plan("cpu", ["droppath"], None, {})
+
+
+def test_estimates_use_the_latest_record_of_the_device(tmp_path):
+    path = tmp_path / "t.jsonl"
+    record_throughput(path, "m@32", 100.0, device="A")
+    record_throughput(path, "m@32", 200.0, device="A")
+    assert read_throughput(path, "A") == {"m@32": 200.0} and read_throughput(path, "B") == {}
+    assert gpu_hours(720_000, "m@32", {"m@32": 200.0}) == pytest.approx(1.0)
+    assert gpu_hours(720_000, None, {"m@32": 200.0}) != gpu_hours(720_000, None, {"m@32": 200.0})  # NaN: unknown
+    path.write_text(path.read_text() + "not json\n")
+    with pytest.raises(ValueError, match="line 3"):
+        read_throughput(path, "A")
+
+
+def test_each_run_continues_from_what_its_folder_holds(tmp_path):
+    store = RunStore(tmp_path)
+    step = Step(("probe", "{run}"), layout.PROBE)
+    assert next_action(None, [step], {}) == "train"
+    run = store.create("r")
+    assert next_action(run, [step], {}) == "train"  # made, never started
+    run.write_config({"model": {}})
+    run.write_status("running", "step 3")
+    (run.path / layout.LOCK).write_text(json.dumps({"host": os.uname().nodename, "pid": os.getpid()}))
+    assert next_action(run, [step], {}) == "busy"  # a live process trains it
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (run.path / layout.LOCK).write_text(json.dumps({"host": os.uname().nodename, "pid": int(dead.stdout)}))
+    assert next_action(run, [step], {}) == "restart"  # killed before any checkpoint: from step 0
+    run.checkpoint_path("last").parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"step": 3}, run.checkpoint_path("last"))
+    assert next_action(run, [step], {}) == "resume"
+    run.write_status("completed", "done")
+    assert next_action(run, [step], {}) == "steps"
+    run.analysis_path(layout.PROBE).parent.mkdir(parents=True, exist_ok=True)
+    run.analysis_path(layout.PROBE).write_text("{}")
+    assert next_action(run, [step], {}) == "done"
+    assert next_action(run, [step], {"state": "step failed"}) == "failed"
+    assert next_action(run, [step], {"state": "step failed"}, retry_failed=True) == "done"
+    run.write_status("diverged", "NaN")
+    assert next_action(run, [step], {}) == "failed"
+    assert next_action(run, [step], {}, retry_failed=True) == "restart"
+
+
+def _ledger_states(out: Path) -> dict[str, str]:
+    return {k: r["state"] for k, r in load_ledger(out)["runs"].items()}
+
+
+def _wait_training(out: Path, key: str, timeout: float = 240) -> None:
+    """Until the run ``key`` trains (its status says running, past its first step)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = load_ledger(out).get("runs", {}).get(key, {}) if (out / "reproduce.json").exists() else {}
+        status = out / record["folder"] / layout.STATUS if record.get("folder") else None
+        if status is not None and status.exists():
+            s = json.loads(status.read_text() or "{}")
+            if s.get("state") == "running" and (s.get("step") or 0) >= 1:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"{key} did not start training within {timeout} s")
+
+
+def test_the_shrunken_pipeline_plans_launches_survives_an_interruption_continues_and_collects(tmp_path):
+    mnist = tiny_data.mnist(tmp_path / "mnist", train=512, test=64)  # 32 steps a run: long enough to interrupt
+    cifar100 = tiny_data.image_folder(tmp_path / "cifar100")
+    out = tmp_path / "repro"
+    command = [sys.executable, "-m", "lab", "reproduce", "--budget", "gpu-test", "--data", f"mnist={mnist}",
+               "--data", f"cifar100={cifar100}", "--paper", "alignment", "--paper", "droppath", "--paper",
+               "decayed", "--out", str(out), "--no-progress"]
+    first = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_training(out, "table1-mnist-off-s0")
+        first.send_signal(signal.SIGTERM)  # Ctrl-C, or the allocation ending: every run stops with a checkpoint
+        output, _ = first.communicate(timeout=180)
+    finally:
+        first.kill()
+    assert first.returncode == 130, output
+    assert "the same command run again continues" in output
+    states = _ledger_states(out)
+    assert states["table1-mnist-off-s0"] == "stopped"
+    assert [states[k] for k in ("ra-fc-identity-s0", "ra-fc-none-s0", "uvit-a0.7-s0", "uvit-a1-s0")] == \
+        ["completed"] * 4  # the plan's order: these trained before
+    assert states["table1-mnist-droppath-s0"] == "planned"
+    ledger = load_ledger(out)
+    stopped = out / ledger["runs"]["table1-mnist-off-s0"]["folder"]
+    stopped_at = json.loads((stopped / layout.STATUS).read_text())["step"]
+    assert json.loads((stopped / layout.STATUS).read_text())["state"] == "stopped" and 1 <= stopped_at < 32
+    before = {k: (out / r["folder"] / layout.METRICS).read_bytes() for k, r in ledger["runs"].items()
+              if r["state"] == "completed"}
+
+    assert main(["reproduce", "--collect", str(out)]) == 0  # what has finished, judged; the rest says how far
+    claims = {c["id"]: c for c in json.loads((out / "claims.json").read_text())["claims"]}
+    assert claims["droppath.table1"]["verdict"] == "pending"
+    assert f"table1-mnist-off-s0: stopped at step {stopped_at} of 32" in claims["droppath.table1"]["reason"]
+    assert claims["alignment.ra2.fc"]["verdict"] == "pipeline only"
+
+    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    ledger = load_ledger(out)
+    assert all(r["state"] == "completed" for r in ledger["runs"].values())
+    for key, metrics in before.items():  # finished runs reused, not trained again
+        assert (out / ledger["runs"][key]["folder"] / layout.METRICS).read_bytes() == metrics
+        assert ledger["runs"][key]["attempts"] == 1
+    assert ledger["runs"]["table1-mnist-off-s0"]["attempts"] == 2
+    log = (out / "logs" / "table1-mnist-off-s0.log").read_text()
+    assert "-m lab resume" in log and "--run-dir" in log  # trained, then resumed from its checkpoint
+    records = [json.loads(line) for line in (stopped / layout.METRICS).read_text().splitlines()]
+    steps = [r["step"] for r in records if r.get("kind") == "step"]
+    assert steps == sorted(steps) and steps[-1] == 32 and len(set(steps)) == len(steps)  # continued, not redone
+
+    claims = {c["id"]: c for c in json.loads((out / "claims.json").read_text())["claims"]}
+    assert {claims[k]["verdict"] for k in ("droppath.table1", "alignment.ra2.fc", "decayed.diffusion_probe")} == \
+        {"pipeline only"}
+    assert claims["decayed.diffusion_fid"]["verdict"] == "not measurable"
+    assert "inception" in claims["decayed.diffusion_fid"]["reason"]
+    assert "imagenet100" in claims["decayed.mae_probe"]["reason"]
+    assert "cifar10" in claims["alignment.ra2.conv"]["reason"]
+    assert claims["droppath.table1"]["values"]["mnist Ours"][0] is not None
+    report = (out / "report.md").read_text()
+    assert "GPU-test budget" in report and "| droppath.table1 |" in report
+    assert "table1-mnist-off-s0" in again.stderr or "completed" in again.stderr
+
+
+def test_the_cluster_executor_sends_one_job_per_run_which_trains_and_steps_and_is_not_sent_twice(tmp_path):
+    from lab.jobs.submit import Resources
+    from lab.reproduce import reproduce_at_scale
+    from lab.reproduce.collect import collect
+
+    mnist = tiny_data.mnist(tmp_path / "mnist")
+    out = tmp_path / "repro"
+    local = Resources(executor="local", time="0:10:00")  # submitit's local executor: the same jobs, on this machine
+    ledger = reproduce_at_scale(out, papers=["alignment"], budget="gpu-test", data={"mnist": mnist},
+                                executor="slurm", resources=local, progress=False)
+    assert {k: r["state"] for k, r in ledger["runs"].items()} == {"ra-fc-identity-s0": "submitted",
+                                                                  "ra-fc-none-s0": "submitted"}
+    deadline = time.monotonic() + 240
+    folders = [out / r["folder"] for r in ledger["runs"].values()]
+    while not all((f / layout.ANALYSIS / layout.ALIGNMENT).exists() for f in folders):  # trained, then analysed
+        assert time.monotonic() < deadline, [(f / layout.STATUS).read_text() for f in folders]
+        time.sleep(0.5)
+    time.sleep(1.0)  # the job's result is written after its step
+    again = reproduce_at_scale(out, papers=["alignment"], budget="gpu-test", data={"mnist": mnist},
+                               executor="slurm", resources=local, progress=False)
+    assert all(r["state"] == "completed" and r["attempts"] == 1 for r in again["runs"].values())
+    results, _ = collect(out)
+    assert {r.verdict for r in results if r.claim.id.endswith(".fc")} == {"pipeline only"}
