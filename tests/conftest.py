@@ -52,10 +52,10 @@ def pytest_xdist_make_scheduler(config, log):
     return FileGroups(config, log)
 
 
-# the two long groups, started first under xdist, one on each worker (a worker is given its next file only when
+# the long groups, started first under xdist, one on each worker (a worker is given its next file only when
 # its own is nearly done): a long group started last leaves the other worker idle while it runs
 FIRST = ("tests/ui/test_jupyterlab.py", "tests/ui/test_server.py", "tests/ui/test_injection.py",
-         "tests/train/test_torchrun.py")
+         "tests/train/test_torchrun.py", "tests/reproduce/test_full_scale.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -22,8 +22,6 @@ from lab.runs import layout
 from lab.runs.store import RunStore
 from tests.reproduce import tiny_data
 
-pytestmark = pytest.mark.xdist_group("torchrun")
-
 
 def test_the_dry_run_prints_every_run_with_its_data_and_gpu_hours(tmp_path, capsys):
     (tmp_path / "in100").mkdir()
