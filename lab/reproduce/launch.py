@@ -95,8 +95,17 @@ def save_ledger(out: Path, ledger: dict[str, Any]) -> None:
 
 
 def folder_of(out: Path, record: dict[str, Any]) -> Run | None:
-    """The run folder a ledger record names (None before it was made)."""
-    return Run(out / record["folder"]) if record.get("folder") else None
+    """The run folder a ledger record names (None before it was made).
+
+    Raises:
+        ValueError: the record names a folder outside the report folder's ``runs/``.
+    """
+    if not record.get("folder"):
+        return None
+    path = (out / str(record["folder"])).resolve()
+    if not path.is_relative_to((out / "runs").resolve()):
+        raise ValueError(f"{out / PLAN_FILE} names a run folder outside {out / 'runs'}: {record['folder']!r}")
+    return Run(path)
 
 
 def steps_left(run: Run, steps: list[Step]) -> list[Step]:
@@ -138,10 +147,11 @@ def _lab(*args: str) -> list[str]:
     return [sys.executable, "-m", "lab", *args]
 
 
-def training_command(run: PlannedRun, folder: Path, action: str) -> list[str]:
-    """The ``torchrun`` command that trains (``train``), continues (``resume``) or retrains (``restart``) a run."""
-    head = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={run.processes}",
-            "-m", "lab"]
+def training_command(run: PlannedRun, folder: Path, action: str, processes: int | None = None) -> list[str]:
+    """The ``torchrun`` command that trains (``train``), continues (``resume``) or retrains (``restart``) a run, with
+    ``processes`` (default: the plan's) training processes."""
+    head = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc_per_node={processes or run.processes}", "-m", "lab"]
     if action == "train":
         return [*head, "train", str(config_path(run.config)), *run.overrides, "--run-dir", str(folder),
                 "--no-progress"]
@@ -190,6 +200,7 @@ def run_local(plan: Plan, out: Path, ledger: dict[str, Any], *, retry_failed: bo
     """
     store = RunStore(out / "runs")
     (out / LOGS).mkdir(parents=True, exist_ok=True)
+    devices = _devices()
     queue: list[tuple[PlannedRun, list[list[str]]]] = []
     for run in plan.runs:
         record = ledger["runs"][run.key]
@@ -201,12 +212,14 @@ def run_local(plan: Plan, out: Path, ledger: dict[str, Any], *, retry_failed: bo
         if folder is None:
             folder = store.create(run.key)
             record["folder"] = str(folder.path.relative_to(out))
-        commands = [] if action == "steps" else [training_command(run, folder.path, action)]
+        # a run planned for more GPUs than this machine has trains on all of them (with a smaller global batch
+        # where its config sets a per-process batch)
+        processes = min(run.processes, len(devices)) if devices else run.processes
+        commands = [] if action == "steps" else [training_command(run, folder.path, action, processes)]
         commands += [_lab(*s.argv(folder.path)) for s in (run.steps if action != "steps" else
                                                           steps_left(folder, list(run.steps)))]
         queue.append((run, commands))
     save_ledger(out, ledger)
-    devices = _devices()
     free = list(devices)
     active: dict[str, tuple[subprocess.Popen, list[list[str]], list[str], Any]] = {}
     interrupt = _Interrupt()

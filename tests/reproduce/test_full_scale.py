@@ -212,3 +212,13 @@ def test_the_cluster_executor_sends_one_job_per_run_which_trains_and_steps_and_i
     assert all(r["state"] == "completed" and r["attempts"] == 1 for r in again["runs"].values())
     results, _ = collect(out)
     assert {r.verdict for r in results if r.claim.id.endswith(".fc")} == {"pipeline only"}
+
+
+def test_a_plan_file_cannot_point_the_launcher_outside_its_runs(tmp_path):
+    from lab.reproduce.launch import folder_of
+
+    assert folder_of(tmp_path, {"folder": "runs/x"}).path == (tmp_path / "runs" / "x").resolve()
+    assert folder_of(tmp_path, {"folder": None}) is None
+    for hostile in ("../elsewhere", "runs/../../elsewhere", "/etc"):
+        with pytest.raises(ValueError, match="outside"):
+            folder_of(tmp_path, {"folder": hostile})
