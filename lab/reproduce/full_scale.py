@@ -297,9 +297,13 @@ def _uvit_collect(budget: str, runs: Runs, planned: list[PlannedRun]) -> list[Re
     seeds = seeds_of(planned)
 
     def read(arm: str, name: str, key: str) -> list[float]:
-        return [number(analysis(runs.get(f"uvit-{arm}-s{s}"), name).get(key)) if name != layout.FID else
-                number(((analysis(runs.get(f"uvit-{arm}-s{s}"), name).get("measurements") or [{}])[-1]).get(key))
-                for s in seeds]
+        values = []
+        for s in seeds:
+            record = analysis(runs.get(f"uvit-{arm}-s{s}"), name)
+            if name == layout.FID:  # every measurement is kept: the last one is this reproduction's
+                record = (record.get("measurements") or [{}])[-1]
+            values.append(number(record.get(key)))
+        return values
 
     setting, commands = _setting(planned, "uvit-"), _commands(planned, "uvit-")
     fid_claim, probe_claim = UVIT_CLAIMS

@@ -44,7 +44,7 @@ from lab.runs.lock import is_stale, read_holder
 from lab.runs.store import Run, RunStore
 from lab.runs.writes import atomic_write_json
 
-PLAN_FILE = "reproduce.json"
+PLAN_FILE = layout.REPRODUCTION
 LOGS = "logs"
 EXECUTORS = ("local", "slurm")
 ACTIONS = ("done", "steps", "train", "resume", "restart", "failed", "busy")
@@ -103,8 +103,9 @@ def folder_of(out: Path, record: dict[str, Any]) -> Run | None:
     if not record.get("folder"):
         return None
     path = (out / str(record["folder"])).resolve()
-    if not path.is_relative_to((out / "runs").resolve()):
-        raise ValueError(f"{out / PLAN_FILE} names a run folder outside {out / 'runs'}: {record['folder']!r}")
+    if not path.is_relative_to((out / layout.REPRODUCTION_RUNS).resolve()):
+        raise ValueError(f"{out / PLAN_FILE} names a run folder outside {out / layout.REPRODUCTION_RUNS}: "
+                         f"{record['folder']!r}")
     return Run(path)
 
 
@@ -198,7 +199,7 @@ def run_local(plan: Plan, out: Path, ledger: dict[str, Any], *, retry_failed: bo
         The ledger as saved at the end: every run's state (``completed``, ``failed``, ``step failed``, ``stopped``
         when interrupted, ``busy`` when another process holds it).
     """
-    store = RunStore(out / "runs")
+    store = RunStore(out / layout.REPRODUCTION_RUNS)
     (out / LOGS).mkdir(parents=True, exist_ok=True)
     devices = _devices()
     queue: list[tuple[PlannedRun, list[list[str]]]] = []
@@ -295,7 +296,7 @@ def run_slurm(plan: Plan, out: Path, ledger: dict[str, Any], resources: Resource
     continues or collects. A run whose job is still queued or running is left to it."""
     import submitit
 
-    store = RunStore(out / "runs")
+    store = RunStore(out / layout.REPRODUCTION_RUNS)
     jobs_dir = out / layout.JOBS
     jobs_dir.mkdir(mode=0o700, exist_ok=True)
     for run in plan.runs:

@@ -111,6 +111,13 @@ def is_sweep_folder(path: Path) -> bool:
     return file.is_file() and not file.is_symlink()
 
 
+def is_reproduction_folder(path: Path) -> bool:
+    """Whether ``path`` holds a full-scale reproduction's ``reproduce.json`` (a file, not a symbolic link); its run
+    folders are under its ``runs/``."""
+    file = path / layout.REPRODUCTION
+    return file.is_file() and not file.is_symlink()
+
+
 def is_run_folder(path: Path) -> bool:
     """Whether ``path`` holds any entry of the run-folder contract (and is not a sweep folder); an entry that is a
     symbolic link counts (the folder is listed, the link named among its problems and not followed)."""
@@ -125,8 +132,9 @@ def _subfolders(path: Path) -> list[Path]:
 
 
 def find_runs(folder: Path, roots: list[Path] | None = None) -> list[Path]:
-    """The run folders ``folder`` is or holds: itself, a sweep's members, or its sub-folders that are runs or
-    sweeps (their members follow them); newest first by name (run ids start with their UTC time).
+    """The run folders ``folder`` is or holds: itself, a sweep's members, a reproduction's runs, or its sub-folders
+    that are runs, sweeps or reproductions (their members follow them); newest first by name (run ids start with their
+    UTC time).
 
     Args:
         folder: the folder to list.
@@ -138,16 +146,21 @@ def find_runs(folder: Path, roots: list[Path] | None = None) -> list[Path]:
         r = p.resolve()
         return any(r == root or root in r.parents for root in roots)
 
+    def members(group: Path) -> list[Path]:
+        """A sweep's members, or the run folders of a reproduction's ``runs/``, in name order."""
+        holder = group / layout.REPRODUCTION_RUNS if is_reproduction_folder(group) else group
+        return [p for p in _subfolders(holder) if inside(p) and is_run_folder(p)] if inside(holder) else []
+
     if is_run_folder(folder):
         return [folder]
-    if is_sweep_folder(folder):
-        return [p for p in _subfolders(folder) if inside(p) and is_run_folder(p)]
+    if is_sweep_folder(folder) or is_reproduction_folder(folder):
+        return members(folder)
     found = []
     for sub in reversed(_subfolders(folder)):
         if not inside(sub):
             continue
-        if is_sweep_folder(sub):
-            found.extend(p for p in _subfolders(sub) if inside(p) and is_run_folder(p))
+        if is_sweep_folder(sub) or is_reproduction_folder(sub):
+            found.extend(members(sub))
         elif is_run_folder(sub):
             found.append(sub)
     return found

@@ -25,7 +25,9 @@ entry                       written by                              contents
 ``STOP``                    anyone                                  asks the run to stop after its current step
 ``sweep.json``              :mod:`lab.sweeps` (a sweep's folder)    the members of a sweep, in a folder of run folders
 ``jobs/``                   :mod:`lab.jobs.submit` (a sweep's       submitit's submissions and each job's logs
-                            folder)
+                            folder, a reproduction's)
+``reproduce.json``          :mod:`lab.reproduce.launch` (a          a full-scale reproduction's plan and its runs'
+                            reproduction's folder)                  states; its run folders are under ``runs/``
 ==========================  ======================================  ==================================================
 """
 
@@ -46,6 +48,9 @@ LOCK = "lock"
 STOP = "STOP"
 SWEEP = "sweep.json"
 JOBS = "jobs"
+REPRODUCTION = "reproduce.json"
+REPRODUCTION_RUNS = "runs"
+"""A full-scale reproduction's folder: its plan, and the folder of its run folders."""
 
 #: The sub-folders a new run folder starts with.
 FOLDERS = (SNAPSHOTS, CHECKPOINTS)

@@ -80,6 +80,28 @@ def test_runs_sweeps_and_plain_folders_are_found(tmp_path):
     assert outside.path not in find_runs(store.root, roots=[store.root.resolve()])
 
 
+def test_a_reproductions_runs_are_found_through_its_folder(tmp_path):
+    store = RunStore(tmp_path / "runs")
+    folder = store.root / "reproduce-20260101-000000"
+    folder.mkdir(parents=True)
+    atomic_write_json(folder / "reproduce.json", {"runs": {}})
+    runs = [_run(RunStore(folder / "runs"), name) for name in ("mae-a1-s0", "mae-a0.6-s0")]
+    expected = sorted(r.path for r in runs)
+    assert find_runs(folder) == expected  # the folder opens as one group of its runs
+    assert find_runs(store.root) == expected  # and they are listed with the runs folder's own
+    (folder / "reproduce.json").unlink()
+    (folder / "reproduce.json").symlink_to(tmp_path / "plan.json")  # a link is no plan: not followed
+    assert find_runs(folder) == []
+    atomic_write_json(folder / "reproduce.json.tmp", {})
+    (folder / "reproduce.json").unlink()
+    (folder / "reproduce.json.tmp").rename(folder / "reproduce.json")
+    outside = tmp_path / "outside"
+    _run(RunStore(outside), "foreign")
+    (folder / "runs").rename(tmp_path / "kept")
+    (folder / "runs").symlink_to(outside)  # a runs/ that leads elsewhere is not followed
+    assert find_runs(folder, roots=[store.root.resolve()]) == []
+
+
 def test_summary_of_a_healthy_run(tmp_path):
     run = _run(RunStore(tmp_path), state="running", step=40, total_steps=100, metrics={"test_acc": 0.5})
     run.append_metrics({"kind": "step", "step": 10, "loss": 0.9, "lr": 0.01, "time": 1.0},

@@ -5,7 +5,8 @@ Full-scale runs launched by ``torchrun`` on a cluster write the same run folder 
 here. The page lists the run folders of the server's runs folder (``LAB_RUNS_DIR``) and of one folder the user adds.
 An added folder must resolve inside the runs folder or inside a folder named by ``LAB_RUN_DIRS`` when the server
 started (paths separated by ``os.pathsep``, as ``LAB_DATA_DIRS``); anything else is refused with a message. Sweep
-folders (``sweep.json``) list their members.
+folders (``sweep.json``) list their members, and a full-scale reproduction's folder (``reproduce.json``) the runs
+under its ``runs/``.
 
 The table shows per run its model, state (``running (stale)`` when its heartbeat is old), progress, newest metrics
 and the time of its last heartbeat, and what is wrong with a damaged folder; it is refreshed every ``refresh_s``
@@ -15,8 +16,8 @@ the page's :class:`~lab.ui.follower.JobFollower`): status line, progress, alert 
 diverged run, and its curves growing as ``metrics.jsonl`` grows; beside them its config and checkpoints, and its
 saved frames replayed read-only in the views that drew them (:mod:`lab.ui.views.saved_frames`). A sweep folder opens
 as the comparison of its members and, for residual MLPs, the Rank page's views of their last checkpoints
-(:mod:`lab.reports.sweep_frame`). A run that this server's job manager trains can be stopped; any other run is
-watch-only.
+(:mod:`lab.reports.sweep_frame`); a reproduction's folder opens as the comparison of its runs. A run that this
+server's job manager trains can be stopped; any other run is watch-only.
 
 Run folders are untrusted input (a cluster's, another person's): the page reads them only in a worker thread
 (:mod:`lab.ui.pages.runs_scan`), never on the event loop that every session shares, and applies what was read on its
@@ -50,6 +51,7 @@ from lab.runs.catalog import (
     STALE_AFTER_S,
     RunCatalog,
     find_runs,
+    is_reproduction_folder,
     is_run_folder,
     is_sweep_folder,
     resolve_run_path,
@@ -248,14 +250,19 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         if key:
             try:
                 path = resolve_run_path(key, self.roots)
-                sweep = is_sweep_folder(path)
-                if not sweep and not is_run_folder(path):
+                sweep, reproduction = is_sweep_folder(path), is_reproduction_folder(path)
+                if not sweep and not reproduction and not is_run_folder(path):
                     raise FileNotFoundError(f"{key!r} is not a run folder: it holds none of status.json, "
                                             "config.json, config.yaml, metrics.jsonl, checkpoints/")
             except (PermissionError, FileNotFoundError, ValueError) as err:  # ValueError: a NUL byte
                 self._tell("run", "danger", f"Run not opened: {md(err)}")
             else:
-                if sweep:  # a sweep opens as the comparison of its members, and its rank views
+                if reproduction:  # a full-scale reproduction opens as the comparison of its runs
+                    paths = find_runs(path, self.roots)
+                    self._tell("run", "info", f"Reproduction {md(key)}: its {len(paths)} runs compared; its report "
+                                              "is report.html in that folder")
+                    self.compare = ",".join(self._key(p) for p in paths)
+                elif sweep:  # a sweep opens as the comparison of its members, and its rank views
                     paths = find_runs(path, self.roots)
                     self._tell("run", "info", self.sweep.start(key, len(paths), POOL.submit(sweep_rank, paths)))
                     if not self._served:

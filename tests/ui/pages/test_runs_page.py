@@ -353,6 +353,22 @@ def test_a_sweep_folder_opens_as_the_comparison_of_its_members(manager):
     assert "is a sweep: its 2 members are compared" in shown(page.notice) and page.job is None
 
 
+def test_a_reproduction_folder_opens_as_the_comparison_of_its_runs(manager):
+    folder = manager.store.root / "reproduce-20260101-000000"
+    folder.mkdir(parents=True)
+    atomic_write_json(folder / "reproduce.json", {"runs": {}})
+    runs = []
+    for a in (1.0, 0.6):
+        run = _run(RunStore(folder / "runs"), f"mae-a{a:g}-s0")
+        run.write_config({"name": run.id, "model": {"name": "residual_mlp", "alpha_min": a}})
+        run.append_metrics(*_records(2))
+        runs.append(run)
+    page = RunsPage(manager=manager, run=folder.name)
+    assert sorted(page.compare.split(",")) == sorted(f"{folder.name}/runs/{r.id}" for r in runs)
+    assert len(page.comparison.figures["loss"].lines.data["label"]) == 2
+    assert "its 2 runs compared" in shown(page.notice) and page.job is None
+
+
 def test_a_runs_saved_frames_replay_read_only_in_the_views_that_drew_them(manager):
     import numpy as np
 
