@@ -29,7 +29,7 @@ from lab.data.latents import LATENT_FOLDER
 from lab.data.toy2d import TOY_DATASETS
 from lab.nn.diffusion import SAMPLERS, SCHEDULE_SAMPLERS
 from lab.nn.mlp import ACTIVATIONS
-from lab.nn.registry import model_parameters
+from lab.nn.registry import model_info, model_parameters
 from lab.shortcuts import SCHEDULES
 from lab.strict import (
     RENAMED,
@@ -54,7 +54,7 @@ OPTIMIZERS = ("adam", "adamw", "sgd")
 LR_SCHEDULES = ("constant", "cosine", "warmup_cosine", "warmup_constant")
 TASKS = ("classify", "masked", "denoise", "mae", "diffusion")
 PIXEL_TASKS = ("masked", "denoise")  # the residual MLP's generative tasks on flattened images (lab.train.tasks)
-GENERATIVE = {"mae": "mae_", "diffusion": "uvit_"}  # tasks whose model computes its own loss: model name prefix
+GENERATIVE = ("mae", "diffusion")  # tasks whose model computes its own loss; only the loader engine trains them
 ENGINES = ("auto", "tensor", "loader")
 PRECISIONS = ("auto", "fp32", "bf16")
 WEIGHT_DECAY_ON = ("weights", "all")
@@ -330,7 +330,7 @@ class ExperimentConfig:
         if not self.name or any(c in self.name for c in "/\\\0"):
             raise ConfigError(f"name must be non-empty and free of path separators; got {self.name!r}")
         task, name = self.train.task, self.model.name
-        needed = next((t for t, prefix in GENERATIVE.items() if name.startswith(prefix)), "classify")
+        needed = model_info(name).task  # what the model's forward serves (the registry says)
         if task in PIXEL_TASKS:
             if name != "residual_mlp" or self.data.name in TOY_DATASETS or self.data.name == LATENT_FOLDER:
                 raise ConfigError(f"train.task={task} trains model.name=residual_mlp on an image set such as "

@@ -1,15 +1,21 @@
 """Networks: the residual block with named parts, the registry, and the models built from them.
 
-Importing this package registers every model: the residual MLP, the ResNets of *Residual Alignment: Uncovering
-the Mechanisms of Residual Networks*, the MAE ViTs and U-ViT diffusion models of *Residual Connections Harm
-Generative Representation Learning* (decayed shortcuts, U-Net skips) and the timm adapters.
+Importing this package imports every module in it, which registers every model: the residual MLP, the ResNets of
+*Residual Alignment: Uncovering the Mechanisms of Residual Networks*, the MAE ViTs and U-ViT diffusion models of
+*Residual Connections Harm Generative Representation Learning* (decayed shortcuts, U-Net skips) and the timm
+adapters. A new model is one new module here: its ``@register_model`` builder registers it on import.
 """
 
-from lab.nn import diffusion, mae, resnets, timm_adapter  # noqa: F401  (registration side effect)
+import importlib
+import pkgutil
+
 from lab.nn.block import ResidualBlock
 from lab.nn.droppath import DropPath, set_droppath_mode
 from lab.nn.mlp import MLPBranch, ResidualMLP
 from lab.nn.registry import create_model, list_models, register_model
+
+for _module in pkgutil.iter_modules(__path__):  # registration side effect
+    importlib.import_module(f"{__name__}.{_module.name}")
 
 __all__ = ["DropPath", "MLPBranch", "ResidualBlock", "ResidualMLP", "create_model", "list_models",
            "register_model", "set_droppath_mode"]

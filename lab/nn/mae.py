@@ -439,28 +439,33 @@ def _build(patch_size: int, defaults: dict, overrides: dict) -> MaskedAutoencode
     return MaskedAutoencoderViT(patch_size=patch_size, **{**defaults, **overrides})
 
 
-@register_model
+_EXAMPLE = {"img_size": 16, "embed_dim": 16, "depth": 3, "num_heads": 2, "decoder_embed_dim": 8, "decoder_depth": 2,
+            "decoder_num_heads": 2}
+"""A small instance for the tests that build every registered model."""
+
+
+@register_model(family="mae_vit", task="mae", example=_EXAMPLE, input_shape=(3, 16, 16))
 @signature_of(MaskedAutoencoderViT, drop=("patch_size",), **_TINY)
 def mae_vit_tiny_patch16(**kwargs) -> MaskedAutoencoderViT:
     """MAE ViT-Ti/16 at 224 × 224 (192 wide, 12 blocks, 3 heads), MAE's decoder (512 wide, 8 blocks, 16 heads)."""
     return _build(16, _TINY, kwargs)
 
 
-@register_model
+@register_model(family="mae_vit", task="mae", example=_EXAMPLE, input_shape=(3, 16, 16))
 @signature_of(MaskedAutoencoderViT, drop=("patch_size",), **_SMALL)
 def mae_vit_small_patch16(**kwargs) -> MaskedAutoencoderViT:
     """MAE ViT-S/16 at 224 × 224 (384 wide, 12 blocks, 6 heads), MAE's decoder: the paper's ViT-S/16 (Table 2)."""
     return _build(16, _SMALL, kwargs)
 
 
-@register_model
+@register_model(family="mae_vit", task="mae", example=_EXAMPLE, input_shape=(3, 16, 16))
 @signature_of(MaskedAutoencoderViT, drop=("patch_size",), **_BASE)
 def mae_vit_base_patch16(**kwargs) -> MaskedAutoencoderViT:
     """MAE ViT-B/16 at 224 × 224 (768 wide, 12 blocks, 12 heads), MAE's decoder: the paper's main model."""
     return _build(16, _BASE, kwargs)
 
 
-@register_model
+@register_model(family="mae_vit", task="mae", example=_EXAMPLE, input_shape=(3, 16, 16))
 @signature_of(MaskedAutoencoderViT, drop=("patch_size",), **_TINY_32)
 def mae_vit_tiny_patch4_32(**kwargs) -> MaskedAutoencoderViT:
     """MAE ViT-Ti for CIFAR-sized images: 32 × 32 in 4 × 4 patches (64 tokens), 192 wide, 12 blocks, 3 heads;

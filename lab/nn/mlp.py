@@ -184,7 +184,8 @@ class ResidualMLP(nn.Module):
         return states if intermediates_only else (last, states)
 
 
-@register_model
+@register_model(family="residual_mlp", example={"depth": 3, "width": 8, "num_classes": 3, "in_dim": 2},
+                input_shape=(2,))
 @signature_of(ResidualMLP)
 def residual_mlp(**kwargs) -> ResidualMLP:
     """The ResidualDroppath paper's residual MLP; defaults are the 32-layer, 32-wide model of its Figure 1."""

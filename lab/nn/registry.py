@@ -1,23 +1,79 @@
-"""Model registry: ``register_model`` on a builder function, ``create_model(name, **overrides)`` to build one."""
+"""Model registry: ``register_model`` on a builder function, ``create_model(name, **overrides)`` to build one.
+
+Each registered model also carries what the lab needs to know of it beyond its knobs (:class:`ModelInfo`): its
+family, the task its forward serves — which decides how it trains — and a small example the tests build it from,
+as timm's registry carries each model's default configuration.
+"""
 
 from __future__ import annotations
 
 import fnmatch
 import inspect
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 
+MODEL_TASKS = ("classify", "mae", "diffusion")
+"""What a model's forward serves: ``classify`` (``forward(x)`` → logits), ``mae`` (``forward(x)`` → ``(loss, …)`` of
+masked images) and ``diffusion`` (``forward(x, y)`` → ``(loss, …)`` at a drawn noise level)."""
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the lab knows of a registered model besides its knobs.
+
+    Attributes:
+        family: the family it belongs to (``residual_mlp``, ``resnet``, ``mae_vit``, ``uvit``, ``timm_resnet``).
+        task: what its forward serves, one of :data:`MODEL_TASKS`; ``train.task`` must match it.
+        example: builder arguments of a small instance, for the tests that build every registered model.
+        input_shape: one input's shape for that instance (without the batch axis).
+    """
+
+    family: str
+    task: str = "classify"
+    example: dict[str, Any] = field(default_factory=dict)
+    input_shape: tuple[int, ...] = ()
+
+
 _MODELS: dict[str, Callable[..., nn.Module]] = {}
+_INFO: dict[str, ModelInfo] = {}
 
 
-def register_model(fn: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
-    """Register a builder under its function name; the builder's keyword arguments are the model's knobs."""
-    if fn.__name__ in _MODELS:
-        raise ValueError(f"model {fn.__name__!r} is already registered")
-    _MODELS[fn.__name__] = fn
-    return fn
+def register_model(fn: Callable[..., nn.Module] | None = None, *, family: str | None = None, task: str = "classify",
+                   example: dict[str, Any] | None = None, input_shape: tuple[int, ...] = ()) -> Callable:
+    """Register a builder under its function name; the builder's keyword arguments are the model's knobs.
+
+    Used bare (``@register_model``) or with what the lab should know of the model
+    (``@register_model(family="mae_vit", task="mae", example={...}, input_shape=(3, 16, 16))``; :class:`ModelInfo`).
+
+    Raises:
+        ValueError: the name is taken, or ``task`` is not one of :data:`MODEL_TASKS`.
+    """
+    if task not in MODEL_TASKS:
+        raise ValueError(f"task must be one of {', '.join(MODEL_TASKS)}; got {task!r}")
+
+    def register(builder: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+        if builder.__name__ in _MODELS:
+            raise ValueError(f"model {builder.__name__!r} is already registered")
+        _MODELS[builder.__name__] = builder
+        _INFO[builder.__name__] = ModelInfo(family or builder.__name__, task, dict(example or {}), input_shape)
+        return builder
+
+    return register(fn) if fn is not None else register
+
+
+def model_info(name: str) -> ModelInfo:
+    """What the registry knows of a model (:class:`ModelInfo`).
+
+    Raises:
+        ValueError: ``name`` is not registered (the message lists the registered models).
+    """
+    if name not in _INFO:
+        raise ValueError(f"unknown model {name!r}; registered: {', '.join(list_models())}")
+    return _INFO[name]
 
 
 def signature_of(target: Callable, *, drop: tuple[str, ...] = (), **defaults) -> Callable[[Callable], Callable]:

@@ -279,63 +279,68 @@ class ConvResNet(ResNet):
         self.shortcut_schedule, self.alpha_min = shortcut, alpha_min
 
 
-@register_model
+_FC_EXAMPLE = {"depth": 3, "width": 8, "num_classes": 3, "in_dim": 12}
+_CONV_EXAMPLE = {"depths": (2, 1), "channels": (4, 8), "in_chans": 3, "feature_size": 8, "num_classes": 3}
+"""Small instances for the tests that build every registered model."""
+
+
+@register_model(family="resnet", example=_FC_EXAMPLE, input_shape=(12,))
 @signature_of(FCResNet)
 def fc_resnet(**kwargs) -> FCResNet:
     """Fully-connected ResNet; defaults are the Residual Alignment paper's Type 1 (16 blocks, D = 512), 8 × 8 input."""
     return FCResNet(**kwargs)
 
 
-@register_model
+@register_model(family="resnet", example=_CONV_EXAMPLE, input_shape=(3, 16, 16))
 @signature_of(ConvResNet)
 def conv_resnet(**kwargs) -> ConvResNet:
     """Convolutional ResNet; defaults are the Residual Alignment paper's Type 2 (16 blocks, 64 channels at 16 × 16)."""
     return ConvResNet(**kwargs)
 
 
-@register_model
+@register_model(family="resnet", example=_FC_EXAMPLE, input_shape=(3, 2, 2))
 @signature_of(FCResNet, depth=16, width=512)
 def ra_type1(**kwargs) -> FCResNet:
     """Residual Alignment Type 1: 16 FC basic blocks, D = 512."""
     return FCResNet(**{"depth": 16, "width": 512, **kwargs})
 
 
-@register_model
+@register_model(family="resnet", example=_FC_EXAMPLE, input_shape=(12,))
 @signature_of(FCResNet, depth=8, width=512)
 def ra_type4a(**kwargs) -> FCResNet:
     """Residual Alignment Type 4a: Type 1 with 8 blocks."""
     return FCResNet(**{"depth": 8, "width": 512, **kwargs})
 
 
-@register_model
+@register_model(family="resnet", example=_FC_EXAMPLE, input_shape=(12,))
 @signature_of(FCResNet, depth=8, width=512, shortcut="none")
 def ra_type4b(**kwargs) -> FCResNet:
     """Residual Alignment Type 4b: Type 4a without skip connections (shortcut ``none``)."""
     return FCResNet(**{"depth": 8, "width": 512, "shortcut": "none", **kwargs})
 
 
-@register_model
+@register_model(family="resnet", example=_CONV_EXAMPLE, input_shape=(3, 16, 16))
 @signature_of(ConvResNet, depths=(16,), channels=(64,), feature_size=16)
 def ra_type2(**kwargs) -> ConvResNet:
     """Residual Alignment Type 2: 16 conv basic blocks, 64 channels at 16 × 16."""
     return ConvResNet(**{"depths": (16,), "channels": (64,), "feature_size": 16, **kwargs})
 
 
-@register_model
+@register_model(family="resnet", example=_CONV_EXAMPLE, input_shape=(3, 16, 16))
 @signature_of(ConvResNet, depths=(8, 8), channels=(64, 128), feature_size=16)
 def ra_type3(**kwargs) -> ConvResNet:
     """Residual Alignment Type 3: 8 blocks at 64 channels, 16 × 16, then 8 at 128 channels, 8 × 8."""
     return ConvResNet(**{"depths": (8, 8), "channels": (64, 128), "feature_size": 16, **kwargs})
 
 
-@register_model
+@register_model(family="resnet", example=_CONV_EXAMPLE, input_shape=(3, 16, 16))
 @signature_of(ConvResNet, depths=(8,), channels=(64,), feature_size=16)
 def ra_type5a(**kwargs) -> ConvResNet:
     """Residual Alignment Type 5a: Type 2 with 8 blocks."""
     return ConvResNet(**{"depths": (8,), "channels": (64,), "feature_size": 16, **kwargs})
 
 
-@register_model
+@register_model(family="resnet", example=_CONV_EXAMPLE, input_shape=(3, 16, 16))
 @signature_of(ConvResNet, depths=(8,), channels=(64,), feature_size=16, shortcut="none")
 def ra_type5b(**kwargs) -> ConvResNet:
     """Residual Alignment Type 5b: Type 5a without skip connections (shortcut ``none``)."""

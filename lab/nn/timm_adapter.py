@@ -200,7 +200,7 @@ def set_drop_path(model: nn.Module, rate: float, *, schedule: str = "linear") ->
     return rates
 
 
-@register_model
+@register_model(family="timm_resnet", example={"num_classes": 3, "arch": "resnet18"}, input_shape=(3, 32, 32))
 def timm_resnet(arch: str = "resnet18", num_classes: int = 1000, in_chans: int = 3, drop_path_rate: float = 0.0,
                 zero_init: bool = False, **timm_kwargs) -> TimmResNet:
     """A timm ResNet by name (``resnet18``, ``resnet34``, ``resnet50``, ``resnet50d``, …), never pretrained.
@@ -224,28 +224,28 @@ def timm_resnet(arch: str = "resnet18", num_classes: int = 1000, in_chans: int =
     return adapter
 
 
-@register_model
+@register_model(family="timm_resnet", example={"num_classes": 3}, input_shape=(3, 32, 32))
 @signature_of(timm_resnet, drop=("arch",))
 def timm_resnet18(**kwargs) -> TimmResNet:
     """timm ``resnet18``: 8 BasicBlocks."""
     return timm_resnet("resnet18", **kwargs)
 
 
-@register_model
+@register_model(family="timm_resnet", example={"num_classes": 3}, input_shape=(3, 32, 32))
 @signature_of(timm_resnet, drop=("arch",))
 def timm_resnet34(**kwargs) -> TimmResNet:
     """timm ``resnet34``: 16 BasicBlocks."""
     return timm_resnet("resnet34", **kwargs)
 
 
-@register_model
+@register_model(family="timm_resnet", example={"num_classes": 3}, input_shape=(3, 32, 32))
 @signature_of(timm_resnet, drop=("arch",))
 def timm_resnet50(**kwargs) -> TimmResNet:
     """timm ``resnet50``: 16 Bottlenecks."""
     return timm_resnet("resnet50", **kwargs)
 
 
-@register_model
+@register_model(family="timm_resnet", example={"num_classes": 3}, input_shape=(3, 32, 32))
 @signature_of(timm_resnet, drop=("arch",))
 def timm_resnet50d(**kwargs) -> TimmResNet:
     """timm ``resnet50d``: 16 Bottlenecks, deep stem, average-pool downsampling.

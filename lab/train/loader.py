@@ -30,9 +30,7 @@ the tensor trainer serve here unchanged; the ones that write run on rank 0 only.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-import os
 import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -48,10 +46,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from lab.config import DataConfig, TrainConfig
 from lab.data.keyed import KeyedSampler, ShardSampler
-from lab.hooks import eval_mode
 from lab.nn.droppath import set_droppath_mode
 from lab.seeds import step_seed
-from lab.train import pretrain_eval
 from lab.train.core import (
     Callback,
     Diverged,
@@ -64,6 +60,7 @@ from lab.train.core import (
     run_length,
 )
 from lab.train.distributed import World, any_rank, sum_all
+from lab.train.loader_tasks import LOADER_TASKS
 from lab.train.optim import make_optimizer
 from lab.train.schedule import learning_rate, peak_lr, warmup_steps
 
@@ -196,8 +193,9 @@ class LoaderTrainer:
         self._losses: list[float] = []  # training losses since the last evaluation
         self._images = 0  # images seen since the last throughput record
         self.throughput: float | None = None  # images/s over the last log_every steps
-        # MAE's rank and reconstructions are measured by rank 0 alone: the others need not decode the batch
-        self._fixed = self._fixed_batch() if cfg.task == "mae" and world.main else torch.empty(0)
+        self.task = LOADER_TASKS[cfg.task]()
+        if world.main:  # what evaluations measure is measured by rank 0 alone (MAE: the others decode no images)
+            self.task.prepare(self)
 
     # -- the step ---------------------------------------------------------------------------------------------
     @property
@@ -205,16 +203,13 @@ class LoaderTrainer:
         """Completed epochs."""
         return self.step // self.steps_per_epoch
 
-    def _autocast(self) -> contextlib.AbstractContextManager:
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """bf16 autocast where the run asks for it (``train.precision``), else nothing."""
         return torch.autocast(self.device.type, dtype=torch.bfloat16) if self.bf16 else contextlib.nullcontext()
 
     def _loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        with self._autocast():
-            if self.cfg.task == "mae":
-                return self.forward(x)[0]
-            if self.cfg.task == "diffusion":
-                return self.forward(x, y)[0]
-            return self.criterion(self.forward(x), y)
+        with self.autocast():
+            return self.task.loss(self, x, y)
 
     def train_step(self, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> float:
         """One optimisation step on this process's micro-batches; returns the loss averaged over all processes.
@@ -314,14 +309,6 @@ class LoaderTrainer:
         return self.last_eval
 
     # -- evaluation -------------------------------------------------------------------------------------------
-    def _fixed_batch(self) -> torch.Tensor:
-        """``train.rank_inputs`` held-out images in the fixed shuffled order of
-        :func:`~lab.train.pretrain_eval.features` (an image folder lists its files class by class): rank and
-        reconstructions are measured on them."""
-        n = min(self.cfg.rank_inputs, len(self.data.test))
-        order = torch.randperm(len(self.data.test), generator=torch.Generator().manual_seed(0))[:n]
-        return torch.stack([self.data.test[i][0] for i in order.tolist()]) if n else torch.empty(0)
-
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Held-out loss (and top-1/top-5 accuracy for classifiers) over every test sample, shared among the
@@ -342,87 +329,26 @@ class LoaderTrainer:
                 torch.distributed.broadcast(buffer, src=0)
         generator = torch.Generator(device=self.device).manual_seed(self.cfg.seed)  # the same MAE masks each time
         self.model.eval()  # not eval_mode: that also turns fused attention off, which analyses need, not this loop
-        with self._autocast():
+        with self.autocast():
             for x, y in loader:
                 x, y = x.to(self.device), y.to(self.device)
-                if self.cfg.task == "mae":
-                    sums[0] += self.model(x, generator=generator)[0].float().item() * len(x)
-                elif self.cfg.task == "diffusion":
-                    sums[0] += self.model(x, y, generator=generator)[0].float().item() * len(x)
-                else:
-                    logits = self.model(x).float()
-                    sums[0] += F.cross_entropy(logits, y, reduction="sum").item()
-                    top = logits.topk(min(5, logits.shape[1]), dim=1).indices
-                    sums[1] += (top[:, 0] == y).sum().item()
-                    sums[2] += (top == y[:, None]).any(1).sum().item()
+                self.task.evaluate_batch(self.model, x, y, generator, sums)
                 sums[3] += len(x)
         loss, top1, top5, n = sum_all(self.world, sums)
         if n:
             out["test_loss"] = loss / n
-            if self.cfg.task == "classify":
-                out["test_acc"], out["test_top5"] = top1 / n, top5 / n
-        if self.cfg.task == "mae" and self.world.main:
-            out.update(self._pretraining_measures())
-        if self.cfg.task == "diffusion" and self.world.main:
-            out.update(self._diffusion_measures())
+            out.update(self.task.metrics(top1 / n, top5 / n))
+        if self.world.main:
+            out.update(self.task.measures(self))
         if self.throughput is not None:
             out["train_images_per_s"] = self.throughput
         self.last_eval, self.last_eval_step = out, self.step
         return out
 
-    def _pretraining_measures(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        if len(self._fixed) >= 2:
-            with eval_mode(self.model), self._autocast():
-                feats = self.model.forward_features(self._fixed.to(self.device)).float()
-            out.update(pretrain_eval.bottleneck_rank(feats))
-            if self.figure_path is not None:
-                pretrain_eval.save_reconstruction(self.model, self._fixed[:8].to(self.device),
-                                                  self.figure_path("reconstruction", self.step, ".png"),
-                                                  seed=self.cfg.seed)
-        if self._probes_now():
-            train, test = (pretrain_eval.features(self.model, d, limit=self.cfg.probe_samples or 5000,
-                                                  device=self.device, workers=self.workers)
-                           for d in (self.data.train_eval, self.data.test))
-            with torch.enable_grad():  # the probe trains its head (evaluate runs without gradients)
-                out.update(pretrain_eval.quick_probe(train, test, self.data.num_classes, seed=self.cfg.seed))
-        return out
-
-    def _probes_now(self) -> bool:
+    def probes_now(self) -> bool:
         """Whether this evaluation ends an epoch on which ``train.probe_every`` asks for a quick probe."""
         epoch_end = self.step % self.steps_per_epoch == 0
         return bool(self.cfg.probe_every) and epoch_end and self.epoch % self.cfg.probe_every == 0
-
-    def _diffusion_measures(self) -> dict[str, float]:
-        """A ``samples`` figure (``train.samples`` images from the noise of ``train.seed``); with
-        ``train.fd_samples``, the digits-FD of that many samples (``digits_fd``); and, every ``train.probe_every``
-        epochs, linear probes over (noise level, block): the best cell in the metrics, the whole grid in a
-        ``probe`` figure (JSON). All with the weights' moving average when there is one
-        (:mod:`lab.train.pretrain_eval`)."""
-        model = self.ema.module if self.ema is not None else self.model
-        out: dict[str, float] = {}
-        drawing = {"steps": self.cfg.sample_steps, "sampler": self.cfg.sampler, "device": self.device}
-        with self._autocast():
-            if self.figure_path is not None and self.cfg.samples:
-                pretrain_eval.save_samples(model, self.figure_path("samples", self.step, ".png"), num=self.cfg.samples,
-                                           seed=self.cfg.seed, decode=self.data.decode, **drawing)
-            if self.data.judge is not None:  # other noise than the grid's: it is not measured on what it shows
-                drawn = pretrain_eval.draw(model, self.cfg.fd_samples, seed=self.cfg.seed + 1, **drawing)
-                out["digits_fd"] = self.data.judge(drawn)
-        if not self._probes_now():
-            return out
-        train, test = (pretrain_eval.diffusion_features(model, d, limit=self.cfg.probe_samples or 2000,
-                                                        seed=self.cfg.seed, device=self.device, workers=self.workers)
-                       for d in (self.data.train_eval, self.data.test))
-        with torch.enable_grad():
-            grid = pretrain_eval.probe_grid(train, test, self.data.num_classes, seed=self.cfg.seed)
-        if self.figure_path is not None:  # written whole, then renamed: a reader never sees half a grid
-            path = self.figure_path("probe", self.step, ".json")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.with_suffix(".tmp").write_text(json.dumps({"step": self.step, "times": list(pretrain_eval.PROBE_TIMES),
-                                                            "accuracy": grid.tolist()}))
-            os.replace(path.with_suffix(".tmp"), path)
-        return {**out, **pretrain_eval.best_cell(grid)}
 
     def _eval_and_emit(self) -> None:
         metrics = self.evaluate()

@@ -5,46 +5,36 @@
 import pytest
 import torch
 
-from lab.nn.registry import create_model, list_models
+from lab.nn.registry import MODEL_TASKS, create_model, list_models, model_info
 from lab.train.optim import decayed
 
-SMALL_MLP = {"depth": 3, "width": 8, "num_classes": 3}
-SMALL_CONV = {"depths": (2, 1), "channels": (4, 8), "in_chans": 3, "feature_size": 8, "num_classes": 3}
-SMALL_MAE = {"img_size": 16, "embed_dim": 16, "depth": 3, "num_heads": 2, "decoder_embed_dim": 8,
-             "decoder_depth": 2, "decoder_num_heads": 2}
-SMALL_TIMM = {"num_classes": 3}
-
-# name -> (builder arguments, input shape, blocks L, state shapes [h_0, ..., h_L] without the batch axis)
-MODELS = {
-    "residual_mlp": ({**SMALL_MLP, "in_dim": 2}, (2,), 3, [(8,)] * 4),
-    "fc_resnet": ({**SMALL_MLP, "in_dim": 12}, (12,), 3, [(8,)] * 4),
-    "ra_type1": ({**SMALL_MLP, "in_dim": 12}, (3, 2, 2), 3, [(8,)] * 4),
-    "ra_type4a": ({**SMALL_MLP, "in_dim": 12}, (12,), 3, [(8,)] * 4),
-    "ra_type4b": ({**SMALL_MLP, "in_dim": 12}, (12,), 3, [(8,)] * 4),
-    **{name: (SMALL_CONV, (3, 16, 16), 3, [(4, 8, 8)] * 2 + [(8, 4, 4)] * 2)
+# every registered model but the diffusion ones, which take a noise level with their input (their surface is tested
+# in tests/nn/test_diffusion.py); each is built from its registered example, as timm's tests build every model from
+# its default configuration
+SURFACE = [name for name in list_models() if model_info(name).task != "diffusion"]
+# the state shapes [h_0, ..., h_L] (without the batch axis) of the examples whose shapes the tests pin
+SHAPES = {
+    "residual_mlp": [(8,)] * 4, **{name: [(8,)] * 4 for name in ("fc_resnet", "ra_type1", "ra_type4a", "ra_type4b")},
+    **{name: [(4, 8, 8)] * 2 + [(8, 4, 4)] * 2
        for name in ("conv_resnet", "ra_type2", "ra_type3", "ra_type5a", "ra_type5b")},
-    **{name: (SMALL_MAE, (3, 16, 16), 3, None) for name in list_models("mae_*")},
-    "timm_resnet": ({**SMALL_TIMM, "arch": "resnet18"}, (3, 32, 32), 8, None),
-    "timm_resnet18": (SMALL_TIMM, (3, 32, 32), 8, None),
-    "timm_resnet34": (SMALL_TIMM, (3, 32, 32), 16, None),
-    "timm_resnet50": (SMALL_TIMM, (3, 32, 32), 16, None),
-    "timm_resnet50d": (SMALL_TIMM, (3, 32, 32), 16, None),
 }
 
 
-# diffusion models take a noise level with their input; their surface is tested in tests/nn/test_diffusion.py
-DIFFUSION = ("uvit_mid", "uvit_small", "uvit_tiny")
+def test_every_registered_model_has_an_example_that_builds_and_a_known_task():
+    assert len(SURFACE) >= 19 and {model_info(n).task for n in list_models()} == set(MODEL_TASKS)
+    for name in list_models():
+        info = model_info(name)
+        assert info.input_shape and info.family, name
+        create_model(name, seed=0, **info.example)  # the example is valid for the builder
 
 
-def test_every_registered_model_is_covered():
-    assert sorted([*MODELS, *DIFFUSION]) == list_models()
-
-
-@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("name", SURFACE)
 def test_model_surface(name):
-    kwargs, in_shape, depth, shapes = MODELS[name]
-    model = create_model(name, seed=0, **kwargs).eval()
-    x = torch.randn(2, *in_shape)
+    info = model_info(name)
+    model = create_model(name, seed=0, **info.example).eval()
+    depth, shapes = len(list(model.iter_blocks())), SHAPES.get(name)
+    assert depth >= 1
+    x = torch.randn(2, *info.input_shape)
     with torch.no_grad():
         features, states = model.forward_intermediates(x)
         assert isinstance(states, list) and len(states) == depth + 1
@@ -58,8 +48,8 @@ def test_model_surface(name):
         assert len(picked) == 2 and torch.allclose(picked[0], states[0]) and torch.allclose(picked[1], states[-1])
         last_two = model.forward_intermediates(x, indices=2, intermediates_only=True)
         assert all(torch.allclose(a, b) for a, b in zip(last_two, states[-2:], strict=True))
-        if name.startswith("mae_"):  # no classifier: its forward is the masked-reconstruction loss
-            assert not hasattr(model, "forward_head") and features.shape == (2, kwargs["embed_dim"])
+        if info.task == "mae":  # no classifier: its forward is the masked-reconstruction loss
+            assert not hasattr(model, "forward_head") and features.shape == (2, info.example["embed_dim"])
         else:
             logits = model.forward_head(features)
             assert logits.shape == (2, 3)
@@ -75,7 +65,7 @@ def test_model_surface(name):
 
 
 def test_mae_intermediates_as_a_patch_grid_after_the_final_norm():
-    model = create_model("mae_vit_tiny_patch4_32", seed=0, **SMALL_MAE).eval()
+    model = create_model("mae_vit_tiny_patch4_32", seed=0, **model_info("mae_vit_tiny_patch4_32").example).eval()
     x = torch.randn(2, 3, 16, 16)
     with torch.no_grad():
         tokens = model.forward_intermediates(x, intermediates_only=True)  # [B, 1+N, D], cls first
