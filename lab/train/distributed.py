@@ -9,6 +9,7 @@ The backend is NCCL when the processes drive CUDA devices and gloo on CPU.
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -72,8 +73,15 @@ def init_world(device: str = "auto", timeout_s: float = 1800.0) -> World:
 
 
 def close_world(world: World) -> None:
-    """Leave the process group (after the last collective)."""
+    """Leave the process group (after the last collective).
+
+    What still refers to the group — a finished trainer's DDP reducer, held in a reference cycle with its callbacks,
+    and the gloo work of its last gradient all-reduce — is collected first: left to the interpreter's finalisation,
+    gloo's worker threads release tensors after Python is gone and the process aborts ("terminate called without an
+    active exception", exit -6) although training completed.
+    """
     if world.distributed and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()
 
 

@@ -19,9 +19,10 @@ from bokeh.plotting import figure
 
 from lab.reports.compare import compare_table
 from lab.ui.text import code, html_text
+from lab.ui.views.live_curves import COLORS
 from lab.ui.views.live_rank import side_legend
 from lab.ui.views.ranges import finite_range, set_range
-from lab.ui.views.run_views import COLORS, clean_record
+from lab.ui.views.run_views import clean_record
 
 MAX_FIGURES = 8
 MAX_COLUMNS = 24

@@ -1,33 +1,25 @@
 """What the Runs page draws: the run table's rows, a run's curves (loss, accuracy, learning rate, probe accuracy,
 effective rank) and its checkpoints, from the summaries and records of :mod:`lab.runs.catalog`.
 
-Curves grow in place as :class:`~lab.ui.views.live_curves.LiveCurves` does (new points are streamed into the sources,
-the ranges refitted around the data), and a figure is offered for display only once it has points: a run without
-evaluations shows no empty accuracy plot, a run without a probe no probe plot.
+Curves are :class:`~lab.ui.views.live_curves.SeriesFigure` (new points streamed into the sources, the ranges refitted
+around the data), and a figure is offered for display only once it has points: a run without evaluations shows no
+empty accuracy plot, a run without a probe no probe plot.
 """
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import pandas as pd
 import panel as pn
-from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem, Range1d
-from bokeh.plotting import figure
 
 from lab.ui.text import md
-from lab.ui.views.live_curves import LiveCurves
-from lab.ui.views.ranges import finite_range, set_range
-from lab.ui.views.thinned import Thinned
-from lab.viz.palette import BLUE, ORANGE
+from lab.ui.views.live_curves import LiveCurves, SeriesFigure, finite
 
 COLUMNS = ("run", "model", "state", "progress", "metrics", "heartbeat", "problems")
-COLORS = (BLUE, ORANGE, "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#17becf", "#bcbd22", "#d62728")
-MAX_LINES = 10  # per figure: a run that logs the rank of every layer shows the first ten
 _FIRST = ("loss", "test_acc", "train_acc", "probe_top1", "rank", "test_loss", "train_loss", "lr")
 
 
@@ -113,108 +105,11 @@ def checkpoints_markdown(checkpoints: Sequence[dict[str, Any]], now: float | Non
 
 
 # -- curves --------------------------------------------------------------------------------------------------------
-def _finite(value: Any) -> bool:
-    """Whether ``value`` is a finite number (not a boolean, not an integer beyond float range)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
-
-
 def clean_record(record: dict[str, Any]) -> dict[str, Any] | None:
     """``record`` with only its ``kind`` and its finite numeric fields; None without a finite numeric ``step``."""
-    if not _finite(record.get("step")):
+    if not finite(record.get("step")):
         return None
-    return {"kind": str(record.get("kind", "")), **{k: v for k, v in record.items() if _finite(v)}}
-
-
-class SeriesFigure:
-    """Lines against step for every record field that ``match`` accepts; a line appears with its field's first value.
-
-    Args:
-        title: the figure's title.
-        y_label: its y axis label.
-        match: ``match(field)`` says whether a field is drawn here.
-        width, height: plot area in screen pixels.
-    """
-
-    def __init__(self, title: str, y_label: str, match: Callable[[str], bool], width: int = 360,
-                 height: int = 200) -> None:
-        self.match = match
-        self.figure = figure(title=title, x_axis_label="step", y_axis_label=y_label, x_range=Range1d(0, 1),
-                             y_range=Range1d(0, 1), frame_width=width, frame_height=height,
-                             tools="pan,wheel_zoom,box_zoom,reset")
-        self.figure.add_tools(HoverTool(tooltips=[("", "$name"), ("step", "@step"), ("value", "@value{0.0000}")]))
-        self.legend = Legend(items=[], location="top_left", background_fill_alpha=0.0)
-        self.figure.add_layout(self.legend, "right")
-        self.sources: dict[tuple[str, str], ColumnDataSource] = {}
-        self._curves: dict[tuple[str, str], Thinned] = {}  # each source, its points bounded
-        self._x = self._y = (math.inf, -math.inf)
-        self.pane = pn.pane.Bokeh(self.figure)
-
-    @property
-    def has_data(self) -> bool:
-        return any(len(s.data["step"]) for s in self.sources.values())
-
-    def _source(self, kind: str, field: str) -> ColumnDataSource | None:
-        key = (kind, field)
-        if key not in self.sources:
-            if len(self.sources) >= MAX_LINES:
-                return None
-            label = field if not any(f == field for _, f in self.sources) else f"{field} ({kind})"
-            source = ColumnDataSource(data={"step": [], "value": []}, name=f"{self.figure.title.text}:{field}")
-            color = COLORS[len(self.sources) % len(COLORS)]
-            line = self.figure.line("step", "value", source=source, line_width=2, name=label,
-                                    color=color)
-            renderers = [line]
-            if kind != "step":  # evaluations are sparse: a dot shows each, the first one before any line can
-                renderers.append(self.figure.scatter("step", "value", source=source, color=color, size=6, name=label))
-            self.legend.items = [*self.legend.items, LegendItem(label=label, renderers=renderers)]
-            self.sources[key] = source
-            self._curves[key] = Thinned(source)
-        return self.sources[key]
-
-    def extend(self, records: Sequence[dict[str, Any]]) -> None:
-        """Append the finite numeric values of matching fields of ``records`` (records without a step are skipped)."""
-        points: dict[tuple[str, str], tuple[list[float], list[float]]] = {}
-        for r in records:
-            step = r.get("step")
-            if not _finite(step):
-                continue
-            for field, value in r.items():
-                if field != "step" and self.match(field) and _finite(value):
-                    xs, ys = points.setdefault((str(r.get("kind", "")), field), ([], []))
-                    xs.append(step)
-                    ys.append(value)
-        if not points:
-            return
-        with pn.io.unlocked():  # a widget callback runs without the document lock
-            for (kind, field), (xs, ys) in points.items():
-                source = self._source(kind, field)
-                if source is not None:
-                    self._curves[(kind, field)].stream(xs, ys)
-                    self._x = (min(self._x[0], *xs), max(self._x[1], *xs))
-                    self._y = (min(self._y[0], *ys), max(self._y[1], *ys))
-            self._fit()
-
-    def _fit(self) -> None:
-        if not math.isfinite(self._x[0]):
-            return
-        set_range(self.figure.x_range, finite_range(self._x, pad=0.02, least=1.0))
-        set_range(self.figure.y_range, finite_range(self._y))
-
-    def clear(self) -> None:
-        """Forget every point (its lines stay, empty, for the next run's fields of the same names)."""
-        self._x = self._y = (math.inf, -math.inf)
-        with pn.io.unlocked():
-            for curve in self._curves.values():
-                curve.clear()
-            self.figure.x_range.update(start=0, end=1)
-
-    def points(self) -> dict[str, int]:
-        return {f"{kind}:{field}": len(s.data["step"]) for (kind, field), s in self.sources.items()}
+    return {"kind": str(record.get("kind", "")), **{k: v for k, v in record.items() if finite(v)}}
 
 
 class RunCurves:
@@ -227,7 +122,6 @@ class RunCurves:
                       "probe": SeriesFigure("Linear probe accuracy", "accuracy", lambda f: f.startswith("probe"),
                                             width, height),
                       "rank": SeriesFigure("Effective rank", "rank", lambda f: f.startswith("rank"), width, height)}
-        self._live_panes = dict(zip(self.live.figures, self.live.pane, strict=True))  # loss, accuracy
 
     def extend(self, records: Sequence[dict[str, Any]]) -> None:
         """Append what ``records`` hold (records without a numeric step, and values that are not finite numbers,
@@ -244,10 +138,7 @@ class RunCurves:
 
     def panes(self) -> list[pn.pane.Bokeh]:
         """The figures that have points, in a fixed order (loss, accuracy, learning rate, probe, rank)."""
-        sources = self.live.sources.values()
-        out = [pane for name, pane in self._live_panes.items()
-               if any(len(s.data["step"]) for s in sources if s.name.startswith(f"{name}:"))]
-        return out + [fig.pane for fig in self.extra.values() if fig.has_data]
+        return [fig.pane for fig in (*self.live.series.values(), *self.extra.values()) if fig.has_data]
 
     def points(self) -> dict[str, int]:
         """Points per curve: LiveCurves' ``kind:field`` names, then ``figure:kind:field`` of the others."""
