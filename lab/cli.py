@@ -45,6 +45,7 @@ from lab.reproduce.launch import EXECUTORS as REPRODUCE_EXECUTORS
 from lab.reproduce.launch import PlanMismatch, failures
 from lab.reproduce.plan import make_plan, parse_data, plan_text
 from lab.runs import layout
+from lab.runs.layout import RunState
 from lab.runs.lock import RunLocked
 from lab.runs.resume import RESUME_KEYS, ResumePlan, ResumeRefused, find_run, plan_resume, resume_overrides
 from lab.runs.stop import StopFile
@@ -527,7 +528,8 @@ def _members_exit(statuses: list[dict]) -> int:
     """A sweep's exit code from its members' final statuses: 0 when none failed and at least one completed or was
     stopped (a diverged member is a finding of the sweep, not an error); 1 otherwise."""
     states = [s["state"] for s in statuses]
-    return 0 if "failed" not in states and any(s in ("completed", "stopped") for s in states) else 1
+    ended = any(s in (RunState.COMPLETED, RunState.STOPPED) for s in states)
+    return 0 if RunState.FAILED not in states and ended else 1
 
 
 def _sweep(args: argparse.Namespace, store: RunStore) -> int:
@@ -578,7 +580,7 @@ def _submit(args: argparse.Namespace, store: RunStore) -> int:
         return 0
     statuses = sweep.wait()
     for run, record, status in zip(sweep.runs, sweep.job_records(), statuses, strict=True):
-        where = f"  job {record['job_id']}  log {record['stderr']}" if status["state"] == "failed" else ""
+        where = f"  job {record['job_id']}  log {record['stderr']}" if status["state"] == RunState.FAILED else ""
         print(f"{run.id}  {status['state']}: {status.get('message', '')}{where}", file=sys.stderr)
     return _members_exit(statuses)
 
@@ -678,7 +680,7 @@ def _train(args: argparse.Namespace, store: RunStore) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(f"{status['state']}: {status['message']}", file=sys.stderr)
-    return 0 if status["state"] in ("completed", "stopped") else 1
+    return 0 if status["state"] in (RunState.COMPLETED, RunState.STOPPED) else 1
 
 
 def _train_loader(args: argparse.Namespace, cfg: ExperimentConfig, run: Run | None, plan: ResumePlan | None,
@@ -713,7 +715,7 @@ def _train_loader(args: argparse.Namespace, cfg: ExperimentConfig, run: Run | No
         close_world(world)
     if world.main:
         print(f"{status['state']}: {status['message']}", file=sys.stderr)
-    return 0 if status["state"] in ("completed", "stopped") else 1
+    return 0 if status["state"] in (RunState.COMPLETED, RunState.STOPPED) else 1
 
 
 if __name__ == "__main__":

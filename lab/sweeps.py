@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from lab.config import PIXEL_TASKS, ConfigError, ExperimentConfig, load_config, parse_override, to_dict
 from lab.data.toy2d import TOY_DATASETS
 from lab.runs import layout
+from lab.runs.layout import RunState
 from lab.runs.lock import RunLock
 from lab.runs.recorder import RunRecorder
 from lab.runs.stop import StopFile
@@ -177,7 +178,7 @@ def final_status(run: Run, member: EnsembleMember) -> dict[str, Any]:
     """Write member ``member``'s final status into its run folder ``run``, as a solo run's end writes it
     (``completed``, ``stopped`` or ``diverged`` with the step and the likely cause), and return it."""
     if member.diverged is not None:
-        return run.write_status("diverged", str(member.diverged), step=member.diverged.step, epoch=member.epoch,
+        return run.write_status(RunState.DIVERGED, str(member.diverged), step=member.diverged.step, epoch=member.epoch,
                                 total_steps=member.total_steps, metrics=member.last_eval)
     return run.write_status(*end_state(member.step, member.total_steps),
                             step=member.step, epoch=member.epoch, total_steps=member.total_steps,
@@ -219,7 +220,7 @@ def create_sweep(plan: SweepPlan, store: RunStore, waiting: str = "waiting for i
         run = members_store.create(member.name)
         run.write_config(to_dict(member.config))
         runs.append(run)
-    statuses = [run.write_status("queued", waiting) for run in runs]
+    statuses = [run.write_status(RunState.QUEUED, waiting) for run in runs]
     write_sweep_file(folder, plan, runs, statuses)
     return folder, runs
 
@@ -259,7 +260,7 @@ def _train_groups(plan: SweepPlan, folder: Run, runs: list[Run], progress: bool,
     for g, group in enumerate(plan.groups):
         if stopped:
             for i in group:
-                statuses[i] = runs[i].write_status("stopped", "not started: the sweep was stopped")
+                statuses[i] = runs[i].write_status(RunState.STOPPED, "not started: the sweep was stopped")
             continue
         recorders = [RunRecorder(runs[i]) for i in group]
         extra = [_Progress(f"{plan.name} {g + 1}/{len(plan.groups)}")] if progress else []
@@ -277,12 +278,12 @@ def _train_groups(plan: SweepPlan, folder: Run, runs: list[Run], progress: bool,
                     statuses[i] = final_status(runs[i], member)
                 else:
                     statuses[i] = runs[i].write_status(
-                        "failed", f"{type(err).__name__}: {err}", traceback=traceback.format_exc(limit=20),
+                        RunState.FAILED, f"{type(err).__name__}: {err}", traceback=traceback.format_exc(limit=20),
                         **({} if member is None else {"step": member.step, "epoch": member.epoch,
                                                       "total_steps": member.total_steps}))
             for later in plan.groups[g + 1:]:
                 for i in later:
-                    statuses[i] = runs[i].write_status("stopped", "not started: the sweep ended with an error")
+                    statuses[i] = runs[i].write_status(RunState.STOPPED, "not started: the sweep ended with an error")
             write_sweep_file(folder, plan, runs, statuses)
             raise
         finally:

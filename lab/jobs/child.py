@@ -44,6 +44,7 @@ from lab.config import ExperimentConfig, from_dict, to_dict
 from lab.jobs.job import InProcessJob, Job, exited_status
 from lab.jobs.lockstep import Lockstep
 from lab.jobs.sweep_job import MemberRecords, SweepJob
+from lab.runs.layout import RunState
 from lab.runs.store import Run
 
 if TYPE_CHECKING:
@@ -342,7 +343,7 @@ class ChildJob(Job):
 
     def is_paused(self) -> bool:
         """Asked to pause (or paused after its single steps, as its status says) and alive."""
-        return self.is_alive() and (self._pausing or self.run.read_status().get("state") == "paused")
+        return self.is_alive() and (self._pausing or self.run.read_status().get("state") == RunState.PAUSED)
 
     def status(self) -> dict[str, Any]:
         """status.json; a child that died without finishing is reported, and recorded, as ``failed`` with its exit

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from lab.runs.layout import RunState
 from lab.runs.store import FINISHED, Run
 
 
@@ -83,7 +84,7 @@ class Job:
 
     def is_paused(self) -> bool:
         """Whether the job is alive but paused (it then holds no training slot of its manager)."""
-        return self.status().get("state") == "paused"
+        return self.status().get("state") == RunState.PAUSED
 
     def status(self) -> dict[str, Any]:
         """The run's status.json (state, message, step, epoch, total_steps, metrics, heartbeat)."""
@@ -119,10 +120,10 @@ def exited_status(run: Run, code: int | None, members: Sequence[Run] = (), *,
     fields = {"step": status.get("step", 0), "epoch": status.get("epoch", 0), "total_steps": status.get("total_steps"),
               "returncode": code, **extra}
     if stopped is not None:
-        return run.write_status("stopped", f"stopped on request: {stopped}; resume continues from the last "
-                                           "checkpoint", **fields)
-    return run.write_status("failed", f"process exited with code {code} before finishing; resume continues from the "
-                                      "last checkpoint", **fields)
+        return run.write_status(RunState.STOPPED, f"stopped on request: {stopped}; resume continues from the last "
+                                                  "checkpoint", **fields)
+    return run.write_status(RunState.FAILED, f"process exited with code {code} before finishing; resume continues "
+                                             "from the last checkpoint", **fields)
 
 
 class PauseAware(abc.ABC):

@@ -23,6 +23,7 @@ from lab.jobs.job import Job, exited_status
 from lab.jobs.runner import uses_loader
 from lab.runs import layout
 from lab.runs.entries import read_tail
+from lab.runs.layout import RunState
 from lab.runs.stop import STOP_FILE, request_stop
 from lab.runs.store import FINISHED, Run
 from lab.runs.writes import open_append
@@ -90,7 +91,7 @@ class ProcessJob(AttachedJob):
         if not self.resuming:  # a resumed run is the child's to write once it holds the run's lock
             (self.run.path / STOP_FILE).unlink(missing_ok=True)
             if self.run.read_status().get("state") in ("unknown", *FINISHED):
-                self.run.write_status("queued", "starting process", step=self.run.read_status().get("step", 0))
+                self.run.write_status(RunState.QUEUED, "starting process", step=self.run.read_status().get("step", 0))
         env = {**os.environ, "LAB_RUN_DIR": str(self.run.path), "PYTHONUNBUFFERED": "1", **(self.env or {})}
         with os.fdopen(open_append(self.run.path / layout.PROCESS_LOG), "ab") as log:  # the child keeps a copy
             self.proc = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -104,7 +105,7 @@ class ProcessJob(AttachedJob):
         """status.json; a child that died without finishing (killed, crashed) is reported as ``failed``."""
         code = None if self.proc is None else self.proc.poll()
         if code == 2:  # refused before writing anything: the run is as it was
-            return {**self.run.read_status(), "state": "failed",
+            return {**self.run.read_status(), "state": RunState.FAILED,
                     "message": "refused, nothing written: " + self._last_log_line(), "returncode": 2}
         return exited_status(self.run, code)
 

@@ -11,6 +11,7 @@ from typing import Any
 from lab.config import GENERATIVE, LOADER_ONLY, ConfigError, ExperimentConfig, apply_overrides, to_dict
 from lab.data.toy2d import ToyData
 from lab.runs import layout
+from lab.runs.layout import RunState
 from lab.runs.lock import RunLock, RunLocked
 from lab.runs.recorder import RunRecorder
 from lab.runs.resume import ResumePlan, ResumeRefused, load_resume_state, plan_resume
@@ -138,11 +139,11 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
                 run.rewind_metrics(trainer.step)
             trainer.fit(steps)
         except Diverged as err:
-            return status("diverged", str(err), step=err.step, metrics=trainer.last_eval)
+            return status(RunState.DIVERGED, str(err), step=err.step, metrics=trainer.last_eval)
         except (ResumeMismatch, ResumeRefused):
             raise  # nothing was trained: the run keeps its state, resumable with the right processes or checkpoint
         except BaseException as err:
-            status("failed", f"{type(err).__name__}: {err}", traceback=traceback.format_exc(limit=20))
+            status(RunState.FAILED, f"{type(err).__name__}: {err}", traceback=traceback.format_exc(limit=20))
             if not writes:  # rank 0 may be killed before it can tell: leave this rank's reason in the folder
                 with contextlib.suppress(OSError):
                     (run.path / f"failed-rank{world.rank}.txt").write_text(traceback.format_exc(limit=20))
@@ -181,7 +182,7 @@ def _continue(cfg: ExperimentConfig, run: Run, plan: ResumePlan) -> None:
     config.json."""
     if plan.source == "restart":
         run.set_aside()
-        run.write_status("queued", "restarting from step 0; the earlier attempt is in history/")
+        run.write_status(RunState.QUEUED, "restarting from step 0; the earlier attempt is in history/")
     elif plan.source == "best" and run.checkpoint_path("last").exists():
         os.replace(run.checkpoint_path("last"), run.history_path(layout.replaced_checkpoint_name(plan.step)))
     if plan.changes or plan.source != "last":

@@ -39,6 +39,7 @@ from lab.config import ConfigError
 from lab.jobs.runner import train_and_evaluate
 from lab.runs import layout
 from lab.runs.catalog import checkpoint_step
+from lab.runs.layout import RunState
 from lab.runs.resume import ResumePlan, plan_resume
 from lab.runs.stop import StopFile
 from lab.runs.store import FINISHED, Run, RunStore, config_of_run
@@ -176,7 +177,7 @@ class MemberJob(submitit.helpers.Checkpointable):
         finally:
             close_world(world)
         print(f"{run.id}: {status['state']}: {status['message']}", flush=True)
-        if preemption.requested and status["state"] == "stopped":
+        if preemption.requested and status["state"] == RunState.STOPPED:
             preemption.requeue()
         return status
 
@@ -209,7 +210,7 @@ class SubmittedSweep:
         for run, job, record in zip(self.runs, self.jobs, self.job_records(), strict=True):
             status = run.read_status()
             if status.get("state") not in FINISHED:
-                status = {"state": "failed", "message": f"job {job.job_id} ended ({job.state}) with the run "
+                status = {"state": RunState.FAILED, "message": f"job {job.job_id} ended ({job.state}) with the run "
                                                         f"{status.get('state', 'unknown')}; see {record['stderr']}"}
             statuses.append(status)
         write_sweep_file(self.folder, self.plan, self.runs, statuses, self.job_records())
@@ -262,7 +263,7 @@ def submit_sweep(plan: SweepPlan, store: RunStore, resources: Resources) -> Subm
             jobs = [executor.submit(MemberJob(str(run.path))) for run in runs]
     except submitit.core.utils.FailedJobError as err:
         message = f"the scheduler refused the jobs: {err}"
-        write_sweep_file(folder, plan, runs, [{"state": "failed", "message": message}] * len(runs))
+        write_sweep_file(folder, plan, runs, [{"state": RunState.FAILED, "message": message}] * len(runs))
         raise SubmissionRefused(f"{message} (sweep folder {folder.path})") from None
     sweep = SubmittedSweep(plan, folder, runs, jobs)
     write_sweep_file(folder, plan, runs, [run.read_status() for run in runs], sweep.job_records())

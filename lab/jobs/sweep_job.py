@@ -26,6 +26,7 @@ from lab.jobs.job import InProcessJob
 from lab.jobs.kinds import RANK
 from lab.nn.mlp import ResidualMLP
 from lab.reports.sweep_frame import rank_frame
+from lab.runs.layout import RunState
 from lab.runs.snapshot import Snapshot
 from lab.runs.store import Run
 from lab.sweeps import SweepPlan, final_status, plan_sweep, train_sweep
@@ -79,7 +80,7 @@ class _Driver(EnsembleCallback):
 
     def on_train_start(self, ensemble: EnsembleTrainer) -> None:
         self.job._ensemble = ensemble
-        self.job._write_status("running", f"training from step {ensemble.step}")
+        self.job._write_status(RunState.RUNNING, f"training from step {ensemble.step}")
         self.job._publish(force=True)
         self.job._control(stepped=False)
 
@@ -89,7 +90,7 @@ class _Driver(EnsembleCallback):
         job._control(stepped=True)
         job._publish()
         if time.monotonic() - job._last_beat >= job.heartbeat_s:
-            job._write_status("running", f"step {ensemble.step} of {ensemble.total_steps}")
+            job._write_status(RunState.RUNNING, f"step {ensemble.step} of {ensemble.total_steps}")
 
     def on_eval_end(self, ensemble: EnsembleTrainer, metrics: dict[int, dict[str, float]]) -> None:
         self.job._evals += 1
@@ -204,7 +205,7 @@ class SweepJob(InProcessJob):
 
     # -- control (any thread) ---------------------------------------------------------------------------------
     def start(self) -> SweepJob:
-        self._write_status("queued", "starting")
+        self._write_status(RunState.QUEUED, "starting")
         self._thread.start()
         return self
 
@@ -231,15 +232,15 @@ class SweepJob(InProcessJob):
             statuses = train_sweep(self.plan, self.run, self.runs, progress=self.progress, callbacks=[_Driver(self)])
         except BaseException as err:  # the members are already recorded as "failed" by train_sweep
             self.error = err
-            self._write_status("failed", f"{type(err).__name__}: {err}", [r.read_status() for r in self.runs],
+            self._write_status(RunState.FAILED, f"{type(err).__name__}: {err}", [r.read_status() for r in self.runs],
                                traceback=traceback.format_exc(limit=20))
             return
         states = [s["state"] for s in statuses]
-        diverged = states.count("diverged")
+        diverged = states.count(RunState.DIVERGED)
         if diverged == len(states):
-            state, message = "diverged", "every member diverged"
+            state, message = RunState.DIVERGED, "every member diverged"
         else:
-            state = "stopped" if "stopped" in states else "completed"
+            state = RunState.STOPPED if RunState.STOPPED in states else RunState.COMPLETED
             message = f"{state}; {diverged} of {len(states)} members diverged" if diverged else state
         self._write_status(state, message, statuses)
 
@@ -250,7 +251,7 @@ class SweepJob(InProcessJob):
             entry = {"name": self.member_names[m.index], "run": run.id, "state": state, "message": "",
                      "step": m.step, "metrics": m.last_eval}
             if m.diverged is not None:
-                entry.update(state="diverged", message=str(m.diverged), step=m.diverged.step)
+                entry.update(state=RunState.DIVERGED, message=str(m.diverged), step=m.diverged.step)
             elif m.ended:
                 entry["state"] = end_state(m.step, m.total_steps)[0]
             out.append(entry)
@@ -281,7 +282,7 @@ class SweepJob(InProcessJob):
             self._reported.add(m.index)
             final_status(self.runs[m.index], m)
         if fresh:
-            self._write_status("running", f"{len(self._reported)} member(s) diverged; the others go on")
+            self._write_status(RunState.RUNNING, f"{len(self._reported)} member(s) diverged; the others go on")
 
     def _member_status(self, state: str, message: str) -> None:
         for m in self._ensemble.live:
@@ -297,13 +298,13 @@ class SweepJob(InProcessJob):
         def paused() -> None:
             self._publish(force=True)
             message = f"paused at step {ensemble.step}"
-            self._member_status("paused", message)  # members first: the sweep is paused once each of them is
-            self._write_status("paused", message)
+            self._member_status(RunState.PAUSED, message)  # members first: the sweep is paused once each of them is
+            self._write_status(RunState.PAUSED, message)
 
         def resumed() -> None:
             message = f"resumed at step {ensemble.step}"
-            self._write_status("running", message)
-            self._member_status("running", message)
+            self._write_status(RunState.RUNNING, message)
+            self._member_status(RunState.RUNNING, message)
 
         if self._between_steps(stepped=stepped, paused=paused, resumed=resumed):
             ensemble.should_stop = True

@@ -16,6 +16,7 @@ from lab.data.toy2d import ToyData
 from lab.jobs.job import InProcessJob, PauseAware
 from lab.jobs.publish import DiskSink, Publisher
 from lab.jobs.runner import train_and_evaluate
+from lab.runs.layout import RunState
 from lab.runs.resume import ResumePlan
 from lab.runs.store import Run
 from lab.train.core import Callback, TrainerView
@@ -37,10 +38,10 @@ class _Control(Callback):
 
         def paused() -> None:
             job.publisher.publish(trainer, force=True)  # the paused frame is exactly the paused model
-            status("paused", f"paused at step {trainer.step}")
+            status(RunState.PAUSED, f"paused at step {trainer.step}")
 
         if job._between_steps(stepped=True, paused=paused,
-                              resumed=lambda: status("running", f"resumed at step {trainer.step}")):
+                              resumed=lambda: status(RunState.RUNNING, f"resumed at step {trainer.step}")):
             trainer.should_stop = True
 
 
@@ -85,7 +86,7 @@ class ThreadJob(InProcessJob):
 
     def start(self) -> ThreadJob:
         if not self.resume_from_checkpoint:  # a resumed run keeps its status until its own checks have passed
-            self.run.write_status("queued", "starting", step=0)
+            self.run.write_status(RunState.QUEUED, "starting", step=0)
         self._thread.start()
         return self
 

@@ -25,6 +25,7 @@ from lab.config import ConfigError, ExperimentConfig, apply_overrides, to_dict
 from lab.data.toy2d import TOY_DATASETS, ToyData
 from lab.nn.mlp import ResidualMLP
 from lab.runs.catalog import clean_status
+from lab.runs.layout import RunState
 from lab.runs.store import Run, RunFolderError, config_of_run
 from lab.train.build import build_data, build_model, build_task
 from lab.train.ensemble import MODEL
@@ -166,7 +167,7 @@ def checkpoint_rank_frame(runs: Sequence[Run]) -> tuple[dict[str, np.ndarray], l
     kept = [run for run, _, _ in members]
     statuses = [clean_status(run.read_status())[0] for run in kept]
     frame = rank_frame(models, data, names=[run.id for run in kept],
-                       diverged=[s["state"] == "diverged" for s in statuses],
+                       diverged=[s["state"] == RunState.DIVERGED for s in statuses],
                        evals=[(s["metrics"], s["step"] or 0) for s in statuses],
                        step=max(s["step"] or 0 for s in statuses), task=build_task(cfg0, data))
     return frame, left_out

@@ -16,10 +16,11 @@ from typing import Any
 
 from lab.reproduce.claims import Claim, Result, failed, not_at_this_budget
 from lab.reproduce.full_scale import PlannedRun
-from lab.reproduce.launch import folder_of, load_ledger, steps_left
+from lab.reproduce.launch import STEP_FAILED, folder_of, load_ledger, steps_left
 from lab.reproduce.plan import make_plan
 from lab.reproduce.report import write_report
 from lab.reproduce.verdict import Stats, Verdict
+from lab.runs.layout import RunState
 from lab.runs.store import Run, environment_info
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ def _finished(out: Path, ledger: dict[str, Any], run: PlannedRun) -> Run | None:
     """The run's folder when it has completed and every step has written its output."""
     record = ledger["runs"].get(run.key, {})
     folder = folder_of(out, record)
-    if folder is None or record.get("state") != "completed" or folder.read_status().get("state") != "completed":
+    if folder is None or not record.get("state") == folder.read_status().get("state") == RunState.COMPLETED:
         return None
     return None if steps_left(folder, list(run.steps)) else folder
 
@@ -53,9 +54,9 @@ def _how_far(out: Path, ledger: dict[str, Any], run: PlannedRun) -> str:
     step, total = status.get("step"), status.get("total_steps")
     where = (f"step {step} of {total} ({100 * step / total:.0f} %)" if isinstance(step, int) and
              isinstance(total, int) and total > 0 else f"step {step}" if isinstance(step, int) else "no step yet")
-    if state in ("failed", "step failed"):
+    if state in (RunState.FAILED, STEP_FAILED):
         return f"{run.key}: {state} ({record.get('message', '')})"
-    if status.get("state") == "completed":
+    if status.get("state") == RunState.COMPLETED:
         return f"{run.key}: trained, steps left ({', '.join(s.args[0] for s in steps_left(folder, list(run.steps)))})"
     return f"{run.key}: {status.get('state', state)} at {where}"
 

@@ -36,6 +36,7 @@ from lab.reports.probe import probe_report
 from lab.reproduce.claims import Claim, Curves, Result, mean, mean_sd
 from lab.reproduce.runs import ReproductionError, command, train
 from lab.reproduce.verdict import Floor, combine, judge
+from lab.runs.layout import RunState
 from lab.runs.store import RunStore, config_of_run
 from lab.sweeps import create_sweep, plan_sweep, train_sweep
 from lab.train.build import build_data, build_model
@@ -122,7 +123,7 @@ def _sweep(overrides: list[str], store: RunStore, sizes: dict) -> tuple[list[dic
     n = min(sizes["points"], len(data.x_test))
     follow = RankOverTraining(data.x_test[:n])
     statuses = train_sweep(plan, folder, runs, progress=False, callbacks=[follow])
-    bad = [f"{r.id}: {s['state']}" for r, s in zip(runs, statuses, strict=True) if s["state"] != "completed"]
+    bad = [f"{r.id}: {s['state']}" for r, s in zip(runs, statuses, strict=True) if s["state"] != RunState.COMPLETED]
     if bad:
         raise ReproductionError("sweep members did not complete: " + "; ".join(bad))
     models = []

@@ -40,6 +40,7 @@ from lab.reproduce.plan import Plan
 from lab.runs import layout
 from lab.runs.catalog import checkpoint_step
 from lab.runs.entries import LIMITS, read_json, read_tail
+from lab.runs.layout import RunState
 from lab.runs.lock import is_stale, read_holder
 from lab.runs.store import Run, RunStore
 from lab.runs.writes import atomic_write_json
@@ -48,6 +49,8 @@ PLAN_FILE = layout.REPRODUCTION
 LOGS = "logs"
 EXECUTORS = ("local", "slurm")
 ACTIONS = ("done", "steps", "train", "resume", "restart", "failed", "busy")
+STEP_FAILED = "step failed"
+"""A ledger state beside the run states: the run completed, a step on its folder failed."""
 
 
 class PlanMismatch(ValueError):
@@ -116,7 +119,7 @@ def steps_left(run: Run, steps: list[Step]) -> list[Step]:
 
 def next_action(run: Run | None, steps: list[Step], record: dict[str, Any], retry_failed: bool = False) -> str:
     """What continuing a planned run does now: one of :data:`ACTIONS` (see the module docstring)."""
-    if record.get("state") in ("failed", "step failed") and not retry_failed:
+    if record.get("state") in (RunState.FAILED, STEP_FAILED) and not retry_failed:
         return "failed"
     if run is None or not run.path.is_dir():
         return "train"
@@ -124,9 +127,9 @@ def next_action(run: Run | None, steps: list[Step], record: dict[str, Any], retr
     holder = read_holder(run.path)
     if holder is not None and not is_stale(holder):
         return "busy"
-    if state == "completed":
+    if state == RunState.COMPLETED:
         return "steps" if steps_left(run, steps) else "done"
-    if state in ("failed", "diverged"):
+    if state in (RunState.FAILED, RunState.DIVERGED):
         return "restart" if retry_failed else "failed"
     if not (run.path / layout.CONFIG).exists():
         return "train"
@@ -136,11 +139,11 @@ def next_action(run: Run | None, steps: list[Step], record: dict[str, Any], retr
 def _settle(record: dict[str, Any], folder: Run | None, action: str) -> None:
     """Record a run there is nothing to do for now: done, failed (its message kept) or busy elsewhere."""
     if action == "done":
-        record["state"], record["message"] = "completed", ""
+        record["state"], record["message"] = RunState.COMPLETED, ""
     elif action == "busy":
         record["state"] = "busy"
-    elif record.get("state") not in ("failed", "step failed"):
-        record["state"] = "failed"
+    elif record.get("state") not in (RunState.FAILED, STEP_FAILED):
+        record["state"] = RunState.FAILED
         record["message"] = folder.read_status().get("message", "") if folder is not None else ""
 
 
@@ -235,7 +238,7 @@ def run_local(plan: Plan, out: Path, ledger: dict[str, Any], *, retry_failed: bo
         env = {**os.environ, **({"CUDA_VISIBLE_DEVICES": ",".join(held)} if devices else {})}
         proc = subprocess.Popen(commands[0], stdout=log, stderr=subprocess.STDOUT, env=env)
         active[run.key] = (proc, commands[1:], held, log)
-        record["state"], record["attempts"] = "running", record.get("attempts", 0) + first
+        record["state"], record["attempts"] = RunState.RUNNING, record.get("attempts", 0) + first
         save_ledger(out, ledger)
 
     try:
@@ -265,21 +268,21 @@ def run_local(plan: Plan, out: Path, ledger: dict[str, Any], *, retry_failed: bo
                 record = ledger["runs"][key]
                 folder = folder_of(out, record)
                 state = folder.read_status().get("state", "unknown")
-                if code == 0 and rest and state == "completed" and not interrupt.requested:
+                if code == 0 and rest and state == RunState.COMPLETED and not interrupt.requested:
                     start(run, rest, held, first=False)
                     continue
                 free += held
                 bar.update(1)
-                if code == 0 and state == "completed":
-                    record["state"], record["message"] = "completed", ""
-                elif state == "completed":
-                    record["state"] = "step failed" if not interrupt.requested else "completed"
+                if code == 0 and state == RunState.COMPLETED:
+                    record["state"], record["message"] = RunState.COMPLETED, ""
+                elif state == RunState.COMPLETED:
+                    record["state"] = STEP_FAILED if not interrupt.requested else RunState.COMPLETED
                     record["message"] = f"a step exited with {code}; see {record['log']}"
-                elif state in ("stopped", "running", "queued", "unknown") and interrupt.requested:
-                    record["state"] = "stopped"
+                elif interrupt.requested and state not in (RunState.FAILED, RunState.DIVERGED):
+                    record["state"] = RunState.STOPPED
                     record["message"] = "interrupted; the same command run again resumes it"
                 else:
-                    record["state"] = "failed"
+                    record["state"] = RunState.FAILED
                     record["message"] = f"{state}: exit status {code}; see {record['log']}"
                 save_ledger(out, ledger)
     finally:
@@ -313,7 +316,7 @@ def run_slurm(plan: Plan, out: Path, ledger: dict[str, Any], resources: Resource
         if folder is None:
             folder = store.create(run.key)
             folder.write_config(to_dict(cfg))
-            folder.write_status("queued", "waiting for its cluster job")
+            folder.write_status(RunState.QUEUED, "waiting for its cluster job")
             record["folder"] = str(folder.path.relative_to(out))
         if action == "restart":
             from lab.runs.resume import plan_resume
@@ -365,7 +368,7 @@ class ReproductionJob(MemberJob):
 
     def __call__(self) -> dict[str, Any]:
         status = super().__call__()
-        if status.get("state") == "completed" and int(os.environ.get("RANK", "0")) == 0 and \
+        if status.get("state") == RunState.COMPLETED and int(os.environ.get("RANK", "0")) == 0 and \
                 _steps_after(self.run_path, self.steps) != 0:
             raise RuntimeError(f"{self.run_path}: a step failed")
         return status
@@ -375,7 +378,7 @@ def failures(out: Path, ledger: dict[str, Any]) -> list[str]:
     """A line per failed run: its state, message and the end of its log."""
     lines = []
     for key, record in ledger["runs"].items():
-        if record.get("state") in ("failed", "step failed"):
+        if record.get("state") in (RunState.FAILED, STEP_FAILED):
             tail = _log_tail(out, record)
             lines.append(f"{key}: {record['state']}: {record.get('message', '')}"
                          + (f"\n    log ({record['log']}), last lines:\n    " + tail[-800:].replace("\n", "\n    ")

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from lab.config import CONFIGS, ExperimentConfig, load_config
 from lab.data.toy2d import ToyData
 from lab.jobs.runner import resolved, train_and_evaluate
+from lab.runs.layout import RunState
 from lab.runs.store import Run, RunStore
 from lab.train.core import Callback
 
@@ -51,6 +52,6 @@ def train(name: str, overrides: list[str], store: RunStore, run_name: str, *, ca
     cfg = config(name, overrides)
     run = store.create(run_name)
     status = train_and_evaluate(cfg, run, progress=False, callbacks=callbacks, data=data)
-    if status["state"] != "completed":
+    if status["state"] != RunState.COMPLETED:
         raise ReproductionError(f"{run.path}: {status['state']}: {status['message']}")
     return run, command("train", f"configs/{name}.yaml", *overrides, "--name", run_name)

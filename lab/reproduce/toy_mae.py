@@ -28,6 +28,7 @@ from lab.config import CONFIGS
 from lab.reproduce.claims import Claim, Curves, Result, mean, mean_sd
 from lab.reproduce.runs import ReproductionError, command, train
 from lab.reproduce.verdict import Floor, combine, judge
+from lab.runs.layout import RunState
 from lab.runs.store import Run, RunStore, config_of_run
 from lab.sweeps import create_sweep, plan_sweep, train_sweep
 from lab.train.build import build_data, build_model, build_task
@@ -75,7 +76,7 @@ def _sweep(overrides: list[str], store: RunStore, points: int) -> tuple[list[dic
     plan = plan_sweep(CONFIGS / f"{CONFIG}.yaml", overrides)
     folder, runs = create_sweep(plan, store)
     statuses = train_sweep(plan, folder, runs, progress=False)
-    bad = [f"{r.id}: {s['state']}" for r, s in zip(runs, statuses, strict=True) if s["state"] != "completed"]
+    bad = [f"{r.id}: {s['state']}" for r, s in zip(runs, statuses, strict=True) if s["state"] != RunState.COMPLETED]
     if bad:
         raise ReproductionError("sweep members did not complete: " + "; ".join(bad))
     return _measured(runs, statuses, [m.values for m in plan.members], points), \

@@ -39,6 +39,7 @@ import yaml
 from lab.data.roots import resolve_data_path
 from lab.runs import layout
 from lab.runs.entries import LIMITS, loads_yaml, read_bytes, read_json, read_jsonl, read_tail
+from lab.runs.layout import RunState
 from lab.runs.store import checkpoint_field
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ RUN_ENTRIES = (*RUN_MARKERS, layout.FIGURES, layout.SNAPSHOTS, layout.SWEEP)
 """The entries of a run folder a reader looks at; one that is a symbolic link is named among the problems."""
 STALE_AFTER_S = 120.0
 """A running run whose heartbeat is older than this is marked stale (its writer may have died)."""
-ALIVE = ("queued", "running", "paused")
+ALIVE = layout.ALIVE
 MAX_STATE, MAX_MESSAGE = 40, 4000
 """The most characters of a status's state and message a listing keeps (a foreign status.json may hold more)."""
 _NOT_METRICS = ("step", "epoch", "time", "kind")
@@ -420,7 +421,8 @@ class RunReader:
                     log.warning("run folder %s: %s", self.path, problem)
         base = self._base
         age = None if base["heartbeat"] is None else max(0.0, now - base["heartbeat"])
-        return {**base, "age_s": age, "stale": base["state"] == "running" and age is not None and age > stale_after_s,
+        stale = base["state"] == RunState.RUNNING and age is not None and age > stale_after_s
+        return {**base, "age_s": age, "stale": stale,
                 "metrics": dict(base["metrics"]), "problems": list(base["problems"])}
 
     def _folder_key(self) -> tuple:

@@ -33,6 +33,8 @@ entry                       written by                              contents
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 CONFIG = "config.json"
 CONFIG_YAML = "config.yaml"
 STATUS = "status.json"
@@ -93,3 +95,27 @@ def replaced_checkpoint_name(step: int) -> str:
     """``last-before-step-<step>.pt`` inside ``history/``: a ``last`` checkpoint a resume from an earlier one set
     aside."""
     return f"last-before-step-{step}.pt"
+
+
+# -- in status.json --------------------------------------------------------------------------------------------------
+class RunState(StrEnum):
+    """``status.json``'s ``state``: where a run is. A member compares equal to its string, as JSON holds it."""
+
+    QUEUED = "queued"
+    """Made, waiting for its job (a sweep's member, a cluster job, a process starting)."""
+    RUNNING = "running"
+    PAUSED = "paused"
+    """Its job holds it between steps, to go on when told."""
+    COMPLETED = "completed"
+    STOPPED = "stopped"
+    """Stopped on request (STOP, SIGTERM, a preemption) with a checkpoint: ``lab resume`` continues it."""
+    DIVERGED = "diverged"
+    """A non-finite loss or metric ended it."""
+    FAILED = "failed"
+    """An error ended it (the message and traceback say which)."""
+
+
+FINISHED = (RunState.COMPLETED, RunState.STOPPED, RunState.DIVERGED, RunState.FAILED)
+"""The states a run ends in."""
+ALIVE = (RunState.QUEUED, RunState.RUNNING, RunState.PAUSED)
+"""The states of a run that some job holds."""

@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any
 
+from lab.runs.layout import RunState
 from lab.runs.store import Run, checkpoint_field, saved_name
 from lab.train.core import Callback, TrainerView
 
@@ -131,7 +132,7 @@ class RunRecorder(Callback):
         records = self.run.metric_records()
         self.best_acc = max([*(r.get("test_acc", r.get("train_acc", -math.inf)) for r in records
                                if r.get("kind") == "eval"), _saved_best(self.run)])
-        self._status(trainer, "running", f"training from step {trainer.step}")
+        self._status(trainer, RunState.RUNNING, f"training from step {trainer.step}")
 
     def on_step_end(self, trainer: TrainerView, loss: float) -> None:
         if trainer.cfg.save_every and trainer.step % trainer.cfg.save_every == 0:  # kept: the weights alone
@@ -146,7 +147,7 @@ class RunRecorder(Callback):
                 self.writer.add_scalar("train/loss_step", loss, trainer.step)
                 self.writer.add_scalar("train/lr", lr, trainer.step)
         if time.time() - self._last_beat >= self.heartbeat_s:
-            self._status(trainer, "running", f"step {trainer.step} of {trainer.total_steps}")
+            self._status(trainer, RunState.RUNNING, f"step {trainer.step} of {trainer.total_steps}")
 
     def on_eval_end(self, trainer: TrainerView, metrics: dict[str, float]) -> None:
         self.run.append_metrics({"kind": "eval", "step": trainer.step, "epoch": trainer.epoch, **metrics,

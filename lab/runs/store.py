@@ -37,8 +37,8 @@ from lab.runs.entries import LIMITS, open_entry, read_bytes, read_json, read_jso
 from lab.runs.snapshot import Snapshot
 from lab.runs.writes import atomic_write_bytes, atomic_write_json, json_text, open_append
 
-STATES = ("queued", "running", "paused", "completed", "stopped", "diverged", "failed")
-FINISHED = ("completed", "stopped", "diverged", "failed")
+STATES = tuple(layout.RunState)
+FINISHED = layout.FINISHED
 _PACKAGES = ("torch", "numpy", "timm", "panel", "holoviews", "bokeh", "residual-lab")
 
 
@@ -158,11 +158,15 @@ class Run:
         atomic_write_json(self.path / layout.CONFIG, record)
 
     # -- status -----------------------------------------------------------------------------------------------
-    def write_status(self, state: str, message: str = "", **fields: Any) -> dict[str, Any]:
-        """Atomically replace status.json; ``fields`` carries step, epoch, total_steps, … ."""
+    def write_status(self, state: layout.RunState | str, message: str = "", **fields: Any) -> dict[str, Any]:
+        """Atomically replace status.json; ``fields`` carries step, epoch, total_steps, … .
+
+        Raises:
+            ValueError: ``state`` is not a :class:`~lab.runs.layout.RunState`.
+        """
         if state not in STATES:
             raise ValueError(f"unknown run state {state!r}; valid: {', '.join(STATES)}")
-        status = {"state": state, "message": message, "heartbeat": time.time(), **fields}
+        status = {"state": layout.RunState(state), "message": message, "heartbeat": time.time(), **fields}
         atomic_write_json(self.path / layout.STATUS, status)
         return status
 

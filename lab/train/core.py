@@ -23,6 +23,7 @@ from torch import nn
 
 from lab.config import TrainConfig
 from lab.nn.droppath import DropPath
+from lab.runs.layout import RunState
 
 
 @runtime_checkable
@@ -176,5 +177,5 @@ def end_state(step: int, total_steps: int) -> tuple[str, str]:
     """``(state, message)`` of a run that ended at ``step`` without diverging: ``completed`` when it trained all
     ``total_steps``, ``stopped`` before that."""
     if step >= total_steps:
-        return "completed", f"completed {step} steps"
-    return "stopped", f"stopped at step {step}"
+        return RunState.COMPLETED, f"completed {step} steps"
+    return RunState.STOPPED, f"stopped at step {step}"

@@ -30,6 +30,7 @@ from lab.jobs.kinds import RANK
 from lab.jobs.manager import JobManager
 from lab.nn.mlp import ACTIVATIONS
 from lab.reports.sweep_frame import rank_frame
+from lab.runs.layout import RunState
 from lab.train.build import build_data, build_model, build_task
 from lab.ui.pages.knobs import Knob, config_overrides, knob_class, toy_data_knobs
 from lab.ui.pages.training import Export, TrainingPage
@@ -188,7 +189,7 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
         if self.embedding == "umap":
             self._start_umap()
         failed = self.rank.failed()
-        finished = self.job is not None and self.job.status().get("state") in ("completed", "stopped")
+        finished = self.job is not None and self.job.status().get("state") in (RunState.COMPLETED, RunState.STOPPED)
         if failed and (finished or any("diverged" in f for f in failed)):
             self.say("warning", "Not every member learned, so their points say nothing about rank: "
                                 + "; ".join(failed) + ". Try a smaller learning rate, more epochs or zero_init.")

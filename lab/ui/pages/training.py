@@ -19,6 +19,7 @@ import yaml
 from lab.config import ExperimentConfig, to_dict
 from lab.jobs.job import Job
 from lab.jobs.manager import JobManager, ManagerBusy
+from lab.runs.layout import RunState
 from lab.ui.follower import JobFollower
 from lab.ui.pages.knobs import groups, training_names
 from lab.ui.pages.page import Page
@@ -102,7 +103,7 @@ class TrainingPage(Page):
         if not self.follower.running:
             self._start(paused=False)
             return
-        paused = self.job.status().get("state") == "paused"
+        paused = self.job.status().get("state") == RunState.PAUSED
         try:
             for job in self._jobs():
                 job.resume() if paused else job.pause()
@@ -123,9 +124,9 @@ class TrainingPage(Page):
         """The runs stay paused: no slot is free to train them (a job that did resume before another could not is
         paused again, so jobs in lockstep stay together)."""
         for job in self._jobs():
-            if job.status().get("state") != "paused":
+            if job.status().get("state") != RunState.PAUSED:
                 job.pause()
-        self.follower.status.error(str(err), "warning", state="paused")
+        self.follower.status.error(str(err), "warning", state=RunState.PAUSED)
 
     @param.depends("reset", watch=True)
     def _reset(self) -> None:

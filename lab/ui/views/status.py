@@ -11,9 +11,10 @@ from typing import Any
 import panel as pn
 import param
 
+from lab.runs.layout import RunState
 from lab.ui.text import alert_pane, code, markdown_pane, md
 
-_ALERTS = {"diverged": "danger", "failed": "danger", "stopped": "warning"}
+_ALERTS = {RunState.DIVERGED: "danger", RunState.FAILED: "danger", RunState.STOPPED: "warning"}
 
 
 class JobStatus(pn.viewable.Viewer):
@@ -46,7 +47,8 @@ class JobStatus(pn.viewable.Viewer):
                         + acc + (f" · run {code(run)}" if run else ""))
         self._line.object = self.message
         self._bar.value = int(100 * step / total) if total else 0
-        self._bar.bar_color = {"diverged": "danger", "failed": "danger", "completed": "success"}.get(state, "primary")
+        self._bar.bar_color = {RunState.DIVERGED: "danger", RunState.FAILED: "danger",
+                               RunState.COMPLETED: "success"}.get(state, "primary")
         if state in _ALERTS:
             self.error(str(status.get("message") or state), _ALERTS[state])
             self._alert_state = None
