@@ -39,9 +39,8 @@ from lab.runs.layout import RunState
 from lab.runs.lock import RunLock
 from lab.runs.recorder import RunRecorder
 from lab.runs.stop import StopFile
-from lab.runs.store import Run, RunStore
+from lab.runs.store import Run, RunStore, end_state
 from lab.runs.writes import atomic_write_json
-from lab.train.core import end_state
 from lab.train.ensemble import MODEL, EnsembleCallback, EnsembleMember, EnsembleTrainer, ensemble_groups
 
 

@@ -15,9 +15,9 @@ from lab.runs.layout import RunState
 from lab.runs.lock import RunLock, RunLocked
 from lab.runs.recorder import RunRecorder
 from lab.runs.resume import ResumePlan, ResumeRefused, load_resume_state, plan_resume
-from lab.runs.store import Run
+from lab.runs.store import Run, end_state
 from lab.train.build import build_data, build_model, build_task, check_data, loader_data
-from lab.train.core import Callback, Diverged, end_state, resolve_device
+from lab.train.core import Callback, Diverged, resolve_device
 from lab.train.distributed import World, broadcast, launched_by_torchrun
 from lab.train.loader import LoaderData, LoaderTrainer, ResumeMismatch
 from lab.train.progress import ProgressBar

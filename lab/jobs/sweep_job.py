@@ -28,9 +28,8 @@ from lab.nn.mlp import ResidualMLP
 from lab.reports.sweep_frame import rank_frame
 from lab.runs.layout import RunState
 from lab.runs.snapshot import Snapshot
-from lab.runs.store import Run
+from lab.runs.store import Run, end_state
 from lab.sweeps import SweepPlan, final_status, plan_sweep, train_sweep
-from lab.train.core import end_state
 from lab.train.ensemble import EnsembleCallback, EnsembleTrainer
 
 

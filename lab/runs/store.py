@@ -42,6 +42,15 @@ FINISHED = layout.FINISHED
 _PACKAGES = ("torch", "numpy", "timm", "panel", "holoviews", "bokeh", "residual-lab")
 
 
+def end_state(step: int, total_steps: int) -> tuple[layout.RunState, str]:
+    """``(state, message)`` of a run that ended at ``step`` without diverging: ``completed`` when it trained all
+    ``total_steps``, ``stopped`` before that."""
+    if step >= total_steps:
+        return layout.RunState.COMPLETED, f"completed {step} steps"
+    return layout.RunState.STOPPED, f"stopped at step {step}"
+
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint file is missing, truncated or not a checkpoint; the message names the file."""
 

@@ -8,8 +8,7 @@ step means. Here, once:
   running trainer that callbacks read (the run recorder, the snapshot publishers, the progress bar, stop checks);
 - :class:`Diverged` and :func:`divergence_hint`: a non-finite loss and its likely cause;
 - the drop-path mode of a step (:func:`droppath_mode`), the batch schedule of a tensor run
-  (:func:`batch_schedule`), whether a step ends with an evaluation (:func:`evaluates_after`);
-- how a run that ended without diverging is named (:func:`end_state`).
+  (:func:`batch_schedule`), whether a step ends with an evaluation (:func:`evaluates_after`).
 """
 
 from __future__ import annotations
@@ -23,7 +22,6 @@ from torch import nn
 
 from lab.config import TrainConfig
 from lab.nn.droppath import DropPath
-from lab.runs.layout import RunState
 
 
 @runtime_checkable
@@ -171,11 +169,3 @@ def evaluates_after(cfg: TrainConfig, step: int, steps_per_epoch: int) -> bool:
     if cfg.eval_every:
         return step % cfg.eval_every == 0
     return step % steps_per_epoch == 0
-
-
-def end_state(step: int, total_steps: int) -> tuple[str, str]:
-    """``(state, message)`` of a run that ended at ``step`` without diverging: ``completed`` when it trained all
-    ``total_steps``, ``stopped`` before that."""
-    if step >= total_steps:
-        return RunState.COMPLETED, f"completed {step} steps"
-    return RunState.STOPPED, f"stopped at step {step}"

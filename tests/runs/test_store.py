@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from lab.runs.entries import EntryError
-from lab.runs.store import CheckpointError, Run, RunFolderError, RunStore, default_runs_dir, sanitize_name
+from lab.runs.store import CheckpointError, Run, RunFolderError, RunStore, default_runs_dir, end_state, sanitize_name
 
 
 def test_run_ids_are_sanitised_and_stay_inside_the_runs_folder(tmp_path):
@@ -208,3 +208,8 @@ def test_snapshots_that_are_links_are_not_read(tmp_path):
     (linked.path / "snapshots").rmdir()
     (linked.path / "snapshots").symlink_to(outside)
     assert linked.snapshot_versions("nodes") == [] and linked.load_snapshot("nodes", 7) is None
+
+
+def test_end_state_names_a_finished_run():
+    assert end_state(40, 40) == ("completed", "completed 40 steps")
+    assert end_state(12, 40) == ("stopped", "stopped at step 12")

@@ -6,7 +6,7 @@ from lab.config import ExperimentConfig, apply_overrides
 from lab.seeds import epoch_seed
 from lab.train import EnsembleTrainer, Trainable, Trainer, TrainerView, build_data, build_model
 from lab.train.build import loader_data
-from lab.train.core import batch_schedule, droppath_mode, end_state
+from lab.train.core import batch_schedule, droppath_mode
 from lab.train.distributed import World
 from lab.train.loader import LoaderTrainer
 
@@ -50,7 +50,3 @@ def test_batch_schedule_drops_the_partial_batch_only_for_residual_droppath():
     rdp = small(**{"train.droppath": "residual_droppath", "train.epochs": 3, "train.max_steps": 7}).train
     assert batch_schedule(rdp, 200) == (64, 3, 7)
 
-
-def test_end_state_names_a_finished_run():
-    assert end_state(40, 40) == ("completed", "completed 40 steps")
-    assert end_state(12, 40) == ("stopped", "stopped at step 12")
