@@ -55,12 +55,14 @@ class SeriesFigure:
         log_y: a log-scale y axis, fitted to the positive values.
         y_range: the y range before any point; with ``fit_y`` False, for good.
         fit_y: refit the y range to the data.
+        key: the prefix of its sources' names (``<key>:<field>``, which the browser tests find them by); default
+            the title.
     """
 
     def __init__(self, title: str, y_label: str, match: Callable[[str], bool] = lambda field: False,
                  width: int = 360, height: int = 200, *, lines: Sequence[Line] = (), log_y: bool = False,
-                 y_range: tuple[float, float] = (0.0, 1.0), fit_y: bool = True) -> None:
-        self.match, self.log_y, self.fit_y = match, log_y, fit_y
+                 y_range: tuple[float, float] = (0.0, 1.0), fit_y: bool = True, key: str | None = None) -> None:
+        self.match, self.log_y, self.fit_y, self.key = match, log_y, fit_y, key or title
         self.fixed = {(kind, field): (label, color) for kind, field, label, color in lines}
         self.figure = figure(title=title, x_axis_label="step", y_axis_label=y_label, x_range=Range1d(0, 1),
                              y_range=Range1d(*y_range), frame_width=width, frame_height=height,
@@ -87,7 +89,7 @@ class SeriesFigure:
             label, color = self.fixed.get(key) or (
                 field if not any(f == field for _, f in self.sources) else f"{field} ({kind})",
                 COLORS[len(self.sources) % len(COLORS)])
-            source = ColumnDataSource(data={"step": [], "value": []}, name=f"{self.figure.title.text}:{field}")
+            source = ColumnDataSource(data={"step": [], "value": []}, name=f"{self.key}:{field}")
             renderers = [self.figure.line("step", "value", source=source, line_width=2, name=label, color=color)]
             if kind != "step":  # evaluations are sparse: a dot shows each, the first one before any line can
                 renderers.append(self.figure.scatter("step", "value", source=source, color=color, size=6, name=label))
@@ -156,9 +158,10 @@ class LiveCurves:
 
     def __init__(self, width: int = 360, height: int = 200) -> None:
         self.series = {"loss": SeriesFigure("Loss", "loss", width=width, height=height, lines=LOSS_LINES, log_y=True,
-                                            y_range=(0.01, 1.0)),
+                                            y_range=(0.01, 1.0), key="loss"),
                        "accuracy": SeriesFigure("Accuracy", "accuracy", width=width, height=height,
-                                                lines=ACCURACY_LINES, y_range=(0.0, 1.02), fit_y=False)}
+                                                lines=ACCURACY_LINES, y_range=(0.0, 1.02), fit_y=False,
+                                                key="accuracy")}
         self.figures = {name: s.figure for name, s in self.series.items()}
         self.sources = {key: source for s in self.series.values() for key, source in s.sources.items()}
         self.pane = pn.Row(*(s.pane for s in self.series.values()))
