@@ -194,18 +194,11 @@ def _log_tail(out: Path, record: dict[str, Any]) -> str:
         return ""
 
 
-def run_local(plan: Plan, out: Path, ledger: dict[str, Any], *, retry_failed: bool = False, progress: bool = True,
-              poll_s: float = 0.5) -> dict[str, Any]:
-    """Train and step every run of ``plan`` that is not done, on this machine (see the module docstring).
-
-    Returns:
-        The ledger as saved at the end: every run's state (``completed``, ``failed``, ``step failed``, ``stopped``
-        when interrupted, ``busy`` when another process holds it).
-    """
+def _queue(plan: Plan, out: Path, ledger: dict[str, Any], devices: list[str], retry_failed: bool
+           ) -> list[tuple[PlannedRun, list[list[str]]]]:
+    """Per run with something to do, its commands (training and steps, or the steps left); the others settled."""
     store = RunStore(out / layout.REPRODUCTION_RUNS)
-    (out / LOGS).mkdir(parents=True, exist_ok=True)
-    devices = _devices()
-    queue: list[tuple[PlannedRun, list[list[str]]]] = []
+    queue = []
     for run in plan.runs:
         record = ledger["runs"][run.key]
         folder = folder_of(out, record)
@@ -219,14 +212,42 @@ def run_local(plan: Plan, out: Path, ledger: dict[str, Any], *, retry_failed: bo
         # a run planned for more GPUs than this machine has trains on all of them (with a smaller global batch
         # where its config sets a per-process batch)
         processes = min(run.processes, len(devices)) if devices else run.processes
+        steps = steps_left(folder, list(run.steps)) if action == "steps" else run.steps
         commands = [] if action == "steps" else [training_command(run, folder.path, action, processes)]
-        commands += [_lab(*s.argv(folder.path)) for s in (run.steps if action != "steps" else
-                                                          steps_left(folder, list(run.steps)))]
-        queue.append((run, commands))
+        queue.append((run, commands + [_lab(*s.argv(folder.path)) for s in steps]))
+    return queue
+
+
+def _ended(record: dict[str, Any], state: str, code: int, interrupted: bool) -> None:
+    """Record how a run's last command ended: its run folder's ``state`` and the command's exit ``code``."""
+    if code == 0 and state == RunState.COMPLETED:
+        record["state"], record["message"] = RunState.COMPLETED, ""
+    elif state == RunState.COMPLETED:  # trained; a step failed (or was interrupted: it runs again next time)
+        record["state"] = RunState.COMPLETED if interrupted else STEP_FAILED
+        record["message"] = f"a step exited with {code}; see {record['log']}"
+    elif interrupted and state not in (RunState.FAILED, RunState.DIVERGED):
+        record["state"] = RunState.STOPPED
+        record["message"] = "interrupted; the same command run again resumes it"
+    else:
+        record["state"] = RunState.FAILED
+        record["message"] = f"{state}: exit status {code}; see {record['log']}"
+
+
+def run_local(plan: Plan, out: Path, ledger: dict[str, Any], *, retry_failed: bool = False, progress: bool = True,
+              poll_s: float = 0.5) -> dict[str, Any]:
+    """Train and step every run of ``plan`` that is not done, on this machine (see the module docstring).
+
+    Returns:
+        The ledger as saved at the end: every run's state (``completed``, ``failed``, ``step failed``, ``stopped``
+        when interrupted, ``busy`` when another process holds it).
+    """
+    (out / LOGS).mkdir(parents=True, exist_ok=True)
+    devices = _devices()
+    queue = _queue(plan, out, ledger, devices, retry_failed)
     save_ledger(out, ledger)
     free = list(devices)
     active: dict[str, tuple[subprocess.Popen, list[list[str]], list[str], Any]] = {}
-    interrupt = _Interrupt()
+    interrupt, signalled = _Interrupt(), False
     bar = tqdm(total=len(queue), desc=f"reproduce ({plan.budget})", unit="run", disable=not progress,
                dynamic_ncols=True)
 
@@ -251,39 +272,23 @@ def run_local(plan: Plan, out: Path, ledger: dict[str, Any], *, retry_failed: bo
                 queue.pop(0)
                 held, free[:] = free[:need], free[need:]
                 start(run, commands, held)
-            if interrupt.requested:
+            if interrupt.requested and not signalled:  # once: torchrun passes it on, each run stops with a checkpoint
                 queue.clear()
                 for proc, *_ in active.values():
-                    if proc.poll() is None:
-                        proc.send_signal(signal.SIGTERM)
+                    proc.send_signal(signal.SIGTERM)
+                signalled = True
             time.sleep(poll_s)
-            for key in list(active):
-                proc, rest, held, log = active[key]
-                code = proc.poll()
-                if code is None:
-                    continue
+            for key in [k for k, (proc, *_) in active.items() if proc.poll() is not None]:
+                proc, rest, held, log = active.pop(key)
                 log.close()
-                del active[key]
-                run = next(r for r in plan.runs if r.key == key)
-                record = ledger["runs"][key]
-                folder = folder_of(out, record)
-                state = folder.read_status().get("state", "unknown")
-                if code == 0 and rest and state == RunState.COMPLETED and not interrupt.requested:
+                run, record = next(r for r in plan.runs if r.key == key), ledger["runs"][key]
+                state = folder_of(out, record).read_status().get("state", "unknown")
+                if proc.returncode == 0 and rest and state == RunState.COMPLETED and not interrupt.requested:
                     start(run, rest, held, first=False)
                     continue
                 free += held
                 bar.update(1)
-                if code == 0 and state == RunState.COMPLETED:
-                    record["state"], record["message"] = RunState.COMPLETED, ""
-                elif state == RunState.COMPLETED:
-                    record["state"] = STEP_FAILED if not interrupt.requested else RunState.COMPLETED
-                    record["message"] = f"a step exited with {code}; see {record['log']}"
-                elif interrupt.requested and state not in (RunState.FAILED, RunState.DIVERGED):
-                    record["state"] = RunState.STOPPED
-                    record["message"] = "interrupted; the same command run again resumes it"
-                else:
-                    record["state"] = RunState.FAILED
-                    record["message"] = f"{state}: exit status {code}; see {record['log']}"
+                _ended(record, state, proc.returncode, interrupt.requested)
                 save_ledger(out, ledger)
     finally:
         interrupt.restore()

@@ -90,6 +90,25 @@ SCAN_SHARE = 0.2
 """The most of its time a page's periodic scans take: a scan of t seconds is followed by at least 4 t of rest."""
 
 
+def folder_kind(key: str, roots: list[Path]) -> tuple[Path, str]:
+    """The folder ``key`` names inside ``roots`` and what it is: ``run``, ``sweep`` or ``reproduction``.
+
+    Raises:
+        PermissionError: it resolves outside the roots.
+        FileNotFoundError: it is none of them.
+        ValueError: ``key`` holds a NUL byte.
+    """
+    path = resolve_run_path(key, roots)
+    if is_sweep_folder(path):
+        return path, "sweep"
+    if is_reproduction_folder(path):
+        return path, "reproduction"
+    if is_run_folder(path):
+        return path, "run"
+    raise FileNotFoundError(f"{key!r} is not a run folder: it holds none of status.json, config.json, config.yaml, "
+                            "metrics.jsonl, checkpoints/")
+
+
 class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
     """List run folders, written here or anywhere, and follow one.
 
@@ -249,30 +268,25 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         self.sweep.clear()
         if key:
             try:
-                path = resolve_run_path(key, self.roots)
-                sweep, reproduction = is_sweep_folder(path), is_reproduction_folder(path)
-                if not sweep and not reproduction and not is_run_folder(path):
-                    raise FileNotFoundError(f"{key!r} is not a run folder: it holds none of status.json, "
-                                            "config.json, config.yaml, metrics.jsonl, checkpoints/")
+                path, kind = folder_kind(key, self.roots)
             except (PermissionError, FileNotFoundError, ValueError) as err:  # ValueError: a NUL byte
                 self._tell("run", "danger", f"Run not opened: {md(err)}")
             else:
-                if reproduction:  # a full-scale reproduction opens as the comparison of its runs
-                    paths = find_runs(path, self.roots)
-                    self._tell("run", "info", f"Reproduction {md(key)}: its {len(paths)} runs compared; its report "
-                                              "is report.html in that folder")
-                    self.compare = ",".join(self._key(p) for p in paths)
-                elif sweep:  # a sweep opens as the comparison of its members, and its rank views
-                    paths = find_runs(path, self.roots)
-                    self._tell("run", "info", self.sweep.start(key, len(paths), POOL.submit(sweep_rank, paths)))
-                    if not self._served:
-                        self._tell("run", "info", self.sweep.finish())
-                    self.compare = ",".join(self._key(p) for p in paths)
-                else:
+                if kind == "run":
                     self._path, self._opened, self._first = path, Followed(path), True
                     self.follower.follow(WatchedRun(path))
                     self.follower.poll()
                     self.saved.open(Run(path), frames={})  # the first scan lists them
+                else:  # a group opens as the comparison of its runs; a sweep's with their rank views as well
+                    paths = find_runs(path, self.roots)
+                    if kind == "sweep":
+                        self._tell("run", "info", self.sweep.start(key, len(paths), POOL.submit(sweep_rank, paths)))
+                        if not self._served:
+                            self._tell("run", "info", self.sweep.finish())
+                    else:
+                        self._tell("run", "info", f"Reproduction {md(key)}: its {len(paths)} runs compared; its "
+                                                  "report is report.html in that folder")
+                    self.compare = ",".join(self._key(p) for p in paths)
         self._syncing = True
         try:
             self._select_row()
