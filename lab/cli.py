@@ -376,7 +376,12 @@ def _reproduce(args: argparse.Namespace, store: RunStore) -> int:
         print("error: --seeds must be >= 1", file=sys.stderr)
         return 2
     if args.collect:
-        return _reproduce_report(*collect(args.collect))
+        try:
+            results, paths = collect(args.collect)
+        except (FileNotFoundError, ValueError) as err:  # no reproduce.json there, or not a reproduction's
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        return _reproduce_report(results, paths)
     if args.budget not in TOY_BUDGETS:
         return _reproduce_at_scale(args, store)
     out = Path(args.out) if args.out else store.root / time.strftime("reproduce-%Y%m%d-%H%M%S")

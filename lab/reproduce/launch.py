@@ -76,9 +76,11 @@ def ledger_for(plan: Plan, out: Path, executor: str) -> dict[str, Any]:
     """The plan's ``reproduce.json``, continuing the one ``out`` holds: its runs keep their folders and states.
 
     Raises:
-        PlanMismatch: ``out`` holds a reproduction of another budget.
+        PlanMismatch: ``out`` holds a reproduction of another budget, or a toy reproduction's report.
     """
     earlier = load_ledger(out)
+    if not earlier and (out / "claims.json").exists():
+        raise PlanMismatch(f"{out} holds the report of a toy reproduction (smoke or cpu): choose another --out")
     if earlier and earlier.get("budget") != plan.budget:
         raise PlanMismatch(f"{out} holds a reproduction at the {earlier.get('budget')} budget, not {plan.budget}: "
                            "continue it with that budget, or choose another --out")

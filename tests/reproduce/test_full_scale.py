@@ -54,6 +54,8 @@ def test_without_data_the_plan_names_what_each_claim_needs(capsys, tmp_path):
     assert "alignment.ra2.fc: needs --data mnist=DIR" in text
     assert "decayed.mae_probe: MAE ViT-B/16 on ImageNet-100" in text and "gpu budget" in text
     assert "decayed.rank: " in text and "cpu budget" in text
+    assert main(["reproduce", "--collect", str(tmp_path)]) == 2  # a folder without a plan: said, nothing written
+    assert "holds no reproduce.json" in capsys.readouterr().err and not (tmp_path / "report.md").exists()
 
 
 def test_data_arguments_are_checked_before_anything_runs(tmp_path):
@@ -68,6 +70,20 @@ def test_data_arguments_are_checked_before_anything_runs(tmp_path):
     assert parse_data([f"MNIST={tmp_path}"]) == {"mnist": tmp_path.resolve()}
     with pytest.raises(ValueError, match="budget"):
         make_plan("cpu", ["droppath"], None, {})
+
+
+def test_a_report_folder_of_another_reproduction_is_not_continued(tmp_path, capsys):
+    from lab.reproduce.launch import PlanMismatch, ledger_for
+
+    plan = make_plan("gpu-test", ["droppath"], None, {})
+    (tmp_path / "toy").mkdir()
+    (tmp_path / "toy" / "claims.json").write_text("{}")
+    with pytest.raises(PlanMismatch, match="toy reproduction"):
+        ledger_for(plan, tmp_path / "toy", "local")
+    (tmp_path / "gpu" / "reproduce.json").parent.mkdir()
+    (tmp_path / "gpu" / "reproduce.json").write_text(json.dumps({"budget": "gpu", "runs": {}}))
+    assert main(["reproduce", "--budget", "gpu-test", "--paper", "droppath", "--out", str(tmp_path / "gpu")]) == 2
+    assert "at the gpu budget, not gpu-test" in capsys.readouterr().err
 
 
 def test_estimates_use_the_latest_record_of_the_device(tmp_path):
