@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.reports.rank_probe import eval_table, rank_probe_correlation
 from lab.reproduce import alignment, decayed, droppath, toy_mae
 from lab.reproduce.claims import Claim, Result, mean, mean_sd
 from lab.reproduce.verdict import Floor, combine, judge
@@ -215,6 +214,8 @@ def _mae_plan(budget: str, seeds: int, data: dict[str, Path]) -> tuple[list[Plan
 
 
 def _mae_collect(budget: str, runs: Runs, planned: list[PlannedRun]) -> list[Result]:
+    from lab.reports.rank_probe import eval_table, rank_probe_correlation  # pandas: not on every command's import
+
     smoke = budget == "gpu-test"
     seeds = seeds_of(planned)
     alphas = MAE_ALPHAS[budget]
