@@ -236,3 +236,24 @@ def test_a_plan_file_cannot_point_the_launcher_outside_its_runs(tmp_path):
     for hostile in ("../elsewhere", "runs/../../elsewhere", "/etc"):
         with pytest.raises(ValueError, match="outside"):
             folder_of(tmp_path, {"folder": hostile})
+
+
+def test_the_mae_experiments_four_claims_are_collected_from_its_runs(tmp_path):
+    """Tables 2, 3a and 3b and Figure 6c from six shrunken MAE runs (three α_min, two controls, no U-Net), each
+    probed with the authors' protocol after training; Figure 6c from the rank and quick-probe records of the runs."""
+    from lab.reproduce import reproduce_at_scale
+    from lab.reproduce.collect import collect
+
+    images = tiny_data.image_folder(tmp_path / "in100")
+    ledger = reproduce_at_scale(tmp_path / "repro", papers=["decayed"], budget="gpu-test",
+                                data={"imagenet100": images}, progress=False)
+    assert sorted(ledger["runs"]) == sorted(f"mae-{a}-s0" for a in ("a1", "a0.8", "a0.6", "scaled_both",
+                                                                    "scaled_branch", "a0.6-nounet"))
+    assert all(r["state"] == "completed" for r in ledger["runs"].values())
+    results = {r.claim.id: r for r in collect(tmp_path / "repro")[0]}
+    for cid in ("decayed.mae_probe", "decayed.unet", "decayed.controls", "decayed.rank_probe"):
+        assert results[cid].verdict == "pipeline only", (cid, results[cid].reason)
+    probes = results["decayed.mae_probe"].values
+    assert all(0.0 <= v[0] <= 1.0 for k, v in probes.items() if k.startswith("α_min"))  # each run's probe.json
+    assert -1.0 <= -results["decayed.rank_probe"].values["−r at the last epoch"][0] <= 1.0
+    assert results["decayed.diffusion_probe"].verdict == "not measurable"  # no cifar100 given
