@@ -123,8 +123,9 @@ def reproduce_at_scale(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS)
                        seeds: int | None = None, data: dict[str, Path] | None = None, executor: str = "local",
                        resources: Resources | None = None, retry_failed: bool = False, progress: bool = True
                        ) -> dict[str, Any]:
-    """Plan a full-scale reproduction into ``out`` (``reproduce.json``), launch or continue its runs, and, once the
-    local executor has run them, collect the report (:func:`lab.reproduce.collect.collect`).
+    """Plan a full-scale reproduction into ``out`` (``reproduce.json``) and launch or continue its runs; the report
+    is then written from whatever has finished by :func:`lab.reproduce.collect.collect` (``lab reproduce`` calls it
+    once the local executor is done).
 
     Args:
         out: the report folder; a folder that holds a reproduction of the same budget is continued.
