@@ -426,7 +426,8 @@ def _reproduce_at_scale(args: argparse.Namespace, store: RunStore) -> int:
     states = [record["state"] for record in ledger["runs"].values()]
     print(f"reproduction folder: {out} ({len(states)} runs: " + ", ".join(
         f"{states.count(s)} {s}" for s in dict.fromkeys(states)) + ")", file=sys.stderr)
-    for line in failures(out, ledger):
+    failed = failures(out, ledger)
+    for line in failed:
         print(f"failed: {line}", file=sys.stderr)
     if ledger.get("interrupted"):
         print("interrupted: the same command run again continues", file=sys.stderr)
@@ -436,7 +437,7 @@ def _reproduce_at_scale(args: argparse.Namespace, store: RunStore) -> int:
               file=sys.stderr)
         return 0
     code = _reproduce_report(*collect(out))
-    return 1 if code or failures(out, ledger) else 0
+    return 1 if code or failed else 0
 
 
 def _report(args: argparse.Namespace, store: RunStore, measure: Callable[[Run], tuple[str, str]]) -> int:

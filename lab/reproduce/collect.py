@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.reproduce.claims import Claim, Result, failed, not_at_this_budget
-from lab.reproduce.full_scale import PlannedRun
+from lab.reproduce.full_scale import PlannedRun, seed0_commands
 from lab.reproduce.launch import STEP_FAILED, folder_of, load_ledger, steps_left
 from lab.reproduce.plan import make_plan
 from lab.reproduce.report import write_report
@@ -91,7 +91,7 @@ def collect(out: str | Path) -> tuple[list[Result], dict[str, Path]]:
         if not measurable:
             continue
         finished = {r.key: folder for r in runs if (folder := _finished(out, ledger, r)) is not None}
-        commands = [line for r in runs if r.key.endswith("-s0") for line in r.commands()]
+        commands = seed0_commands(runs)
         if len(finished) < len(runs):
             lines = [_how_far(out, ledger, r) for r in runs if r.key not in finished]
             results += [pending(c, lines, len(finished), len(runs), commands) for c in measurable]

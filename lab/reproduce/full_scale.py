@@ -169,7 +169,7 @@ def seeds_of(planned: list[PlannedRun]) -> list[int]:
     return sorted({int(p.key.rsplit("-s", 1)[1]) for p in planned})
 
 
-def _commands(planned: list[PlannedRun], prefix: str) -> list[str]:
+def seed0_commands(planned: list[PlannedRun], prefix: str = "") -> list[str]:
     """The commands of the seed-0 runs whose key starts with ``prefix``."""
     return [line for p in planned if p.key.startswith(prefix) and p.key.endswith("-s0") for line in p.commands()]
 
@@ -226,7 +226,7 @@ def _mae_collect(budget: str, runs: Runs, planned: list[PlannedRun]) -> list[Res
     base, decayed06 = probes("a1"), probes("a0.6")
     chance = Floor("chance (1/100) + 0.05", 0.01, tuple(base), 0.05)
     setting = _setting(planned, "mae-") + "; probe: lab probe --protocol authors"
-    commands = _commands(planned, "mae-")
+    commands = seed0_commands(planned, "mae-")
     gain = [b - a for a, b in zip(base, decayed06, strict=True)]
     claim2, claim3a, claim3b, claim6c = MAE_CLAIMS
     out = [Result(claim2, {f"α_min {a:g}": probes(f"a{a:g}") for a in alphas} | {"gain": gain},
@@ -306,7 +306,7 @@ def _uvit_collect(budget: str, runs: Runs, planned: list[PlannedRun]) -> list[Re
             values.append(number(record.get(key)))
         return values
 
-    setting, commands = _setting(planned, "uvit-"), _commands(planned, "uvit-")
+    setting, commands = _setting(planned, "uvit-"), seed0_commands(planned, "uvit-")
     fid_claim, probe_claim = UVIT_CLAIMS
     out = []
     if any(s.output == layout.FID for p in planned for s in p.steps):
@@ -376,7 +376,7 @@ def _table1_collect(budget: str, runs: Runs, planned: list[PlannedRun]) -> list[
                         floor=Floor(f"chance ({chance:g}) + 0.1", chance, tuple(acc[other]), 0.1))
                   for other in ("Droppath", "Standard")]
     return [Result(claim, values, "; ".join(texts), combine(parts, "the highest mean accuracy on every data set"),
-                   _setting(planned, "table1-"), _commands(planned, "table1-"))]
+                   _setting(planned, "table1-"), seed0_commands(planned, "table1-"))]
 
 
 # -- Residual Alignment: RA1–RA4 and neural collapse ---------------------------------------------------------------
@@ -417,7 +417,7 @@ def _ra_collect(kind: str) -> Callable[[str, Runs, list[PlannedRun]], list[Resul
                                 if r is not None else [] for r, rep in zip(folders, reports[shortcut], strict=True)]
             accuracy[shortcut] = [test_accuracy(r) for r in folders]
         return alignment.judged(kind, reports, curves, accuracy, _setting(planned, f"ra-{kind}-"),
-                                _commands(planned, f"ra-{kind}-"), 0.0, budget == "gpu-test")
+                                seed0_commands(planned, f"ra-{kind}-"), 0.0, budget == "gpu-test")
 
     return collect
 
