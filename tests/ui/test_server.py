@@ -54,7 +54,7 @@ def test_browser_trains_and_sees_the_decision_boundary(server):
         _wait_for_text(page, "step 60 / 60", timeout=300_000)
         page.wait_for_function(JS_HAS_TEXT, arg="Decision boundary at step 60", timeout=60_000)
         assert page.evaluate(JS_HAS_TEXT, "completed")
-        page.wait_for_function(f"() => ({JS_CURVE_POINTS})() >= 6", timeout=60_000)  # logged every 10 steps
+        _wait_for_curves(page, {"loss:loss": 6, "accuracy:test_acc": 1}, timeout=60_000)  # logged every 10 steps
         plots = _plots(page)
         assert {"Loss", "Accuracy"} <= {p["title"] for p in plots}
         assert not plots_off_their_data(plots), plots_off_their_data(plots)
@@ -109,7 +109,8 @@ def test_browser_playground_follows_sliders_trains_live_and_every_plot_shows_its
               timeout=120_000)
         # every plot shows its data: ranges that miss it draw an empty plot without any error, so each plot's
         # ranges and data are read (the other pages' tests read theirs), then its pixels
-        page.wait_for_function(f"() => ({JS_CURVE_POINTS})() >= 20", timeout=180_000)  # 100 steps logged
+        # 100 steps logged, an evaluation every 50
+        _wait_for_curves(page, {"loss:loss": 20, "accuracy:test_acc": 1}, timeout=180_000)
         plots = _plots(page)
         titles = {p["title"] for p in plots}
         assert {"Loss", "Accuracy", "α per block", "Euclidean distance", "linear CKA"} <= titles, titles
@@ -164,8 +165,15 @@ def _logged_step(job) -> int:
     return max((r["step"] for r in job.metrics_since(0)[0]), default=0)
 
 
-JS_CURVE_POINTS = """() => { let n = 0; for (const doc of Bokeh.documents) for (const m of doc.all_models)
-    if (m.name === "loss:loss") n = m.get_length(); return n; }"""
+# The points a curve's source holds in the browser, by source name (``<figure key>:<field>``). Each source's stream
+# is its own message, so a test waits for every curve it then reads, not for one of them.
+JS_CURVE_POINTS = """(least) => { const n = {}; for (const doc of Bokeh.documents) for (const m of doc.all_models)
+    if (m.name in least) n[m.name] = m.get_length(); return Object.keys(least).every(k => n[k] >= least[k]); }"""
+
+
+def _wait_for_curves(page, least: dict[str, int], timeout: float) -> None:
+    """Wait until each named curve source holds at least its number of points in the browser."""
+    page.wait_for_function(JS_CURVE_POINTS, arg=least, timeout=timeout)
 
 
 JS_TEXTS = """() => { const out = []; for (const doc of Bokeh.documents) for (const m of doc.all_models)

@@ -172,9 +172,13 @@ class LiveCurves:
             s.clear()
 
     def extend(self, records: Sequence[dict[str, Any]]) -> None:
-        """Append the points of ``records`` (any mix of kinds; records without a field are skipped)."""
-        for s in self.series.values():
-            s.extend(records)
+        """Append the points of ``records`` (any mix of kinds; records without a field are skipped).
+
+        Both figures change in one document patch, so the browser never draws the loss ahead of the accuracy.
+        """
+        with pn.io.unlocked():  # the figures' own unlocked blocks join this one
+            for s in self.series.values():
+                s.extend(records)
 
     def points(self) -> dict[str, int]:
         """Number of points per curve (``"kind:field"``), for tests and status lines."""
