@@ -96,14 +96,14 @@ def alignment_builder(data: ToyData, *, k: int = PAPER_K, inputs: int = 64, nc_i
     block's Jacobian size; ``fit_start`` is the
     first block (0-based) of the 1/σ₁ fit (the paper's: from block 5).
     """
-    return SelfJudged(_AlignmentFrames(
+    return SelfJudged(_AlignmentSnapshots(
         x=data.x_test[:inputs], y=data.y_test[:inputs], nc_x=data.x_train[:nc_inputs], nc_y=data.y_train[:nc_inputs],
         num_classes=data.num_classes, k=k, grid_inputs=grid_inputs, baseline_trials=baseline_trials,
         fit_start=fit_start, seed=seed))
 
 
 @dataclass
-class _AlignmentFrames:
+class _AlignmentSnapshots:
     """:func:`alignment_builder`'s builder: its fixed inputs and settings."""
 
     x: torch.Tensor

@@ -78,17 +78,17 @@ def default_cadence() -> dict[str, tuple[int, float]]:
     return {k.name: k.cadence for k in KINDS.values() if k.builder is not None and k.cadence is not None}
 
 
-class FrameError(ValueError):
+class SnapshotError(ValueError):
     """A frame that its views cannot draw; the message says what is missing or malformed."""
 
 
-def check_frame(kind: str, frame: Mapping[str, np.ndarray]) -> None:
-    """Raise :class:`FrameError` unless ``frame`` holds every array of ``kind``'s contract (:attr:`Kind.arrays`),
+def check_snapshot(kind: str, frame: Mapping[str, np.ndarray]) -> None:
+    """Raise :class:`SnapshotError` unless ``frame`` holds every array of ``kind``'s contract (:attr:`Kind.arrays`),
     numeric, with its number of axes and no empty axis."""
     for name, ndim in KINDS[kind].arrays.items():
         if name not in frame:
-            raise FrameError(f"the frame has no array {name!r}")
+            raise SnapshotError(f"the frame has no array {name!r}")
         array = np.asarray(frame[name])
         if array.dtype.kind not in "biuf" or array.ndim != ndim or 0 in array.shape:
-            raise FrameError(f"the frame's {name!r} is {array.dtype} of shape {array.shape}; its view draws a "
+            raise SnapshotError(f"the frame's {name!r} is {array.dtype} of shape {array.shape}; its view draws a "
                              f"numeric array of {ndim} non-empty axes")

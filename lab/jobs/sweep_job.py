@@ -25,7 +25,7 @@ from lab.jobs.cadence import Cadence
 from lab.jobs.job import InProcessJob
 from lab.jobs.kinds import RANK
 from lab.nn.mlp import ResidualMLP
-from lab.reports.sweep_frame import rank_frame
+from lab.reports.sweep_snapshot import rank_snapshot
 from lab.runs.layout import RunState
 from lab.runs.snapshot import Snapshot
 from lab.runs.store import Run, end_state
@@ -199,7 +199,7 @@ class SweepJob(InProcessJob):
         self._models: list[ResidualMLP] | None = None
         self._evals = 0
         self._reported: set[int] = set()
-        self._frame_state: tuple[int, int, int] | None = None
+        self._snapshot_state: tuple[int, int, int] | None = None
         self._last_beat = 0.0
 
     # -- control (any thread) ---------------------------------------------------------------------------------
@@ -315,17 +315,17 @@ class SweepJob(InProcessJob):
         if not self.cadence.due(RANK, ensemble.step, force=force):
             return
         state = (ensemble.step, self._evals, sum(m.ended for m in ensemble.members))
-        if state == self._frame_state:
+        if state == self._snapshot_state:
             return  # the newest frame already shows exactly this
-        frame = Snapshot(RANK, self._frame())
+        frame = Snapshot(RANK, self._snapshot())
         self.cadence.built(RANK, ensemble.step)
-        self._frame_state = state
+        self._snapshot_state = state
         with self._lock:
             version = 1 if self._slot is None else self._slot[0] + 1
             self._slot = (version, frame)
         self._landed()
 
-    def _frame(self) -> dict[str, np.ndarray]:
+    def _snapshot(self) -> dict[str, np.ndarray]:
         ensemble = self._ensemble
         members = ensemble.members
         if self._models is None:
@@ -333,7 +333,7 @@ class SweepJob(InProcessJob):
         else:
             for m, model in zip(members, self._models, strict=True):
                 model.load_state_dict(ensemble.member_state_dict(m.index)["model"])
-        return rank_frame(self._models, ensemble.data, names=self.member_names, points=self.points, ridge=self.ridge,
+        return rank_snapshot(self._models, ensemble.data, names=self.member_names, points=self.points, ridge=self.ridge,
                           diverged=[m.diverged is not None for m in members],
                           evals=[(m.last_eval, m.last_eval_step) for m in members], step=ensemble.step,
                           task=ensemble.task)

@@ -194,7 +194,7 @@ class JobFollower(pn.viewable.Viewer):
             for handler in self._metrics_handlers:
                 handler(new)
             changed = True
-        changed = self._draw_frames() or changed
+        changed = self._draw_snapshots() or changed
         self._ask()
         if not alive:
             self._stop_polling()
@@ -202,7 +202,7 @@ class JobFollower(pn.viewable.Viewer):
             self.push()
         return changed
 
-    def _draw_frames(self) -> bool:
+    def _draw_snapshots(self) -> bool:
         """Hand each kind's newest snapshot, if not handed yet, to its handlers; returns whether any was."""
         job, drawn = self.job, False
         if job is None:
@@ -220,7 +220,7 @@ class JobFollower(pn.viewable.Viewer):
     def _landed(self) -> None:
         """On the page's thread: draw what landed since the last draw."""
         self._landing = False
-        if self._draw_frames():
+        if self._draw_snapshots():
             self.push()
 
     def _ask(self) -> None:

@@ -12,14 +12,14 @@ from lab.jobs.kinds import (
     NODES,
     RANK,
     SIMILARITY,
-    FrameError,
     Kind,
-    check_frame,
+    SnapshotError,
+    check_snapshot,
     default_builders,
     default_cadence,
     register,
 )
-from lab.reports.sweep_frame import rank_frame
+from lab.reports.sweep_snapshot import rank_snapshot
 from lab.train.build import build_data, build_model
 
 
@@ -39,27 +39,27 @@ def test_the_publishers_defaults_are_the_kinds_with_a_builder_and_a_cadence():
 def test_a_default_builders_frame_keeps_its_contract(kind):
     model, _ = _model()
     frame = KINDS[kind].builder(model)
-    check_frame(kind, frame)
+    check_snapshot(kind, frame)
     assert set(KINDS[kind].arrays) <= set(frame)
 
 
 def test_alignment_and_rank_frames_keep_their_contracts():
     model, data = _model(**{"model.name": "fc_resnet", "data.name": "digits", "model.depth": 2, "model.width": 16})
-    check_frame(ALIGNMENT, alignment_builder(data, k=4, inputs=16, nc_inputs=50, baseline_trials=2)(model))
+    check_snapshot(ALIGNMENT, alignment_builder(data, k=4, inputs=16, nc_inputs=50, baseline_trials=2)(model))
     mlps = [_model(**{"model.alpha_min": a, "model.shortcut": "linear"}) for a in (1.0, 0.5)]
-    frame = rank_frame([m for m, _ in mlps], mlps[0][1], names=["a", "b"], points=64)
-    check_frame(RANK, frame)
+    frame = rank_snapshot([m for m, _ in mlps], mlps[0][1], names=["a", "b"], points=64)
+    check_snapshot(RANK, frame)
 
 
 def test_a_frame_that_breaks_its_contract_is_named():
     model, _ = _model()
     frame = KINDS[NODES].builder(model)
-    with pytest.raises(FrameError, match="no array 'decision'"):
-        check_frame(NODES, {k: v for k, v in frame.items() if k != "decision"})
-    with pytest.raises(FrameError, match="'maps' is float32 of shape"):
-        check_frame(NODES, {**frame, "maps": frame["maps"][0]})
-    with pytest.raises(FrameError, match="numeric array"):
-        check_frame(NODES, {**frame, "weights": np.array(["a"])})
+    with pytest.raises(SnapshotError, match="no array 'decision'"):
+        check_snapshot(NODES, {k: v for k, v in frame.items() if k != "decision"})
+    with pytest.raises(SnapshotError, match="'maps' is float32 of shape"):
+        check_snapshot(NODES, {**frame, "maps": frame["maps"][0]})
+    with pytest.raises(SnapshotError, match="numeric array"):
+        check_snapshot(NODES, {**frame, "weights": np.array(["a"])})
 
 
 def test_a_kind_is_registered_once():

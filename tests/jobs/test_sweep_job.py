@@ -27,7 +27,7 @@ def sweep_job(tmp_path, *overrides, **kwargs) -> SweepJob:
     return SweepJob(plan, folder, runs, **kwargs)
 
 
-def frame_step(job: SweepJob) -> int | None:
+def snapshot_step(job: SweepJob) -> int | None:
     latest = job.latest(RANK)
     return None if latest is None else int(latest[1]["step"])
 
@@ -68,12 +68,12 @@ def test_rank_frames_arrive_with_their_shapes_and_increasing_steps(tmp_path):
 def test_pause_step_resume_stop(tmp_path):
     job = sweep_job(tmp_path, ALPHAS, paused=True, cadence=(1000, 0.0)).start()
     assert wait_for(lambda: job.status()["state"] == "paused")
-    assert job.status()["step"] == 0 and frame_step(job) == 0  # paused before the first step, with its frame
+    assert job.status()["step"] == 0 and snapshot_step(job) == 0  # paused before the first step, with its frame
     time.sleep(0.3)
     assert job.status()["step"] == 0
     job.step(3)
     assert wait_for(lambda: job.status()["state"] == "paused" and job.status()["step"] == 3)
-    assert frame_step(job) == 3  # the paused frame is the paused ensemble
+    assert snapshot_step(job) == 3  # the paused frame is the paused ensemble
     status = job.status()
     assert [m["state"] for m in status["members"]] == ["paused"] * 3
     assert all(Run(r.path).read_status()["state"] == "paused" for r in job.runs)
@@ -89,7 +89,7 @@ def test_pause_step_resume_stop(tmp_path):
         member = Run(run.path).read_status()
         assert member["state"] == "stopped" and member["step"] == status["step"]
         assert Run(run.path).load_checkpoint("last")["step"] == status["step"]
-    assert frame_step(job) == status["step"]
+    assert snapshot_step(job) == status["step"]
 
 
 def test_a_diverging_member_shows_as_diverged_while_the_others_go_on(tmp_path):
@@ -165,7 +165,7 @@ def test_metrics_cursor_picks_up_only_new_records(tmp_path):
 def test_on_demand_frames_wait_for_a_request(tmp_path):
     job = sweep_job(tmp_path, ALPHAS, paused=True, cadence=(1, 0.0), on_demand=True).start()
     assert wait_for(lambda: job.status()["state"] == "paused")
-    assert frame_step(job) == 0
+    assert snapshot_step(job) == 0
     job.step(5)
     assert wait_for(lambda: job.status()["state"] == "paused" and job.status()["step"] == 5)
     versions = job.latest(RANK)[0]
@@ -181,7 +181,7 @@ def test_a_failing_frame_fails_the_job_and_its_members(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("broken analysis")
 
-    monkeypatch.setattr("lab.reports.sweep_frame.sweep_rank_metrics", broken)
+    monkeypatch.setattr("lab.reports.sweep_snapshot.sweep_rank_metrics", broken)
     job = sweep_job(tmp_path, ALPHAS).start()
     status = job.wait(60)
     assert status["state"] == "failed" and "broken analysis" in status["message"]

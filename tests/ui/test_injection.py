@@ -38,11 +38,11 @@ def _hostile_run(root):
     run.append_metrics(*[{"kind": "step", "step": s, "loss": 1.0 / s, METRIC: 0.5} for s in (10, 20)])
     (run.path / "checkpoints" / CHECKPOINT).write_bytes(b"not a checkpoint")
     (run.path / "failed-rank1.txt").write_text(f"Traceback (most recent call last):\n{FAILURE}\n")
-    run.save_snapshot("nodes", 20, {**_nodes_frame(), "step": np.int64(20)})  # replayed in the node grid
+    run.save_snapshot("nodes", 20, {**_nodes_snapshot(), "step": np.int64(20)})  # replayed in the node grid
     return run
 
 
-def _nodes_frame():
+def _nodes_snapshot():
     from lab.config import ExperimentConfig, apply_overrides
     from lab.jobs.builders import nodes_snapshot
     from lab.train.build import build_model

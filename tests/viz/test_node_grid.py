@@ -98,7 +98,7 @@ def test_normalize_tile_layer_global(frame):
         mosaic(f, normalize="column")
 
 
-def _one_weight_frame(frame: dict, *entries: tuple[int, int, int, float]) -> dict:
+def _one_weight_snapshot(frame: dict, *entries: tuple[int, int, int, float]) -> dict:
     weights = np.zeros_like(frame["weights"])
     for layer, dest, src, w in entries:
         weights[layer, dest, src] = w
@@ -107,7 +107,7 @@ def _one_weight_frame(frame: dict, *entries: tuple[int, int, int, float]) -> dic
 
 def test_weight_lines_are_solid_runs_from_source_to_destination_in_sign_colours(frame):
     # stem: input y (row 1) → node 3, positive; into layer 2: node 1 of layer 1 → node 0, negative
-    m = mosaic(_one_weight_frame(frame, (0, 3, 1, 2.0), (2, 0, 1, -0.5)), tile_px=T, gap_px=G)
+    m = mosaic(_one_weight_snapshot(frame, (0, 3, 1, 2.0), (2, 0, 1, -0.5)), tile_px=T, gap_px=G)
     pitch = T + G
     blue, orange = LUT[_quantise(np.float32(LINE_SATURATION), 1.0)], LUT[_quantise(np.float32(-LINE_SATURATION), 1.0)]
     stem = m.index[:, T:2 * T]  # the weights column between the input column and layer 0
@@ -128,7 +128,7 @@ def test_weight_lines_are_solid_runs_from_source_to_destination_in_sign_colours(
 
 
 def test_crossing_lines_of_opposite_sign_cancel_where_they_overlap(frame):
-    m = mosaic(_one_weight_frame(frame, (1, 0, 1, 1.0), (1, 1, 0, -1.0)), tile_px=T, gap_px=G)
+    m = mosaic(_one_weight_snapshot(frame, (1, 0, 1, 1.0), (1, 1, 0, -1.0)), tile_px=T, gap_px=G)
     col = m.index[:, 2 * T + T:2 * (2 * T)]  # weights column into layer 1
     mid = (0 * (T + G) + 1 * (T + G)) // 2 + T // 2  # the rows where the two lines cross
     assert abs(int(col[mid, T // 2]) - 127) <= 2  # +1 and −1 sum to white
@@ -138,7 +138,7 @@ def test_crossing_lines_of_opposite_sign_cancel_where_they_overlap(frame):
 
 
 def test_global_normalize_scales_lines_by_the_largest_weight_shown(frame):
-    f = _one_weight_frame(frame, (1, 0, 0, 1.0), (2, 0, 0, 0.25))
+    f = _one_weight_snapshot(frame, (1, 0, 0, 1.0), (2, 0, 0, 0.25))
     per_column = mosaic(f, tile_px=T, gap_px=G)
     shared = mosaic(f, tile_px=T, gap_px=G, normalize="global")
     small = slice(2 * (2 * T) + T, 3 * (2 * T))  # the column with the 0.25 weight

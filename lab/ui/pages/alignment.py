@@ -241,7 +241,7 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
             views.set_pair(self.pair_i, self.pair_j)
 
     # -- export -----------------------------------------------------------------------------------------------
-    def frame_npz(self) -> io.BytesIO:
+    def snapshot_npz(self) -> io.BytesIO:
         """The frames on screen (the twin's keys prefixed ``twin_``), as one npz."""
         arrays = dict(self.main.frame or {})
         if self.contrast and self.twin.frame is not None:
@@ -262,7 +262,7 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
         return io.BytesIO(html.encode())
 
     def exports(self) -> list[Export]:
-        return [("Plots HTML", self.plots_html, "alignment.html"), ("Frames npz", self.frame_npz, "alignment.npz"),
+        return [("Plots HTML", self.plots_html, "alignment.html"), ("Frames npz", self.snapshot_npz, "alignment.npz"),
                 ("Config YAML", self.config_yaml, "config.yaml")]
 
     # -- layout -----------------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ class DataPage(knob_class("_DataKnobs", KNOBS, Page)):
         self.decision = LiveDecision(size=360)
         self.curves = LiveCurves()
         self.follower.on_metrics(self.curves.extend)
-        self.follower.on_snapshot(NODES, self._new_frame)
+        self.follower.on_snapshot(NODES, self._new_snapshot)
         self._views = pn.Column(pn.Row(self.data_pane, self.decision.pane), self.curves.pane)
         self.follower.add_views(self._views)
         self._draw_data()
@@ -91,7 +91,7 @@ class DataPage(knob_class("_DataKnobs", KNOBS, Page)):
     def _stop(self) -> None:
         self.follower.stop()
 
-    def _new_frame(self, frame: dict[str, np.ndarray]) -> None:
+    def _new_snapshot(self, frame: dict[str, np.ndarray]) -> None:
         self.decision.show(frame["decision"], int(frame["step"]), self._x, self._y, float(frame["limit"]))
 
     # -- layout -----------------------------------------------------------------------------------------------

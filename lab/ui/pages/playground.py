@@ -106,7 +106,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
               for key, view in (("distance", distance_heatmap), ("cka", cka_heatmap))),
             title="Layer similarity (Euclidean distance and linear CKA between layers)", collapsed=True, width=720)
         self.similarity.param.watch(self._similarity_toggled, "collapsed")
-        self.follower.on_snapshot(NODES, self._new_frame)
+        self.follower.on_snapshot(NODES, self._new_snapshot)
         self.follower.on_snapshot(SIMILARITY, self._new_similarity)
         self.follower.on_metrics(self.curves.extend)
         self._views = pn.Column(
@@ -203,7 +203,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
                 self.history = 0
         self.param.history.constant = len(steps) < 2
 
-    def _new_frame(self, frame: dict[str, np.ndarray]) -> None:
+    def _new_snapshot(self, frame: dict[str, np.ndarray]) -> None:
         self._set_history([*self.history_steps, int(frame["step"])])
         if self.history == 0:  # live; otherwise the replayed frame stays on screen
             self.frame = frame

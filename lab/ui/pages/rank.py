@@ -29,7 +29,7 @@ from lab.config import PIXEL_TASKS, ConfigError, ExperimentConfig, apply_overrid
 from lab.jobs.kinds import RANK
 from lab.jobs.manager import JobManager
 from lab.nn.mlp import ACTIVATIONS
-from lab.reports.sweep_frame import rank_frame
+from lab.reports.sweep_snapshot import rank_snapshot
 from lab.runs.layout import RunState
 from lab.train.build import build_data, build_model, build_task
 from lab.ui.pages.knobs import Knob, config_overrides, knob_class, toy_data_knobs
@@ -130,7 +130,7 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
         super().__init__(manager, **params)
         self.rank = RankViews()
         self._umap: Future | None = None
-        self.follower.on_snapshot(RANK, self._new_frame)
+        self.follower.on_snapshot(RANK, self._new_snapshot)
         self._main = pn.Column(self.rank.layout, self._downloads())
         self.follower.add_views(self._main)
         self._rebuild()
@@ -168,7 +168,7 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
             return
         self.follower.status.clear()
         self.rank.clear()
-        self.rank.show(rank_frame(models, data, names=[f"alpha_min-{a:g}" for a in values], task=task))
+        self.rank.show(rank_snapshot(models, data, names=[f"alpha_min-{a:g}" for a in values], task=task))
 
     # -- actions ----------------------------------------------------------------------------------------------
     def _start(self, paused: bool) -> bool:
@@ -184,7 +184,7 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
         return True
 
     # -- live updates -----------------------------------------------------------------------------------------
-    def _new_frame(self, frame: dict[str, np.ndarray]) -> None:
+    def _new_snapshot(self, frame: dict[str, np.ndarray]) -> None:
         self.rank.show(frame)
         if self.embedding == "umap":
             self._start_umap()
@@ -238,7 +238,7 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
         return False
 
     # -- export -----------------------------------------------------------------------------------------------
-    def frame_npz(self) -> io.BytesIO:
+    def snapshot_npz(self) -> io.BytesIO:
         """The frame on screen, as an npz."""
         return self.npz(self.rank.frame or {})
 
@@ -249,7 +249,7 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
         return io.BytesIO(text.encode())
 
     def exports(self) -> list[Export]:
-        return [("Frame npz", self.frame_npz, "rank.npz"), ("Config YAML", self.config_yaml, "sweep.yaml")]
+        return [("Frame npz", self.snapshot_npz, "rank.npz"), ("Config YAML", self.config_yaml, "sweep.yaml")]
 
     # -- layout -----------------------------------------------------------------------------------------------
 

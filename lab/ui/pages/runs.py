@@ -14,9 +14,9 @@ seconds from file sizes and mtimes (:class:`~lab.runs.catalog.RunCatalog`: uncha
 Opening a run (a row, or ``?run=`` in the URL) follows it read-only (:class:`~lab.runs.catalog.WatchedRun` through
 the page's :class:`~lab.ui.follower.JobFollower`): status line, progress, alert with the reason of a failed or
 diverged run, and its curves growing as ``metrics.jsonl`` grows; beside them its config and checkpoints, and its
-saved frames replayed read-only in the views that drew them (:mod:`lab.ui.views.saved_frames`). A sweep folder opens
+saved frames replayed read-only in the views that drew them (:mod:`lab.ui.views.saved_snapshots`). A sweep folder opens
 as the comparison of its members and, for residual MLPs, the Rank page's views of their last checkpoints
-(:mod:`lab.reports.sweep_frame`); a reproduction's folder opens as the comparison of its runs. A run that this
+(:mod:`lab.reports.sweep_snapshot`); a reproduction's folder opens as the comparison of its runs. A run that this
 server's job manager trains can be stopped; any other run is watch-only.
 
 Run folders are untrusted input (a cluster's, another person's): the page reads them only in a worker thread
@@ -67,7 +67,7 @@ from lab.ui.text import code, markdown_pane, md
 from lab.ui.views.run_compare import CompareViews
 from lab.ui.views.run_details import RunDetails
 from lab.ui.views.run_views import COLUMNS, RunCurves
-from lab.ui.views.saved_frames import SavedFrames
+from lab.ui.views.saved_snapshots import SavedSnapshots
 from lab.ui.views.sweep_rank import SweepRank
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         self._compare_choice = pn.widgets.MultiSelect(label="Compare runs (two or more; Ctrl-click)", options=[],
                                                       value=[], size=6, sizing_mode="stretch_width")
         self._compare_choice.param.watch(lambda e: setattr(self, "compare", ",".join(e.new)), "value")
-        self.saved = SavedFrames()
+        self.saved = SavedSnapshots()
         self.sweep = SweepRank()
         self._main = pn.Column(self.table, self.comparison.layout, self.sweep.layout, self.details.header, self._plots,
                                self.saved.layout, self.details.figure, self.details.details,

@@ -9,7 +9,7 @@ the page applies the :class:`Scan` on its own thread. Each followed ``metrics.js
 next one at once. Unchanged folders cost a few ``stat`` calls (:class:`~lab.runs.catalog.RunCatalog`).
 
 A sweep's rank views need its members' models (:func:`sweep_rank`): also built in a worker, after checks that cost
-nothing (:func:`~lab.reports.sweep_frame.checkpoint_rank_frame`).
+nothing (:func:`~lab.reports.sweep_snapshot.checkpoint_rank_snapshot`).
 """
 
 from __future__ import annotations
@@ -242,7 +242,7 @@ def scan(catalog: RunCatalog, request: ScanRequest) -> Scan:
 
 def sweep_rank(paths: list[Path]) -> tuple[dict[str, np.ndarray], list[str]]:
     """The rank frame of a sweep's members from their last checkpoints
-    (:func:`~lab.reports.sweep_frame.checkpoint_rank_frame`; in a worker)."""
-    from lab.reports.sweep_frame import checkpoint_rank_frame
+    (:func:`~lab.reports.sweep_snapshot.checkpoint_rank_snapshot`; in a worker)."""
+    from lab.reports.sweep_snapshot import checkpoint_rank_snapshot
 
-    return checkpoint_rank_frame([Run(p) for p in paths])
+    return checkpoint_rank_snapshot([Run(p) for p in paths])

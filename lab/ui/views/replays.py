@@ -1,6 +1,6 @@
 """The replay view of each kind of frame a run folder keeps: the live view that drew it, fed one saved frame.
 
-:class:`~lab.ui.views.saved_frames.SavedFrames` offers every kind registered here (:data:`REPLAYS`) and draws the
+:class:`~lab.ui.views.saved_snapshots.SavedSnapshots` offers every kind registered here (:data:`REPLAYS`) and draws the
 chosen step through it. A new kind's replay is one class with ``panes()`` and ``show()`` and one :func:`register`
 call; what the kind is and what its frames hold is :mod:`lab.jobs.kinds`.
 """

@@ -120,7 +120,7 @@ def test_views_and_exports(manager2):
     assert page.main.pair_figure.title.text.startswith("U_0ᵀ J_2 V_0")
     assert "PCA" in page.main.trajectories.title.text
     assert np.allclose(page.main.paths.data["xs"][0], page.main.frame["traj_pca"][:, 0, 0])
-    with np.load(page.frame_npz()) as arrays:
+    with np.load(page.snapshot_npz()) as arrays:
         assert {"sigma", "grid", "twin_sigma"} <= set(arrays.files)
     assert b"<html" in page.plots_html().getvalue()[:200].lower() and b"cdn.bokeh" not in page.plots_html().getvalue()
     cfg = from_dict(ExperimentConfig, yaml.safe_load(page.config_yaml().getvalue()))

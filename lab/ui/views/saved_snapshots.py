@@ -4,10 +4,10 @@ A run trained by a page (or by ``python -m lab train --snapshot-every N``) keeps
 (``<kind>-<step>.npz``, :meth:`~lab.runs.store.Run.load_snapshot`). Opened on the Runs page, they are replayed with a
 step slider in the view each kind registers (:mod:`lab.ui.views.replays`): ``nodes`` frames in the Playground's node
 grid and decision map (over the run's training points, rebuilt from its config by whoever opens the run:
-:meth:`SavedFrames.show_points`), ``alignment`` frames in the Alignment views. Nothing is trained and nothing is
+:meth:`SavedSnapshots.show_points`), ``alignment`` frames in the Alignment views. Nothing is trained and nothing is
 written. A frame comes from a run folder, so it is checked before it is drawn: read through
 :func:`~lab.runs.entries.read_npz` (whose checks bound what loading it costs), then against its kind's contract
-(:func:`~lab.jobs.kinds.check_frame`); a frame that cannot be read or drawn leaves the one on screen and says why.
+(:func:`~lab.jobs.kinds.check_snapshot`); a frame that cannot be read or drawn leaves the one on screen and says why.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import logging
 import numpy as np
 import panel as pn
 
-from lab.jobs.kinds import KINDS, NODES, FrameError, check_frame
+from lab.jobs.kinds import KINDS, NODES, SnapshotError, check_snapshot
 from lab.runs.store import Run
 from lab.ui.text import markdown_pane, md
 from lab.ui.views.replays import REPLAYS, Replay
@@ -25,7 +25,7 @@ from lab.ui.views.replays import REPLAYS, Replay
 log = logging.getLogger(__name__)
 
 
-class SavedFrames:
+class SavedSnapshots:
     """The saved frames of one run: a chooser of kind, a step slider and the kind's view.
 
     Attributes:
@@ -113,9 +113,9 @@ class SavedFrames:
             if loaded is None:
                 return
             frame = loaded[1].float32()
-            check_frame(kind, frame)
+            check_snapshot(kind, frame)
             self._view(kind).show(frame, step, self._points)
-        except (OSError, FrameError) as err:
+        except (OSError, SnapshotError) as err:
             self._say(f"The frame of step {step} is not drawn: {md(err)}")
             return
         except (KeyError, IndexError, ValueError, TypeError) as err:  # arrays that do not fit one another

@@ -5,7 +5,7 @@ import pytest
 
 from lab.config import to_dict
 from lab.jobs.runner import make_trainer
-from lab.reports.sweep_frame import checkpoint_rank_frame, rank_frame
+from lab.reports.sweep_snapshot import checkpoint_rank_snapshot, rank_snapshot
 from lab.runs.store import RunStore
 from lab.sweeps import create_sweep, plan_sweep, train_sweep
 
@@ -18,7 +18,7 @@ def test_the_frame_of_checkpoints_is_the_frame_of_the_trained_models(tmp_path):
     train_sweep(plan, folder, runs, progress=False)
     queued = RunStore(folder.path).create("queued")  # a member whose job has not started: no checkpoint yet
     queued.write_config(to_dict(plan.members[0].config))
-    frame, left_out = checkpoint_rank_frame([*runs, queued])
+    frame, left_out = checkpoint_rank_snapshot([*runs, queued])
     assert left_out == [f"{queued.id}: no checkpoint yet"] and [str(n) for n in frame["member_names"]] == \
         [r.id for r in runs]
     # the same members trained alone (float32: the ensemble rounds its batched matmuls a little differently), read by
@@ -26,7 +26,7 @@ def test_the_frame_of_checkpoints_is_the_frame_of_the_trained_models(tmp_path):
     trainers = [make_trainer(m.config) for m in plan.members]
     for trainer in trainers:
         trainer.fit()
-    live = rank_frame([t.model for t in trainers], trainers[0].data, names=[r.id for r in runs])
+    live = rank_snapshot([t.model for t in trainers], trainers[0].data, names=[r.id for r in runs])
     np.testing.assert_allclose(frame["effective_rank"], live["effective_rank"], rtol=1e-4)
     np.testing.assert_allclose(frame["probe_acc"], live["probe_acc"], atol=0.02)  # a held-out point may flip
     assert frame["test_acc"].tolist() == pytest.approx([r.read_status()["metrics"]["test_acc"] for r in runs])
@@ -36,12 +36,12 @@ def test_sweeps_without_two_readable_members_or_of_other_models_are_refused(tmp_
     plan = plan_sweep(None, [*SMALL, "model.alpha_min=1.0,0.5"])
     folder, runs = create_sweep(plan, RunStore(tmp_path))
     with pytest.raises(ValueError, match="0 member"):
-        checkpoint_rank_frame(runs)  # queued: nothing trained yet
+        checkpoint_rank_snapshot(runs)  # queued: nothing trained yet
     other = RunStore(tmp_path).create("other")
     other.write_config({"name": "other", "model": {"name": "fc_resnet"}, "data": {"name": "digits"}})
     other.save_checkpoint({"model": {}}, "last")
     with pytest.raises(ValueError, match="fc_resnet"):
-        checkpoint_rank_frame([other])
+        checkpoint_rank_snapshot([other])
 
 
 def test_members_that_ask_for_huge_models_are_refused_before_anything_is_built(tmp_path, monkeypatch):
@@ -51,7 +51,7 @@ def test_members_that_ask_for_huge_models_are_refused_before_anything_is_built(t
 
     import torch
 
-    from lab.reports import sweep_frame
+    from lab.reports import sweep_snapshot
     from lab.runs.store import Run
 
     plan = plan_sweep(None, [*SMALL, "model.alpha_min=1.0,0.5,0.3"])
@@ -67,11 +67,11 @@ def test_members_that_ask_for_huge_models_are_refused_before_anything_is_built(t
     swapped = runs[2]  # a checkpoint of another model under a valid config
     swapped.save_checkpoint({"model": {"stem.weight": torch.zeros(3, 3)}, "step": 1}, "last")
     built = []
-    real = sweep_frame.build_model
-    monkeypatch.setattr(sweep_frame, "build_model", lambda cfg, data=None: built.append(
+    real = sweep_snapshot.build_model
+    monkeypatch.setattr(sweep_snapshot, "build_model", lambda cfg, data=None: built.append(
         (cfg.model.width, torch.get_default_device().type)) or real(cfg, data))
     tracemalloc.start()
-    frame, left_out = checkpoint_rank_frame([*runs, *huge])
+    frame, left_out = checkpoint_rank_snapshot([*runs, *huge])
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert [str(n) for n in frame["member_names"]] == [r.id for r in runs[:2]]
@@ -87,5 +87,5 @@ def test_a_members_status_of_any_shape_does_not_break_the_frame(tmp_path):
     train_sweep(plan, folder, runs, progress=False)
     runs[0].write_status("completed", "x", step=[1, 2], metrics={"test_acc": "high"})  # a foreign writer's status
     runs[1].write_status("completed", "x", step=10**400)
-    frame, left_out = checkpoint_rank_frame(runs)
+    frame, left_out = checkpoint_rank_snapshot(runs)
     assert left_out == [] and frame["eval_step"].tolist() == [0, 0] and np.isnan(frame["test_acc"]).all()

@@ -1,8 +1,8 @@
 """The Rank page's frame of a sweep: from its members' models while it trains, or from their run folders.
 
-:func:`rank_frame` is what the Rank page draws: the rank and probe metrics of every member and layer
+:func:`rank_snapshot` is what the Rank page draws: the rank and probe metrics of every member and layer
 (:func:`~lab.analysis.rank_sweep.sweep_rank_metrics`) and what the page shows beside them. A
-:class:`~lab.jobs.sweep_job.SweepJob` builds one between training steps; :func:`checkpoint_rank_frame` builds one
+:class:`~lab.jobs.sweep_job.SweepJob` builds one between training steps; :func:`checkpoint_rank_snapshot` builds one
 from a sweep trained anywhere (``python -m lab sweep``, the Rank page, ``python -m lab submit``): each member's run
 folder holds its config and ``checkpoints/last.pt``, from which its model is rebuilt and read on the sweep's data
 (clean inputs for a generative task), with its last evaluation from its status.json. Both only read.
@@ -39,7 +39,7 @@ MAX_POINTS_DATA = 16_384
 """A toy sweep's data are drawn with at most this many samples for the frame (its first points are read)."""
 
 
-def rank_frame(models: Sequence[ResidualMLP], data: ToyData, *, names: Sequence[str], points: int = 512,
+def rank_snapshot(models: Sequence[ResidualMLP], data: ToyData, *, names: Sequence[str], points: int = 512,
                ridge: float = 1e-3, diverged: Sequence[bool] | None = None,
                evals: Sequence[tuple[dict[str, float], int]] | None = None, step: int = 0,
                task: PixelTask | None = None) -> dict[str, np.ndarray]:
@@ -131,7 +131,7 @@ def _member(run: Run) -> tuple[ExperimentConfig, dict[str, torch.Tensor]]:
     return cfg, weights
 
 
-def checkpoint_rank_frame(runs: Sequence[Run]) -> tuple[dict[str, np.ndarray], list[str]]:
+def checkpoint_rank_snapshot(runs: Sequence[Run]) -> tuple[dict[str, np.ndarray], list[str]]:
     """The ``rank`` frame of the members ``runs`` as their last checkpoints left them (at most :data:`MAX_MEMBERS`).
 
     Returns:
@@ -166,7 +166,7 @@ def checkpoint_rank_frame(runs: Sequence[Run]) -> tuple[dict[str, np.ndarray], l
         models.append(model)
     kept = [run for run, _, _ in members]
     statuses = [clean_status(run.read_status())[0] for run in kept]
-    frame = rank_frame(models, data, names=[run.id for run in kept],
+    frame = rank_snapshot(models, data, names=[run.id for run in kept],
                        diverged=[s["state"] == RunState.DIVERGED for s in statuses],
                        evals=[(s["metrics"], s["step"] or 0) for s in statuses],
                        step=max(s["step"] or 0 for s in statuses), task=build_task(cfg0, data))
