@@ -13,7 +13,7 @@ from lab.jobs.manager import get_manager, settings_from_env, shutdown_manager
 
 def on_server_loaded(server_context):
     # the toy models' small tensors run fastest on one thread, and a second thread would take the core that
-    # serves the pages: a page's untrained frame took 5-20 times longer with torch's default of one per core
+    # serves the pages: a page's untrained snapshot took 5-20 times longer with torch's default of one per core
     torch.set_num_threads(1)
     get_manager(**settings_from_env())
 

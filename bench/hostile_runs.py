@@ -1,10 +1,10 @@
 """The served lab beside a hostile runs folder: how fast another session answers, and how much memory the server takes.
 
 A runs folder written by others may hold a named pipe in place of a run's status, config and metrics, a
-``metrics.jsonl`` of about 200 MB, a frame (``.npz``) whose 0.5 MB deflate into 512 MB, a picture of 150 MB and
+``metrics.jsonl`` of about 200 MB, a snapshot (``.npz``) whose 0.5 MB deflate into 512 MB, a picture of 150 MB and
 thousands of runs. The bench serves the lab's app twice on free ports of 127.0.0.1 — over an empty runs folder (the
 reference) and over such a folder — and drives Debian's Chromium (Playwright): in the hostile case one session opens
-the Runs page, then the 200 MB run (its curves), the run with the frame bomb and the one with the picture, while a
+the Runs page, then the 200 MB run (its curves), the run with the snapshot bomb and the one with the picture, while a
 second session's Playground measures, in the browser, the milliseconds from an ``alpha_min`` key press to the α
 chart holding the new value (the round trip of :mod:`bench.server_load`). Reported: the second session's page load
 and its p50/p95 latency in both cases with their ratio, the server process's peak memory (resident set, sampled
@@ -70,8 +70,8 @@ def hostile_folder(root: Path, runs: int, metrics_mb: int) -> dict[str, str]:
     bomb = store.create("bomb")
     bomb.write_config({"name": "bomb", "model": {"name": "residual_mlp"}})
     bomb.write_status("completed", "done", step=5)
-    frame = bomb.path / "snapshots" / "nodes-000000005.npz"
-    with zipfile.ZipFile(frame, "w", compression=zipfile.ZIP_DEFLATED) as zf, \
+    snapshot = bomb.path / "snapshots" / "nodes-000000005.npz"
+    with zipfile.ZipFile(snapshot, "w", compression=zipfile.ZIP_DEFLATED) as zf, \
             zf.open("maps.npy", "w", force_zip64=True) as member:
         np.lib.format.write_array_header_2_0(member, {"descr": "<f4", "fortran_order": False,
                                                       "shape": (128, 1024, 32, 32)})
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(clean, ignore_errors=True)
     shutil.rmtree(hostile, ignore_errors=True)
     print(f"A second session's Playground beside a Runs page on a hostile runs folder ({args.runs} runs, a "
-          f"{args.metrics_mb} MB metrics file, a named pipe, a 512 MB frame bomb, a 150 MB picture); "
+          f"{args.metrics_mb} MB metrics file, a named pipe, a 512 MB snapshot bomb, a 150 MB picture); "
           f"{os.cpu_count()} CPUs; bench took {time.perf_counter() - t_bench:.0f} s")
     print(table(["condition", "page load s", "changes", "median ms", "p95 ms", "p95 / reference",
                  "peak memory added GB", "peak RSS GB", "hostile runs opened s"], rows))

@@ -4,10 +4,10 @@ throughput with the page open against headless training measured in the same run
 Serves the lab's app on a free port of 127.0.0.1, opens it in Debian's Chromium (Playwright), presses Start and
 counts, in the browser, how often the grid's title ("step N") changes (a listener on the Bokeh model, so the count
 costs the page nothing). Targets: >= 5 frames/s in the browser, training with the page open >= 85 % of headless (a
-bare Trainer). The same job with no page (run folder, metrics, checkpoints and TensorBoard, but no frames asked
+bare Trainer). The same job with no page (run folder, metrics, checkpoints and TensorBoard, but no snapshots asked
 for), in a child process as the page trains it and in a thread, is reported too, to separate what the page costs
 from what recording a run and its process cost; and the CPU each process used while the page was open. Each
-reference is measured before and after the browser run and averaged. Frames are paced by the browser (the page asks
+reference is measured before and after the browser run and averaged. Snapshots are paced by the browser (the page asks
 for the next once it has painted the last), at most one per ``snapshot_every`` (10) training steps.
 
     python bench/playground_live.py [--seconds 30]
@@ -57,7 +57,7 @@ def headless_rate(steps: int) -> float:
 
 def headless_job_rate(seconds: float, child: bool) -> float:
     """Steps/s of the same experiment as a job with no page: run folder, metrics, checkpoints, TensorBoard, and
-    on-demand frames that nobody asks for (what the Playground starts, minus the page), in a child process as the
+    on-demand snapshots that nobody asks for (what the Playground starts, minus the page), in a child process as the
     served page starts it, or in a thread of this one."""
     runs = Path(tempfile.mkdtemp(prefix="lab-bench-"))
     kind = ChildJob.training if child else ThreadJob

@@ -6,7 +6,7 @@ measured in the same run (a plain ``hv.Image`` with as many pixels as the mosaic
 Paths measured (median of N):
 - full frame, embed: ``node_grid`` + ``hv.render`` + ``bokeh.embed.json_item`` (buffers gzip'd, base64 in JSON).
 - full frame, server: the same figure as a Bokeh server sends a new document (JSON + raw binary buffers).
-- live update: the figure already on the page (``DynamicMap`` fed by a ``Pipe``); one ``pipe.send(frame)``
+- live update: the figure already on the page (``DynamicMap`` fed by a ``Pipe``); one ``pipe.send(snapshot)``
   rebuilds the element and updates the data sources in place, then the ``PATCH-DOC`` message is serialised.
 - arrays only: ``mosaic`` (tiles and rasterised weight lines) + ``hover_boxes`` assigned to existing Bokeh
   sources, then the ``PATCH-DOC`` message serialised: the floor for a page that updates its own sources.
@@ -70,8 +70,8 @@ def full_frame(build: Callable[[], hv.Element], serialise: Callable[[object], in
     return {"build": t_build, "render": t_render, "serialise": t_ser, "bytes": size}
 
 
-def live_update(frames: list[dict], points, repeats: int) -> dict:
-    pipe = hv.streams.Pipe(data=frames[0])
+def live_update(snapshots: list[dict], points, repeats: int) -> dict:
+    pipe = hv.streams.Pipe(data=snapshots[0])
     dmap = hv.DynamicMap(lambda data: node_grid(data, points=points), streams=[pipe])
     doc = Document()
     plot = hv.renderer("bokeh").get_plot(dmap, doc=doc)
@@ -83,7 +83,7 @@ def live_update(frames: list[dict], points, repeats: int) -> dict:
     def send() -> None:
         events.clear()
         state["i"] += 1
-        pipe.send(frames[state["i"] % len(frames)])
+        pipe.send(snapshots[state["i"] % len(snapshots)])
 
     t_update, _ = median_ms(send, repeats)
     sizes = []
@@ -99,7 +99,7 @@ def live_update(frames: list[dict], points, repeats: int) -> dict:
     return {"build": float("nan"), "render": t_update, "serialise": t_ser, "bytes": size}
 
 
-def arrays_only(frames: list[dict], repeats: int) -> dict:
+def arrays_only(snapshots: list[dict], repeats: int) -> dict:
     doc = Document()
     sources = [ColumnDataSource() for _ in range(2)]
     for src in sources:
@@ -111,10 +111,10 @@ def arrays_only(frames: list[dict], repeats: int) -> dict:
     def update() -> int:
         events.clear()
         state["i"] += 1
-        frame = frames[state["i"] % len(frames)]
-        m = mosaic(frame)
+        snapshot = snapshots[state["i"] % len(snapshots)]
+        m = mosaic(snapshot)
         sources[0].data = {"image": [m.index]}
-        sources[1].data = hover_boxes(m, float(frame["limit"]), frame["decision"])
+        sources[1].data = hover_boxes(m, float(snapshot["limit"]), snapshot["decision"])
         msg = Protocol().create("PATCH-DOC", list(events))
         size = len(msg.header_json) + len(msg.metadata_json) + len(msg.content_json)
         return size + sum(len(b.to_bytes()) for b in msg.buffers)
@@ -131,21 +131,21 @@ def main() -> None:
     repeats = args.repeats or (3 if args.quick else 7)
 
     model = lab.create_model("residual_mlp", seed=0)
-    frame = nodes_snapshot(model)
-    frame["step"] = np.int64(0)
-    other = {**frame, "maps": frame["maps"] * np.float32(1.01), "step": np.int64(1)}
+    snapshot = nodes_snapshot(model)
+    snapshot["step"] = np.int64(0)
+    other = {**snapshot, "maps": snapshot["maps"] * np.float32(1.01), "step": np.int64(1)}
     x, y = spiral(16384)
     points = (x.numpy(), y.numpy())
-    mos = mosaic(frame)
-    depth, width = frame["maps"].shape[:2]
+    mos = mosaic(snapshot)
+    depth, width = snapshot["maps"].shape[:2]
 
     def grid() -> hv.Overlay:
-        return node_grid(frame, points=points)
+        return node_grid(snapshot, points=points)
 
     def ref_image() -> hv.Image:
         return hv.Image(np.random.default_rng(0).random(mos.index.shape, np.float32))
 
-    small = {**frame, "maps": frame["maps"][:6, :6]}
+    small = {**snapshot, "maps": snapshot["maps"][:6, :6]}
 
     def naive() -> hv.Layout:
         return hv.Layout([hv.Image(small["maps"][layer, node]).opts(width=60, height=60, xaxis=None, yaxis=None)
@@ -155,8 +155,8 @@ def main() -> None:
     rows = {
         "full frame, embed (json_item)": full_frame(grid, embed_bytes, repeats),
         "full frame, server protocol": full_frame(grid, server_bytes, repeats),
-        "live update (Pipe, PATCH-DOC)": live_update([frame, other], points, repeats),
-        "arrays only (own sources, PATCH-DOC)": arrays_only([frame, other], repeats),
+        "live update (Pipe, PATCH-DOC)": live_update([snapshot, other], points, repeats),
+        "arrays only (own sources, PATCH-DOC)": arrays_only([snapshot, other], repeats),
         "reference: hv.Image, same pixels": full_frame(ref_image, server_bytes, repeats),
     }
     nv = full_frame(naive, server_bytes, min(repeats, 2))  # 36 figures: seconds per render

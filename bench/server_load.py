@@ -8,7 +8,7 @@ chart's data source holds the new last α (a round trip: browser → server → 
 measurement with that one session open and nothing training is the reference. The loaded condition runs twice: the
 jobs in the server's threads, then in child processes (:class:`~lab.jobs.child.ChildJob`). A last condition starts
 the same two jobs in child processes without a page (nobody draws them) while only the measured session is open: what
-their training alone costs the sessions, apart from drawing their frames. Also reported: the training steps/s of the
+their training alone costs the sessions, apart from drawing their snapshots. Also reported: the training steps/s of the
 two jobs during the measurement, from their status.json heartbeats. Target: p95 <= 300 ms.
 
     python bench/server_load.py [--presses 40]
@@ -66,7 +66,7 @@ def open_page(browser, url: str, query: str, errors: list[str]):
 
 
 def start_training(page) -> None:
-    """Press Start on a Playground and wait until its grid shows a trained frame."""
+    """Press Start on a Playground and wait until its grid shows a trained snapshot."""
     page.get_by_role("button", name="Start / pause").click()
     page.wait_for_function(f"() => {{ const t = ({JS_TITLE})(); return t && t !== 'step 0'; }}", timeout=120_000)
 
@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         rows[-1].append(np.percentile(loaded, 95) / np.percentile(reference, 95))
         shutil.rmtree(runs, ignore_errors=True)
     # what the children's training alone costs the sessions: the same two jobs, started without a page (nobody draws
-    # their frames), while only the measured session is open
+    # their snapshots), while only the measured session is open
     runs = Path(tempfile.mkdtemp(prefix="lab-bench-"))
     with serving_lab(runs, max_jobs=2, processes=True) as url, sync_playwright() as p:
         from lab.jobs.manager import get_manager

@@ -592,7 +592,7 @@ def _submit(args: argparse.Namespace, store: RunStore) -> int:
 
 
 def _snapshot_publisher(cfg: ExperimentConfig, run: Run, every: int, data: ToyData) -> Publisher:
-    """Node maps for toy sets (2-D inputs), Residual Alignment frames for image sets."""
+    """Node maps for toy sets (2-D inputs), Residual Alignment snapshots for image sets."""
     if cfg.data.name in TOY_DATASETS:
         return Publisher(DiskSink(run, every_s=0.0), {NODES: (every, 0.0)})
     builder = alignment_builder(data)  # K = 30 as the paper's Fig. 2, capped at the blocks' size

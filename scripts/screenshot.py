@@ -102,7 +102,7 @@ def _other_page(page, url: str, name: str, seconds: float, run_id: str) -> None:
                            timeout=120_000)
     if name == "Runs":
         page.locator(".tabulator-cell", has_text=run_id).first.wait_for(timeout=120_000)
-        time.sleep(5.0)  # the opened run's curves and saved frames arrive with the next scans
+        time.sleep(5.0)  # the opened run's curves and saved snapshots arrive with the next scans
     elif name == "Data":
         page.get_by_role("button", name="Train the default model").click()
         page.wait_for_function(f"() => {{ const s = ({JS_STATUS})(); return s && s.includes('completed'); }}",
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                                    timeout=60_000)
             status = _status(page)
             step = int(re.search(r"step (\d+)", status).group(1))
-            # the paused frame is the paused model: wait until the grid shows it
+            # the paused snapshot is the paused model: wait until the grid shows it
             page.wait_for_function(f"(s) => ({JS_TITLE})() === 'step ' + s", arg=step, timeout=60_000)
             time.sleep(1.0)  # let the canvases repaint
             clip = _clip(page, args.width, args.height)

@@ -14,7 +14,7 @@ from lab.hooks import eval_mode, iter_blocks
 
 @dataclass(frozen=True)
 class NodeMaps:
-    """Arrays behind a TFMeter-style frame (float32 numpy, ready to publish as a snapshot).
+    """Arrays behind a TFMeter-style grid (float32 numpy, ready to publish as a snapshot).
 
     Attributes:
         maps: ``[L+1, H, R, R]`` residual-stream value of node k at depth l over the grid (l = 0 is the stem's

@@ -175,7 +175,7 @@ def sweep_rank_metrics(train_features: Tensor, train_labels: Tensor, test_featur
     (:func:`ridge_probe_accuracy`). For the ranks and the probe, each member's layer is first divided by its
     largest |entry| (both are scale-invariant, and a member about to diverge can have finite features whose squares
     overflow float32). A member whose features (train or held-out, any depth) are not all finite gets NaN rows and
-    PCA and stays out of the correlations, so one exploding member cannot poison a frame.
+    PCA and stays out of the correlations, so one exploding member cannot poison a snapshot.
 
     Args:
         train_features: [K, L+1, n, H] features of the probe's training points (:func:`member_features`).

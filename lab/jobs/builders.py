@@ -3,9 +3,9 @@
 A builder maps a model to a dict of float32 numpy arrays (the publisher adds the step). Builders take the model,
 not the trainer, so a page can draw an untrained model, a loaded checkpoint or a training one alike.
 
-Each builder judges its own frames: a frame it returns is published, None is not. A plain function is judged by the
-default rule (a frame holding NaN or inf is never published: the last good one stays); a :class:`SelfJudged`
-builder decides alone, for frames where NaN means "undefined".
+Each builder judges its own snapshots: a snapshot it returns is published, None is not. A plain function is judged by
+the default rule (a snapshot holding NaN or inf is never published: the last good one stays); a :class:`SelfJudged`
+builder decides alone, for snapshots where NaN means "undefined".
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ Builder = Callable[[nn.Module], "dict[str, np.ndarray] | None"]
 
 @dataclass(frozen=True)
 class SelfJudged:
-    """A builder that judges its own frames: it returns None for a frame not to publish, and every frame it returns
-    is published as it is, NaN included (where NaN means "undefined", not "broken").
+    """A builder that judges its own snapshots: it returns None for a snapshot not to publish, and every snapshot it
+    returns is published as it is, NaN included (where NaN means "undefined", not "broken").
 
     Attributes:
         build: the builder function.
@@ -48,23 +48,23 @@ def all_finite(arrays: dict[str, np.ndarray]) -> bool:
 
 
 def judged(builder: Builder) -> SelfJudged:
-    """``builder`` as one that judges its own frames: itself when it is :class:`SelfJudged`, else it with the
-    default judgement (a frame holding NaN or inf is not published)."""
+    """``builder`` as one that judges its own snapshots: itself when it is :class:`SelfJudged`, else it with the
+    default judgement (a snapshot holding NaN or inf is not published)."""
     if isinstance(builder, SelfJudged):
         return builder
 
     def build(model: nn.Module) -> dict[str, np.ndarray] | None:
-        frame = builder(model)
-        return frame if frame is not None and all_finite(frame) else None
+        snapshot = builder(model)
+        return snapshot if snapshot is not None and all_finite(snapshot) else None
 
     return SelfJudged(build)
 
 
 def nodes_snapshot(model: nn.Module, resolution: int = RESOLUTION, limit: float = 1.0) -> dict[str, np.ndarray]:
     """Node maps ``[L+1, H, R, R]``, weights ``[L+1, H, H_in]``, decision ``[R, R]`` and the α of every block."""
-    frame = node_maps(model, resolution, limit).as_arrays()
-    frame["alphas"] = np.array([b.alpha for _, b in model.iter_blocks()], np.float32)
-    return frame
+    snapshot = node_maps(model, resolution, limit).as_arrays()
+    snapshot["alphas"] = np.array([b.alpha for _, b in model.iter_blocks()], np.float32)
+    return snapshot
 
 
 @torch.no_grad()
@@ -78,7 +78,7 @@ def similarity_snapshot(model: nn.Module, resolution: int = RESOLUTION, limit: f
 
 
 # torch.func's forward-mode AD keeps process-wide state (its dual levels): two training threads taking Jacobians at
-# once (a run and its lockstep twin) break each other's, so alignment frames are built one at a time.
+# once (a run and its lockstep twin) break each other's, so alignment snapshots are built one at a time.
 _FUNCTORCH = threading.Lock()
 
 
@@ -88,10 +88,10 @@ def alignment_builder(data: ToyData, *, k: int = PAPER_K, inputs: int = 64, nc_i
     """A builder of ``alignment`` snapshots: :func:`~lab.analysis.residual_alignment.residual_alignment` of the
     model at the first ``inputs`` test inputs (NC on the first ``nc_inputs`` training inputs).
 
-    The inputs are fixed when the builder is made, so successive frames of a run are comparable; the builder holds
-    them, not the data set, and pickles (a job in a child process gets a copy). It judges its own frames
-    (:class:`SelfJudged`): it returns None (no frame) while the model's singular values are not finite, so a
-    diverging model publishes nothing; NaN is otherwise meaningful in these frames (pairs of blocks in different
+    The inputs are fixed when the builder is made, so successive snapshots of a run are comparable; the builder holds
+    them, not the data set, and pickles (a job in a child process gets a copy). It judges its own snapshots
+    (:class:`SelfJudged`): it returns None (no snapshot) while the model's singular values are not finite, so a
+    diverging model publishes nothing; NaN is otherwise meaningful in these snapshots (pairs of blocks in different
     conv stages, a 1/σ₁ fit of one block). ``k`` (the paper's K = 30 unless told) is capped at the smallest
     block's Jacobian size; ``fit_start`` is the
     first block (0-based) of the 1/σ₁ fit (the paper's: from block 5).
@@ -116,17 +116,18 @@ class _AlignmentSnapshots:
     baseline_trials: int
     fit_start: int
     seed: int
-    width: int | None = None  # the smallest Jacobian size, measured on the first frame
+    width: int | None = None  # the smallest Jacobian size, measured on the first snapshot
 
     def __call__(self, model: nn.Module) -> dict[str, np.ndarray] | None:
         device = next(model.parameters()).device
         if self.width is None:
             self.width = min(min(shape) for shape in jacobian_shapes(model, self.x[:1].to(device)))
         with _FUNCTORCH:
-            frame = residual_alignment(model, self.x.to(device), self.y.to(device), min(self.k, self.width),
-                                       nc_x=self.nc_x.to(device), nc_y=self.nc_y.to(device),
-                                       num_classes=self.num_classes, grid_inputs=self.grid_inputs,
-                                       baseline_trials=self.baseline_trials, fit_start=self.fit_start, seed=self.seed)
-        if not np.isfinite(frame["sigma"]).all():
+            snapshot = residual_alignment(model, self.x.to(device), self.y.to(device), min(self.k, self.width),
+                                          nc_x=self.nc_x.to(device), nc_y=self.nc_y.to(device),
+                                          num_classes=self.num_classes, grid_inputs=self.grid_inputs,
+                                          baseline_trials=self.baseline_trials, fit_start=self.fit_start,
+                                          seed=self.seed)
+        if not np.isfinite(snapshot["sigma"]).all():
             return None
-        return {key: (v.astype(np.float32) if v.dtype == np.float64 else v) for key, v in frame.items()}
+        return {key: (v.astype(np.float32) if v.dtype == np.float64 else v) for key, v in snapshot.items()}

@@ -11,7 +11,7 @@ lockstep exactly as in the server (:class:`~lab.jobs.lockstep.Lockstep`); each h
   its members' folders;
 * snapshots cross a pipe at the cadence the page asked for (on-demand kinds only when asked, as in a thread), into
   the same latest-version slots a thread job keeps;
-* pause, single steps, resume, stop and "build the next frame" cross a second pipe, and act between steps exactly
+* pause, single steps, resume, stop and "build the next snapshot" cross a second pipe, and act between steps exactly
   as they do on a thread job.
 
 Children come from a fork server (a clean process that has imported the lab once): a job starts in a fraction of a
@@ -56,12 +56,12 @@ _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(["lab.jobs.child", "lab.jobs.thread", "lab.jobs.sweep_job", "torch.utils.tensorboard",
                                  "torch._dynamo"])
 POLL_S = 0.02
-"""How often a child looks for commands and new frames."""
+"""How often a child looks for commands and new snapshots."""
 NICE = 10
 GRACE_S = 5.0
 """How long a child asked to stop may take to end its current step before it is sent SIGTERM, and SIGTERM before
 SIGKILL."""
-"""How much lower a child's CPU priority is than the server's: the sessions' callbacks (a slider's effect, a frame
+"""How much lower a child's CPU priority is than the server's: the sessions' callbacks (a slider's effect, a snapshot
 drawn) come first, and training takes the CPU time they leave."""
 
 
@@ -90,9 +90,10 @@ def _sweep_job(plan: SweepPlan, folder: str, runs: list[str], kwargs: dict[str, 
 
 
 def _child(make: Callable[..., list[InProcessJob]], args: tuple[Any, ...], control: Connection,
-           frames: Connection) -> None:
+           snapshots: Connection) -> None:
     """The child's main: train the jobs ``make(*args)``, obey ``control`` (``(job, op, arg)``), send each job's new
-    frames down ``frames`` (``(job, kind, version, payload)``) and, once it has ended, ``(job, None, None, None)``."""
+    snapshots down ``snapshots`` (``(job, kind, version, payload)``) and, once it has ended,
+    ``(job, None, None, None)``."""
     os.nice(NICE)
 
     jobs = [job.start() for job in make(*args)]
@@ -106,15 +107,15 @@ def _child(make: Callable[..., list[InProcessJob]], args: tuple[Any, ...], contr
         for k, job in enumerate(jobs):
             if k in ended:
                 continue
-            alive = job.is_alive()  # read first: a job that ends meanwhile sends its final frames below
+            alive = job.is_alive()  # read first: a job that ends meanwhile sends its final snapshots below
             for kind in job.kinds():
                 latest = job.latest(kind)
                 if latest is not None and latest[0] != sent[k].get(kind):
-                    frames.send((k, kind, *latest))
+                    snapshots.send((k, kind, *latest))
                     sent[k][kind] = latest[0]
             if not alive:
                 ended.add(k)
-                frames.send((k, None, None, None))
+                snapshots.send((k, None, None, None))
 
     def stop_all() -> None:
         for job in jobs:
@@ -135,7 +136,7 @@ def _child(make: Callable[..., list[InProcessJob]], args: tuple[Any, ...], contr
             else:
                 ended.update(k for k, job in enumerate(jobs) if not job.is_alive())
                 time.sleep(POLL_S)
-    except OSError:  # BrokenPipeError: the server went while a frame was on its way
+    except OSError:  # BrokenPipeError: the server went while a snapshot was on its way
         stop_all()
     for job in jobs:
         job.wait()
@@ -143,7 +144,7 @@ def _child(make: Callable[..., list[InProcessJob]], args: tuple[Any, ...], contr
 
 
 class _Child:
-    """The server's side of one child process: its control pipe and each of its jobs' newest frames."""
+    """The server's side of one child process: its control pipe and each of its jobs' newest snapshots."""
 
     def __init__(self, make: Callable[..., list[InProcessJob]], args: tuple[Any, ...], size: int, name: str) -> None:
         self._make, self._args, self._name = make, args, name
@@ -168,13 +169,13 @@ class _Child:
         self.proc.start()
         child_control.close()
         send.close()
-        threading.Thread(target=self._receive, args=(receive,), name=f"{self._name}-frames", daemon=True).start()
+        threading.Thread(target=self._receive, args=(receive,), name=f"{self._name}-snapshots", daemon=True).start()
 
-    def _receive(self, frames: Connection) -> None:
-        """Fill the snapshot slots from the child's frames until it closes its end."""
+    def _receive(self, snapshots: Connection) -> None:
+        """Fill the snapshot slots from the child's snapshots until it closes its end."""
         while True:
             try:
-                k, kind, version, payload = frames.recv()
+                k, kind, version, payload = snapshots.recv()
             except (EOFError, OSError):
                 return
             with self.lock:
@@ -357,7 +358,8 @@ class ChildJob(Job):
             return self.child.slots[self.index].get(kind)
 
     def listen(self, callback: Callable[[], None]) -> None:
-        """Call ``callback()`` from the thread that receives the child's frames, each time one of this job's lands."""
+        """Call ``callback()`` from the thread that receives the child's snapshots, each time one of this job's
+        lands."""
         self.child.listeners[self.index] = (*self.child.listeners[self.index], callback)
 
     def kinds(self) -> list[str]:

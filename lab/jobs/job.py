@@ -71,7 +71,7 @@ class Job:
 
     def listen(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` each time a new snapshot lands in a slot, from the thread that put it there (with no
-        lock of the job held): a page draws a frame as soon as it is made instead of at its next poll."""
+        lock of the job held): a page draws a snapshot as soon as it is made instead of at its next poll."""
         self._listeners = (*self._listeners, callback)
 
     def _landed(self) -> None:
@@ -207,7 +207,7 @@ class InProcessJob(Job):
 
     def _between_steps(self, *, stepped: bool, paused: Callable[[], None], resumed: Callable[[], None]) -> bool:
         """The training thread's pause point: count a trained step (``stepped``; not before the first), and while
-        the job is paused, call ``paused()`` (publish the paused frame, write the paused status), wait for
+        the job is paused, call ``paused()`` (publish the paused snapshot, write the paused status), wait for
         :meth:`resume`, :meth:`step` or :meth:`stop`, then call ``resumed()`` unless stopping.
 
         Returns:

@@ -1,12 +1,10 @@
-"""The kinds of frame: one record per kind of snapshot a job publishes and a view draws.
+"""The kinds of snapshot: one record per kind of snapshot a job publishes and a view draws.
 
-A *frame* (:class:`~lab.runs.snapshot.Snapshot`) is one kind's arrays at one training step. A :class:`Kind` says
+A *snapshot* (:class:`~lab.runs.snapshot.Snapshot`) is one kind's arrays at one training step. A :class:`Kind` says
 everything the lab knows about a kind below the pages: its name, how a chooser names it, the numeric arrays its
-views draw (the frame's contract, checked before a frame read from a run folder is drawn), the builder that makes
-it from any model and its default cadence, when it has them. The views that draw a kind live with the pages
-(:mod:`lab.ui.views.replays` registers the replay view of each kind a run folder's frames are shown in).
-
-A new kind is one :func:`register` call (and, for a builder the publisher runs by default, the builder itself).
+views draw (the snapshot's contract, checked before a snapshot read from a run folder is drawn), the builder that
+makes it from any model and its default cadence, when it has them. The views that draw a kind live with the pages:
+:func:`lab.ui.views.replays.register` registers a kind's view, and with it a kind new to the lab.
 """
 
 from __future__ import annotations
@@ -23,14 +21,14 @@ NODES, SIMILARITY, ALIGNMENT, RANK = "nodes", "similarity", "alignment", "rank"
 
 @dataclass(frozen=True)
 class Kind:
-    """One kind of frame.
+    """One kind of snapshot.
 
     Attributes:
         name: the kind's name (a snapshot file's prefix: ``snapshots/<name>-<step>.npz``).
         title: how a chooser names it.
-        arrays: the numeric arrays its views draw and each one's number of axes (the frame's contract).
-        builder: makes a frame from any model, for the publisher's defaults; None for a kind its job builds itself
-            (alignment frames need the data; rank frames a whole sweep).
+        arrays: the numeric arrays its views draw and each one's number of axes (the snapshot's contract).
+        builder: makes a snapshot from any model, for the publisher's defaults; None for a kind its job builds
+            itself (alignment snapshots need the data; rank snapshots a whole sweep).
         cadence: the default ``(every_n_steps, every_t_seconds)`` of a builder the publisher runs by default.
     """
 
@@ -52,7 +50,7 @@ def register(kind: Kind) -> Kind:
         ValueError: a kind of that name exists already.
     """
     if kind.name in KINDS:
-        raise ValueError(f"a frame kind {kind.name!r} is registered already")
+        raise ValueError(f"a snapshot kind {kind.name!r} is registered already")
     KINDS[kind.name] = kind
     return kind
 
@@ -79,16 +77,16 @@ def default_cadence() -> dict[str, tuple[int, float]]:
 
 
 class SnapshotError(ValueError):
-    """A frame that its views cannot draw; the message says what is missing or malformed."""
+    """A snapshot that its views cannot draw; the message says what is missing or malformed."""
 
 
-def check_snapshot(kind: str, frame: Mapping[str, np.ndarray]) -> None:
-    """Raise :class:`SnapshotError` unless ``frame`` holds every array of ``kind``'s contract (:attr:`Kind.arrays`),
+def check_snapshot(kind: str, snapshot: Mapping[str, np.ndarray]) -> None:
+    """Raise :class:`SnapshotError` unless ``snapshot`` holds every array of ``kind``'s contract (:attr:`Kind.arrays`),
     numeric, with its number of axes and no empty axis."""
     for name, ndim in KINDS[kind].arrays.items():
-        if name not in frame:
-            raise SnapshotError(f"the frame has no array {name!r}")
-        array = np.asarray(frame[name])
+        if name not in snapshot:
+            raise SnapshotError(f"the snapshot has no array {name!r}")
+        array = np.asarray(snapshot[name])
         if array.dtype.kind not in "biuf" or array.ndim != ndim or 0 in array.shape:
-            raise SnapshotError(f"the frame's {name!r} is {array.dtype} of shape {array.shape}; its view draws a "
+            raise SnapshotError(f"the snapshot's {name!r} is {array.dtype} of shape {array.shape}; its view draws a "
                              f"numeric array of {ndim} non-empty axes")

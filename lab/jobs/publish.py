@@ -1,10 +1,10 @@
 """Publishing snapshots: the training callback that builds each kind when its cadence says it is due and hands
-the frame to the job, and the sink that keeps frames in the run folder.
+the snapshot to the job, and the sink that keeps snapshots in the run folder.
 
 Each kind has its own cadence (:class:`~lab.jobs.cadence.Cadence`) because costs differ: node maps are one forward
 pass of the grid; layer similarity needs a Gram matrix. A kind can be on demand: built only when due and asked for,
-so frames nobody will draw cost nothing. What a kind holds, and whether a frame is fit to publish, is its builder's
-(:mod:`lab.jobs.builders`).
+so snapshots nobody will draw cost nothing. What a kind holds, and whether a snapshot is fit to publish, is its
+builder's (:mod:`lab.jobs.builders`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class Publisher(Callback):
         sink: receives each published payload (with ``step`` added); a job's memory slot or the run folder.
         cadence: per kind, ``(every_n_steps, every_t_seconds)``; either may be 0 (off). Default: the kinds'
             own (:func:`~lab.jobs.kinds.default_cadence`).
-        builders: snapshot builders by kind; each judges its own frames (:func:`~lab.jobs.builders.judged`).
+        builders: snapshot builders by kind; each judges its own snapshots (:func:`~lab.jobs.builders.judged`).
             Default: the kinds' own (:func:`~lab.jobs.kinds.default_builders`).
         on_demand: kinds built only when due and requested (:meth:`request`); a request is used up by one build.
             A forced publish (start, pause, end) builds them regardless.
@@ -59,8 +59,8 @@ class Publisher(Callback):
         self.publish(trainer, force=True)
 
     def publish(self, trainer: TrainerView, force: bool = False) -> None:
-        """Build every kind that is due (all of them when ``force``d) and hand the frames their builders keep to
-        the sink; a frame a builder refuses leaves the last good one in place."""
+        """Build every kind that is due (all of them when ``force``d) and hand the snapshots their builders keep to
+        the sink; a snapshot a builder refuses leaves the last good one in place."""
         now = time.monotonic()
         for kind in self.cadence.kinds:
             if not self.cadence.due(kind, trainer.step, force=force, now=now):

@@ -4,7 +4,7 @@ A :class:`SweepJob` is to a sweep what :class:`~lab.jobs.thread.ThreadJob` is to
 (pause, single steps, resume, stop) and polls its snapshot slot, the training thread checks the controls after
 every step, and both sides take the job's lock. Training is :func:`~lab.sweeps.train_sweep` itself, so the
 sweep folder and its member run folders are exactly those of ``python -m lab sweep``; the job adds a status.json
-to the sweep folder (the state of the whole and of every member) and ``rank`` frames
+to the sweep folder (the state of the whole and of every member) and ``rank`` snapshots
 (:func:`~lab.analysis.rank_sweep.sweep_rank_metrics` of every member) between steps.
 """
 
@@ -72,7 +72,7 @@ def group_plan(plan: SweepPlan, group: int) -> SweepPlan:
 
 
 class _Driver(EnsembleCallback):
-    """The job's hands inside the ensemble's loop: controls, divergence reports, status and rank frames."""
+    """The job's hands inside the ensemble's loop: controls, divergence reports, status and rank snapshots."""
 
     def __init__(self, job: SweepJob) -> None:
         self.job = job
@@ -128,7 +128,7 @@ class MemberRecords:
 
 class SweepJob(InProcessJob):
     """Train a one-group sweep plan in this process, in a daemon thread, into a :func:`~lab.sweeps.create_sweep`
-    folder, publishing ``rank`` frames.
+    folder, publishing ``rank`` snapshots.
 
     ``run`` is the sweep folder. Its status.json is kept current: ``state`` (queued, running, paused, then
     completed, stopped, diverged when every member diverged, or failed), ``message``, ``step``, ``total_steps``
@@ -138,7 +138,7 @@ class SweepJob(InProcessJob):
     (its last evaluation). A diverged member's own status.json says so at once, while the others go on; live
     members' status.json read ``paused`` while the job is paused, as a paused :class:`ThreadJob`'s does.
 
-    The ``rank`` frame (a :class:`~lab.jobs.publish.Snapshot`; K members, L blocks, m held-out points) holds
+    The ``rank`` snapshot (a :class:`~lab.jobs.publish.Snapshot`; K members, L blocks, m held-out points) holds
     :func:`~lab.analysis.rank_sweep.sweep_rank_metrics` of every member — ``effective_rank``, ``eq6_entropy``,
     ``probe_acc`` [K, L+1], ``pearson_r_effective_rank``, ``pearson_r_eq6_entropy`` (diverged members left out),
     ``pca`` [K, m, 2], ``labels`` [m] — on the first ``points`` test points, the probe fitted on the first
@@ -148,24 +148,24 @@ class SweepJob(InProcessJob):
     the first), ``diverged`` [K] (bool) and
     ``step``. A diverged member's rows describe its last finite parameters.
 
-    Frames are built between steps, after the step and before its evaluation (so a frame at an evaluation step
+    Snapshots are built between steps, after the step and before its evaluation (so a snapshot at an evaluation step
     shows the previous one's accuracies; ``eval_step`` says which): when due by ``cadence`` (and, if
     ``on_demand``, asked for with :meth:`request`; the rule of every publisher, :class:`~lab.jobs.cadence.Cadence`),
-    and always at the start, at a pause and at the end, unless the newest frame already shows that state. NaN in a
-    frame means "undefined" (a correlation over fewer than three members, accuracies before the first evaluation):
-    frames are published as built.
+    and always at the start, at a pause and at the end, unless the newest snapshot already shows that state. NaN in a
+    snapshot means "undefined" (a correlation over fewer than three members, accuracies before the first evaluation):
+    snapshots are published as built.
 
     Args:
         plan: a plan with one ensemble group (:func:`group_plan` takes one out of a larger plan).
         folder: the sweep folder, and ``runs`` the members' run folders in plan order, from
             :func:`~lab.sweeps.create_sweep`.
         runs: see ``folder``.
-        cadence: ``(every_n_steps, every_t_seconds)`` between rank frames, seconds counted from the end of the last
-            build; either may be 0 (off). The default, a frame after each second of training, bounds what frames
-            cost the training: on one CPU thread a frame of six 32 × 32 members takes as long as ten of their steps.
-        on_demand: build a due frame only once :meth:`request` asked for it (a page asks for the next frame once
-            it has drawn the last, so no frame is computed that nobody will see).
-        points: held-out points, and probe training points, per frame.
+        cadence: ``(every_n_steps, every_t_seconds)`` between rank snapshots, seconds counted from the end of the last
+            build; either may be 0 (off). The default, a snapshot after each second of training, bounds what snapshots
+            cost the training: on one CPU thread a snapshot of six 32 × 32 members takes as long as ten of their steps.
+        on_demand: build a due snapshot only once :meth:`request` asked for it (a page asks for the next snapshot once
+            it has drawn the last, so no snapshot is computed that nobody will see).
+        points: held-out points, and probe training points, per snapshot.
         ridge: the probe's relative ridge penalty (:func:`~lab.analysis.rank_sweep.ridge_probe_accuracy`).
         paused: start paused, before the first step (train only when :meth:`resume` or :meth:`step` is called).
         owner: who started it (a browser session id), for :class:`~lab.jobs.manager.JobManager`.
@@ -289,7 +289,7 @@ class SweepJob(InProcessJob):
                                             metrics=m.last_eval)
 
     def _control(self, stepped: bool) -> None:
-        """Stop, pause and single steps, by the in-process jobs' one mechanism (the paused frame is the paused
+        """Stop, pause and single steps, by the in-process jobs' one mechanism (the paused snapshot is the paused
         model); ``stepped``: called after a step (which uses up one of :meth:`step`'s budget), not before the
         first."""
         ensemble = self._ensemble
@@ -309,20 +309,20 @@ class SweepJob(InProcessJob):
             ensemble.should_stop = True
 
     def _publish(self, force: bool = False) -> None:
-        """Build a rank frame if one is due by the cadence or ``force``d, unless the newest frame shows this very
-        state; the next frame's seconds count from the end of this build."""
+        """Build a rank snapshot if one is due by the cadence or ``force``d, unless the newest snapshot shows this very
+        state; the next snapshot's seconds count from the end of this build."""
         ensemble = self._ensemble
         if not self.cadence.due(RANK, ensemble.step, force=force):
             return
         state = (ensemble.step, self._evals, sum(m.ended for m in ensemble.members))
         if state == self._snapshot_state:
-            return  # the newest frame already shows exactly this
-        frame = Snapshot(RANK, self._snapshot())
+            return  # the newest snapshot already shows exactly this
+        snapshot = Snapshot(RANK, self._snapshot())
         self.cadence.built(RANK, ensemble.step)
         self._snapshot_state = state
         with self._lock:
             version = 1 if self._slot is None else self._slot[0] + 1
-            self._slot = (version, frame)
+            self._slot = (version, snapshot)
         self._landed()
 
     def _snapshot(self) -> dict[str, np.ndarray]:

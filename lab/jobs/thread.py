@@ -37,7 +37,7 @@ class _Control(Callback):
                                  total_steps=trainer.total_steps, metrics=trainer.last_eval)
 
         def paused() -> None:
-            job.publisher.publish(trainer, force=True)  # the paused frame is exactly the paused model
+            job.publisher.publish(trainer, force=True)  # the paused snapshot is exactly the paused model
             status(RunState.PAUSED, f"paused at step {trainer.step}")
 
         if job._between_steps(stepped=True, paused=paused,
@@ -54,7 +54,7 @@ class ThreadJob(InProcessJob):
         cadence: per snapshot kind, ``(every_n_steps, every_t_seconds)`` (default: node maps every 10 steps,
             layer similarity every 2 s).
         on_demand: kinds built only when due *and* asked for with :meth:`request` (a page asks for the next
-            frame once it has drawn the last, so no frame is computed that nobody will see).
+            snapshot once it has drawn the last, so no snapshot is computed that nobody will see).
         builders: snapshot builders by kind (default: :func:`lab.jobs.kinds.default_builders`).
         resume: continue the run (True: from its last checkpoint; a :class:`~lab.runs.resume.ResumePlan`).
         disk_every_s: also write each kind's snapshot to ``run/snapshots`` at most this often (0 = never).

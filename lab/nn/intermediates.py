@@ -21,7 +21,7 @@ def take_indices(count: int, indices: int | Sequence[int] | None) -> tuple[list[
 
     timm's ``feature_take_indices``, rewritten (a test compares the two) because importing timm costs seconds, and
     the analyses of models that need nothing else from timm (the residual MLP, the fully-connected ResNets) call
-    this first in every fresh process: a page's first frame, a notebook's first Jacobian.
+    this first in every fresh process: a page's first snapshot, a notebook's first Jacobian.
 
     Raises:
         AssertionError: an index out of range (timm's error).

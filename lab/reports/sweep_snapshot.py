@@ -1,4 +1,4 @@
-"""The Rank page's frame of a sweep: from its members' models while it trains, or from their run folders.
+"""The Rank page's snapshot of a sweep: from its members' models while it trains, or from their run folders.
 
 :func:`rank_snapshot` is what the Rank page draws: the rank and probe metrics of every member and layer
 (:func:`~lab.analysis.rank_sweep.sweep_rank_metrics`) and what the page shows beside them. A
@@ -32,18 +32,18 @@ from lab.train.ensemble import MODEL
 from lab.train.tasks import PixelTask
 
 MAX_MEMBERS = 64
-"""The most members a rank frame reads."""
+"""The most members a rank snapshot reads."""
 MAX_PARAMETERS = 20_000_000
 """The most parameters a member's model may have to be read (a 32-block MLP 780 wide)."""
 MAX_POINTS_DATA = 16_384
-"""A toy sweep's data are drawn with at most this many samples for the frame (its first points are read)."""
+"""A toy sweep's data are drawn with at most this many samples for the snapshot (its first points are read)."""
 
 
 def rank_snapshot(models: Sequence[ResidualMLP], data: ToyData, *, names: Sequence[str], points: int = 512,
                ridge: float = 1e-3, diverged: Sequence[bool] | None = None,
                evals: Sequence[tuple[dict[str, float], int]] | None = None, step: int = 0,
                task: PixelTask | None = None) -> dict[str, np.ndarray]:
-    """A ``rank`` frame of the members' models: :func:`~lab.analysis.rank_sweep.sweep_rank_metrics` on the first
+    """A ``rank`` snapshot of the members' models: :func:`~lab.analysis.rank_sweep.sweep_rank_metrics` on the first
     ``points`` training and test points, and what a page shows beside it.
 
     Args:
@@ -74,11 +74,11 @@ def rank_snapshot(models: Sequence[ResidualMLP], data: ToyData, *, names: Sequen
     inputs = torch.cat([x_train, x_test])
     features = member_features(models, inputs if task is None else task.probe_inputs(inputs))  # one forward each
     layer = models[0].representation  # a toy MAE's bottleneck; the last block of any other residual MLP
-    frame = sweep_rank_metrics(features[:, :, :len(x_train)], y_train, features[:, :, len(x_train):], y_test,
-                               ridge=ridge, num_classes=data.num_classes, correlate=~diverged, layer=layer,
-                               few_labels=task is not None)
+    snapshot = sweep_rank_metrics(features[:, :, :len(x_train)], y_train, features[:, :, len(x_train):], y_test,
+                                  ridge=ridge, num_classes=data.num_classes, correlate=~diverged, layer=layer,
+                                  few_labels=task is not None)
     nan = float("nan")
-    frame.update(
+    snapshot.update(
         alpha_min=np.array([model.alpha_min for model in models], np.float32),
         alphas=np.array([[b.alpha for b in model.blocks] for model in models], np.float32),
         member_names=np.array(list(names)),
@@ -93,7 +93,7 @@ def rank_snapshot(models: Sequence[ResidualMLP], data: ToyData, *, names: Sequen
         final_features=features[:, layer, len(x_train):].float().numpy(),
         step=np.int64(step),
     )
-    return frame
+    return snapshot
 
 
 def _member(run: Run) -> tuple[ExperimentConfig, dict[str, torch.Tensor]]:
@@ -132,16 +132,16 @@ def _member(run: Run) -> tuple[ExperimentConfig, dict[str, torch.Tensor]]:
 
 
 def checkpoint_rank_snapshot(runs: Sequence[Run]) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The ``rank`` frame of the members ``runs`` as their last checkpoints left them (at most :data:`MAX_MEMBERS`).
+    """The ``rank`` snapshot of the members ``runs`` as their last checkpoints left them (at most :data:`MAX_MEMBERS`).
 
     Returns:
-        The frame (``step`` is the newest member's) and, for each member left out, why: no readable config or
+        The snapshot (``step`` is the newest member's) and, for each member left out, why: no readable config or
         checkpoint yet (a queued member), a model over :data:`MAX_PARAMETERS`, or a checkpoint that does not fit
         its config.
 
     Raises:
         ValueError: fewer than two members with a checkpoint, members that are not residual MLPs, or members of
-            different data (a frame's members share their inputs).
+            different data (a snapshot's members share their inputs).
     """
     members: list[tuple[Run, ExperimentConfig, dict[str, torch.Tensor]]] = []
     left_out = [f"{run.id}: past the first {MAX_MEMBERS} members" for run in runs[MAX_MEMBERS:]]
@@ -154,7 +154,7 @@ def checkpoint_rank_snapshot(runs: Sequence[Run]) -> tuple[dict[str, np.ndarray]
         raise ValueError(f"{len(members)} member(s) with a checkpoint that fits; the rank views compare two or more")
     data_settings = {repr(to_dict(cfg.data)) for _, cfg, _ in members}
     if len(data_settings) > 1:
-        raise ValueError("the members train on different data; a rank frame reads every member on the same inputs")
+        raise ValueError("the members train on different data; a rank snapshot reads every member on the same inputs")
     cfg0 = members[0][1]
     if cfg0.data.name in TOY_DATASETS and cfg0.data.n > MAX_POINTS_DATA:
         cfg0 = apply_overrides(cfg0, {"data.n": MAX_POINTS_DATA})
@@ -166,8 +166,8 @@ def checkpoint_rank_snapshot(runs: Sequence[Run]) -> tuple[dict[str, np.ndarray]
         models.append(model)
     kept = [run for run, _, _ in members]
     statuses = [clean_status(run.read_status())[0] for run in kept]
-    frame = rank_snapshot(models, data, names=[run.id for run in kept],
-                       diverged=[s["state"] == RunState.DIVERGED for s in statuses],
-                       evals=[(s["metrics"], s["step"] or 0) for s in statuses],
-                       step=max(s["step"] or 0 for s in statuses), task=build_task(cfg0, data))
-    return frame, left_out
+    snapshot = rank_snapshot(models, data, names=[run.id for run in kept],
+                          diverged=[s["state"] == RunState.DIVERGED for s in statuses],
+                          evals=[(s["metrics"], s["step"] or 0) for s in statuses],
+                          step=max(s["step"] or 0 for s in statuses), task=build_task(cfg0, data))
+    return snapshot, left_out

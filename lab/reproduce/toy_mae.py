@@ -103,11 +103,11 @@ def _measured(runs: list[Run], statuses: list[dict], settings: list[dict], point
     x = task.probe_inputs(torch.cat([data.x_train, data.x_test[:n]]))
     features = member_features(models, x)
     layer = models[0].representation
-    frame = sweep_rank_metrics(features[:, :, :len(data.x_train)], data.y_train, features[:, :, len(data.x_train):],
-                               data.y_test[:n], num_classes=data.num_classes, layer=layer, few_labels=True)
-    return [{**values, "rank": float(frame["eq6_entropy"][k, layer]), "probe": float(frame["probe_acc"][k, layer]),
-             "probe_few": float(frame["probe_few"][k]), "test_loss": statuses[k]["metrics"].get("test_loss"),
-             "rank_by_layer": frame["eq6_entropy"][k].tolist()} for k, values in enumerate(settings)]
+    metrics = sweep_rank_metrics(features[:, :, :len(data.x_train)], data.y_train, features[:, :, len(data.x_train):],
+                                 data.y_test[:n], num_classes=data.num_classes, layer=layer, few_labels=True)
+    return [{**values, "rank": float(metrics["eq6_entropy"][k, layer]), "probe": float(metrics["probe_acc"][k, layer]),
+             "probe_few": float(metrics["probe_few"][k]), "test_loss": statuses[k]["metrics"].get("test_loss"),
+             "rank_by_layer": metrics["eq6_entropy"][k].tolist()} for k, values in enumerate(settings)]
 
 
 def measure(budget: str, seeds: int, store: RunStore, tick: Callable[[], None] = lambda: None) -> list[Result]:

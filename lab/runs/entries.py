@@ -14,7 +14,7 @@ checked. Each entry is opened here and nowhere else:
   malformed file, not a crash.
 * **YAML without aliases**: an anchor repeated through aliases could expand into billions of values in whatever
   walks it.
-* **Frames (``.npz``) checked before loading**: only plain members (not encrypted, stored or deflated), each
+* **Snapshots (``.npz``) checked before loading**: only plain members (not encrypted, stored or deflated), each
   member's ``.npy`` header read first and its shape × item size checked against the member's declared size, the
   declared sizes summed against :data:`NPZ_MEMBERS_MAX` and a deflated member's compression ratio against
   :data:`NPZ_RATIO_MAX`; no object arrays (nothing is unpickled).
@@ -48,7 +48,7 @@ LIMITS = {
     layout.CONFIG_YAML: 1 * MiB,
     layout.SWEEP: 16 * MiB,
     layout.LOCK: 64 * KiB,
-    "snapshot": 64 * MiB,  # one frame's .npz file
+    "snapshot": 64 * MiB,  # one snapshot's .npz file
     "figure": 16 * MiB,  # a picture or a JSON figure under figures/
     "analysis": 64 * MiB,  # a report's JSON under analysis/
     "log": 64 * KiB,  # what is read of a log's end (process.log, failed-rank<r>.txt)
@@ -57,11 +57,11 @@ LIMITS = {
 METRICS_CHUNK = 4 * MiB
 """The most bytes of ``metrics.jsonl`` one read takes; the next read goes on from there."""
 NPZ_MEMBERS_MAX = 256 * MiB
-"""The most bytes a frame's arrays may declare together."""
+"""The most bytes a snapshot's arrays may declare together."""
 NPZ_RATIO_MAX = 64
-"""The most a deflated member (over 1 MiB) may expand: the lab writes its frames uncompressed."""
+"""The most a deflated member (over 1 MiB) may expand: the lab writes its snapshots uncompressed."""
 NPZ_KINDS = "biufcUS"
-"""The dtype kinds a frame may hold: numbers, booleans and strings (never objects)."""
+"""The dtype kinds a snapshot may hold: numbers, booleans and strings (never objects)."""
 IMAGE_PIXELS_MAX = 4096 * 4096
 """The most pixels a picture may declare."""
 _MAX_INT_DIGITS = 308  # beyond this an integer does not fit a float
@@ -227,9 +227,9 @@ def read_jsonl(path: str | Path, cursor: int = 0, budget: int = METRICS_CHUNK) -
     return Lines(records, new_cursor, bad, not more and end < len(data), more)
 
 
-# -- frames (.npz) -----------------------------------------------------------------------------------------------
+# -- snapshots (.npz) --------------------------------------------------------------------------------------------
 def _member_array(zf: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> np.ndarray:
-    """One member of a frame, its header checked against its declared size before its data is read."""
+    """One member of a snapshot, its header checked against its declared size before its data is read."""
     with zf.open(info) as f:
         try:
             version = np.lib.format.read_magic(f)
@@ -239,7 +239,7 @@ def _member_array(zf: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> np.
         except (ValueError, SyntaxError, TypeError) as err:
             raise EntryError(f"{where} is not an array ({str(err)[:80]})") from None
         if dtype.hasobject or dtype.kind not in NPZ_KINDS or dtype.fields is not None:
-            raise EntryError(f"{where} holds {dtype} values; a frame holds numbers and strings only")
+            raise EntryError(f"{where} holds {dtype} values; a snapshot holds numbers and strings only")
         count = math.prod(shape)
         size = count * dtype.itemsize
         offset = f.tell()
@@ -254,7 +254,7 @@ def _member_array(zf: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> np.
 
 
 def read_npz(path: str | Path, limit: int = LIMITS["snapshot"]) -> dict[str, np.ndarray]:
-    """The arrays of the frame ``path`` (a ``.npz`` written by :func:`numpy.savez`), each checked before it is
+    """The arrays of the snapshot ``path`` (a ``.npz`` written by :func:`numpy.savez`), each checked before it is
     loaded (see the module docstring).
 
     Raises:
@@ -267,9 +267,9 @@ def read_npz(path: str | Path, limit: int = LIMITS["snapshot"]) -> dict[str, np.
         zf = zipfile.ZipFile(io.BytesIO(data))
         infos = zf.infolist()
     except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as err:
-        raise EntryError(f"{name} is not a frame file (.npz): {str(err)[:80]}") from None
+        raise EntryError(f"{name} is not a snapshot file (.npz): {str(err)[:80]}") from None
     if len(infos) > 256:
-        raise EntryError(f"{name} holds {len(infos)} arrays; a frame holds at most 256")
+        raise EntryError(f"{name} holds {len(infos)} arrays; a snapshot holds at most 256")
     total = 0
     for info in infos:
         where = f"{name}: {info.filename!r}"
@@ -278,7 +278,8 @@ def read_npz(path: str | Path, limit: int = LIMITS["snapshot"]) -> dict[str, np.
         if info.flag_bits & 0x1:
             raise EntryError(f"{where} is encrypted")
         if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-            raise EntryError(f"{where} is compressed with method {info.compress_type}; frames are stored or deflated")
+            raise EntryError(f"{where} is compressed with method {info.compress_type}; "
+                             "snapshots are stored or deflated")
         if info.compress_type == zipfile.ZIP_DEFLATED and info.file_size > MiB \
                 and info.file_size > NPZ_RATIO_MAX * max(1, info.compress_size):
             raise EntryError(f"{where} expands {info.file_size / max(1, info.compress_size):.0f}-fold "

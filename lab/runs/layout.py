@@ -10,7 +10,7 @@ entry                       written by                              contents
 ``config.yaml``             :class:`~lab.jobs.process.ProcessJob`   the config its child process trains
 ``status.json``             recorder, jobs, runner                  state, message, step, epoch, heartbeat (atomic)
 ``metrics.jsonl``           :class:`~lab.runs.recorder.RunRecorder`  one JSON record per line, appended and flushed
-``snapshots/``              publishers                              ``<kind>-<step, 9 digits>.npz`` frames
+``snapshots/``              publishers                              ``<kind>-<step, 9 digits>.npz`` snapshots
 ``checkpoints/``            the recorder                            ``last.pt``, ``best.pt``
 ``figures/``                the runner (loader engine)              ``<kind>-<step, 9 digits>.<ext>``: kinds
                                                                     ``reconstruction``, ``samples`` (PNG), ``probe``

@@ -1,5 +1,5 @@
-"""A snapshot: one frame of what a view draws, as a job publishes it and a run folder keeps it
-(``snapshots/<kind>-<version>.npz``)."""
+"""A snapshot: one kind's arrays at one training step, as a job publishes it, a view draws it and a run folder keeps
+it (``snapshots/<kind>-<version>.npz``)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ resume sets aside goes under ``history/`` (the views' snapshots alone are thinne
 
 Readers are forgiving: a half-written last line of ``metrics.jsonl`` is skipped until it is complete, and a
 missing or unreadable ``status.json`` reads as state ``unknown``. Every entry is read as untrusted input through
-:mod:`lab.runs.entries` (regular files only, never through a symbolic link, sizes capped, frames checked before they
+:mod:`lab.runs.entries` (regular files only, never through a symbolic link, sizes capped, snapshots checked before they
 are loaded). Everything the lab writes as JSON is strict JSON: a
 non-finite number is written as ``null`` and named, with its value, under ``nonfinite``. A :class:`RunStore` never
 writes outside its runs folder: run ids are sanitised and every path is checked to resolve inside it (a run named by
@@ -372,7 +372,7 @@ class Run:
         three: one being replaced, or a damaged one, gives way to the one before); None if there is none.
 
         Arrays come back as stored (large float arrays as float16; :meth:`Snapshot.float32` widens them); every
-        frame is checked before it is loaded (:func:`~lab.runs.entries.read_npz`).
+        snapshot is checked before it is loaded (:func:`~lab.runs.entries.read_npz`).
 
         Raises:
             EntryError: the given ``version`` cannot be read (the message says why).

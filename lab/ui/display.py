@@ -1,7 +1,8 @@
 """Rich notebook display of the lab's objects: a run folder, a snapshot, node maps.
 
 Each object shows as a small table and its view: a run as its settings, state and curves (and its latest
-frame); a snapshot as its arrays and the view of its kind; node maps as the TFMeter grid. The library objects
+node maps); a snapshot as its arrays and the view of its kind (a static figure for the Playground's kinds, else the
+view its kind registered: :mod:`lab.ui.views.replays`); node maps as the TFMeter grid. The library objects
 know nothing of this: :func:`register` (called by :func:`lab.ui.extension`) adds IPython formatters for them.
 """
 
@@ -14,11 +15,12 @@ import numpy as np
 import panel as pn
 
 from lab.analysis.node_maps import NodeMaps
-from lab.jobs.kinds import NODES, SIMILARITY
+from lab.jobs.kinds import NODES, SIMILARITY, SnapshotError, check_snapshot
 from lab.runs import layout
 from lab.runs.snapshot import Snapshot
 from lab.runs.store import Run
 from lab.ui.text import html_text
+from lab.ui.views.replays import REPLAYS
 from lab.viz.node_grid import node_grid, similarity_heatmaps
 from lab.viz.toy2d import training_curves
 
@@ -54,6 +56,14 @@ def snapshot_view(snapshot: Snapshot) -> pn.viewable.Viewable:
     parts = [_table(_arrays(snapshot), f"{snapshot.kind} snapshot at step {snapshot.step}")]
     if snapshot.kind in _KIND_VIEWS:
         parts.append(pn.pane.HoloViews(_KIND_VIEWS[snapshot.kind](snapshot)))
+    elif snapshot.kind in REPLAYS:
+        try:
+            check_snapshot(snapshot.kind, snapshot)
+        except SnapshotError as err:
+            return pn.Column(*parts, _table([("not drawn", str(err))], "view"))
+        view = REPLAYS[snapshot.kind]()
+        view.show(snapshot, snapshot.step or 0, (np.zeros((0, 2), np.float32), np.zeros(0, np.int64)))
+        parts.extend(view.panes())
     return pn.Column(*parts)
 
 
@@ -64,7 +74,7 @@ def node_maps_view(maps: NodeMaps) -> pn.viewable.Viewable:
 
 
 def run_view(run: Run) -> pn.viewable.Viewable:
-    """A run folder: its state and settings, its loss and accuracy curves and its latest grid frame."""
+    """A run folder: its state and settings, its loss and accuracy curves and its latest node maps."""
     status, cfg = run.read_status(), run.read_config()
     model, data, train = cfg.get("model", {}), cfg.get("data", {}), cfg.get("train", {})
     metrics = status.get("metrics") or {}
@@ -82,9 +92,9 @@ def run_view(run: Run) -> pn.viewable.Viewable:
     records = run.metric_records()
     if records:
         parts.append(pn.pane.HoloViews(training_curves(records)))
-    frame = run.load_snapshot(NODES)
-    if frame is not None:
-        parts.append(pn.pane.HoloViews(node_grid(frame[1].float32())))
+    latest = run.load_snapshot(NODES)
+    if latest is not None:
+        parts.append(pn.pane.HoloViews(node_grid(latest[1].float32())))
     return pn.Column(*parts)
 
 

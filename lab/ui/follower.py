@@ -5,11 +5,11 @@ Every page that trains uses one :class:`JobFollower`; it is the only place that 
 kernel's event loop) the same way, and after each poll that changed something it pushes the changes to notebook
 outputs (a browser served by ``panel serve`` gets them through the session's websocket without help).
 
-Frames of jobs in this process or its children are not polled: the job says when one lands
+Snapshots of jobs in this process or its children are not polled: the job says when one lands
 (:meth:`~lab.jobs.job.Job.listen`) and the follower draws it on the page's own thread at once (a job that trains
 elsewhere, read from its run folder, is drawn at each poll). A page whose live view is wrapped in the follower's
-:class:`FrameClock` (:meth:`JobFollower.pace`) asks the job for the next on-demand frame only when the browser has drawn
-the last one while it was on screen, so frames come as fast as the browser draws them and never queue.
+:class:`FrameClock` (:meth:`JobFollower.pace`) asks the job for the next on-demand snapshot only when the browser has
+drawn the last one while it was on screen, so snapshots come as fast as the browser draws them and never queue.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class JobFollower(pn.viewable.Viewer):
         self._callback = None
         self._finalizer: weakref.finalize | None = None
         self.clock: FrameClock | None = None  # paces the on-demand kinds when a page wraps its live view in it
-        self._landing = False  # a draw of landed frames is scheduled on the page's thread
+        self._landing = False  # a draw of landed snapshots is scheduled on the page's thread
 
     # -- what the page draws ----------------------------------------------------------------------------------
     def on_snapshot(self, kind: str, handler: SnapshotHandler) -> None:
@@ -85,7 +85,7 @@ class JobFollower(pn.viewable.Viewer):
         self._metrics_handlers.append(handler)
 
     def want(self, kind: str, on: bool = True) -> None:
-        """Ask the job for frames of the on-demand ``kind`` (or stop asking): the next one each time the browser has
+        """Ask the job for snapshots of the on-demand ``kind`` (or stop asking): the next one each time the browser has
         drawn the last (with :meth:`pace`), or after every poll (without)."""
         (self._wanted.add if on else self._wanted.discard)(kind)
         if on:
@@ -224,7 +224,7 @@ class JobFollower(pn.viewable.Viewer):
             self.push()
 
     def _ask(self) -> None:
-        """Ask the job for the next frame of each wanted kind, once the browser has drawn the last one (or when no
+        """Ask the job for the next snapshot of each wanted kind, once the browser has drawn the last one (or when no
         browser paces them)."""
         if self.job is not None and (self.clock is None or self.clock.ready):
             for kind in self._wanted:
@@ -278,9 +278,9 @@ def weak_periodic(owner: Any, call: Callable[[Any], Any], period_ms: int,
 
 
 def _waker(follower: JobFollower, job: Job) -> Callable[[], None]:
-    """What ``job`` calls, from its own thread, when a frame lands: schedule one draw on the follower's thread — the
+    """What ``job`` calls, from its own thread, when a snapshot lands: schedule one draw on the follower's thread — the
     session's (served), or the kernel's event loop — unless one is pending. Holds the follower weakly; elsewhere (a
-    script, a test) the owner's polls draw the frames."""
+    script, a test) the owner's polls draw the snapshots."""
     ref = weakref.ref(follower)
     doc = pn.state.curdoc if session_id() is not None else None
     try:

@@ -40,12 +40,12 @@ FIT_PX = (1040, 900)  # the default tile size keeps the mosaic within about this
 
 @dataclass(frozen=True)
 class Mosaic:
-    """All tiles of one frame as a single image plus the geometry to place lines, points and hover boxes.
+    """All tiles of one snapshot as a single image plus the geometry to place lines, points and hover boxes.
 
     Attributes:
         index: ``[H_px, W_px]`` uint8 palette indices (see :data:`PALETTE`; :data:`EMPTY` = transparent); array
             row 0 is the top of the plot.
-        layers: ``[C_l]`` shown indices into the frame's first axis (0 = stem).
+        layers: ``[C_l]`` shown indices into the snapshot's first axis (0 = stem).
         nodes: ``[C_n]`` shown node indices.
         has_input: whether the input column (x, y) comes first (only when layer 0 is shown).
         tile, gap, weight: tile side, gap between rows, width of a weights column (pixels).
@@ -127,14 +127,14 @@ def _range(span: tuple[int, int] | None, n: int, name: str) -> tuple[int, int]:
     return a, b
 
 
-def mosaic(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tuple[int, int] | None = None,
+def mosaic(snapshot: dict, *, layers: tuple[int, int] | None = None, nodes: tuple[int, int] | None = None,
            max_layers: int | None = None, max_nodes: int | None = None, tile_px: int | None = None,
            gap_px: int = 2, weight_px: int | None = None, normalize: str = "tile", lines: bool = True,
            fit_width: int = FIT_PX[0]) -> Mosaic:
     """Build the tile mosaic of a nodes snapshot with vectorised numpy (no loop over tiles).
 
     Args:
-        frame: a nodes snapshot: ``maps [L+1, H, R, R]`` (rows along y), ``limit`` and optionally
+        snapshot: a nodes snapshot: ``maps [L+1, H, R, R]`` (rows along y), ``limit`` and optionally
             ``weights [L+1, H, H_in]`` and ``decision [R, R]`` (probability of class 1).
         layers, nodes: inclusive-exclusive ranges into maps' first and second axes (default: all).
         max_layers, max_nodes: show at most this many, evenly spaced (both ends kept).
@@ -145,18 +145,18 @@ def mosaic(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tuple[i
         weight_px: width of a weights column (default ``tile_px``).
         normalize: colour range of a node map: ``"tile"`` (its own max |v|), ``"layer"`` (max |v| over the
             shown nodes of its layer) or ``"global"`` (over all shown tiles). Always symmetric so white = 0.
-        lines: draw the frame's weights as lines in the weights columns (:func:`draw_weights`).
+        lines: draw the snapshot's weights as lines in the weights columns (:func:`draw_weights`).
         fit_width: the width in pixels the default tile size fits the mosaic into.
     """
     if normalize not in ("tile", "layer", "global"):
         raise ValueError(f"normalize must be 'tile', 'layer' or 'global'; got {normalize!r}")
-    maps = np.asarray(frame["maps"], np.float32)
+    maps = np.asarray(snapshot["maps"], np.float32)
     lay = sample_indices(*_range(layers, maps.shape[0], "layers"), max_layers)
     nod = sample_indices(*_range(nodes, maps.shape[1], "nodes"), max_nodes)
     has_input = bool(lay[0] == 0)
     rows = max(len(nod), 2) if has_input else len(nod)
     cols = len(lay) + int(has_input)
-    dec_rows = min(rows, max(4, rows // 4)) if frame.get("decision") is not None else 0
+    dec_rows = min(rows, max(4, rows // 4)) if snapshot.get("decision") is not None else 0
     r = maps.shape[-1]
     g = int(gap_px)
     if tile_px is None:  # width ≈ (2·cols − 1 + dec_rows + 1)·t when weight_px = t
@@ -189,7 +189,7 @@ def mosaic(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tuple[i
     if dec_rows:
         side = dec_rows * (t + g) - g
         index = np.full((height, grid_w + w + side), EMPTY, np.uint8)
-        p = np.asarray(frame["decision"], np.float32)
+        p = np.asarray(snapshot["decision"], np.float32)
         dx = _resample_idx(p.shape[-1], side)
         p = (p[dx[::-1, None], dx[None, :]] * 2.0 - 1.0) * DECISION_SATURATION  # lighter, so points stand out
         index[:side, grid_w + w:] = _quantise(p, 1.0)
@@ -198,8 +198,8 @@ def mosaic(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tuple[i
         index = np.full((height, grid_w), EMPTY, np.uint8)
     index[:, :grid_w] = block
     m = Mosaic(index, lay, nod, has_input, t, g, w, rows, decision, lo, hi)
-    if lines and "weights" in frame:
-        draw_weights(m, frame["weights"], "global" if normalize == "global" else "tile")
+    if lines and "weights" in snapshot:
+        draw_weights(m, snapshot["weights"], "global" if normalize == "global" else "tile")
     return m
 
 
@@ -324,7 +324,7 @@ def _points(m: Mosaic, points: tuple[np.ndarray, np.ndarray], limit: float, max_
         color="class", cmap=[ORANGE, BLUE], clim=(0, 1), size=3, line_color="white", line_width=0.4)
 
 
-def node_grid(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tuple[int, int] | None = None,
+def node_grid(snapshot: dict, *, layers: tuple[int, int] | None = None, nodes: tuple[int, int] | None = None,
               points: tuple[np.ndarray, np.ndarray] | None = None, tile_px: int | None = None,
               normalize: str = "tile", max_layers: int | None = None, max_nodes: int | None = None,
               max_points: int = 300, encoding: str = "index", frame_width: int | None = None,
@@ -332,7 +332,7 @@ def node_grid(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tupl
     """The TFMeter figure for one nodes snapshot, drawn as a single plot (one Bokeh figure).
 
     Args:
-        frame: a nodes snapshot (:func:`lab.jobs.builders.nodes_snapshot`): ``maps [L+1, H, R, R]``,
+        snapshot: a nodes snapshot (:func:`lab.jobs.builders.nodes_snapshot`): ``maps [L+1, H, R, R]``,
             ``weights [L+1, H, H_in]`` (the stem's ``[H, in_dim]`` zero-padded, then each block's branch input
             weights), optionally ``decision [R, R]``, ``limit`` and ``step``.
         layers, nodes: inclusive-exclusive ranges into maps' first and second axes. The input column is drawn
@@ -353,9 +353,9 @@ def node_grid(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tupl
         Overlay of the mosaic (tiles and weight lines), an invisible ``hv.Rectangles`` hover layer (vdims
         layer, node, min, max) and, with ``points``, an ``hv.Points`` of the training set.
     """
-    m = mosaic(frame, layers=layers, nodes=nodes, max_layers=max_layers, max_nodes=max_nodes, tile_px=tile_px,
+    m = mosaic(snapshot, layers=layers, nodes=nodes, max_layers=max_layers, max_nodes=max_nodes, tile_px=tile_px,
                normalize=normalize, fit_width=fit_width)
-    limit = float(frame.get("limit", 1.0))
+    limit = float(snapshot.get("limit", 1.0))
     bounds = (0, 0, m.width, m.height)
     if encoding == "index":
         image = hv.Image(m.index, bounds=bounds, kdims=["x", "y"], vdims=["palette index"]).opts(
@@ -364,7 +364,7 @@ def node_grid(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tupl
         image = hv.RGB(m.rgba(), bounds=bounds, kdims=["x", "y"], vdims=["R", "G", "B", "A"])
     else:
         raise ValueError(f"encoding must be 'index' or 'rgba'; got {encoding!r}")
-    decision = frame.get("decision")
+    decision = snapshot.get("decision")
     hover = hv.Rectangles(hover_boxes(m, limit, None if decision is None else np.asarray(decision)),
                           kdims=["x0", "y0", "x1", "y1"], vdims=["layer", "node", "min", "max"]).opts(
         fill_alpha=0, line_alpha=0, hover_fill_alpha=0, hover_line_color="black", hover_line_alpha=1,
@@ -380,7 +380,7 @@ def node_grid(frame: dict, *, layers: tuple[int, int] | None = None, nodes: tupl
         xt.append((m.decision[0] + m.decision[2] / 2, "out"))
     yt = [(float(m.row_y(r)) + m.tile / 2, str(n)) for r, n in enumerate(m.nodes)]
     fw = m.width if frame_width is None else int(frame_width)
-    step = frame.get("step")
+    step = snapshot.get("step")
     return hv.Overlay(parts).opts(
         frame_width=fw, frame_height=max(1, round(fw * m.height / m.width)), xlim=(0, m.width),
         ylim=(0, m.height), xticks=xt, yticks=yt, xlabel="layer (0 = stem)", ylabel="node", show_grid=False,

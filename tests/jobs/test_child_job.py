@@ -32,11 +32,11 @@ def test_a_child_job_pauses_steps_resumes_publishes_and_stops_like_a_thread_job(
                                disk_every_s=0)
     assert isinstance(job, ChildJob) and job.is_paused()
     assert wait_for(lambda: job.status()["state"] == "paused", timeout=60), job.status()
-    assert wait_for(lambda: job.latest("nodes") is not None)  # the paused frame, forced
+    assert wait_for(lambda: job.latest("nodes") is not None)  # the paused snapshot, forced
     step = job.status()["step"]
     job.step(3)
     assert wait_for(lambda: job.status()["state"] == "paused" and job.status()["step"] == step + 3), job.status()
-    # paused again: its frame (sent after its status is written) shows where it stopped
+    # paused again: its snapshot (sent after its status is written) shows where it stopped
     assert wait_for(lambda: job.latest("nodes")[1]["step"] == step + 3), job.latest("nodes")[1]["step"]
     job.resume()
     assert wait_for(lambda: job.status()["state"] == "running")
@@ -54,7 +54,7 @@ def test_a_child_job_pauses_steps_resumes_publishes_and_stops_like_a_thread_job(
 
 
 def test_a_sweep_trains_in_a_child_and_is_controlled_and_drawn_like_a_sweep_job(manager):
-    """One ensemble of an α_min sweep in a child: paused with its frame, single steps, on-demand rank frames, its
+    """One ensemble of an α_min sweep in a child: paused with its snapshot, single steps, on-demand rank snapshots, its
     members' metrics tagged by member; killed, it is reported failed and its members' folders stay."""
     from lab.config import load_config
     from lab.jobs.kinds import RANK
@@ -65,14 +65,14 @@ def test_a_sweep_trains_in_a_child_and_is_controlled_and_drawn_like_a_sweep_job(
                               on_demand=True)
     assert isinstance(job, ChildJob) and job.run.path.name.endswith("sweep")
     assert wait_for(lambda: job.status()["state"] == "paused", timeout=60), job.status()
-    assert wait_for(lambda: job.latest(RANK) is not None)  # the paused frame, forced
+    assert wait_for(lambda: job.latest(RANK) is not None)  # the paused snapshot, forced
     assert int(job.latest(RANK)[1]["step"]) == 0
     job.step(5)
     assert wait_for(lambda: job.status()["state"] == "paused" and job.status()["step"] == 5), job.status()
     assert wait_for(lambda: int(job.latest(RANK)[1]["step"]) == 5)
-    frame = job.latest(RANK)[1]
-    assert frame.kind == RANK and frame["effective_rank"].shape == (2, 4)
-    assert frame["alpha_min"].tolist() == pytest.approx([1.0, 0.6])
+    snapshot = job.latest(RANK)[1]
+    assert snapshot.kind == RANK and snapshot["effective_rank"].shape == (2, 4)
+    assert snapshot["alpha_min"].tolist() == pytest.approx([1.0, 0.6])
     records, cursor = job.metrics_since(0)
     assert sorted({(r["member"], r["step"]) for r in records if r["kind"] == "step"}) == [(0, 5), (1, 5)]
     job.resume()
@@ -91,7 +91,7 @@ def test_a_sweep_trains_in_a_child_and_is_controlled_and_drawn_like_a_sweep_job(
 
 
 def test_runs_in_lockstep_train_in_one_child_at_one_step_and_fail_together(manager):
-    """Two runs in lockstep in one child: each its own job (frames, status), paused at one step; one
+    """Two runs in lockstep in one child: each its own job (snapshots, status), paused at one step; one
     stopped, the other trains on alone; the child killed, the one still training is reported failed."""
     jobs = manager.start_lockstep([tiny(**LONG, **{"model.alpha_min": a}) for a in (1.0, 0.5)], names=["a", "b"],
                                   cadence={"nodes": (5, 0.0)}, disk_every_s=0)

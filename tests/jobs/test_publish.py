@@ -16,8 +16,8 @@ def _trainer(step: int, model=None):
 
 def test_nodes_snapshot_takes_a_model():
     model = ResidualMLP(depth=3, width=4, shortcut="linear", alpha_min=0.5)
-    frame = nodes_snapshot(model)
-    assert frame["maps"].shape == (4, 4, 50, 50) and frame["alphas"].tolist() == [1.0, 0.75, 0.5]
+    snapshot = nodes_snapshot(model)
+    assert snapshot["maps"].shape == (4, 4, 50, 50) and snapshot["alphas"].tolist() == [1.0, 0.75, 0.5]
 
 
 def test_on_demand_kind_is_built_only_when_due_and_requested():
@@ -50,16 +50,16 @@ def test_non_finite_payload_is_never_published():
 
 
 def test_a_self_judged_builder_decides_alone():
-    sink, frames = [], iter([{"v": np.array([np.nan], np.float32)}, None])
+    sink, snapshots = [], iter([{"v": np.array([np.nan], np.float32)}, None])
     publisher = Publisher(lambda kind, p: sink.append(p), cadence={"x": (1, 0.0)},
-                          builders={"x": SelfJudged(lambda m: next(frames))})
+                          builders={"x": SelfJudged(lambda m: next(snapshots))})
     publisher.on_train_start(_trainer(0, torch.nn.Identity()))  # NaN means "undefined" here: published
     publisher.on_step_end(_trainer(1, torch.nn.Identity()), 0.0)  # None: not published
     assert len(sink) == 1 and np.isnan(sink[0]["v"]).all() and int(sink[0]["step"]) == 0
 
 
-def test_a_run_shorter_than_the_disk_interval_keeps_its_first_and_last_frames(tmp_path):
-    """Frames reach the run folder at most every ``disk_every_s`` seconds, but those taken because training started
+def test_a_run_shorter_than_the_disk_interval_keeps_its_first_and_last_snapshots(tmp_path):
+    """Snapshots reach the run folder at most every ``disk_every_s`` seconds, but those taken because training started
     or ended always do: a replay of the run finds the state it ended at, however fast it trained."""
     from lab.jobs.thread import ThreadJob
     from lab.runs.store import RunStore

@@ -1,4 +1,4 @@
-"""The sweep job: an alpha_min sweep trained in a thread, rank frames, controls, divergence, the manager's bound."""
+"""The sweep job: an alpha_min sweep trained in a thread, rank snapshots, controls, divergence, the manager's bound."""
 
 import math
 import time
@@ -32,7 +32,7 @@ def snapshot_step(job: SweepJob) -> int | None:
     return None if latest is None else int(latest[1]["step"])
 
 
-def test_rank_frames_arrive_with_their_shapes_and_increasing_steps(tmp_path):
+def test_rank_snapshots_arrive_with_their_shapes_and_increasing_steps(tmp_path):
     job = sweep_job(tmp_path, ALPHAS, "train.max_steps=60", cadence=(5, 0.0)).start()
     seen = []
     deadline = time.monotonic() + 60
@@ -48,32 +48,32 @@ def test_rank_frames_arrive_with_their_shapes_and_increasing_steps(tmp_path):
     assert len(seen) >= 2
     assert [v for v, _ in seen] == sorted({v for v, _ in seen})
     assert [s for _, s in seen] == sorted(s for _, s in seen) and seen[-1][1] == 60
-    frame = job.latest(RANK)[1]
-    assert frame.kind == RANK and frame.step == 60
+    snapshot = job.latest(RANK)[1]
+    assert snapshot.kind == RANK and snapshot.step == 60
     K, depths = 3, 4
     for key in ("effective_rank", "eq6_entropy", "probe_acc"):
-        assert frame[key].shape == (K, depths) and np.isfinite(frame[key]).all()
-    assert frame["pca"].shape == (K, 102, 2) and frame["labels"].shape == (102,)  # data.n=512: 102 test points
-    assert np.isfinite(frame["pearson_r_effective_rank"]) and np.isfinite(frame["pearson_r_eq6_entropy"])
-    np.testing.assert_allclose(frame["alpha_min"], [1.0, 0.8, 0.6])
-    assert frame["alphas"].shape == (K, 3)
-    np.testing.assert_allclose(frame["alphas"][:, -1], [1.0, 0.8, 0.6], rtol=1e-6)
-    assert frame["member_names"].tolist() == [m.name for m in job.plan.members]
-    assert frame["diverged"].tolist() == [False] * K and frame["eval_step"].tolist() == [60] * K
+        assert snapshot[key].shape == (K, depths) and np.isfinite(snapshot[key]).all()
+    assert snapshot["pca"].shape == (K, 102, 2) and snapshot["labels"].shape == (102,)  # data.n=512: 102 test points
+    assert np.isfinite(snapshot["pearson_r_effective_rank"]) and np.isfinite(snapshot["pearson_r_eq6_entropy"])
+    np.testing.assert_allclose(snapshot["alpha_min"], [1.0, 0.8, 0.6])
+    assert snapshot["alphas"].shape == (K, 3)
+    np.testing.assert_allclose(snapshot["alphas"][:, -1], [1.0, 0.8, 0.6], rtol=1e-6)
+    assert snapshot["member_names"].tolist() == [m.name for m in job.plan.members]
+    assert snapshot["diverged"].tolist() == [False] * K and snapshot["eval_step"].tolist() == [60] * K
     for split in ("train", "test"):
         expected = [Run(r.path).read_status()["metrics"][f"{split}_acc"] for r in job.runs]
-        np.testing.assert_allclose(frame[f"{split}_acc"], expected, rtol=1e-6)
+        np.testing.assert_allclose(snapshot[f"{split}_acc"], expected, rtol=1e-6)
 
 
 def test_pause_step_resume_stop(tmp_path):
     job = sweep_job(tmp_path, ALPHAS, paused=True, cadence=(1000, 0.0)).start()
     assert wait_for(lambda: job.status()["state"] == "paused")
-    assert job.status()["step"] == 0 and snapshot_step(job) == 0  # paused before the first step, with its frame
+    assert job.status()["step"] == 0 and snapshot_step(job) == 0  # paused before the first step, with its snapshot
     time.sleep(0.3)
     assert job.status()["step"] == 0
     job.step(3)
     assert wait_for(lambda: job.status()["state"] == "paused" and job.status()["step"] == 3)
-    assert snapshot_step(job) == 3  # the paused frame is the paused ensemble
+    assert snapshot_step(job) == 3  # the paused snapshot is the paused ensemble
     status = job.status()
     assert [m["state"] for m in status["members"]] == ["paused"] * 3
     assert all(Run(r.path).read_status()["state"] == "paused" for r in job.runs)
@@ -105,10 +105,10 @@ def test_a_diverging_member_shows_as_diverged_while_the_others_go_on(tmp_path):
     assert [m["state"] for m in status["members"][:2]] == ["paused", "paused"]
     own = Run(job.runs[2].path).read_status()
     assert own["state"] == "diverged" and own["step"] == diverged["step"]  # written at once, not at the end
-    frame = job.latest(RANK)[1]
-    assert frame.step == 40 and frame["diverged"].tolist() == [False, False, True]
-    assert np.isnan(frame["pearson_r_effective_rank"])  # two members left to correlate
-    assert np.isfinite(frame["effective_rank"][:2]).all() and np.isfinite(frame["test_acc"][:2]).all()
+    snapshot = job.latest(RANK)[1]
+    assert snapshot.step == 40 and snapshot["diverged"].tolist() == [False, False, True]
+    assert np.isnan(snapshot["pearson_r_effective_rank"])  # two members left to correlate
+    assert np.isfinite(snapshot["effective_rank"][:2]).all() and np.isfinite(snapshot["test_acc"][:2]).all()
     job.resume()
     status = job.wait(60)
     assert status["state"] == "completed" and "1 of 3 members diverged" in status["message"]
@@ -162,22 +162,22 @@ def test_metrics_cursor_picks_up_only_new_records(tmp_path):
     job.stop()
 
 
-def test_on_demand_frames_wait_for_a_request(tmp_path):
+def test_on_demand_snapshots_wait_for_a_request(tmp_path):
     job = sweep_job(tmp_path, ALPHAS, paused=True, cadence=(1, 0.0), on_demand=True).start()
     assert wait_for(lambda: job.status()["state"] == "paused")
     assert snapshot_step(job) == 0
     job.step(5)
     assert wait_for(lambda: job.status()["state"] == "paused" and job.status()["step"] == 5)
     versions = job.latest(RANK)[0]
-    assert versions == 2  # the start frame and the paused one: nothing in between was asked for
+    assert versions == 2  # the start snapshot and the paused one: nothing in between was asked for
     job.request(RANK)
     job.step(3)
     assert wait_for(lambda: job.status()["state"] == "paused" and job.status()["step"] == 8)
-    assert job.latest(RANK)[0] == 4  # the requested frame at step 6, then the paused one
+    assert job.latest(RANK)[0] == 4  # the requested snapshot at step 6, then the paused one
     job.stop()
 
 
-def test_a_failing_frame_fails_the_job_and_its_members(tmp_path, monkeypatch):
+def test_a_failing_snapshot_fails_the_job_and_its_members(tmp_path, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("broken analysis")
 

@@ -14,13 +14,13 @@ def test_snapshots_arrive_with_increasing_versions_and_stop_is_fast(tmp_path):
     seen = []
     assert wait_for(lambda: job.latest("nodes") is not None)
     while len(seen) < 4:
-        v, frame = job.latest("nodes")
+        v, snapshot = job.latest("nodes")
         if not seen or v > seen[-1][0]:
-            seen.append((v, int(frame["step"])))
+            seen.append((v, int(snapshot["step"])))
         time.sleep(0.01)
     assert [v for v, _ in seen] == sorted(v for v, _ in seen)
     assert [s for _, s in seen] == sorted(s for _, s in seen)
-    assert frame["maps"].shape == (5, 8, 50, 50) and frame["maps"].dtype == np.float32
+    assert snapshot["maps"].shape == (5, 8, 50, 50) and snapshot["maps"].dtype == np.float32
     t0 = time.monotonic()
     job.stop()
     assert time.monotonic() - t0 < 1.0
@@ -38,22 +38,22 @@ def test_pause_step_resume(tmp_path):
     assert job.status()["step"] == step
     job.step(3)
     assert wait_for(lambda: job.status()["state"] == "paused" and job.status()["step"] == step + 3)
-    assert int(job.latest("nodes")[1]["step"]) == step + 3  # the paused frame is the paused model
+    assert int(job.latest("nodes")[1]["step"]) == step + 3  # the paused snapshot is the paused model
     job.resume()
     assert wait_for(lambda: job.status()["step"] > step + 10)
     job.stop()
     assert job.status()["state"] == "stopped"
 
 
-def test_diverging_run_ends_as_diverged_and_keeps_last_good_frame(tmp_path):
+def test_diverging_run_ends_as_diverged_and_keeps_last_good_snapshot(tmp_path):
     cfg = tiny(**{"train.optimizer": "sgd", "train.lr": 10.0})
     job = ThreadJob(cfg, RunStore(tmp_path).create("d"), cadence={"nodes": (1, 0.0)}).start()
     job.wait(60)
     status = job.status()
     assert status["state"] == "diverged"
     assert f"diverged at step {status['step']}" in status["message"] and "train.lr=10" in status["message"]
-    version, frame = job.latest("nodes")
-    assert all(np.isfinite(a).all() for a in frame.values() if np.asarray(a).dtype.kind == "f")
+    version, snapshot = job.latest("nodes")
+    assert all(np.isfinite(a).all() for a in snapshot.values() if np.asarray(a).dtype.kind == "f")
     records, _ = job.metrics_since(0)
     assert all(math.isfinite(r.get("loss", 0.0)) for r in records)
 

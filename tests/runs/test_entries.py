@@ -1,5 +1,5 @@
 """A run folder is hostile input: each test is an attack (or an unlucky file) and what the lab does with it — no
-freeze on a named pipe, no memory blow-up from a frame or a huge file, no number that breaks a reader, no file
+freeze on a named pipe, no memory blow-up from a snapshot or a huge file, no number that breaks a reader, no file
 written through a planted link, and every refusal naming the entry and why."""
 
 import io
@@ -211,7 +211,7 @@ def test_entries_over_their_cap_are_refused_by_name(tmp_path):
 
 
 def _deflated_bomb(path: Path, shape=(128, 1024, 32, 32)) -> None:
-    """A frame whose one member, deflated, declares a float32 array of ``shape`` (512 MB of zeros in 0.5 MB)."""
+    """A snapshot whose one member, deflated, declares a float32 array of ``shape`` (512 MB of zeros in 0.5 MB)."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf, \
             zf.open("maps.npy", "w", force_zip64=True) as f:
         np.lib.format.write_array_header_2_0(f, {"descr": "<f4", "fortran_order": False, "shape": shape})
@@ -220,7 +220,7 @@ def _deflated_bomb(path: Path, shape=(128, 1024, 32, 32)) -> None:
             f.write(chunk)
 
 
-def test_a_deflated_frame_bomb_is_refused_before_it_is_loaded(tmp_path):
+def test_a_deflated_snapshot_bomb_is_refused_before_it_is_loaded(tmp_path):
     run = _run(tmp_path)
     bomb = run.path / "snapshots" / "nodes-000000005.npz"
     _deflated_bomb(bomb)
@@ -231,10 +231,10 @@ def test_a_deflated_frame_bomb_is_refused_before_it_is_loaded(tmp_path):
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 20 * entries.MiB, f"peak {peak / 1e6:.0f} MB"
-    assert run.load_snapshot("nodes") is None, "the latest readable frame: none"
+    assert run.load_snapshot("nodes") is None, "the latest readable snapshot: none"
 
 
-def test_frame_members_are_checked_against_their_headers(tmp_path):
+def test_snapshot_members_are_checked_against_their_headers(tmp_path):
     good = tmp_path / "good.npz"
     np.savez(good, maps=np.arange(6, dtype=np.float32).reshape(2, 3), names=np.array(["a", "b"]),
              fortran=np.asfortranarray(np.arange(6).reshape(2, 3)))
@@ -261,7 +261,7 @@ def test_frame_members_are_checked_against_their_headers(tmp_path):
     with pytest.raises(EntryError, match="is encrypted"):
         read_npz(tmp_path / "encrypted.npz")
     (tmp_path / "garbage.npz").write_bytes(b"not a zip")
-    with pytest.raises(EntryError, match="is not a frame file"):
+    with pytest.raises(EntryError, match="is not a snapshot file"):
         read_npz(tmp_path / "garbage.npz")
 
 

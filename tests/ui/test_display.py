@@ -22,7 +22,7 @@ def run(tmp_path_factory):
     manager.shutdown()
 
 
-def test_run_shows_its_state_settings_curves_and_latest_frame(run):
+def test_run_shows_its_state_settings_curves_and_latest_snapshot(run):
     view = run_view(run)
     table = view[0].object
     assert f"run {run.id}" in table and "completed" in table and "40 / 40" in table

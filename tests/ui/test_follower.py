@@ -1,4 +1,4 @@
-"""The job follower every page uses: start, poll, hand each record and frame to the page once, stop."""
+"""The job follower every page uses: start, poll, hand each record and snapshot to the page once, stop."""
 
 import asyncio
 import gc
@@ -9,11 +9,11 @@ from tests.jobs.helpers import tiny, wait_for
 from tests.ui.driving import shown
 
 
-def test_follower_hands_every_record_and_each_new_frame_once(manager):
+def test_follower_hands_every_record_and_each_new_snapshot_once(manager):
     follower = JobFollower(manager)
-    records, frames = [], []
+    records, snapshots = [], []
     follower.on_metrics(records.extend)
-    follower.on_snapshot("nodes", lambda frame: frames.append(int(frame["step"])))
+    follower.on_snapshot("nodes", lambda snapshot: snapshots.append(int(snapshot["step"])))
     job = follower.start(tiny(**{"train.max_steps": 60}), cadence={"nodes": (10, 0.0)}, disk_every_s=0)
     assert job is not None and follower.running
     while follower.running:
@@ -22,8 +22,8 @@ def test_follower_hands_every_record_and_each_new_frame_once(manager):
     follower.poll()
     on_disk, _ = job.metrics_since(0)
     assert records == on_disk == follower.records  # every record, in order, none twice
-    # frames in order, each version at most once (the end of training publishes the last step again), the last
-    assert frames == sorted(frames) and len(frames) <= job.latest("nodes")[0] and frames[-1] == 60
+    # snapshots in order, each version at most once (the end of training publishes the last step again), the last
+    assert snapshots == sorted(snapshots) and len(snapshots) <= job.latest("nodes")[0] and snapshots[-1] == 60
     assert "completed" in follower.status.message and job.run.id in follower.status.message
     assert follower.status.alert.visible is False
 
@@ -36,18 +36,18 @@ def test_busy_manager_is_shown_and_nothing_starts(manager):
     other.stop()
 
 
-def test_on_demand_frames_are_requested_after_each_poll(manager):
+def test_on_demand_snapshots_are_requested_after_each_poll(manager):
     follower = JobFollower(manager)
-    follower.on_snapshot("nodes", lambda frame: None)
+    follower.on_snapshot("nodes", lambda snapshot: None)
     follower.start(tiny(), cadence={"nodes": (1, 0.0)}, on_demand=("nodes",), disk_every_s=0)
-    assert wait_for(lambda: follower.job.latest("nodes") is not None)  # the start frame is forced
+    assert wait_for(lambda: follower.job.latest("nodes") is not None)  # the start snapshot is forced
     time.sleep(0.5)
     assert follower.job.latest("nodes")[0] == 1  # nobody asked: nothing more was built
     follower.want("nodes")  # asks at once
     assert wait_for(lambda: follower.job.latest("nodes")[0] >= 2)
     time.sleep(0.3)
-    assert follower.job.latest("nodes")[0] == 2  # one request, one frame
-    # the request was used up before that frame landed, so the poll's is a new one: exactly one more frame
+    assert follower.job.latest("nodes")[0] == 2  # one request, one snapshot
+    # the request was used up before that snapshot landed, so the poll's is a new one: exactly one more snapshot
     follower.poll()
     assert wait_for(lambda: follower.job.latest("nodes")[0] >= 3)
     time.sleep(0.3)
@@ -88,34 +88,34 @@ def test_a_job_that_ends_during_a_poll_is_polled_once_more(manager):
     assert "completed" in follower.status.message, follower.status.message
 
 
-def test_a_paced_follower_asks_for_the_next_frame_once_the_browser_has_drawn_the_last(manager):
-    """With its live view wrapped in a FrameClock the follower asks for a frame only when the browser has painted the
+def test_a_paced_follower_asks_for_the_next_snapshot_once_the_browser_has_drawn_the_last(manager):
+    """With its live view wrapped in a FrameClock the follower asks for a snapshot only when the browser has painted the
     last one it was sent: no request while the browser is behind (or the view is off screen), one at its answer."""
     import panel as pn
 
     follower = JobFollower(manager)
-    follower.on_snapshot("nodes", lambda frame: None)
+    follower.on_snapshot("nodes", lambda snapshot: None)
     clock = follower.pace(pn.pane.Markdown("grid"))
     clock.drawn = 0  # a browser shows the clock and has drawn everything it was sent (nothing yet)
     job = follower.start(tiny(), cadence={"nodes": (1, 0.0)}, on_demand=("nodes",), disk_every_s=0)
-    follower.want("nodes")  # ready: asked at once (the forced first frame may use that request up)
+    follower.want("nodes")  # ready: asked at once (the forced first snapshot may use that request up)
     assert wait_for(lambda: job.latest("nodes") is not None)
     time.sleep(0.3)
-    follower.poll()  # draws the newest frame: one more sent, not yet drawn
+    follower.poll()  # draws the newest snapshot: one more sent, not yet drawn
     version, sent = job.latest("nodes")[0], clock.sent
     assert sent == 1 and not clock.ready
     step = int(job.latest("nodes")[1]["step"])
     assert wait_for(lambda: max((r["step"] for r in job.metrics_since(0)[0]), default=0) >= step + 20)
-    follower.poll()  # it trained 20 steps on, and made no frame nobody would see
+    follower.poll()  # it trained 20 steps on, and made no snapshot nobody would see
     assert job.latest("nodes")[0] == version and clock.sent == sent
-    clock.drawn = clock.sent  # the browser painted it while on screen: the next frame is asked for at once
+    clock.drawn = clock.sent  # the browser painted it while on screen: the next snapshot is asked for at once
     assert wait_for(lambda: job.latest("nodes")[0] == version + 1)
     follower.forget()
 
 
-def test_frames_are_drawn_when_they_land_not_at_the_next_poll(manager, monkeypatch):
-    """On an event loop (a kernel's) a frame that lands is drawn on that loop at once, though the follower's
-    status poll is ten seconds away: five frames drawn with no poll but the first, each once, in order."""
+def test_snapshots_are_drawn_when_they_land_not_at_the_next_poll(manager, monkeypatch):
+    """On an event loop (a kernel's) a snapshot that lands is drawn on that loop at once, though the follower's
+    status poll is ten seconds away: five snapshots drawn with no poll but the first, each once, in order."""
     drawn: list[tuple[int, float]] = []
     calls = []
     poll = JobFollower.poll
@@ -123,7 +123,7 @@ def test_frames_are_drawn_when_they_land_not_at_the_next_poll(manager, monkeypat
 
     async def follow() -> int:
         follower = JobFollower(manager, period=10_000)
-        follower.on_snapshot("nodes", lambda frame: drawn.append((int(frame["step"]), time.monotonic())))
+        follower.on_snapshot("nodes", lambda snapshot: drawn.append((int(snapshot["step"]), time.monotonic())))
         follower.start(tiny(), cadence={"nodes": (5, 0.0)}, disk_every_s=0)
         deadline = time.monotonic() + 60
         while len(drawn) < 5 and time.monotonic() < deadline:

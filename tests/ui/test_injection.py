@@ -75,7 +75,7 @@ def test_nothing_from_a_run_folder_is_markup_on_the_runs_page(server, tmp_path):
             assert page.locator(".tabulator-cell", has_text=text).count() == 1, text
         cell.click()
         for text in (MESSAGE, NOTE, CHECKPOINT, f"run {NAME}", "at step 20, from"):  # header, config,
-            _wait_for_text(page, text)  # checkpoints, status line, the saved frame replayed
+            _wait_for_text(page, text)  # checkpoints, status line, the saved snapshot replayed
         page.wait_for_function("(name) => new URLSearchParams(location.search).get('run') === name", arg=NAME,
                                timeout=10_000)
         assert _injected(page) == [] and dialogs == []

@@ -171,7 +171,7 @@ def in_jupyterlab(test):
 
 @in_jupyterlab
 def test_alignment_page_draws_both_networks_in_jupyterlab_offline(notebook):
-    """The two columns' frames in a notebook cell, drawn in full (training them in lockstep is the served page's
+    """The two columns' snapshots in a notebook cell, drawn in full (training them in lockstep is the served page's
     browser test and the page's own tests: the cell adds nothing to it but minutes)."""
     page = notebook.page
     # the untrained networks are drawn: both columns' summaries say step 0

@@ -124,9 +124,9 @@ def test_browser_playground_follows_sliders_trains_live_and_every_plot_shows_its
 
 
 @needs_chromium
-def test_browser_paces_the_playground_and_a_page_out_of_sight_asks_for_no_frame(server):
+def test_browser_paces_the_playground_and_a_page_out_of_sight_asks_for_no_snapshot(server):
     """The browser answers each frame it paints (the FrameClock's count comes back), the job makes the next only
-    then; with another page shown the Playground's grid is out of sight: the run trains on and makes no frame,
+    then; with another page shown the Playground's grid is out of sight: the run trains on and makes no snapshot,
     until the Playground is back."""
     url = server
     with browser_page() as (page, seen):
@@ -137,7 +137,7 @@ def test_browser_paces_the_playground_and_a_page_out_of_sight_asks_for_no_frame(
         (job,) = get_manager().active()
         page.wait_for_function(f"() => ({JS_CLOCK})().drawn >= 3", timeout=60_000)  # paced by what it draws
         page.get_by_role("button", name="Runs").click()  # the Playground leaves the screen; its run trains on
-        # a frame asked for before the switch may still land (on a loaded machine, steps later): the frames must
+        # a snapshot asked for before the switch may still land (on a loaded machine, steps later): the snapshots must
         # stop, while training goes on, within a few spans of 50 steps and three of the page's polls
         span = 3 * JobFollower.period / 1000
         settled = False
@@ -145,13 +145,13 @@ def test_browser_paces_the_playground_and_a_page_out_of_sight_asks_for_no_frame(
             version, step, t0 = job.latest("nodes")[0], _logged_step(job), time.monotonic()
             assert wait_for(lambda s=step, t=t0: _logged_step(job) >= s + 50 and time.monotonic() - t >= span)
             if job.latest("nodes")[0] == version:
-                settled = True  # trained on, no frame made: nobody sees the grid
+                settled = True  # trained on, no snapshot made: nobody sees the grid
                 break
-        assert settled, f"frames went on while the grid was out of sight (version {job.latest('nodes')[0]})"
+        assert settled, f"snapshots went on while the grid was out of sight (version {job.latest('nodes')[0]})"
         # the switch held: the address bar's page name, sent back by the browser, did not take the Playground back
         assert page.get_by_role("button", name="Start / pause").filter(visible=True).count() == 0
         page.get_by_role("button", name="Playground").click()
-        assert wait_for(lambda: job.latest("nodes")[0] > version + 2)  # back on screen: frames again
+        assert wait_for(lambda: job.latest("nodes")[0] > version + 2)  # back on screen: snapshots again
         page.get_by_role("button", name="Start / pause").click()
     assert not seen.errors and not seen.external, seen
 
@@ -221,10 +221,10 @@ def test_browser_alignment_page_trains_both_networks_and_every_view_shows_data(s
         assert not plots_off_their_data(untrained), plots_off_their_data(untrained)
         sigma_before = page.evaluate(JS_SPECTRA)
         page.get_by_role("button", name="Start / pause").click()
-        page.wait_for_function(JS_STEP_AT_LEAST, arg=10, timeout=240_000)  # two frames past the first
+        page.wait_for_function(JS_STEP_AT_LEAST, arg=10, timeout=240_000)  # two snapshots past the first
         page.wait_for_function(f"(old) => JSON.stringify(({JS_SPECTRA})()) !== JSON.stringify(old)",
                                arg=sigma_before, timeout=60_000)
-        # the accuracy curves start at the first evaluation, the end of the first epoch: frames (every 5 steps) and
+        # the accuracy curves start at the first evaluation, the end of the first epoch: snapshots (every 5 steps) and
         # their own progress can be ahead of it
         page.wait_for_function(JS_BOTH_EVALUATED, timeout=60_000)
         plots = _plots(page)
@@ -250,7 +250,7 @@ def test_browser_rank_page_sweeps_and_every_view_shows_data(server):
         page.goto(f"{url}/apps?page=Rank&task=masked&depth=6&width=8&epochs=200&every_s=0.3", timeout=60_000)
         page.wait_for_function(JS_HAS_TEXT, arg="Step 0.", timeout=120_000)
         page.get_by_role("button", name="Start / pause").click()
-        page.wait_for_function(JS_RANK_FRAMES, arg=3, timeout=180_000)  # three frames over training
+        page.wait_for_function(JS_RANK_FRAMES, arg=3, timeout=180_000)  # three snapshots over training
         page.wait_for_function(JS_MEMBER_EVALUATED, timeout=120_000)  # and the members' losses
         plots = _plots(page)
         for title in titles:
@@ -306,7 +306,7 @@ JS_TEXT_COUNT = """([needle, n]) => { let k = 0; for (const doc of Bokeh.documen
 # the bars show a member's evaluated accuracy (or loss)
 JS_MEMBER_EVALUATED = """() => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
     if (m.name === "accuracy_per_member" && Array.from(m.data.value).some(v => v > 0)) return true; return false; }"""
-# frames drawn on the final-layer-rank-over-training curves
+# snapshots drawn on the final-layer-rank-over-training curves
 JS_RANK_FRAMES = """(n) => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
     if (m.name === "rank_over_training" && m.data.xs.length && m.data.xs[0].length >= n) return true;
     return false; }"""
@@ -335,7 +335,8 @@ def test_out_of_range_url_settings_are_named_and_clamped(server):
             if (typeof m.text === 'string' && m.text.includes('depth=99999')) return m.text; return ''; }""")
         assert "depth must be in [1, 64]; using 64" in text and "alpha_min must be in [0.0, 1.0]; using 1.0" in text
         page.wait_for_function(JS_HAS_TEXT, arg="step 0", timeout=60_000)
-        assert "depth=64" in page.url  # the URL now carries the value in use
+        # the URL then carries the value in use (the query is its own message, sent after the clamped values')
+        page.wait_for_function("() => location.search.includes('depth=64')", timeout=30_000)
     assert not seen.errors and not seen.external, seen
 
 
@@ -347,7 +348,7 @@ JS_SOURCE_POINTS = """(name) => { for (const doc of Bokeh.documents) for (const 
 @needs_chromium
 def test_browser_runs_page_lists_runs_and_follows_the_opened_one(server, tmp_path):
     """Run folders written beside the server (as a cluster job on a mounted disk would) are listed; a clicked row
-    opens its run, whose curves grow as its metrics file does; runs are compared; a run's saved frames and a sweep's
+    opens its run, whose curves grow as its metrics file does; runs are compared; a run's saved snapshots and a sweep's
     rank views are drawn."""
     import numpy as np
 
@@ -410,8 +411,8 @@ def test_browser_runs_page_lists_runs_and_follows_the_opened_one(server, tmp_pat
         page.wait_for_function(JS_HAS_TEXT, arg="at step 20, from", timeout=60_000)
         page.wait_for_function(f"() => ({JS_PLOTS})().some(p => p.title === 'step 20')", timeout=30_000)
         page.wait_for_timeout(500)
-        frames = [p for p in _pixels(page, "Saved frames") if p["title"].startswith(("step", "Decision"))]
-        assert sorted(p["title"] for p in frames) == ["Decision boundary at step 20", "step 20"], frames
+        replayed = [p for p in _pixels(page, "Saved snapshots") if p["title"].startswith(("step", "Decision"))]
+        assert sorted(p["title"] for p in replayed) == ["Decision boundary at step 20", "step 20"], replayed
         # a sweep: the Rank page's views of its members' last checkpoints, beside their comparison
         page.goto(f"{url}/apps?page=Runs&run={folder.id}", timeout=60_000)
         page.wait_for_function(JS_HAS_TEXT, arg="with the rank views of their last checkpoints", timeout=60_000)

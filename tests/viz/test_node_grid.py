@@ -29,7 +29,7 @@ def rgb(h: str) -> tuple[int, int, int]:
 
 
 @pytest.fixture
-def frame() -> dict:
+def snapshot() -> dict:
     """L+1 = 5 layers, H = 4 nodes, R = 50: node k of layer l is (k + 1)(l + 1)·y for even k, ·x for odd k."""
     axis = np.linspace(-1, 1, 50, dtype=np.float32)
     yy, xx = np.meshgrid(axis, axis, indexing="ij")  # rows along y, columns along x
@@ -50,8 +50,8 @@ def tile_px(m, col: int, row: int) -> np.ndarray:
     return m.rgba()[top:top + m.tile, left:left + m.tile]
 
 
-def test_mosaic_size_follows_layout_formula(frame):
-    m = mosaic(frame, tile_px=T, gap_px=G, lines=False)
+def test_mosaic_size_follows_layout_formula(snapshot):
+    m = mosaic(snapshot, tile_px=T, gap_px=G, lines=False)
     rows, cols = 4, 1 + 5  # input column + one per layer
     height = rows * (T + G) - G
     grid_w = cols * T + (cols - 1) * T  # weights columns as wide as tiles
@@ -64,8 +64,8 @@ def test_mosaic_size_follows_layout_formula(frame):
     assert (m.rgba()[m.index == EMPTY][:, 3] == 0).all()
 
 
-def test_tile_colours_orange_negative_blue_positive(frame):
-    m = mosaic(frame, tile_px=50, gap_px=G)  # one pixel per grid point, so the extremes ±1 are sampled exactly
+def test_tile_colours_orange_negative_blue_positive(snapshot):
+    m = mosaic(snapshot, tile_px=50, gap_px=G)  # one pixel per grid point, so the extremes ±1 are sampled exactly
     # layer 2, node 0 varies along y: top of the tile (y = +1) pure blue, bottom pure orange
     t = tile_px(m, col=1 + 2, row=0)
     assert tuple(t[0, 5, :3]) == rgb(BLUE) and tuple(t[-1, 5, :3]) == rgb(ORANGE)
@@ -73,8 +73,8 @@ def test_tile_colours_orange_negative_blue_positive(frame):
     t = tile_px(m, col=1 + 4, row=1)
     assert tuple(t[5, 0, :3]) == rgb(ORANGE) and tuple(t[5, -1, :3]) == rgb(BLUE)
     # every pixel's hue follows the sign of the value it samples (blue channel > red ⇔ positive)
-    src = frame["maps"][3, 3]  # ·x
-    m = mosaic(frame, tile_px=T, gap_px=G)
+    src = snapshot["maps"][3, 3]  # ·x
+    m = mosaic(snapshot, tile_px=T, gap_px=G)
     ix = ((np.arange(T) + 0.5) * 50 / T).astype(int)  # nearest-neighbour resampling 50 → T
     vals = src[ix[::-1, None], ix[None, :]]
     t = tile_px(m, col=1 + 3, row=3).astype(int)
@@ -85,8 +85,8 @@ def test_tile_colours_orange_negative_blue_positive(frame):
     assert (tile_px(m, 0, 2)[..., 3] == 0).all()
 
 
-def test_normalize_tile_layer_global(frame):
-    f = dict(frame, maps=frame["maps"].copy())
+def test_normalize_tile_layer_global(snapshot):
+    f = dict(snapshot, maps=snapshot["maps"].copy())
     f["maps"][1, 2] *= 1e-3  # a faint node
     sat = {}
     for mode in ("tile", "layer", "global"):
@@ -98,16 +98,16 @@ def test_normalize_tile_layer_global(frame):
         mosaic(f, normalize="column")
 
 
-def _one_weight_snapshot(frame: dict, *entries: tuple[int, int, int, float]) -> dict:
-    weights = np.zeros_like(frame["weights"])
+def _one_weight_snapshot(snapshot: dict, *entries: tuple[int, int, int, float]) -> dict:
+    weights = np.zeros_like(snapshot["weights"])
     for layer, dest, src, w in entries:
         weights[layer, dest, src] = w
-    return {**frame, "weights": weights}
+    return {**snapshot, "weights": weights}
 
 
-def test_weight_lines_are_solid_runs_from_source_to_destination_in_sign_colours(frame):
+def test_weight_lines_are_solid_runs_from_source_to_destination_in_sign_colours(snapshot):
     # stem: input y (row 1) → node 3, positive; into layer 2: node 1 of layer 1 → node 0, negative
-    m = mosaic(_one_weight_snapshot(frame, (0, 3, 1, 2.0), (2, 0, 1, -0.5)), tile_px=T, gap_px=G)
+    m = mosaic(_one_weight_snapshot(snapshot, (0, 3, 1, 2.0), (2, 0, 1, -0.5)), tile_px=T, gap_px=G)
     pitch = T + G
     blue, orange = LUT[_quantise(np.float32(LINE_SATURATION), 1.0)], LUT[_quantise(np.float32(-LINE_SATURATION), 1.0)]
     stem = m.index[:, T:2 * T]  # the weights column between the input column and layer 0
@@ -127,8 +127,8 @@ def test_weight_lines_are_solid_runs_from_source_to_destination_in_sign_colours(
         assert (m.index[:, c * 2 * T + T:(c + 1) * 2 * T] == EMPTY).all()
 
 
-def test_crossing_lines_of_opposite_sign_cancel_where_they_overlap(frame):
-    m = mosaic(_one_weight_snapshot(frame, (1, 0, 1, 1.0), (1, 1, 0, -1.0)), tile_px=T, gap_px=G)
+def test_crossing_lines_of_opposite_sign_cancel_where_they_overlap(snapshot):
+    m = mosaic(_one_weight_snapshot(snapshot, (1, 0, 1, 1.0), (1, 1, 0, -1.0)), tile_px=T, gap_px=G)
     col = m.index[:, 2 * T + T:2 * (2 * T)]  # weights column into layer 1
     mid = (0 * (T + G) + 1 * (T + G)) // 2 + T // 2  # the rows where the two lines cross
     assert abs(int(col[mid, T // 2]) - 127) <= 2  # +1 and −1 sum to white
@@ -137,8 +137,8 @@ def test_crossing_lines_of_opposite_sign_cancel_where_they_overlap(frame):
     assert col[(T + G) + T // 2, 0] == _quantise(np.float32(LINE_SATURATION), 1.0)
 
 
-def test_global_normalize_scales_lines_by_the_largest_weight_shown(frame):
-    f = _one_weight_snapshot(frame, (1, 0, 0, 1.0), (2, 0, 0, 0.25))
+def test_global_normalize_scales_lines_by_the_largest_weight_shown(snapshot):
+    f = _one_weight_snapshot(snapshot, (1, 0, 0, 1.0), (2, 0, 0, 0.25))
     per_column = mosaic(f, tile_px=T, gap_px=G)
     shared = mosaic(f, tile_px=T, gap_px=G, normalize="global")
     small = slice(2 * (2 * T) + T, 3 * (2 * T))  # the column with the 0.25 weight
@@ -146,37 +146,37 @@ def test_global_normalize_scales_lines_by_the_largest_weight_shown(frame):
     assert 127 < shared.index[T // 2, small][0] < 170  # a quarter of the largest shown: pale blue
 
 
-def test_layer_and_node_ranges_shrink_the_grid(frame):
-    m = mosaic(frame, layers=(1, 4), nodes=(1, 3), tile_px=T, gap_px=G)
+def test_layer_and_node_ranges_shrink_the_grid(snapshot):
+    m = mosaic(snapshot, layers=(1, 4), nodes=(1, 3), tile_px=T, gap_px=G)
     assert not m.has_input and list(m.layers) == [1, 2, 3] and list(m.nodes) == [1, 2]
     assert m.index.shape == (2 * (T + G) - G, 3 * 2 * T - T + T + 2 * (T + G) - G) == (22, 82)
     # two weights columns (into layers 2 and 3), 2 × 2 each, with the zero at weights[3, 1, 2] among them
-    mats = weight_matrices(m, frame["weights"])
+    mats = weight_matrices(m, snapshot["weights"])
     assert mats.shape == (2, 2, 2) and np.count_nonzero(mats) == 2 * 2 * 2 - 1
     # layer 2 node 2 (·y) is the tile in column 1, row 1
     t = tile_px(m, col=1, row=1).astype(int)
     assert t[0, 5, 2] > t[0, 5, 0] and t[-1, 5, 0] > t[-1, 5, 2]  # ·y: blue at the top, orange at the bottom
     with pytest.raises(ValueError):
-        mosaic(frame, layers=(3, 3))
+        mosaic(snapshot, layers=(3, 3))
     with pytest.raises(ValueError):
-        mosaic(frame, nodes=(0, 5))
+        mosaic(snapshot, nodes=(0, 5))
 
 
-def test_sampler_picks_evenly_spaced_subset(frame):
+def test_sampler_picks_evenly_spaced_subset(snapshot):
     assert list(sample_indices(0, 33, 5)) == [0, 8, 16, 24, 32]
     assert list(sample_indices(0, 4, 10)) == [0, 1, 2, 3]
-    m = mosaic(frame, max_layers=3, max_nodes=2, tile_px=T)
+    m = mosaic(snapshot, max_layers=3, max_nodes=2, tile_px=T)
     assert list(m.layers) == [0, 2, 4] and list(m.nodes) == [0, 3] and m.rows == 2
-    mats = weight_matrices(m, frame["weights"])  # [weights columns, dest row, source row]
+    mats = weight_matrices(m, snapshot["weights"])  # [weights columns, dest row, source row]
     assert mats.shape == (3, 2, 2)  # the stem (from x, y), then into layers 2 and 4, among nodes 0 and 3
-    assert np.array_equal(mats[0], frame["weights"][0][[0, 3]][:, :2])
+    assert np.array_equal(mats[0], snapshot["weights"][0][[0, 3]][:, :2])
     # a weights column shows the weights into its layer, from layer l−1 (not from the previous shown layer)
-    assert np.array_equal(mats[1], frame["weights"][2][np.ix_([0, 3], [0, 3])])
-    assert np.array_equal(mats[2], frame["weights"][4][np.ix_([0, 3], [0, 3])])
+    assert np.array_equal(mats[1], snapshot["weights"][2][np.ix_([0, 3], [0, 3])])
+    assert np.array_equal(mats[2], snapshot["weights"][4][np.ix_([0, 3], [0, 3])])
 
 
-def test_hover_names_layer_node_and_range(frame):
-    el = node_grid(frame, tile_px=T)
+def test_hover_names_layer_node_and_range(snapshot):
+    el = node_grid(snapshot, tile_px=T)
     boxes = el.get(1)
     assert isinstance(boxes, hv.Rectangles)
     layer, node = boxes.dimension_values("layer"), boxes.dimension_values("node")
@@ -184,23 +184,23 @@ def test_hover_names_layer_node_and_range(frame):
     assert len(boxes) == 2 + 5 * 4 + 1  # input x, y; every node; the decision tile
     assert (layer[0], node[0], layer[1], node[1]) == ("input", "x", "input", "y")
     i = np.flatnonzero((layer == "3") & (node == "1"))[0]
-    assert np.isclose(lo[i], frame["maps"][3, 1].min()) and np.isclose(hi[i], frame["maps"][3, 1].max())
+    assert np.isclose(lo[i], snapshot["maps"][3, 1].min()) and np.isclose(hi[i], snapshot["maps"][3, 1].max())
     assert layer[-1] == "output"
     # boxes sit on their tiles
-    m = mosaic(frame, tile_px=T)
+    m = mosaic(snapshot, tile_px=T)
     assert boxes.dimension_values("x0")[i] == (1 + 3) * 2 * T and boxes.dimension_values("y1")[i] == m.height - 12
     fig = hv.render(el, backend="bokeh")
     tips = [t for tool in fig.tools if isinstance(tool, HoverTool) for t in tool.tooltips]
     assert ("layer", "@{layer}") in tips and ("node", "@{node}") in tips
 
 
-def test_points_on_decision_tile(frame):
+def test_points_on_decision_tile(snapshot):
     rng = np.random.default_rng(1)
     x = rng.uniform(-1, 1, (5000, 2)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int64)
-    el = node_grid(frame, points=(x, y), tile_px=T, max_points=200)
+    el = node_grid(snapshot, points=(x, y), tile_px=T, max_points=200)
     pts = el.get(2)
-    m = mosaic(frame, tile_px=T)
+    m = mosaic(snapshot, tile_px=T)
     dx, dy, side = m.decision
     px, py = pts.dimension_values("x"), pts.dimension_values("y")
     assert len(pts) == 200
@@ -210,13 +210,13 @@ def test_points_on_decision_tile(frame):
     assert tile[5, -2, 2] > tile[5, -2, 0] and tile[5, 1, 0] > tile[5, 1, 2]
 
 
-def test_rgba_encoding_matches_index(frame):
-    el = node_grid(frame, tile_px=T, encoding="rgba")
+def test_rgba_encoding_matches_index(snapshot):
+    el = node_grid(snapshot, tile_px=T, encoding="rgba")
     assert isinstance(el.get(0), hv.RGB)
-    assert isinstance(node_grid(frame, tile_px=T).get(0), hv.Image)
+    assert isinstance(node_grid(snapshot, tile_px=T).get(0), hv.Image)
 
 
-def test_full_32x32_frame_is_one_bokeh_figure():
+def test_full_32x32_snapshot_is_one_bokeh_figure():
     import lab
     from lab.analysis.node_maps import node_maps
 

@@ -5,7 +5,7 @@ from the server's data folders) and the page redraws RA1–RA4 and neural collap
 contrast is one switch away: the same network without skip connections, trained in lockstep beside it (same
 initialisation seed, same batches, same step), drawn in a second column.
 
-Frames are on demand: the job builds the next one (:func:`lab.jobs.builders.alignment_builder`, on the training
+Snapshots are on demand: the job builds the next one (:func:`lab.jobs.builders.alignment_builder`, on the training
 thread between steps) only after the page has drawn the last and at least ``every`` steps later.
 
 The analysis starts from the paper's choices: K = 30 singular triplets per block (its Fig. 2; fewer when a block
@@ -85,7 +85,7 @@ KNOBS: dict[str, Knob] = {
                                    "from this block on (the paper's Fig. 4b: 5; a shallower network fits its last "
                                    "two)"), "Analysis"),
     "inputs": Knob(param.Integer(default=64, bounds=(4, 512), doc="test inputs analysed"), "Analysis"),
-    "every": Knob(param.Integer(default=20, bounds=(1, 5000), doc="at least this many steps between frames"),
+    "every": Knob(param.Integer(default=20, bounds=(1, 5000), doc="at least this many steps between snapshots"),
                   "Analysis"),
     "projection": Knob(param.Selector(default="gauss", objects=["gauss", "pca"], doc="RA1 plane: two random "
                                       "Gaussian directions (the paper's) or the top-2 principal ones"), "View",
@@ -167,7 +167,7 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
         return self._data
 
     def _builder(self, data) -> tuple[Any, int]:
-        """The frame builder for ``data`` and the K it uses (at most the smallest block's size)."""
+        """The snapshot builder for ``data`` and the K it uses (at most the smallest block's size)."""
         k = min(self.k, self._max_k(data))
         return alignment_builder(data, k=k, inputs=self.inputs, fit_start=self.fit_from - 1), k
 
@@ -179,18 +179,18 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
         return min(h[0].numel() for h in states)
 
     def _rebuild(self) -> None:
-        """Untrained networks from the settings: their frames are drawn before any training."""
+        """Untrained networks from the settings: their snapshots are drawn before any training."""
         self.notice.visible = False
         try:
             cfg = self.config()
             data = self._load(cfg)
             builder, k = self._builder(data)
-            frames = [(self.main, cfg)] + ([(self.twin, self.config(twin=True))] if self.contrast else [])
-            for views, c in frames:
+            columns = [(self.main, cfg)] + ([(self.twin, self.config(twin=True))] if self.contrast else [])
+            for views, c in columns:
                 views.set_label("with skips" if c.model.shortcut == "identity" else "without skips")
-                frame = builder(build_model(c, data))
-                if frame is not None:
-                    views.show({**frame, "step": np.int64(0)})
+                snapshot = builder(build_model(c, data))
+                if snapshot is not None:
+                    views.show({**snapshot, "step": np.int64(0)})
         except (ConfigError, ValueError, PermissionError, FileNotFoundError) as err:
             self.follower.status.error(f"Cannot build these settings: {err}")
             return
@@ -242,28 +242,28 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
 
     # -- export -----------------------------------------------------------------------------------------------
     def snapshot_npz(self) -> io.BytesIO:
-        """The frames on screen (the twin's keys prefixed ``twin_``), as one npz."""
-        arrays = dict(self.main.frame or {})
-        if self.contrast and self.twin.frame is not None:
-            arrays.update({f"twin_{k}": v for k, v in self.twin.frame.items()})
+        """The snapshots on screen (the twin's keys prefixed ``twin_``), as one npz."""
+        arrays = dict(self.main.snapshot or {})
+        if self.contrast and self.twin.snapshot is not None:
+            arrays.update({f"twin_{k}": v for k, v in self.twin.snapshot.items()})
         return self.npz(arrays)
 
     def plots_html(self) -> io.BytesIO:
         """Every view of both columns as one standalone HTML file (scripts inlined: it opens offline)."""
         rows = []
         for shown in [self.main] + ([self.twin] if self.contrast else []):
-            if shown.frame is None:
+            if shown.snapshot is None:
                 continue
             v = AlignmentViews(shown.label)  # new figures: those on screen belong to the page's document
             v.projection, v.pair = shown.projection, shown.pair
-            v.show(shown.frame)
+            v.show(shown.snapshot)
             rows.append([v.trajectories, v.grid, v.pair_figure, v.spectrum, v.ra4, v.collapse])
         html = file_html(gridplot(rows), INLINE, "Residual Lab: Residual Alignment")
         return io.BytesIO(html.encode())
 
     def exports(self) -> list[Export]:
-        return [("Plots HTML", self.plots_html, "alignment.html"), ("Frames npz", self.snapshot_npz, "alignment.npz"),
-                ("Config YAML", self.config_yaml, "config.yaml")]
+        return [("Plots HTML", self.plots_html, "alignment.html"),
+                ("Snapshots npz", self.snapshot_npz, "alignment.npz"), ("Config YAML", self.config_yaml, "config.yaml")]
 
     # -- layout -----------------------------------------------------------------------------------------------
 
@@ -278,7 +278,7 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
 
         heads = pair(pn.Column(self.main.heading, self.main.summary), pn.Column(self.twin.heading,
                                                                                 self.twin.summary))
-        # each run's first figure paces its frames: the next is made once the browser has drawn the last (on screen)
+        # each run's first figure paces its snapshots: the next is made once the browser has drawn the last (on screen)
         first, *rest = VIEWS
         views = [pair(self.follower.pace(self.main.panes[first]), self.twin_follower.pace(self.twin.panes[first])),
                  *(pair(self.main.panes[name], self.twin.panes[name]) for name in rest)]

@@ -69,7 +69,7 @@ class DataPage(knob_class("_DataKnobs", KNOBS, Page)):
         self.data = data
         self.data_pane.object = layers.opts(title=title, frame_width=360, frame_height=360, xlim=(-1, 1),
                                             ylim=(-1, 1))
-        # the decision map under the training points: neutral until a run publishes its first frame
+        # the decision map under the training points: neutral until a run publishes its first snapshot
         self._x, self._y = data.x_train.numpy(), data.y_train.numpy()
         self.decision.show(np.full((50, 50), 0.5, np.float32), 0, self._x, self._y)
 
@@ -91,8 +91,8 @@ class DataPage(knob_class("_DataKnobs", KNOBS, Page)):
     def _stop(self) -> None:
         self.follower.stop()
 
-    def _new_snapshot(self, frame: dict[str, np.ndarray]) -> None:
-        self.decision.show(frame["decision"], int(frame["step"]), self._x, self._y, float(frame["limit"]))
+    def _new_snapshot(self, snapshot: dict[str, np.ndarray]) -> None:
+        self.decision.show(snapshot["decision"], int(snapshot["step"]), self._x, self._y, float(snapshot["limit"]))
 
     # -- layout -----------------------------------------------------------------------------------------------
     def controls(self) -> pn.viewable.Viewable:

@@ -2,10 +2,12 @@
 node's output over the input plane for a deep residual MLP — live while it trains, with every knob.
 
 Training settings (data, model, optimisation) rebuild the model; view settings (layer and node range, colour
-normalisation, replayed frame) only redraw and never touch the job. Every setting is one row of :data:`KNOBS`,
+normalisation, replayed snapshot) only redraw and never touch the job. Every setting is one row of :data:`KNOBS`,
 which also names it in the URL query and in the config. The grid, the decision map and the curves are drawn once
-and then updated in place; frames are built on demand, the next once the browser has drawn the last one while the
-grid was on screen (:meth:`~lab.ui.follower.JobFollower.pace`), so none is computed that nobody will see.
+and then updated in place; snapshots are built on demand, the next once the browser has drawn the last one while the
+grid was on screen (:meth:`~lab.ui.follower.JobFollower.pace`), so none is computed that nobody will see. Every
+kind registered to be drawn live here (:func:`lab.ui.views.replays.register` with ``live_on=("Playground",)``) is
+laid out below the page's own views, built by the job at its kind's cadence and drawn as it lands.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from lab.analysis.node_maps import RESOLUTION
 from lab.config import ConfigError, ExperimentConfig, apply_overrides
 from lab.data.toy2d import make_toy_data
 from lab.jobs.builders import nodes_snapshot, similarity_snapshot
-from lab.jobs.kinds import NODES, SIMILARITY
+from lab.jobs.kinds import NODES, SIMILARITY, SnapshotError, check_snapshot
 from lab.jobs.manager import JobManager
 from lab.nn.mlp import ACTIVATIONS
 from lab.shortcuts import DECAYED, SCHEDULES, block_scales
@@ -38,6 +40,7 @@ from lab.ui.pages.training import Export, TrainingPage
 from lab.ui.views.live_alphas import LiveAlphas
 from lab.ui.views.live_curves import LiveCurves
 from lab.ui.views.live_grid import LiveDecision, LiveGrid
+from lab.ui.views.replays import REPLAYS, Replay, live_kinds
 from lab.viz.node_grid import FIT_PX, alpha_bars, cka_heatmap, distance_heatmap, mosaic, node_grid
 
 KNOBS: dict[str, Knob] = {
@@ -60,7 +63,7 @@ KNOBS: dict[str, Knob] = {
                "train.lr"),
     "batch_size": Knob(param.Integer(default=256, bounds=(1, 4096)), "Training", "train.batch_size"),
     "snapshot_every": Knob(param.Integer(default=10, bounds=(1, 500), doc="at least this many steps between "
-                                         "frames"), "Training"),
+                                         "snapshots"), "Training"),
     "layer_range": Knob(param.Range(default=(0, 33), bounds=(0, 65), step=1, doc="layers shown (0 = stem)"),
                         "View", training=False),
     "node_range": Knob(param.Range(default=(0, 32), bounds=(0, 64), step=1, doc="nodes shown"), "View",
@@ -87,14 +90,14 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
     knobs = KNOBS
 
     history = param.Integer(default=0, bounds=(-1, 0), constant=True,
-                            doc="frames back from the live one (0 = live); moving it replays a recorded frame")
+                            doc="snapshots back from the live one (0 = live); moving it replays a recorded snapshot")
 
     def __init__(self, manager: JobManager | None = None, **params: Any) -> None:
         super().__init__(manager, **params)
         self.hint = pn.pane.Alert("", alert_type="info", visible=False, margin=(5, 10))  # about the settings
         self._data_cfg = None  # the data settings self._x, self._y were made from
-        self.frame: dict[str, np.ndarray] | None = None  # the frame on screen
-        self.history_steps: list[int] = []  # step of every frame received from the job, oldest first
+        self.snapshot: dict[str, np.ndarray] | None = None  # the snapshot on screen
+        self.history_steps: list[int] = []  # step of every snapshot received from the job, oldest first
         self.grid = LiveGrid()
         self.decision = LiveDecision(max_points=600)
         self.curves = LiveCurves()
@@ -109,10 +112,13 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
         self.follower.on_snapshot(NODES, self._new_snapshot)
         self.follower.on_snapshot(SIMILARITY, self._new_similarity)
         self.follower.on_metrics(self.curves.extend)
+        self.live_views: dict[str, Replay] = {k.name: REPLAYS[k.name]() for k in live_kinds(self.title)}
+        for kind in self.live_views:
+            self.follower.on_snapshot(kind, partial(self._new_live, kind))
         self._views = pn.Column(
             self.follower.pace(self.grid.pane),
             pn.Row(self.decision.pane, pn.Column(self.alpha_chart.pane, self._downloads())),
-            self.curves.pane, self.similarity)
+            self.curves.pane, self.similarity, *(p for v in self.live_views.values() for p in v.panes()))
         self.follower.add_views(self._views, self.hint)
         self._rebuild()
 
@@ -138,7 +144,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
         return np.array([a for a, _ in block_scales(self.shortcut, self.depth, self.alpha_min)], np.float32)
 
     def _rebuild(self) -> None:
-        """A fresh, untrained model from the settings: its frame is drawn before any training."""
+        """A fresh, untrained model from the settings: its snapshot is drawn before any training."""
         self.hint.visible = False
         try:
             cfg = self.config()
@@ -158,7 +164,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
         self.node_range = (min(self.node_range[0], cfg.model.width - 1),
                            min(max(self.node_range[1], 1), cfg.model.width))
         model = build_model(cfg)
-        self.frame = {**nodes_snapshot(model), "step": np.int64(0)}
+        self.snapshot = {**nodes_snapshot(model), "step": np.int64(0)}
         if not self.similarity.collapsed:
             self._similarity_pipe.send(similarity_snapshot(model))
         else:
@@ -170,10 +176,12 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
 
     # -- actions ----------------------------------------------------------------------------------------------
     def _start(self, paused: bool) -> bool:
+        live = live_kinds(self.title)
         builders = {NODES: partial(nodes_snapshot, resolution=self._live_resolution()),
-                    SIMILARITY: similarity_snapshot}
+                    SIMILARITY: similarity_snapshot, **{k.name: k.builder for k in live}}
         job = self.follower.start(self.config(), paused=paused, on_demand=(NODES, SIMILARITY), builders=builders,
-                                  cadence={NODES: (self.snapshot_every, 0.0), SIMILARITY: (0, 2.0)})
+                                  cadence={NODES: (self.snapshot_every, 0.0), SIMILARITY: (0, 2.0),
+                                           **{k.name: k.cadence for k in live}})
         if job is None:
             return False
         self.curves.clear()
@@ -185,16 +193,16 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
     def _live_resolution(self) -> int:
         """Grid points per axis of the run's node maps: twice the pixels a tile is drawn at in the current view, so
         every pixel on screen is a point of the map, between 24 and the paper's 50. A map's points cost the training
-        child time at every frame (a forward pass over R² points of every layer) and the server bytes to forward:
-        at the default view (13-pixel tiles) 26 points instead of 50 make a frame a quarter of the work."""
+        child time at every snapshot (a forward pass over R² points of every layer) and the server bytes to forward:
+        at the default view (13-pixel tiles) 26 points instead of 50 make a snapshot a quarter of the work."""
         view = self._view()
-        tile = mosaic(self.frame, layers=view["layers"], nodes=view["nodes"], fit_width=view["fit_width"]).tile
+        tile = mosaic(self.snapshot, layers=view["layers"], nodes=view["nodes"], fit_width=view["fit_width"]).tile
         return int(np.clip(2 * tile, 24, RESOLUTION))
 
     # -- live updates -----------------------------------------------------------------------------------------
     def _set_history(self, steps: list[int]) -> None:
-        """Frames received so far. The History slider counts frames back from the live one, so while it shows
-        the live frame (0) only its range grows: the page never moves the slider, and a browser echoing an
+        """Snapshots received so far. The History slider counts snapshots back from the live one, so while it shows
+        the live snapshot (0) only its range grows: the page never moves the slider, and a browser echoing an
         older position cannot take the page out of live mode."""
         self.history_steps = steps
         with param.edit_constant(self):
@@ -203,11 +211,20 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
                 self.history = 0
         self.param.history.constant = len(steps) < 2
 
-    def _new_snapshot(self, frame: dict[str, np.ndarray]) -> None:
-        self._set_history([*self.history_steps, int(frame["step"])])
-        if self.history == 0:  # live; otherwise the replayed frame stays on screen
-            self.frame = frame
+    def _new_snapshot(self, snapshot: dict[str, np.ndarray]) -> None:
+        self._set_history([*self.history_steps, int(snapshot["step"])])
+        if self.history == 0:  # live; otherwise the replayed snapshot stays on screen
+            self.snapshot = snapshot
             self._draw()
+
+    def _new_live(self, kind: str, snapshot: dict[str, np.ndarray]) -> None:
+        """Draw a registered kind's snapshot in its view, or say why it is not drawn (the one on screen stays)."""
+        try:
+            check_snapshot(kind, snapshot)
+        except SnapshotError as err:
+            self.follower.status.error(f"A {kind} snapshot is not drawn: {err}")
+            return
+        self.live_views[kind].show(snapshot, int(snapshot["step"]), (self._x, self._y))
 
     def _new_similarity(self, arrays: dict[str, np.ndarray]) -> None:
         self._similarity_pipe.send(arrays)
@@ -219,10 +236,10 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
 
     @param.depends(*VIEW, watch=True)
     def _draw(self) -> None:
-        if self.frame is not None:
-            self.grid.show(self.frame, **self._view())
-            self.decision.show(self.frame["decision"], int(self.frame["step"]), self._x, self._y,
-                               float(self.frame.get("limit", 1.0)))
+        if self.snapshot is not None:
+            self.grid.show(self.snapshot, **self._view())
+            self.decision.show(self.snapshot["decision"], int(self.snapshot["step"]), self._x, self._y,
+                               float(self.snapshot.get("limit", 1.0)))
 
     def _view(self) -> dict[str, Any]:
         return {"layers": tuple(int(v) for v in self.layer_range), "nodes": tuple(int(v) for v in self.node_range),
@@ -230,22 +247,22 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
 
     @param.depends("history", watch=True)
     def _replay(self) -> None:
-        """Show a recorded frame: the newest on-disk snapshot at or before the chosen frame's step."""
+        """Show a recorded snapshot: the newest one on disk at or before the chosen snapshot's step."""
         if self.job is None or not self.history_steps:
             return
         if self.history == 0:
             latest = self.job.latest(NODES)
             if latest is not None:
-                self.frame = latest[1]
+                self.snapshot = latest[1]
                 self._draw()
             return
         wanted = self.history_steps[max(0, len(self.history_steps) - 1 + self.history)]
         on_disk = [v for v in self.job.run.snapshot_versions(NODES) if v <= wanted]
         found = None
-        with contextlib.suppress(OSError):  # a frame being replaced: the one on screen stays
+        with contextlib.suppress(OSError):  # a snapshot being replaced: the one on screen stays
             found = self.job.run.load_snapshot(NODES, on_disk[-1]) if on_disk else None
         if found is not None:
-            self.frame = found[1].float32()
+            self.snapshot = found[1].float32()
             self._draw()
 
     def _similarity_view(self, key: str, view, data: dict[str, np.ndarray] | None) -> hv.Image:
@@ -257,7 +274,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
     def grid_png(self) -> io.BytesIO:
         """The current node grid (mosaic of tiles) as a PNG."""
         view = self._view()
-        m = mosaic(self.frame, layers=view["layers"], nodes=view["nodes"], normalize=view["normalize"],
+        m = mosaic(self.snapshot, layers=view["layers"], nodes=view["nodes"], normalize=view["normalize"],
                    fit_width=view["fit_width"])
         out = io.BytesIO()
         Image.fromarray(m.rgba(), "RGBA").save(out, format="PNG")
@@ -265,16 +282,16 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
         return out
 
     def plots_html(self) -> io.BytesIO:
-        """The grid, decision map and α chart of the current frame as one standalone HTML file."""
-        decision = self.decision.element(self.frame["decision"], int(self.frame["step"]), self._x, self._y,
-                                         float(self.frame.get("limit", 1.0)))
-        layout = (node_grid(self.frame, **self._view()) + decision + alpha_bars(self._alphas())).cols(1)
+        """The grid, decision map and α chart of the current snapshot as one standalone HTML file."""
+        decision = self.decision.element(self.snapshot["decision"], int(self.snapshot["step"]), self._x, self._y,
+                                         float(self.snapshot.get("limit", 1.0)))
+        layout = (node_grid(self.snapshot, **self._view()) + decision + alpha_bars(self._alphas())).cols(1)
         html = file_html(hv.render(layout, backend="bokeh"), INLINE, "Residual Lab Playground")
         return io.BytesIO(html.encode())
 
     def snapshot_npz(self) -> io.BytesIO:
-        """The frame on screen, as an npz."""
-        return self.npz(self.frame)
+        """The snapshot on screen, as an npz."""
+        return self.npz(self.snapshot)
 
     def exports(self) -> list[Export]:
         return [("Grid PNG", self.grid_png, "node_grid.png"), ("Plots HTML", self.plots_html, "playground.html"),

@@ -102,7 +102,7 @@ KNOBS: dict[str, Knob] = {
     "batch_size": Knob(param.Integer(default=256, bounds=(8, 4096)), "Training", "train.batch_size"),
     "epochs": Knob(param.Integer(default=10, bounds=(1, 1000)), "Training", "train.epochs"),
     "every_s": Knob(param.Number(default=1.0, bounds=(0.1, 60.0), step=0.1, doc="seconds of training between rank "
-                                 "frames"), "Training"),
+                                 "snapshots"), "Training"),
     "measure": Knob(param.Selector(default="effective_rank", objects=list(MEASURES), doc="effective_rank: exp(H) "
                                    "(Roy & Vetterli); eq6_entropy: the entropy H the paper's Eq. 6 reports"),
                     "View", training=False),
@@ -184,8 +184,8 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
         return True
 
     # -- live updates -----------------------------------------------------------------------------------------
-    def _new_snapshot(self, frame: dict[str, np.ndarray]) -> None:
-        self.rank.show(frame)
+    def _new_snapshot(self, snapshot: dict[str, np.ndarray]) -> None:
+        self.rank.show(snapshot)
         if self.embedding == "umap":
             self._start_umap()
         failed = self.rank.failed()
@@ -209,13 +209,13 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
         self.rank.set_embedding(self.embedding)
 
     def _start_umap(self) -> None:
-        """Fit UMAP to every member's final features in the background (cached: a frame seen before is free)."""
-        frame = self.rank.frame
-        if frame is None or (self._umap is not None and not self._umap.done()):
+        """Fit UMAP to every member's final features in the background (cached: a snapshot seen before is free)."""
+        snapshot = self.rank.snapshot
+        if snapshot is None or (self._umap is not None and not self._umap.done()):
             return
-        features = frame["final_features"]
+        features = snapshot["final_features"]
         self._umap = _UMAP.submit(lambda: {k: umap_embed(features[k]) for k in range(len(features))})
-        self._umap.step = int(frame["step"])
+        self._umap.step = int(snapshot["step"])
         self._umap.add_done_callback(lambda _: self._schedule_umap_draw())
 
     def _schedule_umap_draw(self) -> None:
@@ -225,22 +225,22 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
 
     def _draw_umap(self) -> bool:
         future = self._umap
-        frame = self.rank.frame
-        if future is None or not future.done() or frame is None or getattr(future, "drawn", False):
+        snapshot = self.rank.snapshot
+        if future is None or not future.done() or snapshot is None or getattr(future, "drawn", False):
             return False
         future.drawn = True
         if future.exception() is not None:
             self.say("danger", f"UMAP failed: {md(future.exception())}")
             return False
-        if future.step == int(frame["step"]) and self.embedding == "umap":
+        if future.step == int(snapshot["step"]) and self.embedding == "umap":
             self.rank.set_embedding("umap", future.result())
             return True
         return False
 
     # -- export -----------------------------------------------------------------------------------------------
     def snapshot_npz(self) -> io.BytesIO:
-        """The frame on screen, as an npz."""
-        return self.npz(self.rank.frame or {})
+        """The snapshot on screen, as an npz."""
+        return self.npz(self.rank.snapshot or {})
 
     def config_yaml(self) -> io.BytesIO:
         """The sweep's shared experiment and the values it sweeps, as YAML."""
@@ -249,7 +249,7 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
         return io.BytesIO(text.encode())
 
     def exports(self) -> list[Export]:
-        return [("Frame npz", self.snapshot_npz, "rank.npz"), ("Config YAML", self.config_yaml, "sweep.yaml")]
+        return [("Snapshot npz", self.snapshot_npz, "rank.npz"), ("Config YAML", self.config_yaml, "sweep.yaml")]
 
     # -- layout -----------------------------------------------------------------------------------------------
 

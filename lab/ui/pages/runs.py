@@ -14,8 +14,8 @@ seconds from file sizes and mtimes (:class:`~lab.runs.catalog.RunCatalog`: uncha
 Opening a run (a row, or ``?run=`` in the URL) follows it read-only (:class:`~lab.runs.catalog.WatchedRun` through
 the page's :class:`~lab.ui.follower.JobFollower`): status line, progress, alert with the reason of a failed or
 diverged run, and its curves growing as ``metrics.jsonl`` grows; beside them its config and checkpoints, and its
-saved frames replayed read-only in the views that drew them (:mod:`lab.ui.views.saved_snapshots`). A sweep folder opens
-as the comparison of its members and, for residual MLPs, the Rank page's views of their last checkpoints
+saved snapshots replayed read-only in the views that drew them (:mod:`lab.ui.views.saved_snapshots`). A sweep folder
+opens as the comparison of its members and, for residual MLPs, the Rank page's views of their last checkpoints
 (:mod:`lab.reports.sweep_snapshot`); a reproduction's folder opens as the comparison of its runs. A run that this
 server's job manager trains can be stopped; any other run is watch-only.
 
@@ -276,7 +276,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
                     self._path, self._opened, self._first = path, Followed(path), True
                     self.follower.follow(WatchedRun(path))
                     self.follower.poll()
-                    self.saved.open(Run(path), frames={})  # the first scan lists them
+                    self.saved.open(Run(path), saved={})  # the first scan lists them
                 else:  # a group opens as the comparison of its runs; a sweep's with their rank views as well
                     paths = find_runs(path, self.roots)
                     if kind == "sweep":
@@ -402,7 +402,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         return None if self._path is None else self._last_summary
 
     def _show_opened(self, opened: Opened, before: dict[str, dict[str, Any]]) -> None:
-        """The opened run's curves, header, config, checkpoints, saved frames and picture; follow it afresh when its
+        """The opened run's curves, header, config, checkpoints, saved snapshots and picture; follow it afresh when its
         metrics file was rewritten (a resumed run) or it came back to life after finishing."""
         if opened.path != self._path:
             return
@@ -420,7 +420,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
             self._new_records(opened.records.records)
         if opened.points is not None:
             self.saved.show_points(opened.points)
-        self.saved.refresh(opened.frames)
+        self.saved.refresh(opened.saved)
         self.details.show(self._key(self._path), self._path, summary, opened.config_text, opened.checkpoints,
                           opened.figure)
 

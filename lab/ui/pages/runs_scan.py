@@ -36,7 +36,7 @@ from lab.ui.views.run_views import table_frame
 POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lab-runs-scan")
 """The threads that read run folders for every Runs page of this process."""
 MAX_POINTS = 100_000
-"""A toy run's training points are drawn under its replayed frames only up to this many samples."""
+"""A toy run's training points are drawn under its replayed snapshots only up to this many samples."""
 MAX_STEP_RECORDS = 250
 """The most step records one read of a followed run hands its page (its curves hold a few thousand points)."""
 FOLLOW_CHUNK = 2 << 20
@@ -97,7 +97,7 @@ class Opened:
     config_text: str
     checkpoints: list[dict[str, Any]]
     records: Records
-    frames: dict[str, list[int]]  # versions of each saved-frame kind on disk
+    saved: dict[str, list[int]]  # versions of each kind of saved snapshot on disk
     figure: tuple[int, Path, bytes | None, str | None] | None  # a newer picture: step, path, bytes, why unreadable
     points: tuple[np.ndarray, np.ndarray] | None  # a toy run's training points (the first scan of a run)
 
@@ -241,7 +241,7 @@ def scan(catalog: RunCatalog, request: ScanRequest) -> Scan:
 
 
 def sweep_rank(paths: list[Path]) -> tuple[dict[str, np.ndarray], list[str]]:
-    """The rank frame of a sweep's members from their last checkpoints
+    """The rank snapshot of a sweep's members from their last checkpoints
     (:func:`~lab.reports.sweep_snapshot.checkpoint_rank_snapshot`; in a worker)."""
     from lab.reports.sweep_snapshot import checkpoint_rank_snapshot
 

@@ -1,12 +1,12 @@
 """The browser's side of a live view's pace: it says when it has drawn the last frame it was sent, and only while
 the view is on screen.
 
-A job builds its next on-demand frame once the page asks (:meth:`lab.jobs.cadence.Cadence.request`); a page that asks
+A job builds its next on-demand snapshot once the page asks (:meth:`lab.jobs.cadence.Cadence.request`); a page that asks
 on a timer is capped by the timer on a fast browser and queues frames for a slow one. :class:`FrameClock` wraps the
 view it paces: the server counts each frame it pushes (:attr:`FrameClock.sent`), and the browser answers with that
 count (:attr:`FrameClock.drawn`) once it has painted it, two animation frames later, if the view is visible (not in a
-hidden tab or page, not scrolled out of sight). The page asks for the next frame on that answer: a slow browser gets
-fewer, newer frames; a fast one as many as the job makes; a hidden view asks for nothing. Until a browser shows the
+hidden tab or page, not scrolled out of sight). The page asks for the next snapshot on that answer: a slow browser gets
+fewer, newer snapshots; a fast one as many as the job makes; a hidden view asks for nothing. Until a browser shows the
 clock (a script, a test, a notebook executed headless) :attr:`FrameClock.browser` is false and the page asks after
 each poll, as it would without one.
 """
@@ -71,7 +71,7 @@ class FrameClock(JSComponent):
 
     @property
     def ready(self) -> bool:
-        """Whether the next frame may be made: the browser drew the last one, or no browser shows the clock."""
+        """Whether the next snapshot may be made: the browser drew the last one, or no browser shows the clock."""
         return not self.browser or self.drawn == self.sent
 
     def tick(self) -> None:

@@ -1,4 +1,4 @@
-"""The views of a Residual Alignment frame (:func:`lab.jobs.builders.alignment_builder`), redrawn in place.
+"""The views of a Residual Alignment snapshot (:func:`lab.jobs.builders.alignment_builder`), redrawn in place.
 
 One :class:`AlignmentViews` draws one run: RA1 trajectories, the RA2 mosaic of alignment matrices with one pair
 enlarged, RA3 spectra, RA4 1/σ₁ with its fitted line, and neural collapse by layer. Every figure is a raw Bokeh
@@ -72,7 +72,7 @@ def _legend_below(fig: figure, ncols: int = 1) -> None:
 
 
 class AlignmentViews:
-    """All views of one run's alignment frames.
+    """All views of one run's alignment snapshots.
 
     Args:
         label: what distinguishes this run on the page ("with skips", "without skips").
@@ -81,7 +81,7 @@ class AlignmentViews:
 
     def __init__(self, label: str = "", size: int = 300) -> None:
         self.label = label
-        self.frame: dict[str, np.ndarray] | None = None
+        self.snapshot: dict[str, np.ndarray] | None = None
         self.projection = "gauss"  # the paper's RA1 plane: two random Gaussian directions
         self.pair = (1, 0)
         tools = "pan,wheel_zoom,box_zoom,reset,save"
@@ -92,7 +92,7 @@ class AlignmentViews:
         self._make_ra4(size, tools)
         self._make_nc(size, tools)
 
-        self.summary = pn.pane.Markdown("No frame yet: start a run.", margin=(0, 10))
+        self.summary = pn.pane.Markdown("No snapshot yet: start a run.", margin=(0, 10))
         self.figures = dict(zip(VIEWS, (self.trajectories, self.grid, self.pair_figure, self.spectrum, self.ra4,
                                         self.collapse), strict=True))
         self.panes = {name: pn.pane.Bokeh(fig) for name, fig in self.figures.items()}
@@ -180,9 +180,9 @@ class AlignmentViews:
         self.heading.object, self.heading.visible = f"### {label}", bool(label)
 
     # -- drawing ----------------------------------------------------------------------------------------------
-    def show(self, frame: dict[str, np.ndarray]) -> None:
-        """Draw a new frame."""
-        self.frame = frame
+    def show(self, snapshot: dict[str, np.ndarray]) -> None:
+        """Draw a new snapshot."""
+        self.snapshot = snapshot
         with pn.io.unlocked():
             self._trajectories()
             self._grid()
@@ -195,19 +195,19 @@ class AlignmentViews:
     def set_projection(self, basis: str) -> None:
         """Trajectories on the top-2 principal directions (``"pca"``) or two random Gaussian ones (``"gauss"``)."""
         self.projection = basis
-        if self.frame is not None:
+        if self.snapshot is not None:
             with pn.io.unlocked():
                 self._trajectories()
 
     def set_pair(self, i: int, j: int) -> None:
         """Enlarge the alignment matrix of Jacobian i in the basis of block j (0-based)."""
         self.pair = (i, j)
-        if self.frame is not None:
+        if self.snapshot is not None:
             with pn.io.unlocked():
                 self._pair()
 
     def _trajectories(self) -> None:
-        f = self.frame
+        f = self.snapshot
         xy, means, labels = f[f"traj_{self.projection}"], f[f"traj_means_{self.projection}"], f["labels"]
         colors = [Category10_10[int(c) % 10] for c in labels]
         self.paths.data = {"xs": [xy[:, n, 0] for n in range(xy.shape[1])],
@@ -225,7 +225,7 @@ class AlignmentViews:
         set_range(self.trajectories.y_range, finite_range(xy[..., 1], point=POINT))
 
     def _grid(self) -> None:
-        f = self.frame
+        f = self.snapshot
         grid, scores, baseline = f["grid"][0], f["scores"], f["baseline"]
         L, _, K, _ = grid.shape
         image = mosaic(grid)
@@ -242,7 +242,7 @@ class AlignmentViews:
             axis.major_label_overrides = {c: str(b) for b, c in enumerate(centres)}
 
     def _pair(self) -> None:
-        f = self.frame
+        f = self.snapshot
         grid = f["grid"][0]
         L, _, K, _ = grid.shape
         i, j = min(self.pair[0], L - 1), min(self.pair[1], L - 1)
@@ -256,7 +256,7 @@ class AlignmentViews:
         self.pair_figure.title.text = f"U_{j}ᵀ J_{i} V_{j}: score {score:.3f} (random {base:.3f})"
 
     def _spectrum(self) -> None:
-        f = self.frame
+        f = self.snapshot
         sigma = f["sigma"]  # [L, K]
         L, K = sigma.shape
         colors = [Viridis256[int(round(255 * b / max(L - 1, 1)))] for b in range(L)]
@@ -268,7 +268,7 @@ class AlignmentViews:
         set_range(self.spectrum.y_range, finite_range(sigma, floor=0.0, point=POINT))
 
     def _ra4(self) -> None:
-        f = self.frame
+        f = self.snapshot
         inv, fit = f["inv_sigma"], f["inv_sigma_fit"]
         blocks = np.arange(1, len(inv) + 1)
         self.inverse.data = {"block": blocks, "inv": inv, "fit": fit}
@@ -281,7 +281,7 @@ class AlignmentViews:
                                                if math.isfinite(slope) else "least squares: no fit")
 
     def _collapse(self) -> None:
-        f = self.frame
+        f = self.snapshot
         n = len(f["nc1"])
         data: dict[str, Any] = {"layer": np.arange(n)}
         positive = []
@@ -297,10 +297,10 @@ class AlignmentViews:
 
     # -- words ------------------------------------------------------------------------------------------------
     def describe(self) -> str:
-        """One line of the frame's numbers, each beside what it is compared with."""
-        f = self.frame
+        """One line of the snapshot's numbers, each beside what it is compared with."""
+        f = self.snapshot
         if f is None:
-            return "No frame yet: start a run."
+            return "No snapshot yet: start a run."
 
         def num(key: str) -> str:
             v = float(f[key])

@@ -1,6 +1,6 @@
 """The node grid as a live Bokeh figure: rendered once per layout, then updated by replacing source data.
 
-Re-rendering the HoloViews overlay for every frame costs hundreds of milliseconds (bench/render_grid.py); a frame
+Re-rendering the HoloViews overlay for every snapshot costs hundreds of milliseconds (bench/render_grid.py); a snapshot
 of the same layout only changes the mosaic pixels (tiles and weight lines) and the hover ranges, so those are
 written into the existing figure's data sources and only the changed arrays travel to the browser.
 Bokeh models are touched only here, on the session's thread, inside ``pn.io.unlocked()``: a widget's callback runs
@@ -43,26 +43,26 @@ class LiveGrid:
                     found[kind] = renderer.data_source
         return found
 
-    def show(self, frame: dict[str, np.ndarray], *, layers: tuple[int, int], nodes: tuple[int, int],
+    def show(self, snapshot: dict[str, np.ndarray], *, layers: tuple[int, int], nodes: tuple[int, int],
              normalize: str, points: tuple[np.ndarray, np.ndarray], fit_width: int = FIT_PX[0]) -> None:
-        """Draw ``frame`` (a nodes snapshot) with the given view settings, about ``fit_width`` pixels wide."""
-        key = (frame["maps"].shape, frame["weights"].shape, layers, nodes, normalize, fit_width)
+        """Draw ``snapshot`` (a nodes snapshot) with the given view settings, about ``fit_width`` pixels wide."""
+        key = (snapshot["maps"].shape, snapshot["weights"].shape, layers, nodes, normalize, fit_width)
         if key != self._layout_key or self.figure is None:
-            element = node_grid(frame, layers=layers, nodes=nodes, normalize=normalize, points=points,
+            element = node_grid(snapshot, layers=layers, nodes=nodes, normalize=normalize, points=points,
                                 max_points=self.max_points, fit_width=fit_width)
             self.figure = hv.render(element, backend="bokeh")
             self.pane.object = self.figure
             self._layout_key = key
             self.full_renders += 1
             return
-        m = mosaic(frame, layers=layers, nodes=nodes, normalize=normalize, fit_width=fit_width)
-        box = hover_boxes(m, float(frame.get("limit", 1.0)), frame.get("decision"))
+        m = mosaic(snapshot, layers=layers, nodes=nodes, normalize=normalize, fit_width=fit_width)
+        box = hover_boxes(m, float(snapshot.get("limit", 1.0)), snapshot.get("decision"))
         sources = self._sources()
         with pn.io.unlocked():
             sources["image"].data.update(image=[m.index[::-1]])
             sources["hover"].data.update(min=box["min"], max=box["max"])  # tiles stay put; their ranges change
-            if "step" in frame:
-                self.figure.title.text = f"step {int(frame['step'])}"
+            if "step" in snapshot:
+                self.figure.title.text = f"step {int(snapshot['step'])}"
 
 
 class LiveDecision:

@@ -1,4 +1,4 @@
-"""The views of an α_min sweep's rank frames (:class:`lab.jobs.sweep_job.SweepJob`), redrawn in place.
+"""The views of an α_min sweep's rank snapshots (:class:`lab.jobs.sweep_job.SweepJob`), redrawn in place.
 
 *Residual Connections Harm Generative Representation Learning* (§6) relates α_min, the effective rank of the
 features and linear-probe accuracy: its Figure 6 for MAE on ImageNet-100, its Figure 9 for the supervised
@@ -56,9 +56,9 @@ FINDING = ("Measured by `lab reproduce --budget cpu` (the toy MAE of `configs/to
 """Where a generative sweep's numbers over seeds are measured."""
 
 
-def structure_of(frame: dict[str, np.ndarray]) -> str:
-    """``unet``, ``no_skips`` or ``no_decoder``: the structure of a frame's members (:data:`GENERATIVE_CAPTIONS`)."""
-    return str(frame["structure"]) if "structure" in frame else "no_decoder"
+def structure_of(snapshot: dict[str, np.ndarray]) -> str:
+    """``unet``, ``no_skips`` or ``no_decoder``: the structure of a snapshot's members (:data:`GENERATIVE_CAPTIONS`)."""
+    return str(snapshot["structure"]) if "structure" in snapshot else "no_decoder"
 
 
 PER_ROW = 2
@@ -97,17 +97,17 @@ def _labels(alpha_min: np.ndarray, names: list[str]) -> list[str]:
 
 
 class RankViews:
-    """All views of one sweep's rank frames.
+    """All views of one sweep's rank snapshots.
 
     Args:
         size: plot side in screen pixels.
     """
 
     def __init__(self, size: int = 300) -> None:
-        self.frame: dict[str, np.ndarray] | None = None
+        self.snapshot: dict[str, np.ndarray] | None = None
         self.measure = "effective_rank"
         self.embedding = "pca"
-        self.umap: dict[int, np.ndarray] = {}  # member -> UMAP of its final features, for the frame on screen
+        self.umap: dict[int, np.ndarray] = {}  # member -> UMAP of its final features, for the snapshot on screen
         self.history: dict[str, list] = {"step": [], "effective_rank": [], "eq6_entropy": [], "probe": [],
                                          "r_effective_rank": [], "r_eq6_entropy": []}
         tools = "pan,wheel_zoom,box_zoom,reset,save"
@@ -161,7 +161,7 @@ class RankViews:
         self.embeds: list[figure] = []
         self.embed_panes: list[pn.pane.Bokeh] = []
         self.embed_box = pn.Column()  # rows of panes, not a FlexBox: figures inside one never report "rendered"
-        self.summary = pn.pane.Markdown("No frame yet: start a sweep.", margin=(0, 10))
+        self.summary = pn.pane.Markdown("No snapshot yet: start a sweep.", margin=(0, 10))
         self.caption = pn.pane.Markdown(CAPTION, margin=(0, 10), width=860)
         self.panes = {name: pn.pane.Bokeh(fig) for name, fig in (
             ("by_layer", self.by_layer), ("schedules", self.schedules), ("rank_time", self.rank_time),
@@ -176,29 +176,29 @@ class RankViews:
 
     # -- input --------------------------------------------------------------------------------------------------
     def clear(self) -> None:
-        """Forget the frames (a new sweep)."""
-        self.frame = None
+        """Forget the snapshots (a new sweep)."""
+        self.snapshot = None
         self.umap = {}
         for values in self.history.values():
             values.clear()
 
-    def show(self, frame: dict[str, np.ndarray]) -> None:
-        """Draw a new frame and add its final-layer numbers to the history."""
-        self.frame = frame
+    def show(self, snapshot: dict[str, np.ndarray]) -> None:
+        """Draw a new snapshot and add its final-layer numbers to the history."""
+        self.snapshot = snapshot
         self.umap = {}
         h = self.history
-        if not h["step"] or int(frame["step"]) > h["step"][-1]:
-            h["step"].append(int(frame["step"]))
+        if not h["step"] or int(snapshot["step"]) > h["step"][-1]:
+            h["step"].append(int(snapshot["step"]))
             for key in ("effective_rank", "eq6_entropy"):
-                h[key].append(np.asarray(frame[key])[:, _layer(frame)].astype(np.float64))
-                h[f"r_{key}"].append(float(frame[f"pearson_r_{key}"]))
-            h["probe"].append(np.asarray(frame["probe_acc"])[:, _layer(frame)].astype(np.float64))
+                h[key].append(np.asarray(snapshot[key])[:, _layer(snapshot)].astype(np.float64))
+                h[f"r_{key}"].append(float(snapshot[f"pearson_r_{key}"]))
+            h["probe"].append(np.asarray(snapshot["probe_acc"])[:, _layer(snapshot)].astype(np.float64))
         self.redraw()
 
     def set_measure(self, measure: str) -> None:
         """Draw ``effective_rank`` or ``eq6_entropy`` (only the rank views change)."""
         self.measure = measure
-        if self.frame is not None:
+        if self.snapshot is not None:
             with pn.io.unlocked():
                 self._lines()
                 self._scatter()
@@ -208,13 +208,13 @@ class RankViews:
         self.embedding = kind
         if umap is not None:
             self.umap = umap
-        if self.frame is not None:
+        if self.snapshot is not None:
             with pn.io.unlocked():
                 self._embeddings()
 
     # -- drawing ------------------------------------------------------------------------------------------------
     def redraw(self) -> None:
-        if self.frame is None:
+        if self.snapshot is None:
             return
         with pn.io.unlocked():
             self._lines()
@@ -222,18 +222,19 @@ class RankViews:
             self._accuracy()
             self._embeddings()
         self.summary.object = self.describe()
+        structure = GENERATIVE_CAPTIONS[structure_of(self.snapshot)]
         self.caption.object = (CAPTION if self.task == "classify" else
-                               f"{GENERATIVE_CAPTIONS[structure_of(self.frame)]} {TASK_WORDS[self.task]}\n\n{FINDING}")
+                               f"{structure} {TASK_WORDS[self.task]}\n\n{FINDING}")
 
     def _members(self) -> tuple[np.ndarray, list[str], list[str], np.ndarray]:
-        f = self.frame
+        f = self.snapshot
         alpha_min = np.asarray(f["alpha_min"], np.float64)
         names = [str(n) for n in f["member_names"]]
         live = ~np.asarray(f["diverged"], bool)
         return alpha_min, member_colors(alpha_min), names, live
 
     def _lines(self) -> None:
-        f = self.frame
+        f = self.snapshot
         alpha_min, colors, names, live = self._members()
         keep = [k for k in range(len(names)) if live[k]]
         rank = np.asarray(f[self.measure], np.float64)
@@ -272,7 +273,7 @@ class RankViews:
             set_range(fig.y_range, finite_range(values, pad=PAD))
 
     def _scatter(self) -> None:
-        f = self.frame
+        f = self.snapshot
         alpha_min, colors, names, live = self._members()
         rank = np.asarray(f[self.measure], np.float64)[:, _layer(f)]
         probe = np.asarray(f["probe_acc"], np.float64)[:, _layer(f)]
@@ -290,7 +291,7 @@ class RankViews:
                                       else "Rank vs probe: Pearson r needs 3 members")
 
     def _accuracy(self) -> None:
-        f = self.frame
+        f = self.snapshot
         alpha_min, _, names, _ = self._members()
         labels = [f"α_min {a:g}" if list(alpha_min).count(a) == 1 else n for a, n in zip(alpha_min, names,
                                                                                         strict=True)]
@@ -314,7 +315,7 @@ class RankViews:
         set_range(self.accuracy.x_range, (-0.6, K - 0.4))
 
     def _embeddings(self) -> None:
-        f = self.frame
+        f = self.snapshot
         alpha_min, _, names, live = self._members()
         labels = np.asarray(f["labels"])
         while len(self.embeds) < len(names):
@@ -346,9 +347,9 @@ class RankViews:
     def failed(self) -> list[str]:
         """Why each member that did not learn failed: diverged, test accuracy below :data:`FAILED_ACC`, or (a
         generative task) held-out loss above :data:`FAILED_LOSS`."""
-        if self.frame is None:
+        if self.snapshot is None:
             return []
-        f = self.frame
+        f = self.snapshot
         alpha_min, _, names, live = self._members()
         out = []
         for k, name in enumerate(names):
@@ -364,13 +365,13 @@ class RankViews:
 
     @property
     def task(self) -> str:
-        """What the frame's members learn: ``classify`` or a generative task."""
-        return str(self.frame["task"]) if self.frame is not None and "task" in self.frame else "classify"
+        """What the snapshot's members learn: ``classify`` or a generative task."""
+        return str(self.snapshot["task"]) if self.snapshot is not None and "task" in self.snapshot else "classify"
 
     def describe(self) -> str:
-        f = self.frame
+        f = self.snapshot
         if f is None:
-            return "No frame yet: start a sweep."
+            return "No snapshot yet: start a sweep."
         r = {key: float(f[f"pearson_r_{key}"]) for key in MEASURES}
         words = ", ".join(f"{key.replace('_', ' ')} {v:.3f}" if math.isfinite(v) else f"{key.replace('_', ' ')} n/a"
                           for key, v in r.items())
@@ -387,6 +388,6 @@ class RankViews:
         return self.layout
 
 
-def _layer(frame: dict[str, np.ndarray]) -> int:
-    """The depth of the members' representation in ``frame``: the last layer, or a toy MAE's bottleneck."""
-    return int(frame["layer"]) if "layer" in frame else -1
+def _layer(snapshot: dict[str, np.ndarray]) -> int:
+    """The depth of the members' representation in ``snapshot``: the last layer, or a toy MAE's bottleneck."""
+    return int(snapshot["layer"]) if "layer" in snapshot else -1

@@ -1,8 +1,14 @@
-"""The replay view of each kind of frame a run folder keeps: the live view that drew it, fed one saved frame.
+"""The views of each kind of snapshot: the one that replays a run folder's saved snapshots, and the pages that draw it
+live beside their own views.
 
-:class:`~lab.ui.views.saved_snapshots.SavedSnapshots` offers every kind registered here (:data:`REPLAYS`) and draws the
-chosen step through it. A new kind's replay is one class with ``panes()`` and ``show()`` and one :func:`register`
-call; what the kind is and what its frames hold is :mod:`lab.jobs.kinds`.
+:class:`~lab.ui.views.saved_snapshots.SavedSnapshots` (the Runs page) offers every kind registered here
+(:data:`REPLAYS`) and draws the chosen step through its view; a notebook shows a snapshot of such a kind in the same
+view (:func:`lab.ui.display.snapshot_view`); a page named in ``live_on`` (the Playground) lays the view out beside its
+own, has its job build the kind's snapshots at the kind's cadence, and draws each one that lands.
+
+A new live view is one module in :mod:`lab.ui.views.kind_views` (every module there is imported with this one): the
+builder, the view (a class with ``panes()`` and ``show()``) and one :func:`register` call with the
+:class:`~lab.jobs.kinds.Kind` record.
 """
 
 from __future__ import annotations
@@ -13,72 +19,56 @@ from typing import Protocol
 import numpy as np
 import panel as pn
 
-from lab.jobs.kinds import ALIGNMENT, KINDS, NODES
-from lab.ui.views.live_alignment import AlignmentViews
-from lab.ui.views.live_grid import LiveDecision, LiveGrid
+from lab.jobs import kinds
+from lab.jobs.kinds import KINDS, Kind
 
 
 class Replay(Protocol):
-    """A view that draws saved frames of one kind."""
+    """A view that draws snapshots of one kind."""
 
     def panes(self) -> list[pn.viewable.Viewable]:
-        """What the Runs page lays out for it."""
+        """What a page lays out for it."""
 
-    def show(self, frame: dict[str, np.ndarray], step: int, points: tuple[np.ndarray, np.ndarray]) -> None:
-        """Draw ``frame`` (checked against its kind's contract) of ``step``; ``points``: the run's training points
-        ``(x [n, 2], y [n])``, for views that draw over them."""
-
-
-class NodesReplay:
-    """``nodes`` frames in the Playground's node grid and decision map, over the run's training points."""
-
-    def __init__(self) -> None:
-        self.grid, self.decision = LiveGrid(), LiveDecision()
-
-    def panes(self) -> list[pn.viewable.Viewable]:
-        return [self.grid.pane, self.decision.pane]
-
-    def show(self, frame: dict[str, np.ndarray], step: int, points: tuple[np.ndarray, np.ndarray]) -> None:
-        L, H = frame["maps"].shape[:2]
-        self.grid.show(frame, layers=(0, L), nodes=(0, H), normalize="tile", points=points)
-        self.decision.show(frame["decision"], step, *points, _scalar(frame.get("limit"), 1.0))
-
-
-class AlignmentReplay:
-    """``alignment`` frames in the Alignment page's views."""
-
-    def __init__(self) -> None:
-        self.views = AlignmentViews()
-
-    def panes(self) -> list[pn.viewable.Viewable]:
-        return [pn.Column(*self.views.rows())]
-
-    def show(self, frame: dict[str, np.ndarray], step: int, points: tuple[np.ndarray, np.ndarray]) -> None:
-        self.views.show(frame)
+    def show(self, snapshot: dict[str, np.ndarray], step: int, points: tuple[np.ndarray, np.ndarray]) -> None:
+        """Draw ``snapshot`` (checked against its kind's contract) of ``step``; ``points``: the run's training points
+        ``(x [n, 2], y [n])``, for views that draw over them (empty where there are none)."""
 
 
 REPLAYS: dict[str, Callable[[], Replay]] = {}
-"""Kind → what makes its replay view (made when a run's frames of that kind are first shown: views cost)."""
+"""Kind → what makes its view (made when a snapshot of that kind is first shown: views cost)."""
+LIVE_ON: dict[str, tuple[str, ...]] = {}
+"""Kind → the pages (by title) that draw it live beside their own views."""
 
 
-def register(kind: str, make: Callable[[], Replay]) -> None:
-    """Replay ``kind``'s saved frames in the view ``make()`` returns.
+def register(kind: str | Kind, make: Callable[[], Replay], *, live_on: tuple[str, ...] = ()) -> None:
+    """Draw ``kind``'s snapshots in the view ``make()`` returns: saved ones on the Runs page and in notebooks, live
+    ones on the pages ``live_on``.
+
+    Args:
+        kind: a registered kind's name, or a new kind's record (registered in :data:`lab.jobs.kinds.KINDS` here).
+        make: makes the view.
+        live_on: titles of the pages that draw the kind live; the kind then needs a builder and a cadence.
 
     Raises:
-        ValueError: ``kind`` is no registered kind of frame, or has a replay already.
+        ValueError: ``kind`` is no registered kind of snapshot, has a view already, or is drawn live without a
+            builder and a cadence.
     """
-    if kind not in KINDS or kind in REPLAYS:
-        raise ValueError(f"{kind!r} is not a frame kind without a replay view; kinds: {', '.join(KINDS)}")
-    REPLAYS[kind] = make
+    name = kind.name if isinstance(kind, Kind) else kind
+    if name in REPLAYS or (name not in KINDS and not isinstance(kind, Kind)):
+        raise ValueError(f"{name!r} is not a snapshot kind without a view; kinds: {', '.join(KINDS)}")
+    record = kind if isinstance(kind, Kind) else KINDS[name]
+    if live_on and (record.builder is None or record.cadence is None):
+        raise ValueError(f"{name!r} is drawn live on {', '.join(live_on)}: its kind needs a builder and a cadence")
+    if name not in KINDS:
+        kinds.register(record)
+    REPLAYS[name] = make
+    if live_on:
+        LIVE_ON[name] = tuple(live_on)
 
 
-register(NODES, NodesReplay)
-register(ALIGNMENT, AlignmentReplay)
+def live_kinds(page: str) -> list[Kind]:
+    """The kinds that ``page`` (a page's title) draws live beside its own views, in registration order."""
+    return [KINDS[k] for k, pages in LIVE_ON.items() if page in pages]
 
 
-def _scalar(value: object, default: float) -> float:
-    """A frame's one-number entry (``limit``), or ``default`` when it is missing or not one finite number."""
-    array = np.asarray(value if value is not None else default)
-    if array.size != 1 or array.dtype.kind not in "biuf" or not np.isfinite(array).all():
-        return default
-    return float(array.reshape(()))
+from lab.ui.views import kind_views  # noqa: E402,F401  (registers the lab's views; its modules import register)

@@ -1,13 +1,14 @@
-"""A run's saved frames, read-only: each kind of frame its folder holds, replayed in the view that drew it live.
+"""A run's saved snapshots, read-only: each kind its folder holds, replayed in the view that drew it live.
 
-A run trained by a page (or by ``python -m lab train --snapshot-every N``) keeps frames under ``snapshots/``
+A run trained by a page (or by ``python -m lab train --snapshot-every N``) keeps snapshots under ``snapshots/``
 (``<kind>-<step>.npz``, :meth:`~lab.runs.store.Run.load_snapshot`). Opened on the Runs page, they are replayed with a
-step slider in the view each kind registers (:mod:`lab.ui.views.replays`): ``nodes`` frames in the Playground's node
-grid and decision map (over the run's training points, rebuilt from its config by whoever opens the run:
-:meth:`SavedSnapshots.show_points`), ``alignment`` frames in the Alignment views. Nothing is trained and nothing is
-written. A frame comes from a run folder, so it is checked before it is drawn: read through
+step slider in the view each kind registers (:mod:`lab.ui.views.replays`): ``nodes`` snapshots in the Playground's
+node grid and decision map (over the run's training points, rebuilt from its config by whoever opens the run:
+:meth:`SavedSnapshots.show_points`), ``alignment`` snapshots in the Alignment views. Nothing is trained and nothing
+is written. A snapshot comes from a run folder, so it is checked before it is drawn: read through
 :func:`~lab.runs.entries.read_npz` (whose checks bound what loading it costs), then against its kind's contract
-(:func:`~lab.jobs.kinds.check_snapshot`); a frame that cannot be read or drawn leaves the one on screen and says why.
+(:func:`~lab.jobs.kinds.check_snapshot`); a snapshot that cannot be read or drawn leaves the one on screen and says
+why.
 """
 
 from __future__ import annotations
@@ -26,18 +27,18 @@ log = logging.getLogger(__name__)
 
 
 class SavedSnapshots:
-    """The saved frames of one run: a chooser of kind, a step slider and the kind's view.
+    """The saved snapshots of one run: a chooser of kind, a step slider and the kind's view.
 
     Attributes:
-        layout: what a page shows (hidden while the run has no frame of a kind with a replay view).
+        layout: what a page shows (hidden while the run has no snapshot of a kind with a replay view).
         views: each kind's replay view (:mod:`lab.ui.views.replays`), made when that kind is first shown.
     """
 
     def __init__(self) -> None:
         self.run: Run | None = None
-        self._frames: dict[str, list[int]] = {}  # the steps of each kind on disk, as last listed
-        self._unseen = False  # a run was opened whose frames have not been drawn yet
-        self.kind = pn.widgets.Select(label="Saved frames", options={}, width=420)
+        self._saved: dict[str, list[int]] = {}  # the steps of each kind on disk, as last listed
+        self._unseen = False  # a run was opened whose snapshots have not been drawn yet
+        self.kind = pn.widgets.Select(label="Saved snapshots", options={}, width=420)
         self.step = pn.widgets.DiscreteSlider(label="Step", options=[0], value=0, width=420)
         self.views: dict[str, Replay] = {}  # each kind's replay view, made when first shown (views cost)
         self.title = markdown_pane("", margin=(0, 10))
@@ -49,14 +50,14 @@ class SavedSnapshots:
         self.kind.param.watch(lambda _: self._kind_changed(), "value")
         self.step.param.watch(lambda _: self.draw(), "value")
 
-    def open(self, run: Run | None, frames: dict[str, list[int]] | None = None) -> None:
-        """Replay ``run``'s frames (None: show nothing); ``frames``: the steps of each kind on disk (read now when not
-        given)."""
-        self.run, self._frames, self._unseen = run, {}, True
+    def open(self, run: Run | None, saved: dict[str, list[int]] | None = None) -> None:
+        """Replay ``run``'s snapshots (None: show nothing); ``saved``: the steps of each kind on disk (read now when
+        not given)."""
+        self.run, self._saved, self._unseen = run, {}, True
         self._points = (np.zeros((0, 2), np.float32), np.zeros(0, np.int64))
         self.kind.options = {}
         self.problem.visible = False
-        self.refresh(frames)
+        self.refresh(saved)
 
     def show_points(self, points: tuple[np.ndarray, np.ndarray]) -> None:
         """Draw the node maps over the run's training points ``(x [n, 2], y [n])`` from now on."""
@@ -64,14 +65,14 @@ class SavedSnapshots:
         if self.kind.value == NODES and self.layout.visible:
             self.draw()
 
-    def refresh(self, frames: dict[str, list[int]] | None = None) -> None:
-        """Offer the kinds and steps on disk now (``frames``: each kind's steps, read now when not given): the slider
-        grows while the run writes frames, and stays on the newest when it was there; the first frames found of a
-        run just opened draw its newest."""
-        if frames is None:
-            frames = {} if self.run is None else {k: self.run.snapshot_versions(k) for k in REPLAYS}
-        self._frames = {k: v for k, v in frames.items() if k in REPLAYS and v}
-        kinds = {KINDS[k].title: k for k in self._frames}
+    def refresh(self, saved: dict[str, list[int]] | None = None) -> None:
+        """Offer the kinds and steps on disk now (``saved``: each kind's steps, read now when not given): the slider
+        grows while the run writes snapshots, and stays on the newest when it was there; the first snapshots found
+        of a run just opened draw its newest."""
+        if saved is None:
+            saved = {} if self.run is None else {k: self.run.snapshot_versions(k) for k in REPLAYS}
+        self._saved = {k: v for k, v in saved.items() if k in REPLAYS and v}
+        kinds = {KINDS[k].title: k for k in self._saved}
         self.layout.visible = bool(kinds)
         opened, self._unseen = self._unseen and bool(kinds), self._unseen and not kinds
         if kinds != self.kind.options:
@@ -80,18 +81,18 @@ class SavedSnapshots:
                 self.kind.value = next(iter(kinds.values()))  # draws it (_kind_changed)
                 return
         if kinds:
-            self._steps(self._frames[self.kind.value], opened=opened)
+            self._steps(self._saved[self.kind.value], opened=opened)
 
     def _kind_changed(self) -> None:
         kind = self.kind.value
         self._body[:] = self._view(kind).panes() if kind in REPLAYS else []
-        if self.run is not None and kind in self._frames:
-            self._steps(self._frames[kind], opened=True)
+        if self.run is not None and kind in self._saved:
+            self._steps(self._saved[kind], opened=True)
 
     def _steps(self, versions: list[int], opened: bool = False) -> None:
         """Offer the steps ``versions`` of the chosen kind on the slider: at the newest when it was there, or when
-        this run or kind was just ``opened``, whose frame is then drawn even where the slider stays (another run's
-        frames may sit at the same steps). The slider's watcher draws a step it moves to."""
+        this run or kind was just ``opened``, whose snapshot is then drawn even where the slider stays (another
+        run's snapshots may sit at the same steps). The slider's watcher draws a step it moves to."""
         if not versions:
             return
         value = self.step.value
@@ -103,7 +104,7 @@ class SavedSnapshots:
             self.draw()
 
     def draw(self) -> None:
-        """Draw the chosen step's frame in its kind's view, or say why it cannot be (the frame on screen stays)."""
+        """Draw the chosen step's snapshot in its kind's view, or say why it cannot be (the one on screen stays)."""
         kind, run = self.kind.value, self.run
         if run is None or kind not in REPLAYS:
             return
@@ -112,15 +113,15 @@ class SavedSnapshots:
             loaded = run.load_snapshot(kind, step)
             if loaded is None:
                 return
-            frame = loaded[1].float32()
-            check_snapshot(kind, frame)
-            self._view(kind).show(frame, step, self._points)
+            snapshot = loaded[1].float32()
+            check_snapshot(kind, snapshot)
+            self._view(kind).show(snapshot, step, self._points)
         except (OSError, SnapshotError) as err:
-            self._say(f"The frame of step {step} is not drawn: {md(err)}")
+            self._say(f"The snapshot of step {step} is not drawn: {md(err)}")
             return
         except (KeyError, IndexError, ValueError, TypeError) as err:  # arrays that do not fit one another
-            log.warning("a saved %s frame of %s could not be drawn", kind, run.path, exc_info=err)
-            self._say(f"The frame of step {step} is not drawn: its arrays do not fit its view "
+            log.warning("a saved %s snapshot of %s could not be drawn", kind, run.path, exc_info=err)
+            self._say(f"The snapshot of step {step} is not drawn: its arrays do not fit its view "
                       f"({md(f'{type(err).__name__}: {err}')})")
             return
         self.problem.visible = False

@@ -1,5 +1,5 @@
 """An opened sweep's rank views on the Runs page: the Rank page's views of its members' last checkpoints, from a
-frame a worker builds (reading K checkpoints and probing them takes seconds; the session never waits for it)."""
+snapshot a worker builds (reading K checkpoints and probing them takes seconds; the session never waits for it)."""
 
 from __future__ import annotations
 
@@ -26,43 +26,43 @@ class SweepRank:
         self._pending: tuple[str, int, Future] | None = None
 
     def clear(self) -> None:
-        """Show none; a frame still being built is dropped."""
+        """Show none; a snapshot still being built is dropped."""
         self.layout.visible = False
         self._pending = None
 
-    def start(self, name: str, members: int, frame: Future) -> str:
-        """Wait for the sweep ``name``'s ``frame`` (``(rank frame, members left out)``, from a worker); returns what to
-        tell the user meanwhile."""
-        self._pending = (name, members, frame)
+    def start(self, name: str, members: int, snapshot: Future) -> str:
+        """Wait for the sweep ``name``'s ``snapshot`` (``(rank snapshot, members left out)``, from a worker); returns
+        what to tell the user meanwhile."""
+        self._pending = (name, members, snapshot)
         return (f"{code(name)} is a sweep: its {members} members are compared above; reading their last checkpoints "
                 "for the rank views…")
 
     @property
     def ready(self) -> bool:
-        """Whether a started frame is built (:meth:`finish` shows it)."""
+        """Whether a started snapshot is built (:meth:`finish` shows it)."""
         return self._pending is not None and self._pending[2].done()
 
     def finish(self) -> str:
-        """Show the started frame (waiting for it when it is not built yet), or say why there are no views; returns
+        """Show the started snapshot (waiting for it when it is not built yet), or say why there are no views; returns
         what to tell the user."""
         name, members, future = self._pending
         self._pending = None
         words = f"{code(name)} is a sweep: its {members} members are compared above"
         try:
-            frame, left_out = future.result()
+            snapshot, left_out = future.result()
         except (ValueError, OSError) as err:  # not residual MLPs, an unreadable checkpoint
             return f"{words}; no rank views: {md(err)}"
-        self.show(frame)
+        self.show(snapshot)
         missing = f" ({len(left_out)} left out: {'; '.join(md(m) for m in left_out)})" if left_out else ""
         return f"{words}, with the rank views of their last checkpoints{missing}."
 
-    def show(self, frame: dict[str, np.ndarray]) -> None:
-        """Draw one rank ``frame`` (nothing over training: one frame has no time axis)."""
+    def show(self, snapshot: dict[str, np.ndarray]) -> None:
+        """Draw one rank ``snapshot`` (nothing over training: one snapshot has no time axis)."""
         if self.views is None:
             self.views = RankViews()
             for name in ("rank_time", "probe_time"):
                 self.views.panes[name].visible = False
             self.layout[:] = [self.views.layout]
         self.views.clear()
-        self.views.show(frame)
+        self.views.show(snapshot)
         self.layout.visible = True

@@ -29,7 +29,7 @@ def test_untrained_networks_are_drawn_with_and_without_skips(manager2):
     page = AlignmentPage(manager=manager2, **SMALL)
     for views in (page.main, page.twin):
         assert _all_views_have_data(views), views.points()
-        assert views.frame["sigma"].shape == (3, 12) and views.frame["grid"].shape == (1, 3, 3, 12, 12)
+        assert views.snapshot["sigma"].shape == (3, 12) and views.snapshot["grid"].shape == (1, 3, 3, 12, 12)
     assert page.main.heading.object == "### with skips" and page.twin.heading.object == "### without skips"
     cfg = page.config()
     assert cfg.model.name == "fc_resnet" and cfg.model.builder_kwargs()["depth"] == 3
@@ -45,14 +45,14 @@ def test_the_papers_analysis_settings_are_the_defaults(manager2):
     page = AlignmentPage(manager=manager2, **{**SMALL, "depth": 6, "k": PAPER_K})
     assert (page.param.k.default, page.param.fit_from.default) == (PAPER_K, RA4_FIT_START + 1) == (30, 5)
     assert page.param.projection.default == "gauss" and page.main.projection == "gauss"
-    assert page.main.frame["sigma"].shape == (6, 30), "K = 30 fits a width-32 network"
-    assert int(page.main.frame["fit_start"]) == RA4_FIT_START
+    assert page.main.snapshot["sigma"].shape == (6, 30), "K = 30 fits a width-32 network"
+    assert int(page.main.snapshot["fit_start"]) == RA4_FIT_START
     assert page.main.ra4.title.text == "RA4 1/σ₁ by block, fit from block 5"
     assert page.main.trajectories.title.text == "RA1 trajectories, Gaussian plane"
     page.fit_from = 2
-    assert int(page.main.frame["fit_start"]) == 1 and page.main.ra4.title.text.endswith("fit from block 2")
+    assert int(page.main.snapshot["fit_start"]) == 1 and page.main.ra4.title.text.endswith("fit from block 2")
     page.k = 64  # wider than the blocks: capped, and said
-    assert page.main.frame["sigma"].shape == (6, 32) and "using K = 32" in shown(page.notice)
+    assert page.main.snapshot["sigma"].shape == (6, 32) and "using K = 32" in shown(page.notice)
 
 
 def test_mosaic_rows_are_jacobian_blocks_from_the_top():
@@ -95,10 +95,10 @@ def pair_manager(tmp_path, request):
 
 def test_training_in_lockstep_updates_every_view(pair_manager):
     page = AlignmentPage(manager=pair_manager, **SMALL)
-    before = page.main.frame["sigma"].copy()
+    before = page.main.snapshot["sigma"].copy()
     page.param.trigger("play")
-    assert poll_until(page, lambda: int(page.main.frame["step"]) >= 10 and int(page.twin.frame["step"]) >= 10)
-    assert not np.allclose(before, page.main.frame["sigma"]), "the spectra moved with training"
+    assert poll_until(page, lambda: int(page.main.snapshot["step"]) >= 10 and int(page.twin.snapshot["step"]) >= 10)
+    assert not np.allclose(before, page.main.snapshot["sigma"]), "the spectra moved with training"
     assert _all_views_have_data(page.main) and _all_views_have_data(page.twin)
     assert page.curves.points()["step:loss"] > 0 and page.twin_curves.points()["step:loss"] > 0
     page.param.trigger("play")  # pause both
@@ -119,7 +119,7 @@ def test_views_and_exports(manager2):
     page.param.update(pair_i=2, pair_j=0, projection="pca")
     assert page.main.pair_figure.title.text.startswith("U_0ᵀ J_2 V_0")
     assert "PCA" in page.main.trajectories.title.text
-    assert np.allclose(page.main.paths.data["xs"][0], page.main.frame["traj_pca"][:, 0, 0])
+    assert np.allclose(page.main.paths.data["xs"][0], page.main.snapshot["traj_pca"][:, 0, 0])
     with np.load(page.snapshot_npz()) as arrays:
         assert {"sigma", "grid", "twin_sigma"} <= set(arrays.files)
     assert b"<html" in page.plots_html().getvalue()[:200].lower() and b"cdn.bokeh" not in page.plots_html().getvalue()
@@ -129,7 +129,7 @@ def test_views_and_exports(manager2):
 
 def test_conv_types_and_bad_data_folders(manager2, tmp_path, monkeypatch):
     page = AlignmentPage(manager=manager2, **{**SMALL, "model_type": "conv_two_stage", "depth": 2, "width": 4})
-    assert page.main.frame["scores"].shape == (2, 2) and np.isnan(page.main.frame["scores"][0, 1])
+    assert page.main.snapshot["scores"].shape == (2, 2) and np.isnan(page.main.snapshot["scores"][0, 1])
     assert _all_views_have_data(page.main)
     monkeypatch.setenv("LAB_DATA_DIRS", str(tmp_path / "data"))
     (tmp_path / "data").mkdir()
@@ -144,7 +144,7 @@ def test_conv_types_and_bad_data_folders(manager2, tmp_path, monkeypatch):
 
 
 def test_a_pair_trained_in_a_child_process_is_reported_failed_when_the_child_is_killed(tmp_path):
-    """Both networks in one child (their frames are built there, by a builder that crossed to it); killed, both
+    """Both networks in one child (their snapshots are built there, by a builder that crossed to it); killed, both
     show as failed with its exit code, and the page goes on."""
 
     from lab.jobs.child import ChildJob
@@ -155,7 +155,7 @@ def test_a_pair_trained_in_a_child_process_is_reported_failed_when_the_child_is_
         page.param.trigger("play")
         jobs = page._jobs()
         assert len(jobs) == 2 and all(isinstance(j, ChildJob) for j in jobs) and jobs[0].proc is jobs[1].proc
-        assert poll_until(page, lambda: int(page.twin.frame["step"]) >= 5, timeout=60)
+        assert poll_until(page, lambda: int(page.twin.snapshot["step"]) >= 5, timeout=60)
         kill_child_then_start_again(page, jobs)
     finally:
         manager.shutdown()

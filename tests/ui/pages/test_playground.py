@@ -21,7 +21,7 @@ def test_settings_build_the_config_and_the_alpha_chart_follows(manager):
     assert page.alpha_chart.alphas.tolist() == pytest.approx(alphas("linear", 4, 0.25))
     page.param.update(depth=6, alpha_min=0.5)
     assert page.alpha_chart.alphas.tolist() == pytest.approx(alphas("linear", 6, 0.5))
-    assert page.frame["maps"].shape == (7, 5, 50, 50)  # rebuilt: a fresh frame of the new shape
+    assert page.snapshot["maps"].shape == (7, 5, 50, 50)  # rebuilt: a fresh snapshot of the new shape
     assert page.param.layer_range.bounds == (0, 7)
 
 
@@ -35,15 +35,15 @@ def test_view_settings_redraw_without_touching_the_job(manager):
     assert narrowed.shape[1] < full_width and page.job is None
 
 
-def test_training_streams_frames_pause_step_reset(manager):
+def test_training_streams_snapshots_pause_step_reset(manager):
     page = small_page(manager, snapshot_every=2)
     page.param.trigger("play")
-    assert poll_until(page, lambda: page.frame is not None and int(page.frame["step"]) >= 4)
+    assert poll_until(page, lambda: page.snapshot is not None and int(page.snapshot["step"]) >= 4)
     first = page.grid.figure.renderers[0].data_source.data["image"][0].copy()
-    first_step = int(page.frame["step"])
-    assert poll_until(page, lambda: int(page.frame["step"]) >= first_step + 6)
+    first_step = int(page.snapshot["step"])
+    assert poll_until(page, lambda: int(page.snapshot["step"]) >= first_step + 6)
     second = page.grid.figure.renderers[0].data_source.data["image"][0]
-    assert not np.array_equal(first, second)  # the grid changed between two frames
+    assert not np.array_equal(first, second)  # the grid changed between two snapshots
     assert page.grid.full_renders == 1  # ... by updating the one figure in place
     page.param.trigger("play")  # pause
     assert poll_until(page, lambda: page.job.status()["state"] == "paused")
@@ -51,13 +51,13 @@ def test_training_streams_frames_pause_step_reset(manager):
     page.param.trigger("step")
     assert poll_until(page, lambda: page.job.status()["step"] == step + 1 and
                        page.job.status()["state"] == "paused")
-    assert page.history == 0 and len(page.history_steps) > 1  # live: 0 frames back
+    assert page.history == 0 and len(page.history_steps) > 1  # live: 0 snapshots back
     assert page.param.history.bounds == (-(len(page.history_steps) - 1), 0)
     page.depth = 5  # a training setting while a run is in progress asks first
     assert page.hint.visible and "Reset" in shown(page.hint) and page.job.is_alive()
     job = page.job
     page.param.trigger("reset")  # the page drops the run at once; the run ends after its step, unwaited for
-    assert page.job is None and page.frame["maps"].shape[0] == 6
+    assert page.job is None and page.snapshot["maps"].shape[0] == 6
     assert wait_for(lambda: not job.is_alive(), timeout=60) and job.status()["state"] == "stopped"
 
 
@@ -114,7 +114,7 @@ def test_out_of_range_url_values_are_clamped_and_named(manager):
     assert page.notice.visible and page.notice.alert_type == "warning"
     assert "depth must be in [1, 64]; using 64" in shown(page.notice)
     assert "alpha_min must be in [0.0, 1.0]; using 1.0" in shown(page.notice)
-    assert page.frame["maps"].shape[0] == 65  # the model was rebuilt at the value in use
+    assert page.snapshot["maps"].shape[0] == 65  # the model was rebuilt at the value in use
 
 
 def test_curves_and_status_follow_the_run(manager):
@@ -126,21 +126,21 @@ def test_curves_and_status_follow_the_run(manager):
     assert page.curves.points()["step:loss"] == 0 and page.job is None
 
 
-def test_history_replays_a_recorded_frame_and_returns_to_live(manager):
+def test_history_replays_a_recorded_snapshot_and_returns_to_live(manager):
     page = small_page(manager, snapshot_every=2)
     page.param.trigger("play")
-    # frames are written to the run folder every 2 s: wait for two on disk
+    # snapshots are written to the run folder every 2 s: wait for two on disk
     assert poll_until(page, lambda: len(page.job.run.snapshot_versions("nodes")) >= 2, timeout=90)
     page.poll()
     first_on_disk = page.job.run.snapshot_versions("nodes")[0]
-    page.history = -(len(page.history_steps) - 1)  # the oldest frame received
-    replayed = int(page.frame["step"])
+    page.history = -(len(page.history_steps) - 1)  # the oldest snapshot received
+    replayed = int(page.snapshot["step"])
     assert replayed <= page.history_steps[0] or replayed == first_on_disk
     assert poll_until(page, lambda: len(page.history_steps) > 5)
-    assert int(page.frame["step"]) == replayed  # new frames arrive, the replayed one stays on screen
+    assert int(page.snapshot["step"]) == replayed  # new snapshots arrive, the replayed one stays on screen
     page.history = 0
     page.poll()
-    assert int(page.frame["step"]) >= page.history_steps[-2]  # live again
+    assert int(page.snapshot["step"]) >= page.history_steps[-2]  # live again
     page.param.trigger("reset")
 
 
@@ -161,7 +161,7 @@ def test_grid_width_fits_the_grid_into_a_narrower_view(manager):
 
 
 def test_the_playground_trains_in_a_child_process_and_a_killed_one_is_reported(tmp_path):
-    """With the manager's jobs in child processes the page draws the same frames; a child killed outright shows as
+    """With the manager's jobs in child processes the page draws the same snapshots; a child killed outright shows as
     failed with its exit code, and the page (the server) goes on: a new run starts."""
 
     from lab.jobs.child import ChildJob
@@ -172,7 +172,7 @@ def test_the_playground_trains_in_a_child_process_and_a_killed_one_is_reported(t
         page = small_page(manager, snapshot_every=2)
         page.param.trigger("play")
         assert isinstance(page.job, ChildJob)
-        assert poll_until(page, lambda: page.frame is not None and int(page.frame["step"]) >= 4, timeout=60)
+        assert poll_until(page, lambda: page.snapshot is not None and int(page.snapshot["step"]) >= 4, timeout=60)
         page.param.trigger("play")  # pause, then one step, across the process boundary
         assert poll_until(page, lambda: page.job.status()["state"] == "paused")
         step = page.job.status()["step"]
@@ -183,15 +183,15 @@ def test_the_playground_trains_in_a_child_process_and_a_killed_one_is_reported(t
         manager.shutdown()
 
 
-def test_live_frames_are_built_at_the_resolution_the_grid_is_drawn_at(manager):
-    """Node maps cost the training child a forward pass over R² points per frame: a run's frames have twice the
+def test_live_snapshots_are_built_at_the_resolution_the_grid_is_drawn_at(manager):
+    """Node maps cost the training child a forward pass over R² points per snapshot: a run's snapshots have twice the
     pixels of a drawn tile per axis (26 for the default view's 13-pixel tiles), between 24 and the paper's 50."""
     assert PlaygroundPage(manager=manager)._live_resolution() == 26  # 33 layers × 32 nodes in 1040 px
     assert small_page(manager)._live_resolution() == 50  # 5 layers × 5 nodes: large tiles, the paper's 50 points
     page = small_page(manager, depth=16, width=8, grid_width=400, snapshot_every=2)  # 17 layers in 400 px
     resolution = page._live_resolution()
-    assert 24 <= resolution < 50 and page.frame["maps"].shape[-1] == 50  # the untrained model: the paper's
+    assert 24 <= resolution < 50 and page.snapshot["maps"].shape[-1] == 50  # the untrained model: the paper's
     page.param.trigger("play")
-    assert poll_until(page, lambda: int(page.frame["step"]) > 0)
-    assert page.frame["maps"].shape[-1] == resolution == page.frame["decision"].shape[-1]
+    assert poll_until(page, lambda: int(page.snapshot["step"]) > 0)
+    assert page.snapshot["maps"].shape[-1] == resolution == page.snapshot["decision"].shape[-1]
     page.param.trigger("reset")

@@ -24,9 +24,9 @@ def test_untrained_members_are_drawn_and_settings_rebuild(manager):
     counts = page.rank.counts()
     assert counts == {"by_layer": 6, "schedules": 6, "rank_time": 6, "probe_time": 6, "points": 6, "accuracy": 12,
                       "embeddings": 6}
-    frame = page.rank.frame
-    assert frame["effective_rank"].shape == (6, 7) and frame["alphas"].shape == (6, 6)
-    np.testing.assert_allclose(frame["alphas"][-1], np.linspace(1.0, 0.5, 6), atol=1e-6)  # linear: 1 → α_min
+    snapshot = page.rank.snapshot
+    assert snapshot["effective_rank"].shape == (6, 7) and snapshot["alphas"].shape == (6, 6)
+    np.testing.assert_allclose(snapshot["alphas"][-1], np.linspace(1.0, 0.5, 6), atol=1e-6)  # linear: 1 → α_min
     page.alpha_mins = "1.0, 0.6, 0.2"
     assert page.rank.counts()["by_layer"] == 3
     page.alpha_mins = "nonsense"
@@ -74,7 +74,7 @@ def test_sweep_trains_and_every_view_follows(manager):
     assert all(n > 0 for n in page.rank.counts().values()), page.rank.counts()
     steps = page.rank.history["step"]
     assert steps == sorted(steps) and steps[-1] > 0
-    assert len(page.rank.rank_time_src.data["xs"][0]) == len(steps), "one point per frame and member"
+    assert len(page.rank.rank_time_src.data["xs"][0]) == len(steps), "one point per snapshot and member"
     status = page.job.status()
     assert len(status["members"]) == 6 and status["state"] in ("running", "paused", "completed")
     assert "Pearson r" in page.rank.rank_probe.title.text
@@ -98,9 +98,9 @@ def test_a_generative_task_sweeps_the_digits_and_judges_members_by_their_loss(ma
     assert cfg.model.get("decoder_depth") == SMALL["depth"] // 2 and cfg.model.get("unet_skips") is True
     views = page.rank
     assert "toy MAE" in views.caption.object and "encoder's output" in views.caption.object
-    assert int(views.frame["layer"]) == SMALL["depth"] and str(views.frame["structure"]) == "unet"
-    assert views.frame["final_features"].shape == (2, 359, 8)  # the held-out digits' bottleneck
-    assert views.frame["probe_few"].shape == (2,)
+    assert int(views.snapshot["layer"]) == SMALL["depth"] and str(views.snapshot["structure"]) == "unet"
+    assert views.snapshot["final_features"].shape == (2, 359, 8)  # the held-out digits' bottleneck
+    assert views.snapshot["probe_few"].shape == (2,)
     page.structure = "no_skips"  # Table 3a's ablation
     assert page.config().model.get("unet_skips") is False and "Table 3a" in views.caption.object
     page.structure = "no_decoder"
@@ -110,12 +110,12 @@ def test_a_generative_task_sweeps_the_digits_and_judges_members_by_their_loss(ma
     page.param.trigger("play")
     assert poll_until(page, lambda: page.job.status()["state"] == "completed")
     page.poll()
-    frame = views.frame
-    assert np.isnan(frame["test_acc"]).all() and (frame["test_loss"] < 0.9).all(), frame["test_loss"]
-    np.testing.assert_allclose(views.accuracy_src.data["value"][1::2], frame["test_loss"], rtol=1e-6)
+    snapshot = views.snapshot
+    assert np.isnan(snapshot["test_acc"]).all() and (snapshot["test_loss"] < 0.9).all(), snapshot["test_loss"]
+    np.testing.assert_allclose(views.accuracy_src.data["value"][1::2], snapshot["test_loss"], rtol=1e-6)
     assert views.failed() == []
-    frame = {**frame, "test_loss": np.array([0.3, 0.97], np.float32)}  # as if α_min 0.5 had stayed at zeros' loss
-    views.show(frame)
+    snapshot = {**snapshot, "test_loss": np.array([0.3, 0.97], np.float32)}  # as if α_min 0.5 had stayed at zeros' loss
+    views.show(snapshot)
     assert views.failed() == ["α_min 0.5 (01-alpha_min-0.5) is at a held-out loss of 0.970 (predicting zeros scores "
                               "about 1)"]
     page.task = "classify"
@@ -123,7 +123,7 @@ def test_a_generative_task_sweeps_the_digits_and_judges_members_by_their_loss(ma
 
 
 def test_the_sweep_trains_in_a_child_process_and_a_killed_one_is_reported(tmp_path):
-    """With the manager's jobs in child processes the page draws the same frames, pauses and steps across the
+    """With the manager's jobs in child processes the page draws the same snapshots, pauses and steps across the
     process boundary; a child killed outright shows as failed with its exit code, and a new sweep starts."""
 
     from lab.jobs.child import ChildJob
@@ -140,7 +140,7 @@ def test_the_sweep_trains_in_a_child_process_and_a_killed_one_is_reported(tmp_pa
         step = page.job.status()["step"]
         page.param.trigger("step")
         assert poll_until(page, lambda: page.job.status()["step"] == step + 1)
-        assert poll_until(page, lambda: page.rank.history["step"][-1] == step + 1), "the paused frame is drawn"
+        assert poll_until(page, lambda: page.rank.history["step"][-1] == step + 1), "the paused snapshot is drawn"
         kill_child_then_start_again(page, [page.job])
     finally:
         manager.shutdown()

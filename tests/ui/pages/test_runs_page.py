@@ -369,7 +369,7 @@ def test_a_reproduction_folder_opens_as_the_comparison_of_its_runs(manager):
     assert "its 2 runs compared" in shown(page.notice) and page.job is None
 
 
-def test_a_runs_saved_frames_replay_read_only_in_the_views_that_drew_them(manager):
+def test_a_runs_saved_snapshots_replay_read_only_in_the_views_that_drew_them(manager):
     import numpy as np
 
     from lab.config import ExperimentConfig, apply_overrides
@@ -387,7 +387,7 @@ def test_a_runs_saved_frames_replay_read_only_in_the_views_that_drew_them(manage
     saved.step.value = 10
     assert saved.views[NODES].grid.figure.title.text == "step 10" and "at step 10" in saved.title.object
     before = sorted(p.name for p in (job.run.path / "snapshots").iterdir())
-    # an alignment run (frames as the Alignment page or `lab train --snapshot-every` write them)
+    # an alignment run (snapshots as the Alignment page or `lab train --snapshot-every` write them)
     cfg = apply_overrides(ExperimentConfig(), {"name": "fc", "model.name": "fc_resnet", "model.depth": 3,
                                                "model.width": 16, "data.name": "digits"})
     data = build_data(cfg)
@@ -404,9 +404,9 @@ def test_a_runs_saved_frames_replay_read_only_in_the_views_that_drew_them(manage
     assert sorted(p.name for p in (job.run.path / "snapshots").iterdir()) == before, "read-only"
 
 
-def test_another_run_opened_replays_its_own_frames_also_at_the_same_steps(manager):
-    """Two runs with frames at the same steps: opening the second draws its frame, not the first one's again; moving
-    the slider draws once."""
+def test_another_run_opened_replays_its_own_snapshots_also_at_the_same_steps(manager):
+    """Two runs with snapshots at the same steps: opening the second draws its snapshot, not the first one's again;
+    moving the slider draws once."""
     import numpy as np
 
     jobs = []
@@ -417,7 +417,7 @@ def test_another_run_opened_replays_its_own_frames_also_at_the_same_steps(manage
     page = RunsPage(manager=manager, run=jobs[0].run.id)
     saved = page.saved
     drawn, show = [], saved.views[NODES].grid.show
-    saved.views[NODES].grid.show = lambda frame, **kwargs: (drawn.append(frame["maps"]), show(frame, **kwargs))
+    saved.views[NODES].grid.show = lambda snapshot, **kwargs: (drawn.append(snapshot["maps"]), show(snapshot, **kwargs))
     page.run = jobs[1].run.id
     assert saved.step.options == [0, 10, 20] and len(drawn) == 1
     assert np.array_equal(drawn[0], jobs[1].run.load_snapshot("nodes", 20)[1].float32()["maps"])
@@ -434,10 +434,10 @@ def test_a_sweep_of_residual_mlps_opens_with_the_rank_views_of_its_last_checkpoi
     folder, runs = create_sweep(plan, manager.store)
     train_sweep(plan, folder, runs, progress=False)
     page = RunsPage(manager=manager, run=folder.id)
-    frame = page.sweep.views.frame
-    assert [str(n) for n in frame["member_names"]] == [r.id for r in runs]
-    assert frame["alpha_min"].tolist() == pytest.approx([1.0, 0.6, 0.4])
-    assert frame["effective_rank"].shape == (3, 5) and (frame["test_acc"] > 0.5).all()
+    snapshot = page.sweep.views.snapshot
+    assert [str(n) for n in snapshot["member_names"]] == [r.id for r in runs]
+    assert snapshot["alpha_min"].tolist() == pytest.approx([1.0, 0.6, 0.4])
+    assert snapshot["effective_rank"].shape == (3, 5) and (snapshot["test_acc"] > 0.5).all()
     assert page.sweep.layout.visible and all(n > 0 for n in page.sweep.views.counts().values())
     assert "with the rank views of their last checkpoints" in shown(page.notice)
     page.run = ""
@@ -445,7 +445,7 @@ def test_a_sweep_of_residual_mlps_opens_with_the_rank_views_of_its_last_checkpoi
 
 
 def test_hostile_entries_are_shown_as_problems_and_never_raised_into_a_watcher(manager, tmp_path):
-    """A NUL byte in ?run=, a frame that is encrypted, lacks an array or holds a 0-d one, a picture over its cap:
+    """A NUL byte in ?run=, a snapshot that is encrypted, lacks an array or holds a 0-d one, a picture over its cap:
     each is said on the page, and the page goes on."""
     import numpy as np
 
@@ -458,14 +458,14 @@ def test_hostile_entries_are_shown_as_problems_and_never_raised_into_a_watcher(m
     page.param.update(folder="", compare="")
     job = manager.start_thread(tiny(**{"train.max_steps": 20}), cadence={"nodes": (10, 0.0)}, disk_every_s=0.01)
     assert job.wait(60)["state"] == "completed"
-    run, frames = job.run, job.run.path / "snapshots"
-    good = (frames / "nodes-000000020.npz").read_bytes()
-    np.savez(frames / "nodes-000000030.npz", weights=np.zeros((1, 1, 1)), decision=np.zeros((2, 2)), step=30)
-    np.savez(frames / "nodes-000000040.npz", maps=np.float32(1), weights=np.zeros((1, 1, 1)),
+    run, snapshots = job.run, job.run.path / "snapshots"
+    good = (snapshots / "nodes-000000020.npz").read_bytes()
+    np.savez(snapshots / "nodes-000000030.npz", weights=np.zeros((1, 1, 1)), decision=np.zeros((2, 2)), step=30)
+    np.savez(snapshots / "nodes-000000040.npz", maps=np.float32(1), weights=np.zeros((1, 1, 1)),
              decision=np.zeros((2, 2)), step=40)
     encrypted = bytearray(good)
     encrypted[encrypted.find(b"PK\x01\x02") + 8] |= 1
-    (frames / "nodes-000000050.npz").write_bytes(bytes(encrypted))
+    (snapshots / "nodes-000000050.npz").write_bytes(bytes(encrypted))
     page.run = run.id
     saved = page.saved
     assert saved.step.options[-1] == 50

@@ -1,0 +1,37 @@
+"""``nodes`` snapshots replayed in the Playground's node grid and decision map, over the run's training points."""
+
+from __future__ import annotations
+
+import numpy as np
+import panel as pn
+
+from lab.jobs.kinds import NODES
+from lab.ui.views.live_grid import LiveDecision, LiveGrid
+from lab.ui.views.replays import register
+
+
+class NodesReplay:
+    """A ``nodes`` snapshot: every layer and node in the grid (each tile on its own colour range), and the
+    decision map."""
+
+    def __init__(self) -> None:
+        self.grid, self.decision = LiveGrid(), LiveDecision()
+
+    def panes(self) -> list[pn.viewable.Viewable]:
+        return [self.grid.pane, self.decision.pane]
+
+    def show(self, snapshot: dict[str, np.ndarray], step: int, points: tuple[np.ndarray, np.ndarray]) -> None:
+        L, H = snapshot["maps"].shape[:2]
+        self.grid.show(snapshot, layers=(0, L), nodes=(0, H), normalize="tile", points=points)
+        self.decision.show(snapshot["decision"], step, *points, _scalar(snapshot.get("limit"), 1.0))
+
+
+def _scalar(value: object, default: float) -> float:
+    """A snapshot's one-number entry (``limit``), or ``default`` when it is missing or not one finite number."""
+    array = np.asarray(value if value is not None else default)
+    if array.size != 1 or array.dtype.kind not in "biuf" or not np.isfinite(array).all():
+        return default
+    return float(array.reshape(()))
+
+
+register(NODES, NodesReplay)
