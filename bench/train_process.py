@@ -4,8 +4,9 @@
 heartbeats, checkpoints, TensorBoard, a progress bar) and a script that trains the same 32 × 32 residual MLP on the
 same spiral with a bare loop and evaluates train and test accuracy once per epoch, as the lab's run does, each in a
 fresh interpreter and timed from start to exit, in interleaved pairs whose order alternates (drifts in the
-machine's speed hit both alike).
-Target: lab / plain <= 1.05 (median of the pairs).
+machine's speed hit both alike). Beside the wall time, the CPU time each process used (user + system, all its
+threads): the work the lab adds, which a neighbour slowing the machine does not change.
+Target: lab / plain <= 1.05 (median of the pairs, wall time).
 
     python bench/train_process.py [--pairs 3] [--epochs 20]
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import compileall
+import resource
 import statistics
 import subprocess
 import sys
@@ -59,11 +61,14 @@ print("test acc", acc[1])
 """
 
 
-def timed_run(cmd: list[str]) -> float:
-    """Seconds from start to exit of ``cmd`` (run in the repository root; its output discarded)."""
+def timed_run(cmd: list[str]) -> tuple[float, float]:
+    """Wall seconds from start to exit of ``cmd`` (run in the repository root; its output discarded) and the CPU
+    seconds it used."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - t0
+    wall, after = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
@@ -77,11 +82,14 @@ def main() -> None:
     runs = tempfile.mkdtemp(prefix="lab-bench-")
     lab = [sys.executable, "-m", "lab", "train", CONFIG, f"train.epochs={args.epochs}", "--runs-dir", runs]
     plain = [sys.executable, "-c", PLAIN.format(root=str(ROOT), config=CONFIG, epochs=args.epochs)]
-    t_lab, t_plain = [], []
+    t_lab, t_plain, c_lab, c_plain = [], [], [], []
     for pair in range(args.pairs):  # the order alternates: a drift in the machine's speed favours neither
-        for cmd, times in ((plain, t_plain), (lab, t_lab))[::1 if pair % 2 == 0 else -1]:
-            times.append(timed_run(cmd))
+        for cmd, times, cpu in ((plain, t_plain, c_plain), (lab, t_lab, c_lab))[::1 if pair % 2 == 0 else -1]:
+            wall, used = timed_run(cmd)
+            times.append(wall)
+            cpu.append(used)
     ratios = [a / b for a, b in zip(t_lab, t_plain, strict=True)]
+    cpu_ratios = [a / b for a, b in zip(c_lab, c_plain, strict=True)]
     ratio = statistics.median(ratios)
     print(f"{CONFIG} train.epochs={args.epochs}, whole process, {args.pairs} interleaved pairs")
     print(table(["process", "seconds (median)", "each pair", "target"], [
@@ -89,8 +97,11 @@ def main() -> None:
         ["python -m lab train", statistics.median(t_lab), " ".join(f"{t:.1f}" for t in t_lab), ""],
         ["lab / plain (median of pairs)", ratio, " ".join(f"{r:.3f}" for r in ratios),
          "<= 1.05 " + ("PASS" if ratio <= 1.05 else "FAIL")],
+        ["CPU s: plain PyTorch script", statistics.median(c_plain), " ".join(f"{t:.1f}" for t in c_plain), ""],
+        ["CPU s: python -m lab train", statistics.median(c_lab), " ".join(f"{t:.1f}" for t in c_lab), ""],
+        ["CPU lab / plain (median of pairs)", statistics.median(cpu_ratios), " ".join(f"{r:.3f}" for r in cpu_ratios),
+         ""],
     ]))
-
 
 if __name__ == "__main__":
     main()
