@@ -15,6 +15,8 @@ import threading
 import time
 from typing import Any
 
+import torch
+
 from lab.runs.layout import RunState
 from lab.runs.store import Run, checkpoint_field, saved_name
 from lab.train.core import Callback, TrainerView
@@ -22,6 +24,23 @@ from lab.train.core import Callback, TrainerView
 CHECKPOINT_S = 30.0
 """The most seconds of training between two ``last`` checkpoints of the tensor trainers (the first evaluation's
 state is written at once)."""
+
+
+def copied(state: Any) -> Any:
+    """A copy of a checkpoint's state that training cannot change: every tensor cloned, dicts, lists and tuples
+    rebuilt (a state dict keeps its version ``_metadata``), any other value deep-copied. Several times cheaper than
+    ``copy.deepcopy`` on the many small tensors of a toy model and its optimiser (1 ms against 9 for the spiral
+    MLP), which the recorder copies at every evaluation."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().clone()
+    if isinstance(state, dict):
+        out = type(state)((k, copied(v)) for k, v in state.items())
+        if hasattr(state, "_metadata"):
+            out._metadata = copy.deepcopy(state._metadata)
+        return out
+    if type(state) in (list, tuple):
+        return type(state)(copied(v) for v in state)
+    return copy.deepcopy(state)
 
 
 class CheckpointWriter:
@@ -161,7 +180,7 @@ class RunRecorder(Callback):
         self.best_acc = max(acc, self.best_acc)
         if self.checkpoint_on_eval:  # a copy now, the writing in the background
             # every tensor copied: a snapshot that training can go on changing under
-            state = copy.deepcopy({**trainer.state_dict(), "best_acc": self.best_acc})
+            state = copied({**trainer.state_dict(), "best_acc": self.best_acc})
             due = time.monotonic() - self._last_written >= self.checkpoint_s
             if due:
                 self._last_written, self._candidate = time.monotonic(), None

@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from lab.runs.recorder import RunRecorder
+from lab.runs.recorder import RunRecorder, copied
 from lab.runs.store import RunStore
 
 
@@ -76,3 +76,29 @@ def test_checkpoints_are_copied_between_steps_written_in_the_background_and_by_t
     rec.on_train_end(trainer)
     assert run.load_checkpoint("last")["step"] == 50 and run.load_checkpoint("best")["step"] == 10
     rec.close()
+
+
+def test_a_copied_state_is_equal_and_independent_of_the_training_that_goes_on():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.randn(5, 3)).sum().backward()
+    optimizer.step()
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": 7, "masks": [torch.ones(2)],
+             "rng": (torch.get_rng_state(), 3)}
+    copy = copied(state)
+    assert copy["model"]._metadata == state["model"]._metadata  # the version BatchNorm's loading reads
+    assert copy["step"] == 7 and type(copy["rng"]) is tuple and copy["rng"][1] == 3
+    for key, value in state["model"].items():
+        assert torch.equal(copy["model"][key], value) and copy["model"][key].data_ptr() != value.data_ptr()
+    moments = state["optimizer"]["state"][0]["exp_avg"]
+    saved, weight = moments.clone(), state["model"]["0.weight"].clone()
+    with torch.no_grad():  # training goes on: parameters and optimiser state change in place
+        for p in model.parameters():
+            p.add_(1.0)
+        moments.add_(1.0)
+        state["masks"][0].zero_()
+    assert torch.equal(copy["optimizer"]["state"][0]["exp_avg"], saved)
+    assert torch.equal(copy["model"]["0.weight"], weight) and not torch.equal(model[0].weight, weight)
+    assert torch.equal(copy["masks"][0], torch.ones(2))
+    model.load_state_dict(copy["model"])  # and it loads back
+    optimizer.load_state_dict(copy["optimizer"])
