@@ -30,7 +30,7 @@ from lab.analysis.node_maps import RESOLUTION
 from lab.config import ConfigError, ExperimentConfig, apply_overrides
 from lab.data.toy2d import make_toy_data
 from lab.jobs.builders import nodes_snapshot, similarity_snapshot
-from lab.jobs.kinds import NODES, SIMILARITY, SnapshotError, check_snapshot
+from lab.jobs.kinds import KINDS, NODES, SIMILARITY, SnapshotError, check_snapshot
 from lab.jobs.manager import JobManager
 from lab.nn.mlp import ACTIVATIONS
 from lab.shortcuts import DECAYED, SCHEDULES, block_scales
@@ -176,7 +176,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
 
     # -- actions ----------------------------------------------------------------------------------------------
     def _start(self, paused: bool) -> bool:
-        live = live_kinds(self.title)
+        live = [KINDS[k] for k in self.live_views]  # the kinds this page laid out a view for
         builders = {NODES: partial(nodes_snapshot, resolution=self._live_resolution()),
                     SIMILARITY: similarity_snapshot, **{k.name: k.builder for k in live}}
         job = self.follower.start(self.config(), paused=paused, on_demand=(NODES, SIMILARITY), builders=builders,
