@@ -8,8 +8,10 @@ outputs (a browser served by ``panel serve`` gets them through the session's web
 Snapshots of jobs in this process or its children are not polled: the job says when one lands
 (:meth:`~lab.jobs.job.Job.listen`) and the follower draws it on the page's own thread at once (a job that trains
 elsewhere, read from its run folder, is drawn at each poll). A page whose live view is wrapped in the follower's
-:class:`FrameClock` (:meth:`JobFollower.pace`) asks the job for the next on-demand snapshot only when the browser has
-drawn the last one while it was on screen, so snapshots come as fast as the browser draws them and never queue.
+:class:`FrameClock` (:meth:`JobFollower.pace`) hands the browser a snapshot only once it has drawn the last one while
+it was on screen, and asks the job for the next one as it hands one over: the job builds the next snapshot while the
+browser paints this one, so the frame rate is set by the slower of the two rather than by their sum, and at most one
+snapshot waits, the newest (a hidden or scrolled-away view is sent nothing, and the job builds at most one more).
 """
 
 from __future__ import annotations
@@ -95,8 +97,13 @@ class JobFollower(pn.viewable.Viewer):
         """Wrap the live ``view`` in a :class:`FrameClock` that paces the wanted kinds by what the browser draws;
         the page lays out the clock where it would have put the view."""
         self.clock = FrameClock(view)
-        self.clock.param.watch(lambda _: self._ask(), "drawn")
+        self.clock.param.watch(lambda _: self._browser_drew(), "drawn")
         return self.clock
+
+    def _browser_drew(self) -> None:
+        """The browser painted the last snapshot sent: hand it the one that waits, or ask for one."""
+        self._landed()
+        self._ask()
 
     def add_views(self, *views: pn.viewable.Viewable) -> None:
         """More objects whose notebook outputs are pushed after a changing poll."""
@@ -203,9 +210,10 @@ class JobFollower(pn.viewable.Viewer):
         return changed
 
     def _draw_snapshots(self) -> bool:
-        """Hand each kind's newest snapshot, if not handed yet, to its handlers; returns whether any was."""
+        """Hand each kind's newest snapshot, if not handed yet, to its handlers; returns whether any was. While the
+        browser has not drawn the last one sent (:meth:`pace`), they wait: only the newest is handed over then."""
         job, drawn = self.job, False
-        if job is None:
+        if job is None or (self.clock is not None and not self.clock.ready):
             return False
         for kind, handler in self._snapshot_handlers:
             latest = job.latest(kind)
@@ -215,6 +223,7 @@ class JobFollower(pn.viewable.Viewer):
                 drawn = True
         if drawn and self.clock is not None:
             self.clock.tick()  # after the views' changes: the browser answers once it has painted them
+            self._ask(ahead=True)  # built while the browser paints
         return drawn
 
     def _landed(self) -> None:
@@ -223,10 +232,10 @@ class JobFollower(pn.viewable.Viewer):
         if self._draw_snapshots():
             self.push()
 
-    def _ask(self) -> None:
-        """Ask the job for the next snapshot of each wanted kind, once the browser has drawn the last one (or when no
-        browser paces them)."""
-        if self.job is not None and (self.clock is None or self.clock.ready):
+    def _ask(self, ahead: bool = False) -> None:
+        """Ask the job for the next snapshot of each wanted kind: once the browser has drawn the last one (or when no
+        browser paces them), or ``ahead``, as the last one is handed to the browser."""
+        if self.job is not None and (ahead or self.clock is None or self.clock.ready):
             for kind in self._wanted:
                 self.job.request(kind)
 

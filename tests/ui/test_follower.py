@@ -88,28 +88,31 @@ def test_a_job_that_ends_during_a_poll_is_polled_once_more(manager):
     assert "completed" in follower.status.message, follower.status.message
 
 
-def test_a_paced_follower_asks_for_the_next_snapshot_once_the_browser_has_drawn_the_last(manager):
-    """With its live view wrapped in a FrameClock the follower asks for a snapshot only when the browser has painted the
-    last one it was sent: no request while the browser is behind (or the view is off screen), one at its answer."""
+def test_a_paced_follower_hands_a_snapshot_over_once_the_browser_has_drawn_the_last_and_asks_one_ahead(manager):
+    """With its live view wrapped in a FrameClock the follower hands the browser a snapshot only when it has painted the
+    last one it was sent, and asks for the next one as it hands one over: while the browser is behind, the job builds
+    exactly one more, which waits, and the browser's answer gets it at once (with the next one asked for)."""
     import panel as pn
 
+    drawn: list[int] = []
     follower = JobFollower(manager)
-    follower.on_snapshot("nodes", lambda snapshot: None)
+    follower.on_snapshot("nodes", lambda snapshot: drawn.append(int(snapshot["step"])))
     clock = follower.pace(pn.pane.Markdown("grid"))
     clock.drawn = 0  # a browser shows the clock and has drawn everything it was sent (nothing yet)
     job = follower.start(tiny(), cadence={"nodes": (1, 0.0)}, on_demand=("nodes",), disk_every_s=0)
     follower.want("nodes")  # ready: asked at once (the forced first snapshot may use that request up)
     assert wait_for(lambda: job.latest("nodes") is not None)
-    time.sleep(0.3)
-    follower.poll()  # draws the newest snapshot: one more sent, not yet drawn
-    version, sent = job.latest("nodes")[0], clock.sent
-    assert sent == 1 and not clock.ready
-    step = int(job.latest("nodes")[1]["step"])
+    follower.poll()  # hands the newest over: one sent, not yet drawn, and the next one asked for
+    assert clock.sent == 1 and not clock.ready and len(drawn) == 1
+    assert wait_for(lambda: job.latest("nodes")[0] >= 2)  # built while the browser paints
+    version = job.latest("nodes")[0]
+    step = max((r["step"] for r in job.metrics_since(0)[0]), default=0)
     assert wait_for(lambda: max((r["step"] for r in job.metrics_since(0)[0]), default=0) >= step + 20)
-    follower.poll()  # it trained 20 steps on, and made no snapshot nobody would see
-    assert job.latest("nodes")[0] == version and clock.sent == sent
-    clock.drawn = clock.sent  # the browser painted it while on screen: the next snapshot is asked for at once
-    assert wait_for(lambda: job.latest("nodes")[0] == version + 1)
+    follower.poll()  # it trained 20 steps on and built no other; the one built waits for the browser
+    assert job.latest("nodes")[0] == version and clock.sent == 1 and len(drawn) == 1
+    clock.drawn = clock.sent  # the browser painted the last while on screen: the waiting one is handed over at once
+    assert clock.sent == 2 and len(drawn) == 2 and drawn[1] > drawn[0] and not clock.ready
+    assert wait_for(lambda: job.latest("nodes")[0] == version + 1)  # and the next one is built meanwhile
     follower.forget()
 
 
