@@ -7,8 +7,9 @@ costs the page nothing). Targets: >= 5 frames/s in the browser, training with th
 bare Trainer). The same job with no page (run folder, metrics, checkpoints and TensorBoard, but no snapshots asked
 for), in a child process as the page trains it and in a thread, is reported too, to separate what the page costs
 from what recording a run and its process cost; and the CPU each process used while the page was open. Each
-reference is measured before and after the browser run and averaged. Snapshots are paced by the browser (the page asks
-for the next once it has painted the last), at most one per ``snapshot_every`` (10) training steps.
+reference is measured before and after the browser run and averaged. Snapshots are paced by the browser (the page sends
+the next once it has painted the last, and asks the job for it as it sends one), at most one per ``snapshot_every``
+(10) training steps.
 
     python bench/playground_live.py [--seconds 30]
 """

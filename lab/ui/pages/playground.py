@@ -4,8 +4,9 @@ node's output over the input plane for a deep residual MLP — live while it tra
 Training settings (data, model, optimisation) rebuild the model; view settings (layer and node range, colour
 normalisation, replayed snapshot) only redraw and never touch the job. Every setting is one row of :data:`KNOBS`,
 which also names it in the URL query and in the config. The grid, the decision map and the curves are drawn once
-and then updated in place; snapshots are built on demand, the next once the browser has drawn the last one while the
-grid was on screen (:meth:`~lab.ui.follower.JobFollower.pace`), so none is computed that nobody will see. Every
+and then updated in place; snapshots are built on demand, one ahead of the browser: the next is asked for as one is
+sent and sent once the browser has drawn the last one while the grid was on screen
+(:meth:`~lab.ui.follower.JobFollower.pace`), so at most one is computed that nobody will see. Every
 kind registered to be drawn live here (:func:`lab.ui.views.replays.register` with ``live_on=("Playground",)``) is
 laid out below the page's own views, built by the job at its kind's cadence and drawn as it lands.
 """
