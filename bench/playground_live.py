@@ -75,7 +75,7 @@ def headless_job_rate(seconds: float, child: bool) -> float:
 
 def cpu_seconds() -> dict[str, float]:
     """CPU seconds so far of this process (the server and Playwright's driver thread), its children (the training
-    child, the fork server) and Chromium's processes, by kind."""
+    child, the fork server; for a notebook, JupyterLab's server and the kernel) and Chromium's processes, by kind."""
     out: dict[str, float] = {}
     me = psutil.Process()
     for proc in [me, *me.children(recursive=True)]:
@@ -90,6 +90,10 @@ def cpu_seconds() -> dict[str, float]:
             name = f"chromium {kind}"
         elif "node" in " ".join(cmd[:1]) or "playwright" in " ".join(cmd):
             name = "playwright driver"
+        elif "jupyterlab" in cmd:
+            name = "JupyterLab server"
+        elif "ipykernel_launcher" in " ".join(cmd):
+            name = "notebook kernel (the cell's session)"
         else:
             name = "training child and fork server"
         out[name] = out.get(name, 0.0) + times.user + times.system

@@ -41,6 +41,7 @@ from panel.io.resources import CDN_DIST, LOCAL_DIST
 
 from lab.jobs.manager import get_manager, settings_from_env
 from lab.ui.comms import handle_on_main_thread
+from lab.ui.notebook_sync import send_only_synced_changes
 
 __all__ = ["DEFAULTS", "extension", "jupyter_base_url", "local_url"]
 
@@ -136,7 +137,8 @@ def extension(*args: str, base_url: str | None = None, **kwargs: Any) -> None:
     backend for the lab.
 
     In a Jupyter kernel every JavaScript and CSS file then comes from the Jupyter server (see the module
-    docstring), messages from the browser are handled on the kernel's main thread (:mod:`lab.ui.comms`), the
+    docstring), messages from the browser are handled on the kernel's main thread (:mod:`lab.ui.comms`) and carry
+    only the browser's own changes (:mod:`lab.ui.notebook_sync`), the
     pages' runs train in child processes as served pages' do (:func:`lab.jobs.manager.settings_from_env`), and the
     lab's runs, snapshots and node maps display richly (:mod:`lab.ui.display`); elsewhere
     (``panel serve``, scripts) this only configures Panel and HoloViews.
@@ -157,6 +159,7 @@ def extension(*args: str, base_url: str | None = None, **kwargs: Any) -> None:
 
         handle_on_main_thread(get_ipython().kernel.io_loop)  # JupyterLab may send clicks to other threads
         _serve_from_jupyter(base_url or jupyter_base_url())
+        send_only_synced_changes()  # the browser stops echoing each of the kernel's changes back to it
         get_manager(**settings_from_env())  # the cells' pages train in child processes, as served pages do
     # Panel first: its loader then carries every extension the first output needs (notifications included)
     pn.extension(*dict.fromkeys(("tabulator", *args)), **{**DEFAULTS, **kwargs})  # the Runs page's table

@@ -68,6 +68,15 @@ JS_LOSS_POINTS = f"""(cell) => {{ {DOCS_IN}
     if (m.name === 'loss:loss' && m.get_length) return m.get_length(); return 0; }}"""
 
 
+# what the notebook's outputs send the kernel from now on: "kind:attr:model type" of each change
+JS_RECORD_SENT = """() => { window.__sent = []; const manager = Bokeh.Panel.CommManager.prototype;
+  const process = manager.process_events;
+  manager.process_events = function () {
+    for (const e of this._event_buffer) for (const x of (e.events || [e]))
+      window.__sent.push(`${x.kind}:${x.attr || ''}:${x.model ? x.model.type : ''}`);
+    return process.call(this); }; }"""
+
+
 def _step(status: str | None) -> int:
     found = re.search(r"step (\d+)", status or "")
     return int(found[1]) if found else 0
@@ -229,6 +238,7 @@ def test_playground_trains_live_in_jupyterlab_offline(notebook):
     page.wait_for_function(f"(cell) => ({JS_GRID})(cell) !== null", arg=cell, timeout=60_000)
     grid = page.evaluate(JS_GRID, cell)
 
+    page.evaluate(JS_RECORD_SENT)
     start.click()
     t1 = time.monotonic()
     statuses: list[tuple[float, str]] = []  # (seconds after Start, text) at each change of the status line
@@ -265,6 +275,15 @@ def test_playground_trains_live_in_jupyterlab_offline(notebook):
             problems.append(f"the status line stopped at step {moving[-1][1]}")
     if not grids:
         problems.append("the grid's pixels did not change while training")
+    # the browser sends the kernel its own changes (the click, the clock's answers, layout sizes), never the
+    # kernel's changes back: no frame's pixels, hover ranges, titles or streamed points (lab.ui.notebook_sync)
+    sent = page.evaluate("() => window.__sent")
+    echoed = sorted({e for e in sent if e.startswith(("ModelChanged:data:", "ColumnDataChanged", "ColumnsStreamed",
+                                                       "ColumnsPatched", "ModelChanged:text:"))})
+    if echoed:
+        problems.append(f"the browser sent the kernel's own changes back to it: {echoed}")
+    if not any(e.startswith("ModelChanged:drawn:") for e in sent):
+        problems.append(f"the frame clock's answers did not reach the kernel: {sorted(set(sent))}")
     start.click()  # pause
     page.wait_for_timeout(500)
     run_files = [p for run in notebook.new_runs() if "playground" in run.name for p in run.rglob("*") if p.is_file()]

@@ -1,0 +1,99 @@
+"""The Playground in a JupyterLab cell: frames per second drawn in Chromium while the 32 × 32 model trains, and
+training throughput with the cell showing against a bare Trainer measured in the same run.
+
+The served page's benchmark (``playground_live.py``) in a notebook instead: a private JupyterLab on a free port of
+127.0.0.1 (the browser tests' server, :mod:`tests.ui.jupyter`) opens a notebook whose cell shows
+``ui.PlaygroundPage()`` with its defaults; Chromium runs the cells, presses the cell's Start and counts, in the
+browser, how often the grid's title ("step N") changes. The job trains in a child of the kernel, as a served page's
+does in a child of the server, and its snapshots reach the cell through the kernel's comms, paced by the browser as
+on the served page. Targets: >= 5 frames/s, training >= 85 % of a bare Trainer (measured before and after the
+browser run and averaged), and the CPU each process used while the cell trained.
+
+    python bench/playground_jupyterlab.py [--seconds 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.common import table  # noqa: E402
+from bench.playground_live import CHROMIUM_ARGS, cpu_seconds, headless_rate  # noqa: E402
+from tests.ui.jupyter import jupyterlab, write_notebook  # noqa: E402
+
+# every Bokeh document the notebook shows (each output is a document of its own)
+DOCS = "[...new Set(Bokeh.index.roots.map(v => v.model.document))]"
+JS_TITLE = f"""() => {{ if (!window.Bokeh || !Bokeh.index) return null; let last = null;
+  for (const doc of {DOCS}) for (const m of doc.all_models)
+    if (typeof m.text === 'string' && m.text.startsWith('step ')) last = m.text; return last; }}"""
+JS_COUNT = f"""() => {{ window.__frames = 0; for (const doc of {DOCS}) for (const m of doc.all_models)
+    if (typeof m.text === 'string' && m.text.startsWith('step '))
+      m.property('text').change.connect(() => window.__frames++); }}"""
+JS_KERNEL_IDLE = """() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  return !!k && k.status === 'idle' && k.connectionStatus === 'connected'; }"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=30.0)
+    args = parser.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    torch.set_num_threads(1)
+    headless_before = headless_rate(300)
+    base = Path(tempfile.mkdtemp(prefix="lab-bench-"))
+    root, state, runs = base / "root", base / "jupyter", base / "runs"
+    root.mkdir()
+    state.mkdir()
+    write_notebook(root / "playground.ipynb", ["import lab.ui as ui\nui.extension()",
+                                               "playground = ui.PlaygroundPage()\nplayground"])
+    with jupyterlab(root, state, env={"LAB_RUNS_DIR": str(runs)}) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1500, "height": 1100})
+        page.goto(f"{url}/lab/tree/playground.ipynb", timeout=120_000)
+        page.wait_for_function(JS_KERNEL_IDLE, timeout=120_000)
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+        page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+        page.wait_for_function(f"() => ({JS_TITLE})() !== null", timeout=180_000)
+        cell = page.locator(".jp-Notebook .jp-Cell").nth(1)
+        start = cell.get_by_role("button", name="Start / pause")
+        start.scroll_into_view_if_needed()
+        start.click()
+        page.wait_for_function(f"() => {{ const t = ({JS_TITLE})(); return t && t !== 'step 0'; }}",
+                               timeout=120_000)
+        status = next(runs.iterdir()) / "status.json"
+        page.evaluate(JS_COUNT)
+        cpu0 = cpu_seconds()
+        step0, t0 = json.loads(status.read_text())["step"], time.perf_counter()
+        time.sleep(args.seconds)
+        elapsed = time.perf_counter() - t0
+        titles, step1 = page.evaluate("() => window.__frames"), json.loads(status.read_text())["step"]
+        cpu = {name: (seconds - cpu0.get(name, 0.0)) / elapsed for name, seconds in cpu_seconds().items()}
+        start.click()
+        browser.close()
+    open_rate = (step1 - step0) / elapsed
+    fps = titles / elapsed
+    headless = (headless_before + headless_rate(300)) / 2  # before and after, averaged (the machine's speed drifts)
+    print(f"Playground default (32 x 32, spiral n=4096, snapshot every 10 steps) in a JupyterLab cell, "
+          f"{args.seconds:.0f} s in Chromium")
+    print(table(["measure", "value", "target"], [
+        ["frames drawn in the browser / s", fps, ">= 5 " + ("PASS" if fps >= 5 else "FAIL")],
+        ["training steps/s, cell showing", open_rate, ""],
+        ["training steps/s, bare Trainer (no job, no page)", headless, ""],
+        ["cell showing / bare Trainer", open_rate / headless,
+         ">= 0.85 " + ("PASS" if open_rate / headless >= 0.85 else "FAIL")],
+        *([f"CPU while the cell trained: {name} (cores)", value, ""] for name, value in sorted(cpu.items())),
+    ]))
+
+
+if __name__ == "__main__":
+    main()
