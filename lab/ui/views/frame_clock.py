@@ -29,7 +29,9 @@ class FrameClock(JSComponent):
     """
 
     object = Child(doc="the live view this clock paces")
-    sent = param.Integer(default=0, doc="frames pushed to the browser (the server counts them)")
+    sent = param.Integer(default=0, doc="frames pushed to the browser (the server counts them; a view rendered "
+                                        "later starts from this count, and each frame's count then comes as a "
+                                        "message, :meth:`tick`)")
     drawn = param.Integer(default=-1, doc="the last of them the browser painted while visible (-1: no browser yet)")
 
     # the browser's answers are not a user's action: they must not turn the page's busy indicator on and off (a
@@ -39,10 +41,10 @@ class FrameClock(JSComponent):
     _esm = """
     export function render({ model, el }) {
       el.append(model.get_child("object"));
-      let onScreen = false;
+      let onScreen = false, sent = model.sent;
       const answer = () => {
         if (!onScreen || document.visibilityState === "hidden") return;  // nobody would see the next frame
-        const n = model.sent;
+        const n = sent;
         // the view's repaint for frame n is queued before this; two animation frames later it is on screen
         requestAnimationFrame(() => requestAnimationFrame(() => {
           if (model.drawn !== n) model.drawn = n;
@@ -54,7 +56,7 @@ class FrameClock(JSComponent):
       });
       seen.observe(el);
       document.addEventListener("visibilitychange", answer);
-      model.on("sent", answer);
+      model.on("msg:custom", (n) => { sent = n; answer(); });
       model.on("remove", () => {
         seen.disconnect();
         document.removeEventListener("visibilitychange", answer);
@@ -76,5 +78,11 @@ class FrameClock(JSComponent):
         return not self.browser or self.drawn == self.sent
 
     def tick(self) -> None:
-        """A frame was pushed to the view (call after its models changed, so the browser paints it first)."""
-        self.sent += 1
+        """A frame was pushed to the view (call after its models changed, so the browser paints it first).
+
+        The count goes to the browser as a message, not as a change of :attr:`sent`: Panel syncs a change of a
+        parameter of a component that holds children by walking every model the children hold (the whole node
+        grid), which cost the server more than drawing the frame did."""
+        with param.discard_events(self):
+            self.sent += 1
+        self._send_msg(self.sent)
