@@ -11,7 +11,7 @@ the same two jobs in child processes without a page (nobody draws them) while on
 their training alone costs the sessions, apart from drawing their snapshots. Also reported: the training steps/s of the
 two jobs during the measurement, from their status.json heartbeats. Target: p95 <= 300 ms.
 
-    python bench/server_load.py [--presses 40]
+    python bench/server_load.py [--presses 40] [--runs 5]
 """
 
 from __future__ import annotations
@@ -124,26 +124,10 @@ def summary(name: str, ms: list[float]) -> list[object]:
     return [name, len(ms), median(ms), p95, max(ms), f"<= {TARGET_MS:.0f} " + ("PASS" if p95 <= TARGET_MS else "FAIL")]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark and print its table.
-
-    Args:
-        argv: command-line arguments (default ``sys.argv[1:]``).
-
-    Returns:
-        The exit status (0; the table says whether the target was met).
-    """
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--presses", type=int, default=40, help="slider changes measured per condition")
-    parser.add_argument("--pause", type=float, default=0.25, help="seconds between two changes")
-    parser.add_argument("--budget", type=float, default=45.0, help="at most this many seconds per condition")
-    args = parser.parse_args(argv)
+def one_run(args: argparse.Namespace, errors: list[str]) -> tuple[list[list[object]], list[list[object]]]:
+    """Every condition once: the latency rows (one per condition) and the jobs' training rates."""
     from playwright.sync_api import sync_playwright
 
-    errors: list[str] = []
-    server_errors = ErrorLog()
-    logging.getLogger().addHandler(server_errors)
-    t_bench = time.perf_counter()
     rows, rate_rows, reference = [], [], None
     for processes in (False, True):  # the jobs in the server's threads, then in child processes
         where = "child processes" if processes else "threads"
@@ -193,15 +177,51 @@ def main(argv: list[str] | None = None) -> int:
     rates = [(after[r][0] - before[r][0]) / max(after[r][1] - before[r][1], 1e-9) for r in sorted(before)]
     rate_rows += [[f"job {i + 1} in child processes, not drawn", rate] for i, rate in enumerate(rates)]
     shutil.rmtree(runs, ignore_errors=True)
-    logging.getLogger().removeHandler(server_errors)
     rows[0].append(1.0)
+    return rows, rate_rows
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print its tables.
+
+    Args:
+        argv: command-line arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        The exit status (0; the tables say whether the target was met).
+    """
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presses", type=int, default=40, help="slider changes measured per condition")
+    parser.add_argument("--pause", type=float, default=0.25, help="seconds between two changes")
+    parser.add_argument("--budget", type=float, default=45.0, help="at most this many seconds per condition")
+    parser.add_argument("--runs", type=int, default=1, help="repeat every condition this many times (a fresh "
+                                                             "server and browser each), and report the spread")
+    args = parser.parse_args(argv)
+
+    errors: list[str] = []
+    server_errors = ErrorLog()
+    logging.getLogger().addHandler(server_errors)
+    t_bench = time.perf_counter()
+    results = [one_run(args, errors) for _ in range(args.runs)]
+    logging.getLogger().removeHandler(server_errors)
     print(f"alpha_min key press → α chart updated in the browser; up to {args.presses} changes per condition, "
-          f"{args.pause:.2f} s apart; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; "
-          f"bench took {time.perf_counter() - t_bench:.0f} s")
-    print(table(["condition", "changes", "median ms", "p95 ms", "max ms", "p95 target", "p95 / reference"], rows))
-    print()
-    print(table(["job (Playground 16 x 16, spiral n=4096)", "steps/s during the measurement"], rate_rows))
+          f"{args.pause:.2f} s apart; {args.runs} run(s); {os.cpu_count()} CPUs, load average "
+          f"{os.getloadavg()[0]:.1f}; bench took {time.perf_counter() - t_bench:.0f} s")
+    for k, (rows, rate_rows) in enumerate(results):
+        print(f"\nrun {k + 1}")
+        print(table(["condition", "changes", "median ms", "p95 ms", "max ms", "p95 target", "p95 / reference"],
+                    rows))
+        print()
+        print(table(["job (Playground 16 x 16, spiral n=4096)", "steps/s during the measurement"], rate_rows))
+    if args.runs > 1:  # per condition: the runs' medians and p95s, their median and range
+        spread = []
+        for i, row in enumerate(results[0][0]):
+            p50s, p95s = [r[0][i][2] for r in results], [r[0][i][3] for r in results]
+            spread.append([row[0], median(p50s), f"{min(p50s):.0f}-{max(p50s):.0f}", median(p95s),
+                           f"{min(p95s):.0f}-{max(p95s):.0f}", f"{sum(p <= TARGET_MS for p in p95s)}/{args.runs}"])
+        print(f"\nover {args.runs} runs")
+        print(table(["condition", "median of p50 ms", "p50 range", "median of p95 ms", "p95 range",
+                     f"runs with p95 <= {TARGET_MS:.0f}"], spread))
     if errors:
         print(f"browser console errors: {len(errors)}; first: {errors[0]}")
     if server_errors.messages:
