@@ -86,3 +86,11 @@ class FrameClock(JSComponent):
         with param.discard_events(self):
             self.sent += 1
         self._send_msg(self.sent)
+
+    @param.depends("drawn", watch=True)
+    def _resend(self) -> None:
+        """An answer for an older frame comes from a view that has not had the last count (rendered before the
+        last message, or from a stale :attr:`sent`): send it the count again, so that it answers for the frame
+        it shows rather than leave the page waiting for an answer that would never come."""
+        if self.drawn != self.sent:
+            self._send_msg(self.sent)
