@@ -15,18 +15,16 @@ browser run and averaged), and the CPU each process used while the cell trained.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import table  # noqa: E402
-from bench.playground_live import CHROMIUM_ARGS, cpu_seconds, headless_rate  # noqa: E402
+from bench.playground_live import CHROMIUM_ARGS, headless_rate, measure  # noqa: E402
 from tests.ui.jupyter import jupyterlab, write_notebook  # noqa: E402
 
 # every Bokeh document the notebook shows (each output is a document of its own)
@@ -70,18 +68,9 @@ def main() -> None:
         start.click()
         page.wait_for_function(f"() => {{ const t = ({JS_TITLE})(); return t && t !== 'step 0'; }}",
                                timeout=120_000)
-        status = next(runs.iterdir()) / "status.json"
-        page.evaluate(JS_COUNT)
-        cpu0 = cpu_seconds()
-        step0, t0 = json.loads(status.read_text())["step"], time.perf_counter()
-        time.sleep(args.seconds)
-        elapsed = time.perf_counter() - t0
-        titles, step1 = page.evaluate("() => window.__frames"), json.loads(status.read_text())["step"]
-        cpu = {name: (seconds - cpu0.get(name, 0.0)) / elapsed for name, seconds in cpu_seconds().items()}
+        fps, open_rate, cpu = measure(page, runs, args.seconds, JS_COUNT)
         start.click()
         browser.close()
-    open_rate = (step1 - step0) / elapsed
-    fps = titles / elapsed
     headless = (headless_before + headless_rate(300)) / 2  # before and after, averaged (the machine's speed drifts)
     print(f"Playground default (32 x 32, spiral n=4096, snapshot every 10 steps) in a JupyterLab cell, "
           f"{args.seconds:.0f} s in Chromium")

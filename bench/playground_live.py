@@ -100,6 +100,21 @@ def cpu_seconds() -> dict[str, float]:
     return out
 
 
+def measure(page, runs: Path, seconds: float, count_js: str) -> tuple[float, float, dict[str, float]]:
+    """Over ``seconds`` of a page training the one run in ``runs``: the frames per second the browser drew (grid
+    titles counted by ``count_js``, which sets ``window.__frames``), the training steps/s (the run's status.json) and
+    the cores each kind of process used (:func:`cpu_seconds`)."""
+    status = next(runs.iterdir()) / "status.json"
+    page.evaluate(count_js)
+    cpu0 = cpu_seconds()
+    step0, t0 = json.loads(status.read_text())["step"], time.perf_counter()
+    time.sleep(seconds)
+    elapsed = time.perf_counter() - t0
+    titles, step1 = page.evaluate("() => window.__frames"), json.loads(status.read_text())["step"]
+    cpu = {name: (used - cpu0.get(name, 0.0)) / elapsed for name, used in cpu_seconds().items()}
+    return titles / elapsed, (step1 - step0) / elapsed, cpu
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30.0)
@@ -118,18 +133,9 @@ def main() -> None:
         page.get_by_role("button", name="Start / pause").click()
         page.wait_for_function(f"() => {{ const t = ({JS_TITLE})(); return t && t !== 'step 0'; }}",
                                timeout=120_000)
-        status = next(runs.iterdir()) / "status.json"
-        page.evaluate(JS_COUNT)
-        cpu0 = cpu_seconds()
-        step0, t0 = json.loads(status.read_text())["step"], time.perf_counter()
-        time.sleep(args.seconds)
-        elapsed = time.perf_counter() - t0
-        titles, step1 = page.evaluate("() => window.__frames"), json.loads(status.read_text())["step"]
-        cpu = {name: (seconds - cpu0.get(name, 0.0)) / elapsed for name, seconds in cpu_seconds().items()}
+        fps, open_rate, cpu = measure(page, runs, args.seconds, JS_COUNT)
         page.get_by_role("button", name="Start / pause").click()
         browser.close()
-    open_rate = (step1 - step0) / elapsed
-    fps = titles / elapsed
     # each reference measured before and after the browser run, averaged (the machine's speed drifts)
     headless = (headless_before + headless_rate(300)) / 2
     child = (child_before + headless_job_rate(10, child=True)) / 2
