@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import table  # noqa: E402
 from bench.playground_live import CHROMIUM_ARGS, headless_rate, measure  # noqa: E402
-from tests.ui.jupyter import jupyterlab, write_notebook  # noqa: E402
+from tests.ui.jupyter import JS_KERNEL_READY, jupyterlab, write_notebook  # noqa: E402
 
 # every Bokeh document the notebook shows (each output is a document of its own)
 DOCS = "[...new Set(Bokeh.index.roots.map(v => v.model.document))]"
@@ -35,9 +35,6 @@ JS_TITLE = f"""() => {{ if (!window.Bokeh || !Bokeh.index) return null; let last
 JS_COUNT = f"""() => {{ window.__frames = 0; for (const doc of {DOCS}) for (const m of doc.all_models)
     if (typeof m.text === 'string' && m.text.startsWith('step '))
       m.property('text').change.connect(() => window.__frames++); }}"""
-JS_KERNEL_IDLE = """() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
-  return !!k && k.status === 'idle' && k.connectionStatus === 'connected'; }"""
 
 
 def main() -> None:
@@ -58,7 +55,7 @@ def main() -> None:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
         page.goto(f"{url}/lab/tree/playground.ipynb", timeout=120_000)
-        page.wait_for_function(JS_KERNEL_IDLE, timeout=120_000)
+        page.wait_for_function(JS_KERNEL_READY, timeout=120_000)
         page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
         page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
         page.wait_for_function(f"() => ({JS_TITLE})() !== null", timeout=180_000)

@@ -24,6 +24,11 @@ from typing import Any
 import psutil
 
 KERNEL = "python3"
+# in a page of this server: the open notebook's kernel is connected and idle (the server exposes the app in the
+# browser)
+JS_KERNEL_READY = """() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  return !!k && k.status === 'idle' && k.connectionStatus === 'connected'; }"""
 
 
 def free_port(host: str = "127.0.0.1") -> int:

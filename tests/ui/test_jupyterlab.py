@@ -25,14 +25,10 @@ from panel.io.resources import CDN_DIST
 
 from lab.ui.notebook import jupyter_base_url, local_url
 from tests.ui.browser import JS_PIXELS, browser_page, needs_chromium, pixel_problems, pixel_report
-from tests.ui.jupyter import jupyterlab, write_notebook
+from tests.ui.jupyter import JS_KERNEL_READY, jupyterlab, write_notebook
 
 ALIGNMENT, RUNS, PLAYGROUND, DIFFUSION, RANK = 1, 2, 3, 4, 5  # the notebook's cells (0 loads the extension)
 
-# the notebook's kernel is connected and idle (the server runs with expose_app_in_browser)
-JS_KERNEL_READY = """() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
-  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
-  return !!k && k.status === 'idle' && k.connectionStatus === 'connected'; }"""
 JS_PROMPTS = "() => Array.from(document.querySelectorAll('.jp-Notebook .jp-InputPrompt'), e => e.textContent)"
 # The Bokeh documents a notebook cell shows (each output is a document of its own): the JavaScript below reads only
 # the cell it is given, so another page's status line or figures cannot answer for it.
