@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import signal
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -139,9 +140,21 @@ class Preemption(Callback):
             trainer.should_stop = True  # every process stops at the same step (the loader engine agrees on it)
 
     def requeue(self) -> None:
-        """submitit's handler: on rank 0 it saves this job's callable and requeues the job, then exits."""
-        if callable(self._submitit):
+        """submitit's handler: on rank 0 it saves this job's callable and requeues the job, then exits.
+
+        The exit code is how submitit's local controller knows to start the job again, so the process ends with it
+        at once (:func:`os._exit`, streams flushed) rather than through the interpreter's teardown: by then the run
+        folder is complete, and a native thread left joinable at teardown (``terminate called without an active
+        exception``) would abort the process and turn the requeue into a job that ended."""
+        if not callable(self._submitit):
+            return
+        try:
             self._submitit(self.signum, None)
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else 1
+            for stream in (sys.stdout, sys.stderr):
+                stream.flush()
+            os._exit(code)
 
 
 def continuation(run: Run) -> bool | ResumePlan:

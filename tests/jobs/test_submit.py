@@ -121,3 +121,28 @@ def test_time_limits_read_as_slurm_writes_them():
     assert [parse_time(t) for t in ("1:30:00", "0:01:00", "0:01:01", "2-00:00:00")] == [90, 1, 2, 2880]
     with pytest.raises(ConfigError, match="under a minute"):
         parse_time("0:00:30")
+
+
+def test_a_requeue_ends_the_process_with_submitits_exit_code_at_once(monkeypatch):
+    """submitit's handler requeues by exiting with a code its controller reads; the member ends the process with that
+    code at once, not through the interpreter's teardown (which a native thread can abort, losing the requeue)."""
+    from lab.jobs.submit import Preemption
+
+    def submitit_handler(signum, frame):
+        raise SystemExit(173)  # as submitit's local environment does after saving the job
+
+    exits: list[int] = []
+
+    def fake_exit(code: int) -> None:
+        exits.append(code)
+        raise RuntimeError("exited")
+
+    previous = signal.signal(signal.SIGUSR2, submitit_handler)
+    try:
+        preemption = Preemption()
+        monkeypatch.setattr(os, "_exit", fake_exit)
+        with pytest.raises(RuntimeError, match="exited"):
+            preemption.requeue()
+    finally:
+        signal.signal(signal.SIGUSR2, previous)
+    assert exits == [173]
