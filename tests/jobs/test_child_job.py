@@ -5,13 +5,16 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from lab.jobs.child import ChildJob
+from lab.jobs.child import PIPE_BYTES, ChildJob, _receive, _send, _widen
 from lab.jobs.manager import JobManager
+from lab.runs.snapshot import Snapshot
 from lab.runs.store import Run
 from tests.jobs.helpers import StuckStep, tiny, wait_for
 
@@ -25,6 +28,29 @@ def manager(tmp_path):
     m = JobManager(tmp_path / "runs", max_jobs=1, processes=True)
     yield m
     m.shutdown()
+
+
+def test_a_snapshot_crosses_the_pipe_whole_writable_and_with_its_kind():
+    """Snapshots cross as a header and their arrays' raw bytes (no copy into a pickle), through a widened pipe: what
+    arrives equals what was sent, is a Snapshot of the same kind, and can be written to, as a thread job's can."""
+    import fcntl
+    import multiprocessing
+
+    receive, send = multiprocessing.get_context("forkserver").Pipe(duplex=False)
+    _widen(send)
+    assert fcntl.fcntl(send.fileno(), fcntl.F_GETPIPE_SZ) >= min(PIPE_BYTES, 1 << 20)
+    rng = np.random.default_rng(0)
+    sent = Snapshot("nodes", {"maps": rng.standard_normal((33, 32, 26, 26), dtype=np.float32),  # 2.9 MB
+                              "weights": rng.standard_normal((33, 32, 32))[:, ::2],  # not contiguous: in the header
+                              "step": np.int64(40)})
+    writer = threading.Thread(target=lambda: [_send(send, (0, "nodes", 7, sent)), _send(send, (0, None, None, None))])
+    writer.start()
+    k, kind, version, got = _receive(receive)
+    assert (k, kind, version) == (0, "nodes", 7) and isinstance(got, Snapshot) and got.kind == "nodes"
+    assert all(np.array_equal(got[name], sent[name]) for name in sent) and got["weights"].dtype == np.float64
+    got["maps"][0, 0, 0, 0] = 1.0  # its own memory
+    assert _receive(receive) == (0, None, None, None)
+    writer.join()
 
 
 def test_a_child_job_pauses_steps_resumes_publishes_and_stops_like_a_thread_job(manager):
