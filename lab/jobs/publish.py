@@ -73,10 +73,18 @@ class Publisher(Callback):
             self.sink(kind, Snapshot(kind, payload, forced=force))
 
 
+FLOAT16_MAX = float(np.finfo(np.float16).max)
+
+
 def compact(payload: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Halve the disk size of large float arrays (node maps) by storing them as float16."""
-    return {k: (v.astype(np.float16) if isinstance(v, np.ndarray) and v.dtype == np.float32 and v.size > 4096
-                else v) for k, v in payload.items()}
+    """Halve the size of large float arrays (node maps) by storing them as float16, on disk and through a child's
+    pipe. An array with a value beyond float16's range (±65504: a model on its way to diverging) stays float32, so a
+    finite value is never stored as inf."""
+    def small(v: object) -> bool:
+        return (isinstance(v, np.ndarray) and v.dtype == np.float32 and v.size > 4096
+                and not max(v.max(initial=0.0), -v.min(initial=0.0)) > FLOAT16_MAX)
+
+    return {k: (v.astype(np.float16) if small(v) else v) for k, v in payload.items()}
 
 
 class DiskSink:

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from lab.jobs.builders import SelfJudged, nodes_snapshot
-from lab.jobs.publish import Publisher
+from lab.jobs.publish import Publisher, compact
 from lab.nn import ResidualMLP
 
 
@@ -69,3 +69,12 @@ def test_a_run_shorter_than_the_disk_interval_keeps_its_first_and_last_snapshots
     job = ThreadJob(tiny(**{"train.max_steps": 30}), run, cadence={"nodes": (5, 0.0)}, disk_every_s=3600).start()
     assert job.wait(timeout=120)["state"] == "completed"
     assert run.snapshot_versions("nodes") == [0, 30]
+
+
+def test_compact_halves_large_float_arrays_but_never_turns_a_finite_value_into_inf():
+    maps = np.linspace(-3.0, 3.0, 8192, dtype=np.float32)
+    small = compact({"maps": maps, "alphas": np.ones(4, np.float32), "step": np.int64(3)})
+    assert small["maps"].dtype == np.float16 and np.allclose(small["maps"], maps, atol=2e-3)
+    assert small["alphas"].dtype == np.float32 and small["step"] == 3  # small arrays and scalars stay as they are
+    large = compact({"maps": maps * 1e5})  # beyond float16's ±65504: would become ±inf
+    assert large["maps"].dtype == np.float32 and np.isfinite(large["maps"]).all()
