@@ -153,7 +153,7 @@ def interleaved(page, runs: Path, toggle, bare: BareTrainer, windows: int, secon
         wait_state(runs, "paused")
         references.append(bare.rate(seconds))
         toggle()
-    ratios = [o / ((a + b) / 2) for o, a, b in zip(opened, references, references[1:], strict=False)]
+    ratios = [o / ((a + b) / 2) for o, a, b in zip(opened, references[:-1], references[1:], strict=True)]
     return {"fps": sum(frames) / len(frames), "open": sum(opened) / len(opened),
             "bare": sum(references) / len(references), "ratio": statistics.median(ratios),
             "ratios": ratios, "cpu": {name: used / total for name, used in cpu.items()}}
