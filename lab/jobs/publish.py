@@ -77,9 +77,9 @@ FLOAT16_MAX = float(np.finfo(np.float16).max)
 
 
 def compact(payload: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Halve the size of large float arrays (node maps) by storing them as float16, on disk and through a child's
-    pipe. An array with a value beyond float16's range (±65504: a model on its way to diverging) stays float32, so a
-    finite value is never stored as inf."""
+    """Halve the disk size of large float arrays (node maps) by storing them as float16. An array with a value beyond
+    float16's range (±65504: a model on its way to diverging) stays float32, so a finite value is never stored as
+    inf."""
     def small(v: object) -> bool:
         return (isinstance(v, np.ndarray) and v.dtype == np.float32 and v.size > 4096
                 and not max(v.max(initial=0.0), -v.min(initial=0.0)) > FLOAT16_MAX)
