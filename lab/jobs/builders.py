@@ -1,4 +1,5 @@
-"""Snapshot builders: what a job publishes for the views, computed on the training thread between steps.
+"""Snapshot builders: what a job publishes for the views, computed from the model between steps (by the training
+thread, or by a page's job from a copy taken between steps, beside training: :mod:`lab.jobs.shadow`).
 
 A builder maps a model to a dict of float32 numpy arrays (the publisher adds the step). Builders take the model,
 not the trainer, so a page can draw an untrained model, a loaded checkpoint or a training one alike.
@@ -77,7 +78,7 @@ def similarity_snapshot(model: nn.Module, resolution: int = RESOLUTION, limit: f
     return {"distance": layer_distances(feats).numpy(), "cka": linear_cka(feats[:, ::stride]).numpy()}
 
 
-# torch.func's forward-mode AD keeps process-wide state (its dual levels): two training threads taking Jacobians at
+# torch.func's forward-mode AD keeps process-wide state (its dual levels): two threads taking Jacobians at
 # once (a run and its lockstep twin) break each other's, so alignment snapshots are built one at a time.
 _FUNCTORCH = threading.Lock()
 

@@ -13,10 +13,12 @@ import time
 from collections.abc import Callable, Iterable
 
 import numpy as np
+from torch import nn
 
 from lab.jobs.builders import Builder, judged
 from lab.jobs.cadence import Cadence
 from lab.jobs.kinds import default_builders, default_cadence
+from lab.jobs.shadow import ShadowBuilds
 from lab.runs.snapshot import Snapshot
 from lab.train.core import Callback, TrainerView
 
@@ -32,12 +34,18 @@ class Publisher(Callback):
             Default: the kinds' own (:func:`~lab.jobs.kinds.default_builders`).
         on_demand: kinds built only when due and requested (:meth:`request`); a request is used up by one build.
             A forced publish (start, pause, end) builds them regardless.
+        beside: build the snapshots due at a step from a copy of the model, on a thread of their own
+            (:class:`~lab.jobs.shadow.ShadowBuilds`), so training goes on meanwhile; kinds that fall due while a
+            build runs wait for the first step after it. A forced publish still builds from the model itself, once
+            the running build has ended: the snapshot a run paused or ended with is exactly its model, and the last.
+            The sink is then called from the builder thread.
     """
 
     def __init__(self, sink: Callable[[str, dict[str, np.ndarray]], None],
                  cadence: dict[str, tuple[int, float]] | None = None, builders: dict[str, Builder] | None = None,
-                 on_demand: Iterable[str] = ()) -> None:
+                 on_demand: Iterable[str] = (), beside: bool = False) -> None:
         self.sink = sink
+        self.beside = ShadowBuilds() if beside else None
         self.cadence = Cadence(default_cadence() if cadence is None else cadence, on_demand)
         builders = default_builders() if builders is None else builders
         missing = [k for k in self.cadence.kinds if k not in builders]
@@ -58,19 +66,39 @@ class Publisher(Callback):
     def on_train_end(self, trainer: TrainerView) -> None:
         self.publish(trainer, force=True)
 
+    def close(self) -> None:
+        """End the builder thread of a publisher that builds ``beside`` training, once its running build has
+        ended (the training is over, ended or failed)."""
+        if self.beside is not None:
+            self.beside.close()
+
     def publish(self, trainer: TrainerView, force: bool = False) -> None:
         """Build every kind that is due (all of them when ``force``d) and hand the snapshots their builders keep to
         the sink; a snapshot a builder refuses leaves the last good one in place."""
+        if self.beside is not None:
+            if force:
+                self.beside.drain()
+            elif not self.beside.idle():
+                return
         now = time.monotonic()
-        for kind in self.cadence.kinds:
-            if not self.cadence.due(kind, trainer.step, force=force, now=now):
-                continue
+        due = [kind for kind in self.cadence.kinds if self.cadence.due(kind, trainer.step, force=force, now=now)]
+        if not due:
+            return
+        for kind in due:
             self.cadence.built(kind, trainer.step, now=now)
-            payload = self.builders[kind](trainer.model)
-            if payload is None:
-                continue
-            payload["step"] = np.int64(trainer.step)
-            self.sink(kind, Snapshot(kind, payload, forced=force))
+        step = trainer.step
+
+        def build(model: nn.Module) -> None:
+            for kind in due:
+                payload = self.builders[kind](model)
+                if payload is not None:
+                    payload["step"] = np.int64(step)
+                    self.sink(kind, Snapshot(kind, payload, forced=force))
+
+        if self.beside is None or force:
+            build(trainer.model)
+        else:
+            self.beside.submit(trainer.model, build)
 
 
 FLOAT16_MAX = float(np.finfo(np.float16).max)

@@ -2,6 +2,8 @@
 
 The UI thread controls it (pause, single steps, resume, stop) and polls its snapshot slots; the training thread
 checks the controls after every step. Both sides take the job's lock, so a click never meets half a change.
+Snapshots are built beside training (:mod:`lab.jobs.shadow`): the training thread copies the model's tensors when
+one is due and trains on while a builder thread makes the snapshot and fills its slot.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class ThreadJob(InProcessJob):
                 cb.hold_when(self._holding)
         self._slots: dict[str, tuple[int, dict[str, np.ndarray]]] = {}
         self._disk = DiskSink(run, disk_every_s) if disk_every_s else None
-        self.publisher = Publisher(self._put, cadence, builders, on_demand=on_demand)
+        self.publisher = Publisher(self._put, cadence, builders, on_demand=on_demand, beside=True)
         self._thread = threading.Thread(target=self._main, name=f"lab-job-{run.id}", daemon=True)
         self.error: BaseException | None = None
 
@@ -96,6 +98,8 @@ class ThreadJob(InProcessJob):
                                resume=self.resume_from_checkpoint, progress=self.progress, data=self.data)
         except BaseException as err:  # already recorded as "failed" in status.json
             self.error = err
+        finally:
+            self.publisher.close()
 
     def request(self, kind: str) -> None:
         self.publisher.request(kind)
