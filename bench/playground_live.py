@@ -35,7 +35,7 @@ from bench.common import table  # noqa: E402
 from lab.config import ExperimentConfig, apply_overrides  # noqa: E402
 from lab.jobs.child import ChildJob  # noqa: E402
 from lab.jobs.runner import make_trainer  # noqa: E402
-from lab.runs.store import RunStore  # noqa: E402
+from lab.runs.store import Run, RunStore  # noqa: E402
 from lab.ui.serve import serving_lab  # noqa: E402
 
 JS_COUNT = """() => { window.__frames = 0; for (const doc of Bokeh.documents) for (const m of doc.all_models)
@@ -78,11 +78,11 @@ def headless_job_rate(seconds: float) -> float:
                             on_demand=("nodes", "similarity")).start()
     while job.status().get("step", 0) < 20:
         time.sleep(0.05)
-    step0, t0 = job.status()["step"], time.perf_counter()
+    t0 = time.time()
     time.sleep(seconds)
-    rate = (job.status()["step"] - step0) / (time.perf_counter() - t0)
+    steps_per_s = rate(runs, t0, time.time())
     job.stop()
-    return rate
+    return steps_per_s
 
 
 def cpu_seconds() -> dict[str, float]:
@@ -112,9 +112,16 @@ def cpu_seconds() -> dict[str, float]:
     return out
 
 
-def steps(runs: Path) -> int:
-    """The step the one run in ``runs`` has reached (its status.json heartbeat)."""
-    return json.loads((next(runs.iterdir()) / "status.json").read_text())["step"]
+def rate(runs: Path, t0: float, t1: float) -> float:
+    """Training steps/s of the one run in ``runs`` between wall-clock times ``t0`` and ``t1``: from its step
+    records (every ``log_every`` steps, each with its time), exact where status.json's step lags by up to its
+    one-second heartbeat (a tenth of an 8 s window)."""
+    run = Run(next(runs.iterdir()))
+    timed = [(r["time"], r["step"]) for r in run.metric_records() if r.get("kind") == "step" and t0 <= r["time"] <= t1]
+    if len(timed) < 2:
+        raise RuntimeError(f"the run recorded {len(timed)} step(s) between the window's ends")
+    (first_t, first_step), (last_t, last_step) = timed[0], timed[-1]
+    return (last_step - first_step) / (last_t - first_t)
 
 
 def wait_state(runs: Path, state: str, timeout: float = 60.0) -> None:
@@ -130,7 +137,7 @@ def wait_state(runs: Path, state: str, timeout: float = 60.0) -> None:
 def interleaved(page, runs: Path, toggle, bare: BareTrainer, windows: int, seconds: float,
                 count_js: str) -> dict[str, object]:
     """Alternate ``windows`` pairs of windows of ``seconds``: the page training the one run in ``runs`` (its
-    training steps/s from status.json, the frames the browser drew, counted by ``count_js`` into
+    training steps/s from its step records (:func:`rate`), the frames the browser drew, counted by ``count_js`` into
     ``window.__frames``, and the cores each kind of process used, :func:`cpu_seconds`), then the job paused
     (``toggle`` presses Start / pause) while ``bare`` trains in this process. This machine's speed drifts by tens of
     per cent within a minute, so each page-open window is compared with the bare windows either side of it."""
@@ -140,11 +147,11 @@ def interleaved(page, runs: Path, toggle, bare: BareTrainer, windows: int, secon
         wait_state(runs, "running")
         time.sleep(1.0)  # the first snapshots after a resume
         frames0, cpu0 = page.evaluate("() => window.__frames"), cpu_seconds()
-        step0, t0 = steps(runs), time.perf_counter()
+        t0, wall0 = time.perf_counter(), time.time()
         time.sleep(seconds)
         elapsed = time.perf_counter() - t0
-        step1, frames1, cpu1 = steps(runs), page.evaluate("() => window.__frames"), cpu_seconds()
-        opened.append((step1 - step0) / elapsed)
+        frames1, cpu1 = page.evaluate("() => window.__frames"), cpu_seconds()
+        opened.append(rate(runs, wall0, time.time()))
         frames.append((frames1 - frames0) / elapsed)
         for name, used in cpu1.items():
             cpu[name] = cpu.get(name, 0.0) + used - cpu0.get(name, 0.0)
