@@ -1,10 +1,11 @@
 """Snapshots built beside training: from a copy of the model taken between two steps, on a thread of their own.
 
 A node-maps snapshot of the 32 × 32 Playground model costs 7–14 ms, its layer similarity about 90 ms, a training
-step about 6 ms: built on the training thread at the cadence a page asks for (several a second), snapshots took a
-fifth of the run's steps. Here the training thread only copies the model's tensors into a *shadow* (a copy made once;
-a tenth of a millisecond for that model) and goes on training, while the snapshot is built from the shadow on a
-builder thread; torch and numpy release the GIL while they compute, so the two threads run on two cores.
+step about 6 ms. Built on the training thread at the cadence a page asks for (up to one per 10 steps), every
+snapshot stopped training for its whole build (``bench/jobs.py`` measures the job both ways). Here the training
+thread only copies the model's tensors into a *shadow* (a deep copy made once; refreshing it copies 34 thousand
+numbers for that model, well under a millisecond) and goes on training, while the snapshot is built from the shadow
+on a builder thread; torch and numpy release the GIL while they compute, so the two threads run on two cores.
 
 The shadow holds the model's state as PyTorch defines it, its parameters and buffers (what its ``state_dict``
 holds); every model of the lab keeps all its training state there (an α is a fixed float of the config). One build
