@@ -35,10 +35,11 @@ class Publisher(Callback):
         on_demand: kinds built only when due and requested (:meth:`request`); a request is used up by one build.
             A forced publish (start, pause, end) builds them regardless.
         beside: build the snapshots due at a step from a copy of the model, on a thread of their own
-            (:class:`~lab.jobs.shadow.ShadowBuilds`), so training goes on meanwhile; kinds that fall due while a
-            build runs wait for the first step after it. A forced publish still builds from the model itself, once
-            the running build has ended: the snapshot a run paused or ended with is exactly its model, and the last.
-            The sink is then called from the builder thread.
+            (:class:`~lab.jobs.shadow.ShadowBuilds`), so training goes on meanwhile. Snapshots are taken at the
+            same steps as without: a step at which kinds fall due while the last build still runs waits for it (no
+            longer than building on the training thread would have taken). A forced publish builds from the model
+            itself, after the running build: the snapshot a run paused or ended with is exactly its model, and the
+            last. The sink is then called from the builder thread.
     """
 
     def __init__(self, sink: Callable[[str, dict[str, np.ndarray]], None],
@@ -75,11 +76,6 @@ class Publisher(Callback):
     def publish(self, trainer: TrainerView, force: bool = False) -> None:
         """Build every kind that is due (all of them when ``force``d) and hand the snapshots their builders keep to
         the sink; a snapshot a builder refuses leaves the last good one in place."""
-        if self.beside is not None:
-            if force:
-                self.beside.drain()
-            elif not self.beside.idle():
-                return
         now = time.monotonic()
         due = [kind for kind in self.cadence.kinds if self.cadence.due(kind, trainer.step, force=force, now=now)]
         if not due:
@@ -95,7 +91,11 @@ class Publisher(Callback):
                     payload["step"] = np.int64(step)
                     self.sink(kind, Snapshot(kind, payload, forced=force))
 
-        if self.beside is None or force:
+        if self.beside is None:
+            build(trainer.model)
+            return
+        self.beside.drain()  # a step where kinds are due waits for the last build: snapshots stay at their steps
+        if force:
             build(trainer.model)
         else:
             self.beside.submit(trainer.model, build)

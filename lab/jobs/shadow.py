@@ -9,7 +9,8 @@ on a builder thread; torch and numpy release the GIL while they compute, so the 
 
 The shadow holds the model's state as PyTorch defines it, its parameters and buffers (what its ``state_dict``
 holds); every model of the lab keeps all its training state there (an α is a fixed float of the config). One build
-runs at a time, over the shadow, so a copy never lands in the middle of a build.
+runs at a time, over the shadow, so a copy never lands in the middle of a build: a snapshot due while the last one
+is still being built waits for it.
 """
 
 from __future__ import annotations

@@ -12,6 +12,11 @@ def tiny(**overrides) -> ExperimentConfig:
     return apply_overrides(ExperimentConfig(), {**base, **overrides})
 
 
+EVERY_SNAPSHOT_S = 1e-9
+"""A job's ``disk_every_s`` that writes every snapshot to the run folder (0 writes none): the tiny model trains ten
+steps in a few milliseconds, faster than any interval a test could name."""
+
+
 def wait_for(predicate, timeout: float = 60.0) -> bool:
     """Poll ``predicate`` until it is true or ``timeout`` seconds pass; returns whether it came true."""
     deadline = time.monotonic() + timeout

@@ -42,27 +42,31 @@ def test_on_demand_kind_is_built_only_when_due_and_requested():
     assert [s for k, s in sink if k == "b"] == [0, 7, 10]
 
 
-def test_beside_training_a_step_only_copies_the_model_and_a_forced_publish_waits_and_builds_the_live_model():
+def test_beside_training_a_step_only_copies_the_model_and_snapshots_keep_their_steps():
     model, sink, release = torch.nn.Linear(2, 1), [], threading.Event()
 
     def weight(m):
         release.wait(10)
         return {"w": m.weight.detach().clone().numpy()}
 
+    def set_weight(value: float) -> None:
+        with torch.no_grad():
+            model.weight.fill_(value)
+
     publisher = Publisher(lambda kind, p: sink.append((int(p["step"]), float(p["w"][0, 0]), p.forced)),
                           cadence={"x": (1, 0.0)}, builders={"x": weight}, beside=True)
-    with torch.no_grad():
-        model.weight.fill_(1.0)
+    set_weight(1.0)
     publisher.on_step_end(_trainer(1, model), 0.0)  # returns at once: the build waits on the builder thread
-    with torch.no_grad():
-        model.weight.fill_(2.0)  # the next step
-    publisher.on_step_end(_trainer(2, model), 0.0)  # a build is running: x stays due, nothing more is built
-    assert sink == []
+    set_weight(2.0)  # the next step trains meanwhile
+    step2 = threading.Thread(target=publisher.on_step_end, args=(_trainer(2, model), 0.0))
+    step2.start()  # x is due again while the first build runs: this step waits for it
+    step2.join(0.3)
+    assert step2.is_alive() and sink == []
     release.set()
-    with torch.no_grad():
-        model.weight.fill_(3.0)
+    step2.join(10)
+    set_weight(3.0)
     publisher.on_train_end(_trainer(3, model))  # forced: after the running build, from the model itself
-    assert sink == [(1, 1.0, False), (3, 3.0, True)]
+    assert sink == [(1, 1.0, False), (2, 2.0, False), (3, 3.0, True)]
     publisher.close()
 
 

@@ -20,7 +20,7 @@ from lab.runs.writes import atomic_write_json
 from lab.ui.pages.runs import RunsPage
 from lab.ui.views.run_details import EMPTY
 from lab.ui.views.run_views import COLUMNS, format_age, format_clock, format_metrics, format_progress
-from tests.jobs.helpers import tiny
+from tests.jobs.helpers import EVERY_SNAPSHOT_S, tiny
 from tests.ui.driving import poll_until, shown
 
 REPO = Path(__file__).resolve().parents[3]
@@ -376,7 +376,8 @@ def test_a_runs_saved_snapshots_replay_read_only_in_the_views_that_drew_them(man
     from lab.jobs.builders import alignment_builder
     from lab.train.build import build_data, build_model
 
-    job = manager.start_thread(tiny(**{"train.max_steps": 40}), cadence={"nodes": (10, 0.0)}, disk_every_s=0.01)
+    job = manager.start_thread(tiny(**{"train.max_steps": 40}), cadence={"nodes": (10, 0.0)},
+                               disk_every_s=EVERY_SNAPSHOT_S)
     assert job.wait(60)["state"] == "completed"
     page = RunsPage(manager=manager, run=job.run.id)
     saved = page.saved
@@ -412,7 +413,7 @@ def test_another_run_opened_replays_its_own_snapshots_also_at_the_same_steps(man
     jobs = []
     for seed in (0, 1):
         jobs.append(manager.start_thread(tiny(**{"train.max_steps": 20, "model.seed": seed}),
-                                         cadence={"nodes": (10, 0.0)}, disk_every_s=0.01))
+                                         cadence={"nodes": (10, 0.0)}, disk_every_s=EVERY_SNAPSHOT_S))
         assert jobs[-1].wait(60)["state"] == "completed"
     page = RunsPage(manager=manager, run=jobs[0].run.id)
     saved = page.saved
@@ -456,7 +457,8 @@ def test_hostile_entries_are_shown_as_problems_and_never_raised_into_a_watcher(m
     page.folder = "f\x00"
     assert "Folder not added" in shown(page.notice)
     page.param.update(folder="", compare="")
-    job = manager.start_thread(tiny(**{"train.max_steps": 20}), cadence={"nodes": (10, 0.0)}, disk_every_s=0.01)
+    job = manager.start_thread(tiny(**{"train.max_steps": 20}), cadence={"nodes": (10, 0.0)},
+                               disk_every_s=EVERY_SNAPSHOT_S)
     assert job.wait(60)["state"] == "completed"
     run, snapshots = job.run, job.run.path / "snapshots"
     good = (snapshots / "nodes-000000020.npz").read_bytes()
