@@ -31,10 +31,10 @@ from tests.ui.jupyter import JS_KERNEL_READY, jupyterlab, write_notebook  # noqa
 DOCS = "[...new Set(Bokeh.index.roots.map(v => v.model.document))]"
 JS_TITLE = f"""() => {{ if (!window.Bokeh || !Bokeh.index) return null; let last = null;
   for (const doc of {DOCS}) for (const m of doc.all_models)
-    if (typeof m.text === 'string' && m.text.startsWith('step ')) last = m.text; return last; }}"""
+    if (m.pixels !== undefined && m.title.startsWith('step ')) last = m.title; return last; }}"""
 JS_COUNT = f"""() => {{ window.__frames = 0; for (const doc of {DOCS}) for (const m of doc.all_models)
-    if (typeof m.text === 'string' && m.text.startsWith('step '))
-      m.property('text').change.connect(() => window.__frames++); }}"""
+    if (m.pixels !== undefined && m.title.startsWith('step '))
+      m.property('title').change.connect(() => window.__frames++); }}"""
 
 
 def main() -> None:

@@ -39,10 +39,10 @@ from lab.runs.store import Run, RunStore  # noqa: E402
 from lab.ui.serve import serving_lab  # noqa: E402
 
 JS_COUNT = """() => { window.__frames = 0; for (const doc of Bokeh.documents) for (const m of doc.all_models)
-    if (typeof m.text === 'string' && m.text.startsWith('step '))
-      m.property('text').change.connect(() => window.__frames++); }"""
+    if (m.pixels !== undefined && m.title.startsWith('step '))
+      m.property('title').change.connect(() => window.__frames++); }"""
 JS_TITLE = """() => { let last = null; for (const doc of Bokeh.documents) for (const m of doc.all_models)
-    if (typeof m.text === 'string' && m.text.startsWith('step ')) last = m.text; return last; }"""
+    if (m.pixels !== undefined && m.title.startsWith('step ')) last = m.title; return last; }"""
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 

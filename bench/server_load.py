@@ -42,7 +42,7 @@ DATA = "page=Data"
 JS_ALPHA = """() => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
     if (m.data && m.data.alpha) return Array.from(m.data.alpha); return null; }"""
 JS_TITLE = """() => { let last = null; for (const doc of Bokeh.documents) for (const m of doc.all_models)
-    if (typeof m.text === 'string' && m.text.startsWith('step ')) last = m.text; return last; }"""
+    if (m.pixels !== undefined && m.title.startsWith('step ')) last = m.title; return last; }"""
 JS_DATA_READY = """() => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
     if (typeof m.text === 'string' && m.text.includes(' train (circles)')) return true; return false; }"""
 # the time of the last key press, taken by the page itself (capture phase: before any widget sees it)

@@ -33,7 +33,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 
 # The grid's title ("step N") and the job's status line, read from the page's Bokeh models.
 JS_TITLE = """() => { let last = null; for (const doc of Bokeh.documents) for (const m of doc.all_models)
-    if (typeof m.text === 'string' && m.text.startsWith('step ')) last = m.text; return last; }"""
+    if (m.pixels !== undefined && m.title.startsWith('step ')) last = m.title; return last; }"""
 JS_STATUS = """() => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
     if (typeof m.text === 'string' && m.css_classes && m.css_classes.includes('lab-status')) return m.text;
     return null; }"""

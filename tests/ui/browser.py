@@ -169,6 +169,28 @@ JS_PIXELS = """(scope) => {
   return out; }"""
 
 
+# Every node grid on screen (:class:`lab.ui.views.grid_canvas.GridCanvas`) measured on its canvas: its title, its
+# size in mosaic pixels and on screen, the share of its pixels coloured (as :data:`JS_PIXELS` counts them), the
+# tooltip's text, and the page coordinates of the centre of each hover box (to point at a tile).
+JS_GRID_PIXELS = """(scope) => {
+  const out = [];
+  for (const v of Bokeh.index.query(v => v.model.data && v.model.data.pixels !== undefined && v.container)) {
+    const c = v.container.querySelector(".lab-grid-pixels");
+    if (!c || (scope && !scope.contains(v.root.el))) continue;
+    const px = c.getContext("2d").getImageData(0, 0, c.width, c.height).data, r = c.getBoundingClientRect();
+    let coloured = 0;
+    for (let i = 0; i < px.length; i += 4) {
+      const lo = Math.min(px[i], px[i + 1], px[i + 2]), hi = Math.max(px[i], px[i + 1], px[i + 2]);
+      if (px[i + 3] > 0 && (lo < 215 || hi - lo > 24)) coloured++;
+    }
+    const centres = (v.model.data.layout.boxes || []).map(b => [r.x + (b[0] + b[2]) / 2, r.y + (b[1] + b[3]) / 2]);
+    out.push({title: v.container.querySelector(".lab-grid-title").textContent, size: [c.width, c.height],
+              shown: [r.width, r.height], coloured: coloured / (c.width * c.height), centres,
+              tip: v.container.querySelector(".lab-grid-tip").textContent});
+  }
+  return out; }"""
+
+
 def pixel_problems(plots: list[dict], min_width: int = 200, image_share: float = 0.2,
                    min_pixels: int = 15) -> list[str]:
     """Why each measured plot (:data:`JS_PIXELS`) fails to read: a frame narrower than ``min_width``, an image

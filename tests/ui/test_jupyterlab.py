@@ -34,15 +34,12 @@ JS_PROMPTS = "() => Array.from(document.querySelectorAll('.jp-Notebook .jp-Input
 # the cell it is given, so another page's status line or figures cannot answer for it.
 DOCS_IN = ("const docsIn = (cell) => cell && window.Bokeh ? [...new Set(Bokeh.index.roots"
            ".filter(v => cell.contains(v.el)).map(v => v.model.document))] : [];")
-# the node grid (the figure drawing an image and the hover quads): its title and a hash of its pixels
+# the node grid (its canvas component's data model holds the mosaic's pixels): its title and a hash of its pixels
 JS_GRID = f"""(cell) => {{ {DOCS_IN}
   for (const doc of docsIn(cell)) for (const m of doc.all_models) {{
-    if (!m.renderers) continue;
-    const glyphs = m.renderers.map(r => r.glyph ? r.glyph.type : '');
-    if (!glyphs.includes('Image') || !glyphs.includes('Quad')) continue;
-    const a = m.renderers[glyphs.indexOf('Image')].data_source.data.image[0];
-    let s = 0; for (let i = 0; i < a.length; i++) s = (s * 31 + a[i]) % 1000003;
-    return {{id: m.id, hash: s, title: m.title ? m.title.text : ''}}; }}
+    if (m.pixels === undefined || !m.pixels.shape) continue;
+    const a = m.pixels; let s = 0; for (let i = 0; i < a.length; i++) s = (s * 31 + a[i]) % 1000003;
+    return {{id: m.id, hash: s, title: m.title}}; }}
   return null; }}"""
 # the status line: the Markdown pane with CSS class lab-status
 JS_CELL_TEXT = f"""([cell, needle]) => {{ {DOCS_IN}
@@ -275,7 +272,8 @@ def test_playground_trains_live_in_jupyterlab_offline(notebook):
     # kernel's changes back: no frame's pixels, hover ranges, titles or streamed points (lab.ui.notebook_sync)
     sent = page.evaluate("() => window.__sent")
     echoed = sorted({e for e in sent if e.startswith(("ModelChanged:data:", "ColumnDataChanged", "ColumnsStreamed",
-                                                       "ColumnsPatched", "ModelChanged:text:"))})
+                                                       "ColumnsPatched", "ModelChanged:text:", "ModelChanged:pixels:",
+                                                       "ModelChanged:ranges:", "ModelChanged:title:"))})
     if echoed:
         problems.append(f"the browser sent the kernel's own changes back to it: {echoed}")
     if not any(e.startswith("ModelChanged:drawn:") for e in sent):

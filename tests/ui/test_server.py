@@ -13,6 +13,7 @@ from lab.ui.serve import serving
 from lab.ui.shell import LabShell
 from tests.jobs.helpers import wait_for
 from tests.ui.browser import (
+    JS_GRID_PIXELS,
     JS_HAS_TEXT,
     JS_PIXELS,
     JS_PLOTS,
@@ -63,11 +64,11 @@ def test_browser_trains_and_sees_the_decision_boundary(server):
 
 
 JS_GRIDS = """() => { const out = []; for (const doc of Bokeh.documents) for (const m of doc.all_models) {
-    if (m.data && m.data.image && m.data.image[0].shape[1] > 100) {
-      const a = m.data.image[0]; let s = 0; for (let i = 0; i < a.length; i++) s = (s * 31 + a[i]) % 1000003;
+    if (m.pixels !== undefined && m.pixels.shape) {
+      const a = m.pixels; let s = 0; for (let i = 0; i < a.length; i++) s = (s * 31 + a[i]) % 1000003;
       out.push({id: m.id, width: a.shape[1], hash: s}); } } return out; }"""
 JS_TITLE = """() => { let last = null; for (const doc of Bokeh.documents) for (const m of doc.all_models)
-    if (typeof m.text === 'string' && m.text.startsWith('step ')) last = m.text; return last; }"""
+    if (m.pixels !== undefined && m.title.startsWith('step ')) last = m.title; return last; }"""
 JS_ALPHA = """() => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
     if (m.data && m.data.alpha) return Array.from(m.data.alpha); return null; }"""
 
@@ -114,12 +115,20 @@ def test_browser_playground_follows_sliders_trains_live_and_every_plot_shows_its
         plots = _plots(page)
         titles = {p["title"] for p in plots}
         assert {"Loss", "Accuracy", "α per block", "Euclidean distance", "linear CKA"} <= titles, titles
-        assert any(t.startswith("step ") for t in titles) and any(t.startswith("Decision boundary") for t in titles)
+        assert any(t.startswith("Decision boundary") for t in titles)
         loss = next(p for p in plots if p["title"] == "Loss")
         assert loss["x"]["hi"] >= 95  # the curve reaches the steps trained so far
         assert not plots_off_their_data(plots), plots_off_their_data(plots)
         page.get_by_role("button", name="Start / pause").click()
         _pixels(page, "Playground")
+        # the node grid's canvas: drawn, one screen pixel per mosaic pixel, and a tile's hover names it as text
+        page.locator(".lab-grid-overlay").scroll_into_view_if_needed()
+        (drawn,) = page.evaluate(JS_GRID_PIXELS)
+        assert drawn["title"].startswith("step ") and drawn["size"] == drawn["shown"], drawn["size"]
+        assert drawn["coloured"] > 0.3, drawn["coloured"]  # tiles and weight lines, gaps transparent
+        x, y = drawn["centres"][2]  # layer 0 (the stem), node 0: the first box after the input's x and y
+        page.mouse.move(x, y)
+        page.wait_for_function(f"() => ({JS_GRID_PIXELS})()[0].tip.startsWith('layer 0\\nnode 0\\nmin ')")
     assert not seen.errors and not seen.external, seen
 
 
@@ -409,10 +418,12 @@ def test_browser_runs_page_lists_runs_and_follows_the_opened_one(server, tmp_pat
         # a run's saved node maps, replayed read-only in the Playground's views
         page.goto(f"{url}/apps?page=Runs&run={saved.id}", timeout=60_000)
         page.wait_for_function(JS_HAS_TEXT, arg="at step 20, from", timeout=60_000)
-        page.wait_for_function(f"() => ({JS_PLOTS})().some(p => p.title === 'step 20')", timeout=30_000)
+        page.wait_for_function(f"() => ({JS_GRID_PIXELS})().some(g => g.title === 'step 20')", timeout=30_000)
         page.wait_for_timeout(500)
         replayed = [p for p in _pixels(page, "Saved snapshots") if p["title"].startswith(("step", "Decision"))]
-        assert sorted(p["title"] for p in replayed) == ["Decision boundary at step 20", "step 20"], replayed
+        assert [p["title"] for p in replayed] == ["Decision boundary at step 20"], replayed
+        (grid,) = page.evaluate(JS_GRID_PIXELS)
+        assert grid["title"] == "step 20" and grid["coloured"] > 0.3, grid["coloured"]
         # a sweep: the Rank page's views of its members' last checkpoints, beside their comparison
         page.goto(f"{url}/apps?page=Runs&run={folder.id}", timeout=60_000)
         page.wait_for_function(JS_HAS_TEXT, arg="with the rank views of their last checkpoints", timeout=60_000)

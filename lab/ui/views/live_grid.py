@@ -1,28 +1,27 @@
-"""The node grid as a live Bokeh figure: rendered once per layout, then updated by replacing source data.
+"""The node grid and the decision map, live: drawn once per layout, then updated in place at every snapshot.
 
-Re-rendering the HoloViews overlay for every snapshot costs hundreds of milliseconds (bench/render_grid.py); a snapshot
-of the same layout only changes the mosaic pixels (tiles and weight lines) and the hover ranges, so those are
-written into the existing figure's data sources and only the changed arrays travel to the browser.
-Bokeh models are touched only here, on the session's thread, inside ``pn.io.unlocked()``: a widget's callback runs
-without the document lock, and a change to a raw Bokeh model there must be dispatched by Panel (in a notebook, or
-under the lock of a periodic callback, the context manager does nothing).
+The grid goes to the browser as its mosaic's palette indices, drawn on a canvas (:class:`GridCanvas`): a snapshot of
+the same layout changes the pixels, the hover ranges and the title, and only those travel. The decision map is a
+Bokeh figure whose image source is replaced. Bokeh models are touched only here, on the session's thread, inside
+``pn.io.unlocked()``: a widget's callback runs without the document lock, and a change made there must be dispatched
+at once, before the frame clock's count that follows it (in a notebook, or under the lock of a periodic callback, the
+context manager does nothing).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import holoviews as hv
 import numpy as np
 import panel as pn
-from bokeh.models import Image, Quad
+from bokeh.models import Image
 
-from lab.viz.node_grid import FIT_PX, hover_boxes, mosaic, node_grid
+from lab.ui.views.grid_canvas import GridCanvas
+from lab.viz.node_grid import FIT_PX, Mosaic, hover_boxes, mosaic, point_marks
 from lab.viz.toy2d import decision_map, points
 
 
 class LiveGrid:
-    """Hold one rendered node-grid figure and keep it current.
+    """Hold one node-grid canvas and keep it current.
 
     Args:
         max_points: training points drawn on the decision tile.
@@ -30,39 +29,43 @@ class LiveGrid:
 
     def __init__(self, max_points: int = 300) -> None:
         self.max_points = max_points
-        self.pane = pn.pane.Bokeh()
-        self.figure = None
+        self.pane = GridCanvas()
         self._layout_key: tuple | None = None
-        self.full_renders = 0  # how often the whole figure was rebuilt (tests and benchmarks read it)
-
-    def _sources(self) -> dict[str, Any]:
-        found = {}
-        for renderer in self.figure.renderers:
-            for kind, glyph in (("image", Image), ("hover", Quad)):
-                if isinstance(renderer.glyph, glyph):
-                    found[kind] = renderer.data_source
-        return found
+        self.layouts = 0  # how often the layout (size, labels, hover boxes, points) was sent (tests read it)
 
     def show(self, snapshot: dict[str, np.ndarray], *, layers: tuple[int, int], nodes: tuple[int, int],
              normalize: str, points: tuple[np.ndarray, np.ndarray], fit_width: int = FIT_PX[0]) -> None:
         """Draw ``snapshot`` (a nodes snapshot) with the given view settings, about ``fit_width`` pixels wide."""
-        key = (snapshot["maps"].shape, snapshot["weights"].shape, layers, nodes, normalize, fit_width)
-        if key != self._layout_key or self.figure is None:
-            element = node_grid(snapshot, layers=layers, nodes=nodes, normalize=normalize, points=points,
-                                max_points=self.max_points, fit_width=fit_width)
-            self.figure = hv.render(element, backend="bokeh")
-            self.pane.object = self.figure
-            self._layout_key = key
-            self.full_renders += 1
-            return
         m = mosaic(snapshot, layers=layers, nodes=nodes, normalize=normalize, fit_width=fit_width)
-        box = hover_boxes(m, float(snapshot.get("limit", 1.0)), snapshot.get("decision"))
-        sources = self._sources()
+        limit = float(snapshot.get("limit", 1.0))
+        decision = snapshot.get("decision")
+        box = hover_boxes(m, limit, None if decision is None else np.asarray(decision))
+        change = {"pixels": m.index, "ranges": np.stack([box["min"], box["max"]], axis=1),
+                  "title": f"step {int(snapshot['step'])}" if "step" in snapshot else ""}
+        key = (m.index.shape, m.tile, tuple(m.layers), tuple(m.nodes), m.decision, id(points[0]), limit)
+        if key != self._layout_key:
+            change["layout"] = self._layout(m, box, points, limit)
+            self._layout_key = key
+            self.layouts += 1
         with pn.io.unlocked():
-            sources["image"].data.update(image=[m.index[::-1]])
-            sources["hover"].data.update(min=box["min"], max=box["max"])  # tiles stay put; their ranges change
-            if "step" in snapshot:
-                self.figure.title.text = f"step {int(snapshot['step'])}"
+            self.pane.param.update(change)
+
+    def _layout(self, m: Mosaic, box: dict[str, np.ndarray], points: tuple[np.ndarray, np.ndarray],
+                limit: float) -> dict:
+        """What changes only with the view: tick labels, hover boxes (y down from the top) and the points."""
+        labels = (["in"] if m.has_input else []) + [str(v) for v in m.layers]
+        columns = [[int(m.column_x(c)) + m.tile / 2, label] for c, label in enumerate(labels)]
+        if m.decision is not None:
+            columns.append([m.decision[0] + m.decision[2] / 2, "out"])
+        rows = [[m.height - float(m.row_y(r)) - m.tile / 2, str(n)] for r, n in enumerate(m.nodes)]
+        boxes = [[int(x0), m.height - int(y1), int(x1), m.height - int(y0), str(layer), str(node)]
+                 for x0, y0, x1, y1, layer, node in zip(box["x0"], box["y0"], box["x1"], box["y1"], box["layer"],
+                                                        box["node"], strict=True)]
+        marks = point_marks(m, points, limit, self.max_points) if m.decision is not None else None
+        dots = [] if marks is None else [[float(x), m.height - float(y), int(c)]
+                                         for x, y, c in zip(marks["x"], marks["y"], marks["class"], strict=True)]
+        return {"columns": columns, "rows": rows, "boxes": boxes, "points": dots, "xlabel": "layer (0 = stem)",
+                "ylabel": "node"}
 
 
 class LiveDecision:

@@ -27,24 +27,27 @@ def test_settings_build_the_config_and_the_alpha_chart_follows(manager):
 
 def test_view_settings_redraw_without_touching_the_job(manager):
     page = small_page(manager)
-    renders = page.grid.full_renders
-    full_width = page.grid.figure.renderers[0].data_source.data["image"][0].shape[1]
+    layouts = page.grid.layouts
+    full_width = page.grid.pane.pixels.shape[1]
     page.layer_range = (1, 3)
-    assert page.grid.full_renders == renders + 1
-    narrowed = page.grid.figure.renderers[0].data_source.data["image"][0]
+    assert page.grid.layouts == layouts + 1  # a new layout: its labels and hover boxes go with the pixels
+    narrowed = page.grid.pane.pixels
     assert narrowed.shape[1] < full_width and page.job is None
+    assert [label for _, label in page.grid.pane.layout["columns"]] == ["1", "2", "out"]
+    page.normalize = "global"  # the same layout: new pixels only
+    assert page.grid.layouts == layouts + 1 and not np.array_equal(page.grid.pane.pixels, narrowed)
 
 
 def test_training_streams_snapshots_pause_step_reset(manager):
     page = small_page(manager, snapshot_every=2)
     page.param.trigger("play")
     assert poll_until(page, lambda: page.snapshot is not None and int(page.snapshot["step"]) >= 4)
-    first = page.grid.figure.renderers[0].data_source.data["image"][0].copy()
+    first = page.grid.pane.pixels.copy()
     first_step = int(page.snapshot["step"])
     assert poll_until(page, lambda: int(page.snapshot["step"]) >= first_step + 6)
-    second = page.grid.figure.renderers[0].data_source.data["image"][0]
+    second = page.grid.pane.pixels
     assert not np.array_equal(first, second)  # the grid changed between two snapshots
-    assert page.grid.full_renders == 1  # ... by updating the one figure in place
+    assert page.grid.layouts == 1  # ... in the same layout: only the pixels, ranges and title were sent
     page.param.trigger("play")  # pause
     assert poll_until(page, lambda: page.job.status()["state"] == "paused")
     step = page.job.status()["step"]
@@ -153,9 +156,9 @@ def test_alpha_min_without_a_decayed_schedule_is_pointed_out(manager):
 
 def test_grid_width_fits_the_grid_into_a_narrower_view(manager):
     page = small_page(manager, depth=32, width=32)
-    wide = page.grid.figure.renderers[0].data_source.data["image"][0].shape[1]
+    wide = page.grid.pane.pixels.shape[1]
     page.grid_width = 700  # a view setting: a redraw, no new model
-    narrow = page.grid.figure.renderers[0].data_source.data["image"][0].shape[1]
+    narrow = page.grid.pane.pixels.shape[1]
     assert narrow <= 700 < wide <= 1040 and page.job is None
     assert Image.open(page.grid_png()).size[0] == narrow  # exports follow the view
 
