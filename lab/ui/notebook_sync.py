@@ -4,7 +4,7 @@ Under ``panel serve`` BokehJS sends the server a document change only when it is
 applies from the server's own patches are marked ``sync: false`` and go nowhere. In a notebook, Panel's
 ``CommManager`` (its browser side of the kernel's comm, Panel 1.9) sends every document change to the kernel,
 those included: each change the kernel pushes comes straight back to it. For a live view that is each frame twice
-over the comm — the node grid's half-megabyte of pixels and its hover ranges re-encoded in the browser, carried through the
+over the comm — the node grid's pixels and hover ranges re-encoded in the browser, carried through the
 Jupyter server and decoded and re-applied by the kernel (where Panel also walks the whole document once per data
 event) — and each streamed point of a curve appended a second time to the kernel's copy of its source. With the
 Playground training in a cell this was most of the kernel's work and held the browser to half the frame rate of
