@@ -418,12 +418,10 @@ def test_browser_runs_page_lists_runs_and_follows_the_opened_one(server, tmp_pat
         # a run's saved node maps, replayed read-only in the Playground's views
         page.goto(f"{url}/apps?page=Runs&run={saved.id}", timeout=60_000)
         page.wait_for_function(JS_HAS_TEXT, arg="at step 20, from", timeout=60_000)
-        page.wait_for_function(f"() => ({JS_GRID_PIXELS})().some(g => g.title === 'step 20')", timeout=30_000)
+        page.wait_for_function(f"() => ({JS_PLOTS})().some(p => p.title === 'step 20')", timeout=30_000)
         page.wait_for_timeout(500)
         replayed = [p for p in _pixels(page, "Saved snapshots") if p["title"].startswith(("step", "Decision"))]
-        assert [p["title"] for p in replayed] == ["Decision boundary at step 20"], replayed
-        (grid,) = page.evaluate(JS_GRID_PIXELS)
-        assert grid["title"] == "step 20" and grid["coloured"] > 0.3, grid["coloured"]
+        assert sorted(p["title"] for p in replayed) == ["Decision boundary at step 20", "step 20"], replayed
         # a sweep: the Rank page's views of its members' last checkpoints, beside their comparison
         page.goto(f"{url}/apps?page=Runs&run={folder.id}", timeout=60_000)
         page.wait_for_function(JS_HAS_TEXT, arg="with the rank views of their last checkpoints", timeout=60_000)

@@ -43,10 +43,12 @@ class LiveGrid:
         change = {"pixels": m.index, "ranges": np.stack([box["min"], box["max"]], axis=1),
                   "title": f"step {int(snapshot['step'])}" if "step" in snapshot else ""}
         key = (m.index.shape, m.tile, tuple(m.layers), tuple(m.nodes), m.decision, id(points[0]), limit)
-        if key != self._layout_key:
+        if key != self._layout_key:  # as any other change of the page: the canvas may have just been laid out
             change["layout"] = self._layout(m, box, points, limit)
             self._layout_key = key
             self.layouts += 1
+            self.pane.param.update(change)
+            return
         with pn.io.unlocked():
             self.pane.param.update(change)
 

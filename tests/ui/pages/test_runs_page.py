@@ -383,10 +383,10 @@ def test_a_runs_saved_snapshots_replay_read_only_in_the_views_that_drew_them(man
     saved = page.saved
     assert saved.layout.visible and list(saved.kind.options.values()) == ["nodes"]
     assert saved.step.options == [0, 10, 20, 30, 40] and saved.step.value == 40  # the newest first
-    assert saved.views[NODES].grid.pane.title == "step 40" and "at step 40" in saved.title.object
+    assert saved.views[NODES].grid.object.title.text == "step 40" and "at step 40" in saved.title.object
     assert len(saved.views[NODES].decision.figure.renderers) == 2, "the decision map under the run's training points"
     saved.step.value = 10
-    assert saved.views[NODES].grid.pane.title == "step 10" and "at step 10" in saved.title.object
+    assert saved.views[NODES].grid.object.title.text == "step 10" and "at step 10" in saved.title.object
     before = sorted(p.name for p in (job.run.path / "snapshots").iterdir())
     # an alignment run (snapshots as the Alignment page or `lab train --snapshot-every` write them)
     cfg = apply_overrides(ExperimentConfig(), {"name": "fc", "model.name": "fc_resnet", "model.depth": 3,
@@ -417,14 +417,14 @@ def test_another_run_opened_replays_its_own_snapshots_also_at_the_same_steps(man
         assert jobs[-1].wait(60)["state"] == "completed"
     page = RunsPage(manager=manager, run=jobs[0].run.id)
     saved = page.saved
-    drawn, show = [], saved.views[NODES].grid.show
-    saved.views[NODES].grid.show = lambda snapshot, **kwargs: (drawn.append(snapshot["maps"]), show(snapshot, **kwargs))
+    drawn, show = [], saved.views[NODES].show
+    saved.views[NODES].show = lambda snapshot, *args: (drawn.append(snapshot["maps"]), show(snapshot, *args))
     page.run = jobs[1].run.id
     assert saved.step.options == [0, 10, 20] and len(drawn) == 1
     assert np.array_equal(drawn[0], jobs[1].run.load_snapshot("nodes", 20)[1].float32()["maps"])
     assert not np.array_equal(drawn[0], jobs[0].run.load_snapshot("nodes", 20)[1].float32()["maps"])
     saved.step.value = 10
-    assert len(drawn) == 2 and saved.views[NODES].grid.pane.title == "step 10"
+    assert len(drawn) == 2 and saved.views[NODES].grid.object.title.text == "step 10"
 
 
 def test_a_sweep_of_residual_mlps_opens_with_the_rank_views_of_its_last_checkpoints(manager):
@@ -475,7 +475,7 @@ def test_hostile_entries_are_shown_as_problems_and_never_raised_into_a_watcher(m
         saved.step.value = step
         assert saved.problem.visible and why in shown(saved.problem), step
     saved.step.value = 20
-    assert not saved.problem.visible and saved.views[NODES].grid.pane.title == "step 20"
+    assert not saved.problem.visible and saved.views[NODES].grid.object.title.text == "step 20"
     figures = run.path / "figures"
     figures.mkdir()
     with open(figures / "reconstruction-000000020.png", "wb") as f:

@@ -2,27 +2,37 @@
 
 from __future__ import annotations
 
+import holoviews as hv
 import numpy as np
 import panel as pn
 
 from lab.jobs.kinds import NODES
-from lab.ui.views.live_grid import LiveDecision, LiveGrid
+from lab.ui.views.live_grid import LiveDecision
 from lab.ui.views.replays import register
+from lab.viz.node_grid import node_grid
 
 
 class NodesReplay:
     """A ``nodes`` snapshot: every layer and node in the grid (each tile on its own colour range), and the
-    decision map."""
+    decision map.
+
+    The grid is the Bokeh figure the Playground exports (:func:`lab.viz.node_grid.node_grid`), rendered afresh for
+    each replayed step: a replay redraws when a slider moves, not at a live view's pace, and a Bokeh figure is a
+    model every page's document already knows how to draw when the Runs page lays it out after loading (the live
+    canvas, :class:`lab.ui.views.grid_canvas.GridCanvas`, is laid out with its page).
+    """
 
     def __init__(self) -> None:
-        self.grid, self.decision = LiveGrid(), LiveDecision()
+        self.grid, self.decision = pn.pane.Bokeh(), LiveDecision()
 
     def panes(self) -> list[pn.viewable.Viewable]:
-        return [self.grid.pane, self.decision.pane]
+        return [self.grid, self.decision.pane]
 
     def show(self, snapshot: dict[str, np.ndarray], step: int, points: tuple[np.ndarray, np.ndarray]) -> None:
         L, H = snapshot["maps"].shape[:2]
-        self.grid.show(snapshot, layers=(0, L), nodes=(0, H), normalize="tile", points=points)
+        element = node_grid({**snapshot, "step": np.int64(step)}, layers=(0, L), nodes=(0, H), normalize="tile",
+                            points=points)
+        self.grid.object = hv.render(element, backend="bokeh")
         self.decision.show(snapshot["decision"], step, *points, _scalar(snapshot.get("limit"), 1.0))
 
 
