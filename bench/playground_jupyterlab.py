@@ -25,6 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.playground_live import CHROMIUM_ARGS, BareTrainer, interleaved, report  # noqa: E402
+from lab.ui.pages.playground import KNOBS  # noqa: E402
 from tests.ui.jupyter import JS_KERNEL_READY, jupyterlab, write_notebook  # noqa: E402
 
 # every Bokeh document the notebook shows (each output is a document of its own)
@@ -69,7 +70,8 @@ def main() -> None:
         result = interleaved(page, runs, start.click, bare, args.windows, args.seconds, JS_COUNT)
         start.click()
         browser.close()
-    print(report(f"Playground default (32 x 32, spiral n=4096, snapshot every 10 steps) in a JupyterLab cell, "
+    every = KNOBS["snapshot_every"].parameter.default
+    print(report(f"Playground default (32 x 32, spiral n=4096, snapshot every {every} steps) in a JupyterLab cell, "
                  f"{args.windows} windows of {args.seconds:g} s", "cell training", result))
 
 

@@ -12,7 +12,8 @@ the verdict; all of them are printed). The same job with no page (run folder, me
 TensorBoard, but no snapshots asked for), in a child process as the page trains it, is reported too, to separate
 what the page costs from what recording a run and its process cost; and the CPU each process used while the page
 was open. Snapshots are paced by the browser (the page sends the next once it has painted the last, and asks the job
-for it as it sends one), at most one per ``snapshot_every`` (10) training steps.
+for it as it sends one), at most one per ``snapshot_every`` training steps (the page's default, 10; ``--snapshot-every``
+sets it, to measure what fewer frames give training back).
 
     python bench/playground_live.py [--windows 5] [--seconds 8]
 """
@@ -36,6 +37,7 @@ from lab.config import ExperimentConfig, apply_overrides  # noqa: E402
 from lab.jobs.child import ChildJob  # noqa: E402
 from lab.jobs.runner import make_trainer  # noqa: E402
 from lab.runs.store import Run, RunStore  # noqa: E402
+from lab.ui.pages.playground import KNOBS  # noqa: E402
 from lab.ui.serve import serving_lab  # noqa: E402
 
 JS_COUNT = """() => { window.__frames = 0; for (const doc of Bokeh.documents) for (const m of doc.all_models)
@@ -187,6 +189,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--windows", type=int, default=5, help="page-open windows, each between two bare ones")
     parser.add_argument("--seconds", type=float, default=8.0, help="length of each window")
+    parser.add_argument("--snapshot-every", type=int, default=None,
+                        help="the page's snapshot_every (default: the page's own)")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -197,7 +201,8 @@ def main() -> None:
     with serving_lab(runs, max_jobs=1) as url, sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1500, "height": 1100})
-        page.goto(f"{url}/apps?page=Playground", timeout=120_000)
+        every = "" if args.snapshot_every is None else f"&snapshot_every={args.snapshot_every}"
+        page.goto(f"{url}/apps?page=Playground{every}", timeout=120_000)
         page.wait_for_function(f"() => ({JS_TITLE})() !== null", timeout=120_000)
         start = page.get_by_role("button", name="Start / pause")
         start.click()
@@ -206,7 +211,8 @@ def main() -> None:
         result = interleaved(page, runs, start.click, bare, args.windows, args.seconds, JS_COUNT)
         start.click()
         browser.close()
-    print(report(f"Playground default (32 x 32, spiral n=4096, snapshot every 10 steps) in Chromium, "
+    every = args.snapshot_every or KNOBS["snapshot_every"].parameter.default
+    print(report(f"Playground default (32 x 32, spiral n=4096, snapshot every {every} steps) in Chromium, "
                  f"{args.windows} windows of {args.seconds:g} s", "page open", result, child))
 
 

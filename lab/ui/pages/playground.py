@@ -63,7 +63,10 @@ KNOBS: dict[str, Knob] = {
     "lr": Knob(param.Number(default=0.01, bounds=(1e-4, 1.0), step=1e-3, doc="Adam learning rate"), "Training",
                "train.lr"),
     "batch_size": Knob(param.Integer(default=256, bounds=(1, 4096)), "Training", "train.batch_size"),
-    "snapshot_every": Knob(param.Integer(default=10, bounds=(1, 500), doc="at least this many steps between "
+    # 25: on a 2-core machine with the browser beside the job, the view then draws about 6 frames/s and training
+    # keeps about 0.8-0.9 of its speed with no page; 10 drew about 8.6 frames/s and left training about 0.7
+    # (bench/playground_live.py --snapshot-every N). A faster machine draws as often as its browser can.
+    "snapshot_every": Knob(param.Integer(default=25, bounds=(1, 500), doc="at least this many steps between "
                                          "snapshots"), "Training"),
     "layer_range": Knob(param.Range(default=(0, 33), bounds=(0, 65), step=1, doc="layers shown (0 = stem)"),
                         "View", training=False),
