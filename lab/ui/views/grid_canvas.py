@@ -7,7 +7,8 @@ repainting the whole figure, its 65 tick labels re-measured through computed sty
 labels, the training points and the axis titles are drawn once per layout on their own canvases; a frame changes the
 pixels, the hover ranges and the title only. Hover shows a tile's layer, node and value range as text (a tooltip
 set through ``textContent``, never markup). What the figure's toolbar offered instead (zooming in on tiles) the
-page's layer and node ranges do; the export keeps the Bokeh figure (:func:`lab.viz.node_grid.node_grid`).
+page's layer and node ranges do; the export and a run's replayed snapshots keep the Bokeh figure
+(:func:`lab.viz.node_grid.node_grid`).
 """
 
 from __future__ import annotations
