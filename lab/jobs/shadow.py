@@ -1,9 +1,9 @@
 """Snapshots built beside training: from a copy of the model taken between two steps, on a thread of their own.
 
 A node-maps snapshot of the 32 × 32 Playground model costs 7–14 ms, its layer similarity about 90 ms, a training
-step about 6 ms. Built on the training thread at the cadence a page asks for (up to one per 10 steps), every
-snapshot stopped training for its whole build (``bench/jobs.py`` measures the job both ways). Here the training
-thread only copies the model's tensors into a *shadow* (a deep copy made once; refreshing it copies 34 thousand
+step about 6 ms. Built on the training thread at the cadence a page asks for (the Playground's was one per 10
+steps), every snapshot stopped training for its whole build (``bench/jobs.py`` measures the job both ways). Here the
+training thread only copies the model's tensors into a *shadow* (a deep copy made once; refreshing it copies 34 thousand
 numbers for that model, well under a millisecond) and goes on training, while the snapshot is built from the shadow
 on a builder thread; torch and numpy release the GIL while they compute, so the two threads run on two cores.
 

@@ -2,10 +2,10 @@
 
 The grid goes to the browser as its mosaic's palette indices, drawn on a canvas (:class:`GridCanvas`): a snapshot of
 the same layout changes the pixels, the hover ranges and the title, and only those travel. The decision map is a
-Bokeh figure whose image source is replaced. Bokeh models are touched only here, on the session's thread, inside
-``pn.io.unlocked()``: a widget's callback runs without the document lock, and a change made there must be dispatched
-at once, before the frame clock's count that follows it (in a notebook, or under the lock of a periodic callback, the
-context manager does nothing).
+Bokeh figure whose image source is replaced. Bokeh models are touched only here, on the session's thread. A new
+layout (or figure) is set as any other change of the page; a frame of the same layout inside ``pn.io.unlocked()``: a
+widget's callback runs without the document lock, and a frame must be dispatched at once, before the frame clock's
+count that follows it (in a notebook, or under the lock of a periodic callback, the context manager does nothing).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class LiveGrid:
         change = {"pixels": m.index, "ranges": np.stack([box["min"], box["max"]], axis=1),
                   "title": f"step {int(snapshot['step'])}" if "step" in snapshot else ""}
         key = (m.index.shape, m.tile, tuple(m.layers), tuple(m.nodes), m.decision, id(points[0]), limit)
-        if key != self._layout_key:  # as any other change of the page: the canvas may have just been laid out
+        if key != self._layout_key:
             change["layout"] = self._layout(m, box, points, limit)
             self._layout_key = key
             self.layouts += 1
