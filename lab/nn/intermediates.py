@@ -11,6 +11,7 @@ end; None: all).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator, Sequence
 
 from torch import Tensor
@@ -65,6 +66,19 @@ def collect(stream: Iterator[Tensor], count: int, indices: int | Sequence[int] |
         if stop_early and i == last:
             return [kept[i] for i in take], None
     return [kept[i] for i in take], h
+
+
+def last_state(stream: Iterator[Tensor]) -> Tensor:
+    """h_L: run ``stream`` to its end, letting each earlier state go as the next is computed.
+
+    Not ``*_, h = stream``, which holds all L + 1 states to the end: without autograd (evaluation, inference) the
+    forward then allocates fresh memory for every block instead of reusing the last one's; evaluating the residual
+    MLP on the 16,384-point spiral took 1.6x as long.
+    """
+    last = deque(stream, maxlen=1)
+    if not last:
+        raise ValueError("the residual stream yielded no state")
+    return last[0]
 
 
 def check_format(output_fmt: str, supported: Sequence[str]) -> None:

@@ -40,7 +40,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from lab.nn.intermediates import check_format, collect
+from lab.nn.intermediates import check_format, collect, last_state
 from lab.nn.registry import register_model, signature_of
 from lab.nn.vit_block import DecayedBlock, sublayer_scales
 
@@ -417,7 +417,7 @@ class MaskedAutoencoderViT(nn.Module):
 
     def forward_features(self, x: Tensor) -> Tensor:
         """``[B, C, H, W] -> [B, D]``: the bottleneck features a linear probe reads (see ``global_pool``)."""
-        *_, h = self._stream(x)
+        h = last_state(self._stream(x))
         return self.pool_features(h)
 
 

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lab.nn.block import ResidualBlock
-from lab.nn.intermediates import check_format, collect
+from lab.nn.intermediates import check_format, collect, last_state
 from lab.nn.registry import register_model, signature_of
 from lab.shortcuts import block_scales
 
@@ -134,13 +134,15 @@ class ResidualMLP(nn.Module):
     def _stream(self, x: torch.Tensor) -> Iterator[torch.Tensor]:
         """Yields h_0 (the stem's output), then each block's output h_1, …, h_L, each ``[B, H]``."""
         h = self.stem(x)
-        states = [h]
+        sources = set(self.skips.values())  # only the states a skip reads are held (see last_state)
+        states = {0: h} if 0 in sources else {}
         yield h
         for i, block in enumerate(self.blocks):
             if i in self.skips:  # a U-Net skip: the mirrored encoder state joins the decoder block's input
                 h = h + states[self.skips[i]]
             h = block(h)
-            states.append(h)
+            if i + 1 in sources:
+                states[i + 1] = h
             yield h
 
     def forward_representation(self, x: torch.Tensor) -> torch.Tensor:
@@ -152,8 +154,7 @@ class ResidualMLP(nn.Module):
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, in_dim] -> [B, H]``: the residual stream after the last block, h_L."""
-        *_, h = self._stream(x)
-        return h
+        return last_state(self._stream(x))
 
     def forward_head(self, h: torch.Tensor) -> torch.Tensor:
         """``[B, H] -> [B, C]`` logits."""

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from lab.nn.block import ResidualBlock
-from lab.nn.intermediates import check_format, collect
+from lab.nn.intermediates import check_format, collect, last_state
 from lab.nn.mlp import make_activation
 from lab.nn.registry import register_model, signature_of
 from lab.shortcuts import block_scales
@@ -137,7 +137,7 @@ class ResNet(nn.Module):
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Input → pooled features ``[B, F]`` of the last block's output."""
-        *_, h = self._stream(x)
+        h = last_state(self._stream(x))
         return self.pool_features(h)
 
     def forward_head(self, features: torch.Tensor) -> torch.Tensor:

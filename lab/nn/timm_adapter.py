@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from lab.nn.droppath import DropPath
-from lab.nn.intermediates import check_format, collect
+from lab.nn.intermediates import check_format, collect, last_state
 from lab.nn.registry import register_model, signature_of
 
 __all__ = ["TimmBlock", "TimmBranch", "TimmResNet", "set_drop_path", "timm_resnet"]
@@ -158,7 +158,7 @@ class TimmResNet(nn.Module):
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, in_chans, H, W]`` → pooled features ``[B, F]`` (timm's pre-logits)."""
-        *_, h = self._stream(x)
+        h = last_state(self._stream(x))
         return self.model.forward_head(h, pre_logits=True)
 
     def forward_head(self, features: torch.Tensor) -> torch.Tensor:

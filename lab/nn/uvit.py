@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from lab.nn.intermediates import check_format, collect
+from lab.nn.intermediates import check_format, collect, last_state
 from lab.nn.vit_block import DecayedBlock, sublayer_scales
 
 __all__ = ["UViT", "timestep_embedding"]
@@ -189,7 +189,7 @@ class UViT(nn.Module):
     def forward(self, x: Tensor, timesteps: Tensor, y: Tensor | None = None) -> Tensor:
         """Predict the noise of ``x [B, C, H, W]`` at noise levels ``timesteps [B]`` (the reference feeds
         ``999 · t`` for the continuous time t ∈ [0, 1]), for labels ``y [B]`` when conditional."""
-        *_, h = self._stream(x, timesteps, y)
+        h = last_state(self._stream(x, timesteps, y))
         return self.head(h)
 
     def forward_intermediates(self, x: Tensor, timesteps: Tensor, y: Tensor | None = None,

@@ -97,3 +97,23 @@ def test_take_indices_refuses_what_timm_refuses(indices):
     with pytest.raises(AssertionError) as timms:
         feature_take_indices(5, indices)
     assert str(ours.value) == str(timms.value)
+
+
+def test_last_state_lets_each_state_go_before_the_next_is_computed():
+    import weakref
+
+    from lab.nn.intermediates import last_state
+
+    refs: list[weakref.ref] = []
+
+    def stream():
+        for i in range(4):
+            assert all(ref() is None for ref in refs[:-1]), "an earlier state is still held"
+            state = torch.full((2,), float(i))
+            refs.append(weakref.ref(state))
+            yield state
+            del state
+
+    assert last_state(stream()).tolist() == [3.0, 3.0]
+    with pytest.raises(ValueError, match="no state"):
+        last_state(iter(()))
