@@ -70,6 +70,7 @@ class JobFollower(pn.viewable.Viewer):
         self._views = [self.status, *views]
         self._snapshot_handlers: list[tuple[str, SnapshotHandler]] = []
         self._metrics_handlers: list[MetricsHandler] = []
+        self._poll_handlers: list[Callable[[], None]] = []
         self._wanted: set[str] = set()
         self._cursor = 0
         self._callback = None
@@ -85,6 +86,11 @@ class JobFollower(pn.viewable.Viewer):
     def on_metrics(self, handler: MetricsHandler) -> None:
         """Call ``handler(new_records)`` with the metric records that arrived since the last poll."""
         self._metrics_handlers.append(handler)
+
+    def on_poll(self, handler: Callable[[], None]) -> None:
+        """Call ``handler()`` at the end of every poll (about once a second while a job runs): for what a page
+        refreshes less often than it draws frames."""
+        self._poll_handlers.append(handler)
 
     def want(self, kind: str, on: bool = True) -> None:
         """Ask the job for snapshots of the on-demand ``kind`` (or stop asking): the next one each time the browser has
@@ -202,6 +208,8 @@ class JobFollower(pn.viewable.Viewer):
                 handler(new)
             changed = True
         changed = self._draw_snapshots() or changed
+        for poll_handler in self._poll_handlers:
+            poll_handler()
         self._ask()
         if not alive:
             self._stop_polling()

@@ -120,6 +120,16 @@ def _take(a: np.ndarray, idx: np.ndarray, axis: int) -> np.ndarray:
     return np.take(a, idx, axis=axis)
 
 
+def decision_pixels(decision: np.ndarray, side: int) -> np.ndarray:
+    """``[side, side]`` uint8 palette indices of ``decision [R, R]`` (probability of class 1, grid order: row 0 at
+    the bottom), row 0 at the top, resampled nearest-neighbour and drawn lighter than the nodes
+    (:data:`DECISION_SATURATION`) so the training points over it stand out: the grid's decision tile and the
+    Playground's decision map."""
+    p = np.asarray(decision, np.float32)
+    dx = _resample_idx(p.shape[-1], side)
+    return _quantise((p[dx[::-1, None], dx[None, :]] * 2.0 - 1.0) * DECISION_SATURATION, 1.0)
+
+
 def _range(span: tuple[int, int] | None, n: int, name: str) -> tuple[int, int]:
     a, b = (0, n) if span is None else span
     if not 0 <= a < b <= n:
@@ -189,10 +199,7 @@ def mosaic(snapshot: dict, *, layers: tuple[int, int] | None = None, nodes: tupl
     if dec_rows:
         side = dec_rows * (t + g) - g
         index = np.full((height, grid_w + w + side), EMPTY, np.uint8)
-        p = np.asarray(snapshot["decision"], np.float32)
-        dx = _resample_idx(p.shape[-1], side)
-        p = (p[dx[::-1, None], dx[None, :]] * 2.0 - 1.0) * DECISION_SATURATION  # lighter, so points stand out
-        index[:side, grid_w + w:] = _quantise(p, 1.0)
+        index[:side, grid_w + w:] = decision_pixels(snapshot["decision"], side)
         decision = (grid_w + w, height - side, side)
     else:
         index = np.full((height, grid_w), EMPTY, np.uint8)

@@ -34,6 +34,16 @@ def decision_map(decision: np.ndarray, limit: float = 1.0, *, title: str = "") -
     return img.opts(cmap=DIVERGING, clim=(0.0, 1.0), alpha=0.75, title=title, tools=["hover"])
 
 
+def decision_overlay(decision: np.ndarray, step: int, x: np.ndarray, y: np.ndarray, limit: float = 1.0, *,
+                     size: int = 300, max_points: int = 2000) -> hv.Overlay:
+    """The Playground's decision map at ``step`` under the training points ``x [n, 2]``, ``y [n]`` (evenly
+    subsampled to ``max_points``), ``size`` pixels square: the figure of its exports and of a run's replay."""
+    keep = np.linspace(0, len(x) - 1, min(len(x), max_points)).astype(int) if len(x) else []
+    return (decision_map(decision, limit, title=f"Decision boundary at step {step}")
+            * points(x[keep], y[keep])).opts(frame_width=size, frame_height=size, xlim=(-limit, limit),
+                                              ylim=(-limit, limit))
+
+
 def boundary(decision: np.ndarray, x: np.ndarray, y: np.ndarray, limit: float = 1.0, *,
              test: tuple[np.ndarray, np.ndarray] | None = None, title: str = "Decision boundary") -> hv.Overlay:
     """Decision map with the training points (circles) and, optionally, the test points (triangles)."""

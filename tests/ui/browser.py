@@ -55,7 +55,8 @@ def browser_page(width: int = 1500, height: int = 1100) -> Iterator[tuple[object
 
 
 JS_HAS_TEXT = """(needle) => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
-    if (typeof m.text === 'string' && m.text.includes(needle)) return true; return false; }"""
+    if (typeof m.text === 'string' && m.text.includes(needle) || m.pixels !== undefined && m.title.includes(needle))
+      return true; return false; }"""
 
 # Every plot of every Bokeh document: its title, x/y ranges and the extent of the data its visible glyphs draw.
 JS_PLOTS = """() => {
@@ -169,7 +170,8 @@ JS_PIXELS = """(scope) => {
   return out; }"""
 
 
-# Every node grid on screen (:class:`lab.ui.views.grid_canvas.GridCanvas`) measured on its canvas: its title, its
+# Every canvas grid on screen (:class:`lab.ui.views.grid_canvas.GridCanvas`: the node grid, the decision map) measured
+# on its canvas: its title, its
 # size in mosaic pixels and on screen, the share of its pixels coloured (as :data:`JS_PIXELS` counts them), the
 # tooltip's text, and the page coordinates of the centre of each hover box (to point at a tile).
 JS_GRID_PIXELS = """(scope) => {

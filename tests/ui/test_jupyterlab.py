@@ -34,10 +34,11 @@ JS_PROMPTS = "() => Array.from(document.querySelectorAll('.jp-Notebook .jp-Input
 # the cell it is given, so another page's status line or figures cannot answer for it.
 DOCS_IN = ("const docsIn = (cell) => cell && window.Bokeh ? [...new Set(Bokeh.index.roots"
            ".filter(v => cell.contains(v.el)).map(v => v.model.document))] : [];")
-# the node grid (its canvas component's data model holds the mosaic's pixels): its title and a hash of its pixels
+# the node grid (its canvas component's data model holds the mosaic's pixels; the decision map's canvas is titled
+# "Decision boundary …"): its title and a hash of its pixels
 JS_GRID = f"""(cell) => {{ {DOCS_IN}
   for (const doc of docsIn(cell)) for (const m of doc.all_models) {{
-    if (m.pixels === undefined || !m.pixels.shape) continue;
+    if (m.pixels === undefined || !m.pixels.shape || m.title.startsWith('Decision')) continue;
     const a = m.pixels; let s = 0; for (let i = 0; i < a.length; i++) s = (s * 31 + a[i]) % 1000003;
     return {{id: m.id, hash: s, title: m.title}}; }}
   return null; }}"""

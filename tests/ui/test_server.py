@@ -64,7 +64,7 @@ def test_browser_trains_and_sees_the_decision_boundary(server):
 
 
 JS_GRIDS = """() => { const out = []; for (const doc of Bokeh.documents) for (const m of doc.all_models) {
-    if (m.pixels !== undefined && m.pixels.shape) {
+    if (m.pixels !== undefined && m.pixels.shape && !m.title.startsWith('Decision')) {  // node grids
       const a = m.pixels; let s = 0; for (let i = 0; i < a.length; i++) s = (s * 31 + a[i]) % 1000003;
       out.push({id: m.id, width: a.shape[1], hash: s}); } } return out; }"""
 JS_TITLE = """() => { let last = null; for (const doc of Bokeh.documents) for (const m of doc.all_models)
@@ -115,20 +115,21 @@ def test_browser_playground_follows_sliders_trains_live_and_every_plot_shows_its
         plots = _plots(page)
         titles = {p["title"] for p in plots}
         assert {"Loss", "Accuracy", "α per block", "Euclidean distance", "linear CKA"} <= titles, titles
-        assert any(t.startswith("Decision boundary") for t in titles)
         loss = next(p for p in plots if p["title"] == "Loss")
         assert loss["x"]["hi"] >= 95  # the curve reaches the steps trained so far
         assert not plots_off_their_data(plots), plots_off_their_data(plots)
         page.get_by_role("button", name="Start / pause").click()
         _pixels(page, "Playground")
-        # the node grid's canvas: drawn, one screen pixel per mosaic pixel, and a tile's hover names it as text
-        page.locator(".lab-grid-overlay").scroll_into_view_if_needed()
-        (drawn,) = page.evaluate(JS_GRID_PIXELS)
+        # the node grid's and the decision map's canvases: drawn, one screen pixel per pixel, hover names a tile
+        page.locator(".lab-grid-overlay").first.scroll_into_view_if_needed()
+        drawn, decision = sorted(page.evaluate(JS_GRID_PIXELS), key=lambda g: not g["title"].startswith("step "))
         assert drawn["title"].startswith("step ") and drawn["size"] == drawn["shown"], drawn["size"]
         assert drawn["coloured"] > 0.3, drawn["coloured"]  # tiles and weight lines, gaps transparent
+        assert decision["title"].startswith("Decision boundary at step ") and decision["size"] == [300, 300]
+        assert decision["shown"] == [300, 300] and decision["coloured"] > 0.5, decision  # white only near p = 0.5
         x, y = drawn["centres"][2]  # layer 0 (the stem), node 0: the first box after the input's x and y
         page.mouse.move(x, y)
-        page.wait_for_function(f"() => ({JS_GRID_PIXELS})()[0].tip.startsWith('layer 0\\nnode 0\\nmin ')")
+        page.wait_for_function(f"() => ({JS_GRID_PIXELS})().some(g => g.tip.startsWith('layer 0\\nnode 0\\nmin '))")
     assert not seen.errors and not seen.external, seen
 
 

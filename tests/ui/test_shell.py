@@ -35,7 +35,7 @@ def test_train_button_runs_in_background_and_shows_result(manager):
     page.poll()
     assert page.job.status()["state"] == "completed"
     assert "completed" in page.follower.status.message and "step 30 / 30" in page.follower.status.message
-    assert page.decision.figure.title.text == "Decision boundary at step 30"
+    assert page.decision.pane.title == "Decision boundary at step 30"
     assert page.curves.points()["eval:test_acc"] > 0
 
 

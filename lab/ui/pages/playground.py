@@ -43,6 +43,7 @@ from lab.ui.views.live_curves import LiveCurves
 from lab.ui.views.live_grid import LiveDecision, LiveGrid
 from lab.ui.views.replays import REPLAYS, Replay, live_kinds
 from lab.viz.node_grid import FIT_PX, alpha_bars, cka_heatmap, distance_heatmap, mosaic, node_grid
+from lab.viz.toy2d import decision_overlay
 
 KNOBS: dict[str, Knob] = {
     **toy_data_knobs("data_seed"),
@@ -116,6 +117,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
         self.follower.on_snapshot(NODES, self._new_snapshot)
         self.follower.on_snapshot(SIMILARITY, self._new_similarity)
         self.follower.on_metrics(self.curves.extend)
+        self.follower.on_poll(self._show_history)
         self.live_views: dict[str, Replay] = {k.name: REPLAYS[k.name]() for k in live_kinds(self.title)}
         for kind in self.live_views:
             self.follower.on_snapshot(kind, partial(self._new_live, kind))
@@ -215,8 +217,15 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
                 self.history = 0
         self.param.history.constant = len(steps) < 2
 
+    def _show_history(self) -> None:
+        """Give the History slider the snapshots received since the last poll. Once a poll, not once a snapshot: a
+        new range at every frame cost the server about 3 ms and the browser a redraw of the slider, per frame."""
+        n = len(self.history_steps)
+        if self.param.history.bounds != (-max(1, n - 1), 0) or self.param.history.constant != (n < 2):
+            self._set_history(self.history_steps)
+
     def _new_snapshot(self, snapshot: dict[str, np.ndarray]) -> None:
-        self._set_history([*self.history_steps, int(snapshot["step"])])
+        self.history_steps.append(int(snapshot["step"]))  # the slider's range follows at the next poll
         if self.history == 0:  # live; otherwise the replayed snapshot stays on screen
             self.snapshot = snapshot
             self._draw()
@@ -287,8 +296,8 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
 
     def plots_html(self) -> io.BytesIO:
         """The grid, decision map and α chart of the current snapshot as one standalone HTML file."""
-        decision = self.decision.element(self.snapshot["decision"], int(self.snapshot["step"]), self._x, self._y,
-                                         float(self.snapshot.get("limit", 1.0)))
+        decision = decision_overlay(self.snapshot["decision"], int(self.snapshot["step"]), self._x, self._y,
+                                    float(self.snapshot.get("limit", 1.0)), max_points=self.decision.max_points)
         layout = (node_grid(self.snapshot, **self._view()) + decision + alpha_bars(self._alphas())).cols(1)
         html = file_html(hv.render(layout, backend="bokeh"), INLINE, "Residual Lab Playground")
         return io.BytesIO(html.encode())

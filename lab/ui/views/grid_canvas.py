@@ -1,5 +1,6 @@
 """The node grid drawn by the browser onto a canvas: the mosaic's palette indices go to the page as bytes, and each
-frame costs the page one pass of a 256-entry colour lookup and one ``putImageData``.
+frame costs the page one pass of a 256-entry colour lookup and one ``putImageData``. The Playground's decision map
+is drawn the same way (:class:`lab.ui.views.live_grid.LiveDecision`).
 
 A Bokeh figure of the same mosaic spent about 45 ms of the browser's main thread per frame (measured with Chromium's
 profiler on the served Playground, 32 × 32 nodes): colour-mapping the image through its colour mapper, then

@@ -1,23 +1,20 @@
 """The node grid and the decision map, live: drawn once per layout, then updated in place at every snapshot.
 
 The grid goes to the browser as its mosaic's palette indices, drawn on a canvas (:class:`GridCanvas`): a snapshot of
-the same layout changes the pixels, the hover ranges and the title, and only those travel. The decision map is a
-Bokeh figure whose image source is replaced. Bokeh models are touched only here, on the session's thread. A new
-layout (or figure) is set as any other change of the page; a frame of the same layout inside ``pn.io.unlocked()``: a
+the same layout changes the pixels, the hover ranges and the title, and only those travel; the decision map the
+same way, on a canvas of its own. Bokeh models are touched only here, on the session's thread. A new
+layout is set as any other change of the page; a frame of the same layout inside ``pn.io.unlocked()``: a
 widget's callback runs without the document lock, and a frame must be dispatched at once, before the frame clock's
 count that follows it (in a notebook, or under the lock of a periodic callback, the context manager does nothing).
 """
 
 from __future__ import annotations
 
-import holoviews as hv
 import numpy as np
 import panel as pn
-from bokeh.models import Image
 
 from lab.ui.views.grid_canvas import GridCanvas
-from lab.viz.node_grid import FIT_PX, Mosaic, hover_boxes, mosaic, point_marks
-from lab.viz.toy2d import decision_map, points
+from lab.viz.node_grid import FIT_PX, Mosaic, decision_pixels, hover_boxes, mosaic, point_marks, sample_indices
 
 
 class LiveGrid:
@@ -71,33 +68,54 @@ class LiveGrid:
 
 
 class LiveDecision:
-    """The decision map under the training points: rendered once per dataset, then only its pixels and title
-    change (a HoloViews re-render of the overlay cost more than a whole grid frame)."""
+    """The decision map under the training points, on a canvas of its own (:class:`GridCanvas`): its pixels, value
+    range and title change at every snapshot, the ticks and the points with the data set.
+
+    A Bokeh figure of the map, repainted at every snapshot, cost the browser about 12 ms of its main thread per
+    frame of the Playground; here a frame is one colour lookup over ``size``² pixels. Hover names the map and its
+    range as the grid's decision tile does; the exports and a run's replay draw the figure
+    (:func:`lab.viz.toy2d.decision_overlay`).
+
+    Args:
+        size: side of the map in screen pixels.
+        max_points: training points drawn over it (evenly subsampled).
+    """
+
+    TICKS = 5
 
     def __init__(self, size: int = 300, max_points: int = 2000) -> None:
         self.size, self.max_points = size, max_points
-        self.pane = pn.pane.Bokeh()
-        self.figure = None
-        self._data_key: object = None
-
-    def element(self, decision: np.ndarray, step: int, x: np.ndarray, y: np.ndarray, limit: float = 1.0
-                ) -> hv.Overlay:
-        """The HoloViews overlay this view draws (also for exports)."""
-        keep = np.linspace(0, len(x) - 1, min(len(x), self.max_points)).astype(int) if len(x) else []
-        return (decision_map(decision, limit, title=f"Decision boundary at step {step}")
-                * points(x[keep], y[keep])).opts(frame_width=self.size, frame_height=self.size,
-                                                  xlim=(-limit, limit), ylim=(-limit, limit))
+        self.pane = GridCanvas()
+        self._layout_key: tuple | None = None
 
     def show(self, decision: np.ndarray, step: int, x: np.ndarray, y: np.ndarray, limit: float = 1.0) -> None:
-        """Draw ``decision [R, R]`` (grid order, :func:`lab.data.grid.grid`) at ``step`` over points ``x, y``."""
-        title = f"Decision boundary at step {step}"
-        key = (id(x), decision.shape, limit)
-        if self.figure is None or key != self._data_key:
-            self.figure = hv.render(self.element(decision, step, x, y, limit), backend="bokeh")
-            self.pane.object = self.figure
-            self._data_key = key
+        """Draw ``decision [R, R]`` (grid order, :func:`lab.data.grid.grid`) at ``step`` over points ``x [n, 2]``,
+        ``y [n]``, the square spanning ``±limit``."""
+        p = np.asarray(decision, np.float32)
+        change = {"pixels": decision_pixels(p, self.size), "ranges": np.array([[p.min(), p.max()]], np.float32),
+                  "title": f"Decision boundary at step {step}"}
+        key = (id(x), limit)
+        if key != self._layout_key:
+            change["layout"] = self._layout(x, y, limit)
+            self._layout_key = key
+            self.pane.param.update(change)
             return
-        image = next(r.data_source for r in self.figure.renderers if isinstance(r.glyph, Image))
         with pn.io.unlocked():
-            image.data.update(image=[np.asarray(decision, np.float32)])  # Bokeh's rows run bottom-up, as the grid's
-            self.figure.title.text = title
+            self.pane.param.update(change)
+
+    def _layout(self, x: np.ndarray, y: np.ndarray, limit: float) -> dict:
+        """Ticks along both axes, one hover box (the whole map) and the points, y down from the top."""
+        n = self.size
+        ticks = np.linspace(-limit, limit, self.TICKS)
+        at = (ticks + limit) / (2 * limit) * n
+        x, y = np.asarray(x, np.float32), np.asarray(y)
+        keep = sample_indices(0, len(x), self.max_points) if len(x) else np.zeros(0, np.int64)
+        x, y = x[keep], y[keep]
+        inside = (np.abs(x) <= limit).all(axis=1)
+        px = (x[inside, 0] + limit) / (2 * limit) * n
+        py = n - (x[inside, 1] + limit) / (2 * limit) * n
+        return {"columns": [[float(a), f"{t:g}"] for a, t in zip(at, ticks, strict=True)],
+                "rows": [[float(n - a), f"{t:g}"] for a, t in zip(at, ticks, strict=True)],
+                "boxes": [[0, 0, n, n, "output", "p(class 1)"]],
+                "points": [[float(a), float(b), int(c)] for a, b, c in zip(px, py, y[inside], strict=True)],
+                "xlabel": "x", "ylabel": "y"}

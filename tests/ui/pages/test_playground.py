@@ -147,6 +147,25 @@ def test_history_replays_a_recorded_snapshot_and_returns_to_live(manager):
     page.param.trigger("reset")
 
 
+def test_the_history_slider_takes_the_snapshots_drawn_between_polls_at_the_next_poll(manager):
+    page = small_page(manager, snapshot_every=2)
+    page.param.trigger("play")
+    assert poll_until(page, lambda: len(page.history_steps) >= 2)
+    page.param.trigger("play")  # pause
+    assert poll_until(page, lambda: page.job.status()["state"] == "paused")
+    received = len(page.history_steps)
+    assert page.param.history.bounds == (-(received - 1), 0) and not page.param.history.constant
+    page.param.trigger("step")
+    # drawn as it lands (as a served page or a kernel draws it, without a poll): the snapshot is live on screen, the
+    # slider's range waits for the next poll
+    assert wait_for(lambda: page.follower._draw_snapshots() and len(page.history_steps) > received)
+    assert int(page.snapshot["step"]) == page.history_steps[-1]
+    assert page.param.history.bounds == (-(received - 1), 0)
+    page.poll()
+    assert page.param.history.bounds == (-(len(page.history_steps) - 1), 0)
+    page.param.trigger("reset")
+
+
 def test_alpha_min_without_a_decayed_schedule_is_pointed_out(manager):
     page = small_page(manager, shortcut="identity", alpha_min=0.5)
     assert page.hint.visible and "alpha_min has no effect with the identity schedule" in shown(page.hint)

@@ -384,7 +384,7 @@ def test_a_runs_saved_snapshots_replay_read_only_in_the_views_that_drew_them(man
     assert saved.layout.visible and list(saved.kind.options.values()) == ["nodes"]
     assert saved.step.options == [0, 10, 20, 30, 40] and saved.step.value == 40  # the newest first
     assert saved.views[NODES].grid.object.title.text == "step 40" and "at step 40" in saved.title.object
-    assert len(saved.views[NODES].decision.figure.renderers) == 2, "the decision map under the run's training points"
+    assert len(saved.views[NODES].decision.object.renderers) == 2, "the decision map under the run's training points"
     saved.step.value = 10
     assert saved.views[NODES].grid.object.title.text == "step 10" and "at step 10" in saved.title.object
     before = sorted(p.name for p in (job.run.path / "snapshots").iterdir())

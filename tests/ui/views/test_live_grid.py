@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lab.ui.views.live_grid import LiveGrid
-from lab.viz.node_grid import EMPTY, hover_boxes, mosaic
+from lab.ui.views.live_grid import LiveDecision, LiveGrid
+from lab.viz.node_grid import EMPTY, decision_pixels, hover_boxes, mosaic
 
 
 def snapshot(step: int, seed: int = 0, layers: int = 4, nodes: int = 3, r: int = 8) -> dict[str, np.ndarray]:
@@ -51,3 +51,24 @@ def test_a_frame_sends_the_mosaic_its_ranges_and_title_and_the_layout_only_when_
     grid.show(second, **{**view, "nodes": (1, 3)})  # another view: a new layout
     assert grid.layouts == 2 and canvas.pixels.shape[0] < m.height
     assert [label for _, label in canvas.layout["rows"]] == ["1", "2"]
+
+
+def test_the_decision_map_sends_its_pixels_with_the_top_row_first_and_its_points_once_per_data_set():
+    decision = LiveDecision(size=40, max_points=10)
+    p = np.full((8, 8), 0.5, np.float32)
+    p[-1, 0], p[0, 0] = 1.0, 0.0  # grid order: the last row is the top (y = +limit), the first the bottom
+    x = np.array([[-1.5, 1.5], [1.0, -1.0], [3.0, 0.0]], np.float32)  # the third lies outside ±limit
+    y = np.array([1, 0, 1])
+    decision.show(p, 7, x, y, limit=2.0)
+    canvas = decision.pane
+    assert canvas.title == "Decision boundary at step 7" and canvas.pixels.shape == (40, 40)
+    assert canvas.pixels[0, 0] == decision_pixels(np.ones((1, 1)), 1)[0, 0] != canvas.pixels[-1, 0]
+    assert canvas.pixels[-1, 0] == decision_pixels(np.zeros((1, 1)), 1)[0, 0]
+    assert canvas.ranges.tolist() == [[0.0, 1.0]]
+    layout = canvas.layout
+    assert layout["points"] == [[5.0, 5.0, 1], [30.0, 30.0, 0]]  # (x, y) in pixels, y down from the top
+    assert [label for _, label in layout["columns"]] == ["-2", "-1", "0", "1", "2"]
+    assert layout["rows"][-1] == [0.0, "2"] and layout["boxes"] == [[0, 0, 40, 40, "output", "p(class 1)"]]
+    decision.show(np.flipud(p), 8, x, y, limit=2.0)  # the next snapshot: new pixels and title, the same layout
+    assert canvas.layout is layout and canvas.title == "Decision boundary at step 8"
+    assert canvas.pixels[0, 0] == decision_pixels(np.zeros((1, 1)), 1)[0, 0]

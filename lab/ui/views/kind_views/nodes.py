@@ -7,33 +7,35 @@ import numpy as np
 import panel as pn
 
 from lab.jobs.kinds import NODES
-from lab.ui.views.live_grid import LiveDecision
 from lab.ui.views.replays import register
 from lab.viz.node_grid import node_grid
+from lab.viz.toy2d import decision_overlay
 
 
 class NodesReplay:
     """A ``nodes`` snapshot: every layer and node in the grid (each tile on its own colour range), and the
     decision map.
 
-    The grid is the Bokeh figure the Playground exports (:func:`lab.viz.node_grid.node_grid`), rendered afresh for
-    each replayed step: a replay redraws when a slider moves, not at a live view's pace, and a Bokeh figure is a
-    model every page's document already knows how to draw when the Runs page lays it out after loading (the live
-    canvas, :class:`lab.ui.views.grid_canvas.GridCanvas`, is laid out with its page).
+    Both are the Bokeh figures the Playground exports (:func:`lab.viz.node_grid.node_grid`,
+    :func:`lab.viz.toy2d.decision_overlay`), rendered afresh for each replayed step: a replay redraws when a slider
+    moves, not at a live view's pace, and a Bokeh figure is a model every page's document already knows how to draw
+    when the Runs page lays it out after loading (the live canvases, :class:`lab.ui.views.grid_canvas.GridCanvas`,
+    are laid out with their page).
     """
 
     def __init__(self) -> None:
-        self.grid, self.decision = pn.pane.Bokeh(), LiveDecision()
+        self.grid, self.decision = pn.pane.Bokeh(), pn.pane.Bokeh()
 
     def panes(self) -> list[pn.viewable.Viewable]:
-        return [self.grid, self.decision.pane]
+        return [self.grid, self.decision]
 
     def show(self, snapshot: dict[str, np.ndarray], step: int, points: tuple[np.ndarray, np.ndarray]) -> None:
         L, H = snapshot["maps"].shape[:2]
         element = node_grid({**snapshot, "step": np.int64(step)}, layers=(0, L), nodes=(0, H), normalize="tile",
                             points=points)
         self.grid.object = hv.render(element, backend="bokeh")
-        self.decision.show(snapshot["decision"], step, *points, _scalar(snapshot.get("limit"), 1.0))
+        decision = decision_overlay(snapshot["decision"], step, *points, _scalar(snapshot.get("limit"), 1.0))
+        self.decision.object = hv.render(decision, backend="bokeh")
 
 
 def _scalar(value: object, default: float) -> float:
