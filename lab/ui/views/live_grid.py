@@ -81,8 +81,6 @@ class LiveDecision:
         max_points: training points drawn over it (evenly subsampled).
     """
 
-    TICKS = 5
-
     def __init__(self, size: int = 300, max_points: int = 2000) -> None:
         self.size, self.max_points = size, max_points
         self.pane = GridCanvas()
@@ -104,9 +102,10 @@ class LiveDecision:
             self.pane.param.update(change)
 
     def _layout(self, x: np.ndarray, y: np.ndarray, limit: float) -> dict:
-        """Ticks along both axes, one hover box (the whole map) and the points, y down from the top."""
+        """Ticks along both axes (at ±limit/2 and 0: a label at the map's edge would be cut in half), one hover box
+        (the whole map) and the points, y down from the top."""
         n = self.size
-        ticks = np.linspace(-limit, limit, self.TICKS)
+        ticks = np.array([-limit / 2, 0.0, limit / 2])
         at = (ticks + limit) / (2 * limit) * n
         x, y = np.asarray(x, np.float32), np.asarray(y)
         keep = sample_indices(0, len(x), self.max_points) if len(x) else np.zeros(0, np.int64)

@@ -67,8 +67,8 @@ def test_the_decision_map_sends_its_pixels_with_the_top_row_first_and_its_points
     assert canvas.ranges.tolist() == [[0.0, 1.0]]
     layout = canvas.layout
     assert layout["points"] == [[5.0, 5.0, 1], [30.0, 30.0, 0]]  # (x, y) in pixels, y down from the top
-    assert [label for _, label in layout["columns"]] == ["-2", "-1", "0", "1", "2"]
-    assert layout["rows"][-1] == [0.0, "2"] and layout["boxes"] == [[0, 0, 40, 40, "output", "p(class 1)"]]
+    assert layout["columns"] == [[10.0, "-1"], [20.0, "0"], [30.0, "1"]]
+    assert layout["rows"][-1] == [10.0, "1"] and layout["boxes"] == [[0, 0, 40, 40, "output", "p(class 1)"]]
     decision.show(np.flipud(p), 8, x, y, limit=2.0)  # the next snapshot: new pixels and title, the same layout
     assert canvas.layout is layout and canvas.title == "Decision boundary at step 8"
     assert canvas.pixels[0, 0] == decision_pixels(np.zeros((1, 1)), 1)[0, 0]
