@@ -12,7 +12,7 @@ the verdict; all of them are printed). The same job with no page (run folder, me
 TensorBoard, but no snapshots asked for), in a child process as the page trains it, is reported too, to separate
 what the page costs from what recording a run and its process cost; and the CPU each process used while the page
 was open. Snapshots are paced by the browser (the page sends the next once it has painted the last, and asks the job
-for it as it sends one), at most one per ``snapshot_every`` training steps (the page's default, 10; ``--snapshot-every``
+for it as it sends one), at most one per ``snapshot_every`` training steps (the page's default, 25; ``--snapshot-every``
 sets it, to measure what fewer frames give training back).
 
     python bench/playground_live.py [--windows 5] [--seconds 8]
