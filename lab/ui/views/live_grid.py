@@ -17,6 +17,15 @@ from lab.ui.views.grid_canvas import GridCanvas
 from lab.viz.node_grid import FIT_PX, Mosaic, decision_pixels, hover_boxes, mosaic, point_marks, sample_indices
 
 
+def _update(pane: GridCanvas, change: dict) -> None:
+    """Send a frame: with a new layout as any other change of the page, else inside ``pn.io.unlocked()``."""
+    if "layout" in change:
+        pane.param.update(change)
+        return
+    with pn.io.unlocked():
+        pane.param.update(change)
+
+
 class LiveGrid:
     """Hold one node-grid canvas and keep it current.
 
@@ -44,10 +53,7 @@ class LiveGrid:
             change["layout"] = self._layout(m, box, points, limit)
             self._layout_key = key
             self.layouts += 1
-            self.pane.param.update(change)
-            return
-        with pn.io.unlocked():
-            self.pane.param.update(change)
+        _update(self.pane, change)
 
     def _layout(self, m: Mosaic, box: dict[str, np.ndarray], points: tuple[np.ndarray, np.ndarray],
                 limit: float) -> dict:
@@ -96,10 +102,7 @@ class LiveDecision:
         if key != self._layout_key:
             change["layout"] = self._layout(x, y, limit)
             self._layout_key = key
-            self.pane.param.update(change)
-            return
-        with pn.io.unlocked():
-            self.pane.param.update(change)
+        _update(self.pane, change)
 
     def _layout(self, x: np.ndarray, y: np.ndarray, limit: float) -> dict:
         """Ticks along both axes (at ±limit/2 and 0: a label at the map's edge would be cut in half), one hover box
