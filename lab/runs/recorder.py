@@ -57,6 +57,7 @@ class CheckpointWriter:
         self._lock = threading.Condition()
         self._busy = False
         self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
 
     def submit(self, state: dict[str, Any], *names: str) -> None:
         """Write ``state`` (a copy training no longer changes) under ``names``, in the background."""
@@ -64,7 +65,9 @@ class CheckpointWriter:
             self._pending.update(dict.fromkeys(names, state))
             if not self._busy:
                 self._busy = True
-                threading.Thread(target=self._write, name=f"lab-checkpoint-{self.run.id}", daemon=True).start()
+                self._thread = threading.Thread(target=self._write, name=f"lab-checkpoint-{self.run.id}",
+                                                daemon=True)
+                self._thread.start()
 
     def _write(self) -> None:
         while True:
@@ -85,7 +88,11 @@ class CheckpointWriter:
                     self._error = err
 
     def flush(self) -> None:
-        """Wait until every submitted checkpoint is on disk.
+        """Wait until every submitted checkpoint is on disk and the thread that wrote them has ended.
+
+        The thread too, not only its last write: it holds the last checkpoint's tensors until it ends, and a daemon
+        thread still in torch's native code when the interpreter exits can abort the process ("terminate called
+        without an active exception") after the run has ended well. Once flushed, no writer thread is left.
 
         Raises:
             OSError: a write failed (the error of the first that did).
@@ -94,6 +101,9 @@ class CheckpointWriter:
             while self._busy:
                 self._lock.wait()
             error, self._error = self._error, None
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
         if error is not None:
             raise error
 

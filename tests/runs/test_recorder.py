@@ -78,6 +78,29 @@ def test_checkpoints_are_copied_between_steps_written_in_the_background_and_by_t
     rec.close()
 
 
+def test_a_run_ends_with_no_checkpoint_writer_left_running(tmp_path, monkeypatch):
+    """on_train_end returns once the writer thread has ended, not only its last write: a daemon thread still alive
+    (holding the last checkpoint's tensors) when the process exits can abort it after the run ended well."""
+    import threading
+    import time
+
+    class SlowToEnd(threading.Thread):  # a writer whose last moments (freeing what it wrote) take a while
+        def run(self) -> None:
+            super().run()
+            time.sleep(0.3)
+
+    monkeypatch.setattr(threading, "Thread", SlowToEnd)
+    run = RunStore(tmp_path).create("r")
+    rec = RunRecorder(run, tensorboard=False)
+    trainer = _Trainer(step=10)
+    rec.on_train_start(trainer)
+    rec.on_eval_end(trainer, {"test_acc": 0.5})
+    rec.on_train_end(trainer)
+    assert run.load_checkpoint("last")["step"] == 10
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("lab-checkpoint-")]
+    rec.close()
+
+
 def test_a_copied_state_is_equal_and_independent_of_the_training_that_goes_on():
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
     optimizer = torch.optim.Adam(model.parameters())
