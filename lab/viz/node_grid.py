@@ -317,16 +317,16 @@ def hover_boxes(m: Mosaic, limit: float = 1.0, decision: np.ndarray | None = Non
             "min": np.asarray(lo, np.float32), "max": np.asarray(hi, np.float32)}
 
 
-def point_marks(m: Mosaic, points: tuple[np.ndarray, np.ndarray], limit: float, max_points: int
-                ) -> dict[str, np.ndarray]:
-    """Training points ``(x [n, 2], y [n])`` mapped onto the decision tile (plot coordinates, origin bottom-left),
-    evenly subsampled to ``max_points``; those outside ``±limit`` are left out. Returns ``x``, ``y`` and
-    ``class`` (int8)."""
+def point_marks(square: tuple[float, float, float], points: tuple[np.ndarray, np.ndarray], limit: float,
+                max_points: int) -> dict[str, np.ndarray]:
+    """Training points ``(x [n, 2], y [n])`` mapped onto ``square`` = (left, bottom, side) in plot coordinates
+    (origin bottom-left; the mosaic's decision tile is :attr:`Mosaic.decision`), evenly subsampled to
+    ``max_points``; those outside ``±limit`` are left out. Returns ``x``, ``y`` and ``class`` (int8)."""
     x, y = np.asarray(points[0], np.float32), np.asarray(points[1])
     keep = sample_indices(0, len(x), max_points) if len(x) else np.zeros(0, np.int64)
     x, y = x[keep], y[keep]
     inside = (np.abs(x) <= limit).all(axis=1)
-    dx, dy, side = m.decision
+    dx, dy, side = square
     px = dx + (x[inside, 0] + limit) / (2 * limit) * side
     py = dy + (x[inside, 1] + limit) / (2 * limit) * side
     return {"x": px, "y": py, "class": y[inside].astype(np.int8)}
@@ -334,7 +334,7 @@ def point_marks(m: Mosaic, points: tuple[np.ndarray, np.ndarray], limit: float, 
 
 def _points(m: Mosaic, points: tuple[np.ndarray, np.ndarray], limit: float, max_points: int) -> hv.Points:
     """Training points on the decision tile (:func:`point_marks`) as dots coloured by class."""
-    return hv.Points(point_marks(m, points, limit, max_points), kdims=["x", "y"], vdims=["class"]).opts(
+    return hv.Points(point_marks(m.decision, points, limit, max_points), kdims=["x", "y"], vdims=["class"]).opts(
         color="class", cmap=[ORANGE, BLUE], clim=(0, 1), size=3, line_color="white", line_width=0.4)
 
 

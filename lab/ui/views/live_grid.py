@@ -14,7 +14,7 @@ import numpy as np
 import panel as pn
 
 from lab.ui.views.grid_canvas import GridCanvas
-from lab.viz.node_grid import FIT_PX, Mosaic, decision_pixels, hover_boxes, mosaic, point_marks, sample_indices
+from lab.viz.node_grid import FIT_PX, Mosaic, decision_pixels, hover_boxes, mosaic, point_marks
 
 
 def _update(pane: GridCanvas, change: dict) -> None:
@@ -66,7 +66,7 @@ class LiveGrid:
         boxes = [[int(x0), m.height - int(y1), int(x1), m.height - int(y0), str(layer), str(node)]
                  for x0, y0, x1, y1, layer, node in zip(box["x0"], box["y0"], box["x1"], box["y1"], box["layer"],
                                                         box["node"], strict=True)]
-        marks = point_marks(m, points, limit, self.max_points) if m.decision is not None else None
+        marks = point_marks(m.decision, points, limit, self.max_points) if m.decision is not None else None
         dots = [] if marks is None else [[float(x), m.height - float(y), int(c)]
                                          for x, y, c in zip(marks["x"], marks["y"], marks["class"], strict=True)]
         return {"columns": columns, "rows": rows, "boxes": boxes, "points": dots, "xlabel": "layer (0 = stem)",
@@ -110,14 +110,10 @@ class LiveDecision:
         n = self.size
         ticks = np.array([-limit / 2, 0.0, limit / 2])
         at = (ticks + limit) / (2 * limit) * n
-        x, y = np.asarray(x, np.float32), np.asarray(y)
-        keep = sample_indices(0, len(x), self.max_points) if len(x) else np.zeros(0, np.int64)
-        x, y = x[keep], y[keep]
-        inside = (np.abs(x) <= limit).all(axis=1)
-        px = (x[inside, 0] + limit) / (2 * limit) * n
-        py = n - (x[inside, 1] + limit) / (2 * limit) * n
+        marks = point_marks((0, 0, n), (x, y), limit, self.max_points)
         return {"columns": [[float(a), f"{t:g}"] for a, t in zip(at, ticks, strict=True)],
                 "rows": [[float(n - a), f"{t:g}"] for a, t in zip(at, ticks, strict=True)],
                 "boxes": [[0, 0, n, n, "output", "p(class 1)"]],
-                "points": [[float(a), float(b), int(c)] for a, b, c in zip(px, py, y[inside], strict=True)],
+                "points": [[float(a), float(n - b), int(c)]
+                           for a, b, c in zip(marks["x"], marks["y"], marks["class"], strict=True)],
                 "xlabel": "x", "ylabel": "y"}
