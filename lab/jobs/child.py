@@ -22,6 +22,10 @@ returns at once: the child is given :data:`GRACE_S` seconds to end the step it i
 then SIGTERM, then SIGKILL, by a thread of the server, and a run ended that way is recorded ``stopped``, as asked,
 not ``failed``.
 
+A CPU child takes cores of its own while every CPU child can have its own (:mod:`lab.jobs.cores`): it trains there at
+the server's priority while the sessions and a browser use the other cores; otherwise children run niced by
+:data:`NICE`, and the sessions come first.
+
 Builders and callbacks must be picklable (module-level functions, as the kinds' own builders: :mod:`lab.jobs.kinds`).
 """
 
@@ -30,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import multiprocessing.forkserver
-import os
 import pickle
 import threading
 import time
@@ -40,8 +43,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from lab.config import ExperimentConfig, from_dict, to_dict
+from lab.jobs import cores
 from lab.jobs.job import InProcessJob, Job, exited_status
 from lab.jobs.lockstep import Lockstep
 from lab.jobs.sweep_job import MemberRecords, SweepJob
@@ -59,8 +64,10 @@ _CONTEXT.set_forkserver_preload(["lab.jobs.child", "lab.jobs.thread", "lab.jobs.
 POLL_S = 0.02
 """How often a child looks for commands and new snapshots."""
 NICE = 10
-"""How much lower a child's CPU priority is than the server's: the sessions' callbacks (a slider's effect, a snapshot
-drawn) come first, and training takes the CPU time they leave."""
+"""How much lower the CPU priority of a child without cores of its own is than the server's: the sessions' callbacks
+(a slider's effect, a snapshot drawn) come first, and training takes the CPU time they leave."""
+CHECK_S = 0.5
+"""How often a child with cores of its own looks whether another child waits for some (and then gives them up)."""
 GRACE_S = 5.0
 """How long a child asked to stop may take to end its current step before it is sent SIGTERM, and SIGTERM before
 SIGKILL."""
@@ -94,19 +101,28 @@ def _sweep_job(plan: SweepPlan, folder: str, runs: list[str], kwargs: dict[str, 
     return [SweepJob(plan, Run(Path(folder)), [Run(Path(r)) for r in runs], **kwargs)]
 
 
-def _child(make: Callable[..., list[InProcessJob]], args: tuple[Any, ...], control: Connection,
-           snapshots: Connection) -> None:
-    """The child's main: train the jobs ``make(*args)``, obey ``control`` (``(job, op, arg)``), send each job's new
-    snapshots down ``snapshots`` (``(job, kind, version, payload)``) and, once it has ended,
+def _child(make: Callable[..., list[InProcessJob]], args: tuple[Any, ...], threads: int, locks: Path,
+           control: Connection, snapshots: Connection) -> None:
+    """The child's main: place itself on ``threads`` cores in the ledger ``locks`` or niced
+    (:class:`~lab.jobs.cores.Placement`), train the jobs ``make(*args)``, obey ``control`` (``(job, op, arg)``), send
+    each job's new snapshots down ``snapshots`` (``(job, kind, version, payload)``) and, once it has ended,
     ``(job, None, None, None)``."""
-    os.nice(NICE)
+    placement = cores.Placement(threads, NICE, locks)
 
     jobs = [job.start() for job in make(*args)]
     sent: list[dict[str, int]] = [{} for _ in jobs]
     ended: set[int] = set()
-    actions = {"pause": lambda job, _: job.pause(), "resume": lambda job, _: job.resume(),
-               "step": lambda job, n: job.step(n), "stop": lambda job, _: job.stop(timeout=0),
-               "request": lambda job, kind: job.request(kind)}
+    asked: set[int] = set()
+
+    def stop(k: int) -> None:
+        jobs[k].stop(timeout=0)
+        asked.add(k)
+        if len(asked) == len(jobs):  # the run a page starts in their place may take the cores now
+            placement.release()
+
+    actions = {"pause": lambda k, _: jobs[k].pause(), "resume": lambda k, _: jobs[k].resume(),
+               "step": lambda k, n: jobs[k].step(n), "stop": lambda k, _: stop(k),
+               "request": lambda k, kind: jobs[k].request(kind)}
 
     def send_new() -> None:
         for k, job in enumerate(jobs):
@@ -127,12 +143,16 @@ def _child(make: Callable[..., list[InProcessJob]], args: tuple[Any, ...], contr
             job.stop(timeout=0)
 
     server = True  # whether the server is still there to control and draw these runs
+    checked = time.monotonic()
     try:
         while len(ended) < len(jobs):
+            if time.monotonic() - checked > CHECK_S:
+                placement.check()
+                checked = time.monotonic()
             try:
                 while server and control.poll(POLL_S):
                     k, op, arg = control.recv()
-                    actions[op](jobs[k], arg)
+                    actions[op](k, arg)
             except (EOFError, OSError):  # the server is gone: nobody will see these runs again
                 server = False
                 stop_all()
@@ -146,6 +166,15 @@ def _child(make: Callable[..., list[InProcessJob]], args: tuple[Any, ...], contr
     for job in jobs:
         job.wait()
     raise SystemExit(1 if any(job.error is not None for job in jobs) else 0)
+
+
+def _cpu_threads(cfg: ExperimentConfig) -> int:
+    """The cores a child training ``cfg`` keeps busy, to take for itself (:mod:`lab.jobs.cores`): its torch threads
+    on a CPU; 0 (take none) for a GPU run, whose CPU mostly waits on the device, and for threads=0 (torch's default:
+    every core)."""
+    device = cfg.train.device
+    on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+    return cfg.train.threads if on_cpu else 0
 
 
 def _widen(pipe: Connection) -> None:
@@ -181,8 +210,9 @@ def _receive(pipe: Connection) -> Any:
 class _Child:
     """The server's side of one child process: its control pipe and each of its jobs' newest snapshots."""
 
-    def __init__(self, make: Callable[..., list[InProcessJob]], args: tuple[Any, ...], size: int, name: str) -> None:
-        self._make, self._args, self._name = make, args, name
+    def __init__(self, make: Callable[..., list[InProcessJob]], args: tuple[Any, ...], size: int, name: str,
+                 threads: int = 0) -> None:
+        self._make, self._args, self._name, self._threads = make, args, name, threads
         self.proc: multiprocessing.process.BaseProcess | None = None
         self.slots: list[dict[str, tuple[int, dict[str, np.ndarray]]]] = [{} for _ in range(size)]
         self.ended = [False] * size
@@ -200,8 +230,8 @@ class _Child:
         self._control, child_control = _CONTEXT.Pipe()
         receive, send = _CONTEXT.Pipe(duplex=False)
         _widen(send)
-        self.proc = _CONTEXT.Process(target=_child, args=(self._make, self._args, child_control, send),
-                                     name=self._name, daemon=True)
+        self.proc = _CONTEXT.Process(target=_child, name=self._name, daemon=True,
+                                     args=(self._make, self._args, self._threads, cores.LOCKS, child_control, send))
         self.proc.start()
         child_control.close()
         send.close()
@@ -294,7 +324,8 @@ class ChildJob(Job):
         they hold one slot of their manager); ``job_kwargs`` as :meth:`training`'s."""
         job_kwargs.pop("data", None)
         args = ([to_dict(c) for c in cfgs], [str(r.path) for r in runs], {**job_kwargs, "paused": paused})
-        child = _Child(_train_jobs, args, len(runs), f"lab-job-{runs[0].id}")
+        child = _Child(_train_jobs, args, len(runs), f"lab-job-{runs[0].id}",
+                       threads=max(_cpu_threads(c) for c in cfgs))  # in lockstep: one trains at a time
         jobs = [cls(child, k, run, owner=owner, paused=paused) for k, run in enumerate(runs)]
         if len(jobs) > 1:
             for job in jobs:
@@ -307,7 +338,8 @@ class ChildJob(Job):
         """Train the one-group ``plan`` into ``folder`` and ``runs`` as a :class:`~lab.jobs.sweep_job.SweepJob`
         would, whose keyword arguments ``job_kwargs`` are; its metrics are its members', tagged by member."""
         args = (plan, str(folder.path), [str(r.path) for r in runs], {**job_kwargs, "paused": paused})
-        child = _Child(_sweep_job, args, 1, f"lab-job-{folder.id}")
+        child = _Child(_sweep_job, args, 1, f"lab-job-{folder.id}",
+                       threads=_cpu_threads(plan.members[0].config))  # one process trains the whole ensemble
         return cls(child, 0, folder, owner=owner, paused=paused, records=MemberRecords(runs))
 
     def start(self) -> ChildJob:

@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lab.jobs.child import PIPE_BYTES, ChildJob, _receive, _send, _widen
+from lab.jobs import cores
+from lab.jobs.child import NICE, PIPE_BYTES, ChildJob, _receive, _send, _widen
 from lab.jobs.manager import JobManager
 from lab.runs.snapshot import Snapshot
-from lab.runs.store import Run
+from lab.runs.store import Run, RunStore
 from tests.jobs.helpers import StuckStep, tiny, wait_for
 
 pytestmark = pytest.mark.slow  # the fork server imports the lab once per test process
@@ -139,6 +140,44 @@ def test_runs_in_lockstep_train_in_one_child_at_one_step_and_fail_together(manag
     os.kill(jobs[1].proc.pid, signal.SIGKILL)
     assert wait_for(lambda: jobs[1].status()["state"] == "failed", timeout=2), jobs[1].status()
     assert jobs[0].status()["state"] == "stopped", "a run that had ended keeps its own final state"
+
+
+def placement(job: ChildJob) -> set[tuple[frozenset[int], int]]:
+    """The (CPUs, nice) of every thread of ``job``'s child."""
+    tids = [int(t) for t in os.listdir(f"/proc/{job.proc.pid}/task")]
+    return {(frozenset(os.sched_getaffinity(t)), os.getpriority(os.PRIO_PROCESS, t)) for t in tids}
+
+
+def test_a_cpu_child_trains_on_a_core_of_its_own_until_another_waits_and_frees_it_when_asked_to_stop(
+        tmp_path, monkeypatch):
+    """Every thread of a child alone (training, snapshots, writers) on the highest core, at the server's priority;
+    asked to stop, it frees the core at once, while it still ends its (here: long) step, for the run that replaces
+    it; a child that then finds no core free runs niced on every core, and the one with the core yields to it."""
+    if not cores.candidates():
+        pytest.skip("this machine has no core to spare")
+    monkeypatch.setattr(cores, "LOCKS", tmp_path / "cores")  # this test's ledger, not the machine's
+    store, stuck, top = RunStore(tmp_path / "runs"), tmp_path / "stuck", cores.candidates()[0]
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    own, niced = {(frozenset({top}), mine)}, {(frozenset(os.sched_getaffinity(0)), min(mine + NICE, 19))}
+    jobs = [ChildJob.training(tiny(**LONG), store.create("first"), disk_every_s=0,
+                              callbacks=(StuckStep(str(stuck)),)).start()]
+    try:
+        assert wait_for(stuck.exists), jobs[0].status()
+        assert placement(jobs[0]) == own
+        jobs[0].stop(timeout=0)
+        jobs.append(ChildJob.training(tiny(**LONG), store.create("second"), disk_every_s=0).start())
+        assert wait_for(lambda: jobs[1].status().get("step", 0) > 0), jobs[1].status()
+        assert jobs[0].proc.is_alive(), "the first still ends its step"
+        assert placement(jobs[1]) == own, "the core the first freed when asked to stop"
+        jobs.append(ChildJob.training(tiny(**LONG), store.create("third"), disk_every_s=0).start())
+        assert wait_for(lambda: jobs[2].status().get("step", 0) > 0), jobs[2].status()
+        assert placement(jobs[2]) == niced
+        assert wait_for(lambda: placement(jobs[1]) == niced, timeout=10), placement(jobs[1])
+    finally:
+        jobs[0].kill()
+        for job in jobs[1:]:
+            job.stop()
+    assert [job.status()["state"] for job in jobs[1:]] == ["stopped", "stopped"]
 
 
 def test_a_killed_child_is_reported_failed_with_its_exit_code_and_the_server_goes_on(manager):

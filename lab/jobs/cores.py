@@ -1,0 +1,159 @@
+"""Which CPU cores the lab's training children keep to themselves, machine-wide.
+
+On a small machine the lab's server, a browser and a toy run share a few cores. A child niced below the server (so
+that the sessions' callbacks come first) is preempted by every frame the server and the browser handle: on two cores
+it trains at about 0.8 of a bare loop while the Playground draws it, though it loses only a few per cent of its CPU
+time (``bench/playground_live.py``). A child that keeps cores of its own, at the server's priority, trains at about
+0.9 while the server and the browser use the others. So a CPU child takes as many cores as it runs torch threads when
+that many are free and at least :data:`SPARE` stay for everyone else.
+
+Cores are kept only while every CPU child has its own. A child that finds too few free runs on every core, niced,
+and says that it waits; every child that holds cores then gives them up and runs niced too, so that the server comes
+first again when training oversubscribes the machine (two runs drawn on two cores: ``bench/server_load.py``). A
+niced child stays niced for the rest of its run: raising a process's priority again takes a privilege that a lab's
+user does not have.
+
+A core is held by an exclusive ``flock`` on its own file under :data:`LOCKS`, a waiting child by a shared lock on
+``waiting``, each taken by the child itself: the ledger is shared by every server and notebook kernel of the machine,
+and the kernel drops a child's locks when it exits, however it ends (a crash or SIGKILL included).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import IO
+
+LOCKS = Path(tempfile.gettempdir()) / "residual-lab-cores"
+"""The ledger: ``<cpu>.lock`` per core, ``waiting`` and ``probe``."""
+SPARE = 1
+"""Cores never taken: left to the server, the browser and the rest of the machine (the lowest-numbered ones)."""
+WAIT_S = 0.1
+"""How long a child that finds too few cores free looks again before it settles for running niced: the run a page
+replaces (Reset, then Start) gives its cores back when its child reads the stop, within a poll of it."""
+
+
+def candidates(spare: int = SPARE) -> list[int]:
+    """The cores a child may take, highest first: this process's CPUs less the ``spare`` lowest (core 0 also takes
+    most interrupts). Empty where the system does not say which CPUs a process may use (not Linux)."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return []
+    return cpus[spare:][::-1]
+
+
+class Placement:
+    """Where this process trains: on ``threads`` cores of its own while every CPU child has its own, else on every
+    core, ``nice`` lower in priority than it started.
+
+    Made in the child before it starts a thread (they inherit its placement); :meth:`check` between polls gives the
+    cores up once another child waits for some; :meth:`release` (asked to stop) hands them to the run that replaces
+    this one.
+
+    Args:
+        threads: the cores it keeps busy (its torch threads); 0 takes none and waits for none (a GPU run).
+        nice: how much lower its priority is when it has no cores of its own.
+        locks: the ledger's folder.
+        wait: how long to look again while too few cores are free.
+    """
+
+    def __init__(self, threads: int, nice: int, locks: Path = LOCKS, wait: float = WAIT_S) -> None:
+        self.locks, self.nice = locks, nice
+        self._everywhere = os.sched_getaffinity(0)
+        self._cores: list[IO[bytes]] = []
+        self._waiting: IO[bytes] | None = None
+        if threads > 0 and not self._others_wait():
+            self._cores = _take(threads, locks, wait)
+        if self._cores:
+            os.sched_setaffinity(0, self.cpus)
+        else:
+            os.nice(nice)
+            if threads > 0:  # a shared lock held as long as this child lives: every holder yields
+                self._waiting = _lock(locks / "waiting", shared=True)
+
+    @property
+    def cpus(self) -> frozenset[int]:
+        """The cores it holds (none: it runs niced on every core)."""
+        return frozenset(int(Path(f.name).stem) for f in self._cores)
+
+    def check(self) -> None:
+        """Give the cores up, and run niced on every core from now on, if another child waits for cores."""
+        if not self._cores or not self._others_wait():
+            return
+        priority = os.getpriority(os.PRIO_PROCESS, 0) + self.nice
+        for tid in os.listdir("/proc/self/task"):  # per thread on Linux: training, snapshots, writers
+            with contextlib.suppress(OSError):  # a thread that has just ended
+                os.sched_setaffinity(int(tid), self._everywhere)
+                os.setpriority(os.PRIO_PROCESS, int(tid), priority)
+        self.release()
+
+    def release(self) -> None:
+        """Give up the cores and stop waiting (closing a lock file drops its lock)."""
+        for file in [*self._cores, *([self._waiting] if self._waiting else [])]:
+            file.close()
+        self._cores, self._waiting = [], None
+
+    def _others_wait(self) -> bool:
+        """Whether another child holds ``waiting`` shared: tried exclusively under ``probe``, which only holders
+        take, so that two holders probing at once do not take each other for a waiter."""
+        probe = _lock(self.locks / "probe", block=True)
+        if probe is None:
+            return False
+        try:
+            mine = _lock(self.locks / "waiting")
+            if mine is not None:
+                mine.close()
+            return mine is None
+        finally:
+            probe.close()
+
+
+def _take(n: int, locks: Path, wait: float) -> list[IO[bytes]]:
+    """The locked files of ``n`` cores, looking again for up to ``wait`` s while too few are free; none when ``n``
+    cannot be taken."""
+    cpus = candidates()
+    if len(cpus) < n:
+        return []
+    deadline = time.monotonic() + wait
+    while True:
+        files: list[IO[bytes]] = []
+        for cpu in cpus:
+            if (file := _lock(locks / f"{cpu}.lock")) is not None:
+                files.append(file)
+                if len(files) == n:
+                    return files
+        for file in files:
+            file.close()
+        if time.monotonic() >= deadline:
+            return []
+        time.sleep(0.02)
+
+
+def _lock(path: Path, *, shared: bool = False, block: bool = False) -> IO[bytes] | None:
+    """``path`` open and locked (exclusively unless ``shared``); None when another process holds it (and ``block``
+    is false), or it cannot be opened or locked (no ``fcntl``: not a POSIX system)."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    if not path.parent.is_dir():
+        with contextlib.suppress(OSError):
+            path.parent.mkdir(exist_ok=True)
+            path.parent.chmod(0o1777)  # every user's children share the machine's cores
+    try:
+        file = open(path, "ab")  # noqa: SIM115 (held open: the lock lives as long as the file)
+    except OSError:
+        try:  # another user's file: a lock needs only a descriptor
+            file = open(path, "rb")  # noqa: SIM115
+        except OSError:
+            return None
+    try:
+        fcntl.flock(file.fileno(), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if block else fcntl.LOCK_NB))
+    except OSError:
+        file.close()
+        return None
+    return file
