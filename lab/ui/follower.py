@@ -26,6 +26,7 @@ import numpy as np
 import panel as pn
 import param
 from panel.io import PeriodicCallback, push_notebook
+from panel.io.notebook import block_comm
 from panel.io.state import set_curdoc
 
 from lab.config import ConfigError, ExperimentConfig
@@ -223,14 +224,18 @@ class JobFollower(pn.viewable.Viewer):
         job, drawn = self.job, False
         if job is None or (self.clock is not None and not self.clock.ready):
             return False
-        for kind, handler in self._snapshot_handlers:
-            latest = job.latest(kind)
-            if latest is not None and latest[0] != self.versions.get(kind):
-                self.versions[kind] = latest[0]
-                handler(latest[1])
-                drawn = True
+        # one message to the browser per frame, every view's changes and then the clock's count: served, one unlocked
+        # block; in a notebook, the comm's pushes held until push() sends them together
+        with pn.io.unlocked(), block_comm():
+            for kind, handler in self._snapshot_handlers:
+                latest = job.latest(kind)
+                if latest is not None and latest[0] != self.versions.get(kind):
+                    self.versions[kind] = latest[0]
+                    handler(latest[1])
+                    drawn = True
+            if drawn and self.clock is not None:
+                self.clock.tick()  # after the views' changes: the browser answers once it has painted them
         if drawn and self.clock is not None:
-            self.clock.tick()  # after the views' changes: the browser answers once it has painted them
             self._ask(ahead=True)  # built while the browser paints
         return drawn
 
