@@ -63,14 +63,17 @@ class Placement:
 
     def __init__(self, threads: int, nice: int, locks: Path = LOCKS, wait: float = WAIT_S) -> None:
         self.locks, self.nice = locks, nice
-        self._everywhere = os.sched_getaffinity(0)
         self._cores: list[IO[bytes]] = []
         self._waiting: IO[bytes] | None = None
         if threads > 0 and not self._others_wait():
             self._cores = _take(threads, locks, wait)
         if self._cores:
-            os.sched_setaffinity(0, self.cpus)
-        else:
+            self._everywhere = os.sched_getaffinity(0)
+            try:
+                os.sched_setaffinity(0, self.cpus)
+            except OSError:  # a container that forbids it: then no core is its own
+                self.release()
+        if not self._cores:
             os.nice(nice)
             if threads > 0:  # a shared lock held as long as this child lives: every holder yields
                 self._waiting = _lock(locks / "waiting", shared=True)
