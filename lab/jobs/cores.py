@@ -14,8 +14,8 @@ niced child stays niced for the rest of its run: raising a process's priority ag
 user does not have.
 
 A core is held by an exclusive ``flock`` on its own file under :data:`LOCKS`, a waiting child by a shared lock on
-``waiting``, each taken by the child itself: the ledger is shared by every server and notebook kernel of the machine,
-and the kernel drops a child's locks when it exits, however it ends (a crash or SIGKILL included).
+``waiting.lock``, each taken by the child itself: the ledger is shared by every server and notebook kernel of the
+machine, and the kernel drops a child's locks when it exits, however it ends (a crash or SIGKILL included).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO
 
 LOCKS = Path(tempfile.gettempdir()) / "residual-lab-cores"
-"""The ledger: ``<cpu>.lock`` per core, ``waiting`` and ``probe``."""
+"""The ledger: ``<cpu>.lock`` per core, ``waiting.lock`` and ``probing.lock``."""
 SPARE = 1
 """Cores never taken: left to the server, the browser and the rest of the machine (the lowest-numbered ones)."""
 WAIT_S = 0.1
@@ -76,7 +76,7 @@ class Placement:
         if not self._cores:
             os.nice(nice)
             if threads > 0:  # a shared lock held as long as this child lives: every holder yields
-                self._waiting = _lock(locks / "waiting", shared=True)
+                self._waiting = _lock(locks / "waiting.lock", shared=True)
 
     @property
     def cpus(self) -> frozenset[int]:
@@ -101,13 +101,13 @@ class Placement:
         self._cores, self._waiting = [], None
 
     def _others_wait(self) -> bool:
-        """Whether another child holds ``waiting`` shared: tried exclusively under ``probe``, which only holders
-        take, so that two holders probing at once do not take each other for a waiter."""
-        probe = _lock(self.locks / "probe", block=True)
+        """Whether another child holds ``waiting.lock`` shared: tried exclusively under ``probing.lock``, which every
+        prober takes and no waiter does, so that two children probing at once do not take each other for a waiter."""
+        probe = _lock(self.locks / "probing.lock", block=True)
         if probe is None:
             return False
         try:
-            mine = _lock(self.locks / "waiting")
+            mine = _lock(self.locks / "waiting.lock")
             if mine is not None:
                 mine.close()
             return mine is None
