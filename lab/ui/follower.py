@@ -235,8 +235,7 @@ class JobFollower(pn.viewable.Viewer):
                     drawn = True
             if drawn and self.clock is not None:
                 self.clock.tick()  # after the views' changes: the browser answers once it has painted them
-        if drawn and self.clock is not None:
-            self._ask(ahead=True)  # built while the browser paints
+                self._ask(ahead=True)  # built while the browser paints
         return drawn
 
     def _landed(self) -> None:
