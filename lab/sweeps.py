@@ -130,9 +130,10 @@ def plan_sweep(config: str | Path, overrides: Sequence[str], *, ensemble: bool =
         cfg = load_config(config, [*fixed, *(f"{k}={v}" for k, v in texts.items())])
         if ensemble and cfg.model.name != MODEL:
             raise ConfigError(f"a sweep trains {MODEL} models in one ensemble; model.name is {cfg.model.name}")
-        if ensemble and cfg.data.name not in TOY_DATASETS and cfg.train.task not in PIXEL_TASKS:
-            raise ConfigError(f"{MODEL} classifies 2-D points; data.name={cfg.data.name} is not a toy set "
-                              f"({', '.join(TOY_DATASETS)}): on images it learns train.task=masked or denoise")
+        if ensemble and cfg.data.name not in (*TOY_DATASETS, "digits") and cfg.train.task not in PIXEL_TASKS:
+            raise ConfigError(f"{MODEL} classifies 2-D points or scikit-learn's digits (flattened); "
+                              f"data.name={cfg.data.name} is neither ({', '.join(TOY_DATASETS)}, digits): on other "
+                              "images it learns train.task=masked or denoise")
         values = {k: parse_override(f"{k}={v}")[1] for k, v in texts.items()}
         members.append(SweepMember(_member_name(index, texts), texts, values, cfg))
     configs = [m.config for m in members]

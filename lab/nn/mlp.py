@@ -64,14 +64,16 @@ class MLPBranch(nn.Module):
 def skip_sources(encoder: int, decoder: int) -> dict[int, int]:
     """The U-Net skips of an MLP of ``encoder`` + ``decoder`` blocks: block index → the state added to its input.
 
-    Decoder block j (block ``encoder + j``) adds h_s with s = encoder − round((j + 1) · encoder / decoder): the first
-    decoder block takes the deepest encoder state before the bottleneck, the last one the stem's output h_0; with
-    twice as many encoder blocks, every other encoder state (as the MAE of *Residual Connections Harm Generative
-    Representation Learning* injects every other encoder layer).
+    The sources are every other encoder state counted back from the last, h_L, h_{L−2}, …, down to h_2 (or h_1),
+    deepest first, as the MAE of *Residual Connections Harm Generative Representation Learning* and its authors' code
+    inject them: decoder block j takes source j. The decoder's stream starts from h_L itself, so source 0 is the
+    stream and decoder block 0 takes no skip; sources beyond the decoder's blocks are left out. The stem's output
+    h_0 is never a source: it is a linear image of the input, through which the decoder could bypass the encoder.
     """
     if not 1 <= decoder <= encoder:
         raise ValueError(f"U-Net skips need 1 <= decoder_depth <= depth; got depth={encoder}, decoder_depth={decoder}")
-    return {encoder + j: encoder - round((j + 1) * encoder / decoder) for j in range(decoder)}
+    sources = range(encoder, 0, -2)
+    return {encoder + j: sources[j] for j in range(1, min(decoder, len(sources)))}
 
 
 class ResidualMLP(nn.Module):
@@ -132,8 +134,9 @@ class ResidualMLP(nn.Module):
         return set()
 
     def _stream(self, x: torch.Tensor) -> Iterator[torch.Tensor]:
-        """Yields h_0 (the stem's output), then each block's output h_1, …, h_L, each ``[B, H]``."""
-        h = self.stem(x)
+        """Yields h_0 (the stem's output), then each block's output h_1, …, h_L, each ``[B, H]``; an image input
+        ``[B, C, H, W]`` is read as its flattened pixels."""
+        h = self.stem(x.flatten(1))
         sources = set(self.skips.values())  # only the states a skip reads are held (see last_state)
         states = {0: h} if 0 in sources else {}
         yield h
@@ -146,7 +149,8 @@ class ResidualMLP(nn.Module):
             yield h
 
     def forward_representation(self, x: torch.Tensor) -> torch.Tensor:
-        """``[B, in_dim] -> [B, H]``: the state a probe reads, h_representation (the encoder's output)."""
+        """``[B, in_dim]`` (or an image batch) ``-> [B, H]``: the state a probe reads, h_representation (the
+        encoder's output)."""
         for i, h in enumerate(self._stream(x)):
             if i == self.representation:
                 return h

@@ -284,9 +284,8 @@ class EnsembleTrainer:
             torch.set_num_threads(train.threads)
         data = data if data is not None else build_data(cfgs[0])
         self.task = build_task(cfgs[0], data)
-        if data.x_train.ndim != 2 and self.task is None:
-            raise ValueError(f"{MODEL} takes flat inputs [n, in]; {data.name} has x of shape "
-                             f"{tuple(data.x_train.shape)}")
+        if data.x_train.ndim != 2 and self.task is None:  # a classifier of images reads their pixels as one vector
+            data = ToyData(data.x_train.flatten(1), data.y_train, data.x_test.flatten(1), data.y_test, data.name)
         self.data = data.to(self.device)
         plans = {batch_schedule(cfg.train, len(data.x_train)) for cfg in cfgs}
         if len(plans) > 1:

@@ -76,12 +76,15 @@ def test_activations(activation):
 def test_the_toy_mae_has_a_decayed_encoder_a_decoder_at_alpha_one_and_mirrored_skips():
     from lab.nn.mlp import skip_sources
 
-    assert skip_sources(4, 4) == {4: 3, 5: 2, 6: 1, 7: 0}  # the last decoder block sees the stem's output
-    assert skip_sources(8, 4) == {8: 6, 9: 4, 10: 2, 11: 0}  # every other encoder state, as the paper's MAE
+    # every other encoder state from the last, h_L (the decoder's stream itself), h_{L-2}, ..., h_2, as the paper's
+    # MAE; never the stem's output h_0, through which the decoder could bypass the encoder
+    assert skip_sources(8, 4) == {9: 6, 10: 4, 11: 2}
+    assert skip_sources(4, 4) == {5: 2} and skip_sources(5, 3) == {6: 3, 7: 1} and skip_sources(8, 2) == {9: 6}
     with pytest.raises(ValueError, match="decoder_depth"):
         skip_sources(2, 3)
     model = ResidualMLP(depth=4, width=6, in_dim=5, num_classes=5, shortcut="linear", alpha_min=0.5,
                         decoder_depth=3, unet_skips=True)
+    assert model.skips == {5: 2}
     assert [b.alpha for b in model.blocks] == pytest.approx([1.0, 5 / 6, 2 / 3, 0.5, 1.0, 1.0, 1.0])
     assert model.depth == 7 and model.representation == 4
     x = torch.randn(3, 5)
