@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from lab.jobs.submit import Resources
 from lab.reproduce import alignment, decayed, droppath, toy_mae
-from lab.reproduce.claims import PAPERS, Claim, Result, failed
+from lab.reproduce.claims import PAPERS, Claim, Result, adjust_for_multiplicity, failed, family_words
 from lab.reproduce.full_scale import FULL_BUDGETS
 from lab.reproduce.report import write_report
 from lab.runs import layout
@@ -114,8 +114,10 @@ def reproduce(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS), budget:
             except Exception as err:  # one failed experiment does not lose the others' results
                 log.exception("an experiment of %s failed", ", ".join(c.id for c in claims))
                 results += [failed(c, err, time.perf_counter() - began) for c in claims]
+    families = adjust_for_multiplicity(results)
     meta = {"budget": budget, "seeds": seeds, "papers": list(papers), "seconds": time.perf_counter() - start,
-            "started": time.strftime("%Y-%m-%d %H:%M:%S"), "scope": SCOPE[budget], **environment_info()}
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"), "scope": f"{SCOPE[budget]} {family_words(families)}",
+            "families": families, **environment_info()}
     return results, write_report(results, out, meta)
 
 

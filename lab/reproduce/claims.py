@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from lab.reproduce.verdict import Stats, Verdict
+from lab.reproduce.verdict import JUDGED, Stats, Verdict, holm
 
 PAPERS = {
     "alignment": "Residual Alignment: Uncovering the Mechanisms of Residual Networks",
@@ -108,8 +108,9 @@ class Result:
 
         c = self.claim
         numbers = self.judged.record() if self.judged is not None else {
-            "effect": None, "ci95": [None, None], "p_value": None, "seeds": 0, "floor": None, "paper_effect": None,
-            "seeds_needed": None}
+            "effect": None, "ci95": [None, None], "p_value": None, "p_holm": None, "p_against": None,
+            "p_against_holm": None, "family": 0, "seeds": 0, "floor": None, "target": None, "seeds_needed": None,
+            "decided_by": None, "parts": []}
         return {"id": c.id, "paper": PAPERS[c.paper], "where": c.where, "statement": c.statement,
                 "paper_value": c.paper_value, "measure": c.measure, "lab_value": self.lab_value,
                 "values": {k: [plain(v) for v in vs] for k, vs in self.values.items()}, "verdict": self.verdict,
@@ -133,6 +134,31 @@ def mean(values: list[float]) -> float:
     a = np.asarray(values, dtype=np.float64)
     a = a[np.isfinite(a)]
     return float(a.mean()) if len(a) else math.nan
+
+
+def adjust_for_multiplicity(results: list[Result]) -> dict[str, int]:
+    """Holm's correction within each paper's family of judged claims (:func:`~lab.reproduce.verdict.holm`), in place:
+    each judged verdict is re-decided on its adjusted p-values (:meth:`~lab.reproduce.verdict.Verdict.adjusted`).
+
+    Returns:
+        Per paper key, the family's size: its claims that a test decided (holds, inconclusive or differs with a
+        p-value).
+    """
+    sizes = {}
+    for paper in PAPERS:
+        family = [r for r in results if r.claim.paper == paper and r.judged is not None
+                  and r.judged.verdict in JUDGED and math.isfinite(r.judged.p)]
+        sizes[paper] = len(family)
+        for r, p, against in zip(family, holm([r.judged.p for r in family]),
+                                 holm([r.judged.p_against for r in family]), strict=True):
+            r.judged = r.judged.adjusted(p, against, len(family))
+    return sizes
+
+
+def family_words(sizes: dict[str, int]) -> str:
+    """The scope's sentence on multiplicity."""
+    return ("Multiplicity: p-values are Holm-adjusted within each paper's family of judged claims ("
+            + ", ".join(f"{PAPERS[k]}: {n}" for k, n in sizes.items()) + "); a verdict stands on the adjusted p.")
 
 
 def not_at_this_budget(claim: Claim, commands: list[str], why: str, scale: str = "") -> Result:

@@ -25,21 +25,45 @@ def _number(value: float | None) -> str:
     return "—" if value is None or not math.isfinite(value) else f"{value:.3g}"
 
 
+def _target(target: dict | None) -> str:
+    if target is None:
+        return "—"
+    if not target["rule"]:
+        return f"{_number(target['value'])} (note only: {target['source']})"
+    head = "" if target["headroom"] is None else f"; headroom {_number(target['headroom'])}"
+    return f"{_number(target['value'])} ({target['source']}{head})"
+
+
+def _numbers(n: dict[str, Any]) -> dict[str, str]:
+    """The cells of one test's numbers: effect, interval, raw and Holm p, p against, target and headroom."""
+    holm = n.get("p_holm")
+    return {"effect": _number(n["effect"]), "95% CI": f"[{_number(n['ci95'][0])}, {_number(n['ci95'][1])}]",
+            "p (Holm)": _number(n["p_value"]) + ("" if holm is None else f" ({_number(holm)})"),
+            "p against (Holm)": _number(n["p_against"]) + ("" if n.get("p_against_holm") is None
+                                                           else f" ({_number(n['p_against_holm'])})"),
+            "target": _target(n["target"]), "seeds": str(n["seeds"])}
+
+
 def table_rows(results: list[Result]) -> list[dict[str, str]]:
-    """One row per claim, as the Markdown and HTML tables show it."""
+    """One row per claim, as the Markdown and HTML tables show it, then one row per part of a combined claim (its
+    own effect, interval, p and verdict; the claim's row names the part that decided)."""
     rows = []
     for r in results:
         n = r.record()
         floor = n["floor"]
+        decided = f" (decided by {n['decided_by']})" if n["decided_by"] and n["parts"] else ""
         rows.append({
             "id": r.claim.id, "where": r.claim.where, "claim": r.claim.statement,
-            "paper's number": r.claim.paper_value, "lab": r.lab_value, "verdict": r.verdict,
-            "effect": _number(n["effect"]), "95% CI": f"[{_number(n['ci95'][0])}, {_number(n['ci95'][1])}]",
-            "p": _number(n["p_value"]), "seeds": str(n["seeds"]),
+            "paper's number": r.claim.paper_value, "lab": r.lab_value, "verdict": r.verdict + decided,
+            **_numbers(n),
             "floor": "—" if floor is None else f"{floor['name']}: {_number(floor['value'])}"
                                                 + (" (cleared)" if floor["cleared"] else " (not cleared)"),
             "scale (lab / paper)": f"{r.scale or '—'} / {r.claim.paper_scale or '—'}",
             "time": f"{r.seconds:.0f} s" if r.seconds else "—"})
+        for part in n["parts"]:
+            rows.append({key: "" for key in rows[-1]} | {
+                "id": f"  ↳ {r.claim.id}", "claim": part["what"], "verdict": f"part: {part['verdict']}",
+                **_numbers(part)})
     return rows
 
 
@@ -47,12 +71,16 @@ def _md_cell(text: str) -> str:
     return html.escape(text, quote=False).replace("|", "\\|").replace("\n", " ")
 
 
-VERDICT_WORDS = ("Verdicts: holds (the effect in the paper's direction, p < 0.05 one-sided over the seeds, above "
-                 "its floor) / inconclusive (not significant; the reason says how many seeds this noise would need) / "
-                 "differs (significant the other way, or an interval that excludes the paper's effect) / not "
-                 "measurable (a precondition failed: named) / pipeline only (smoke) / pending (runs not finished: "
-                 "how far) / error (the experiment failed). "
-                 "Values are mean ± sd over seeds; effects are in the paper's direction.")
+VERDICT_WORDS = (
+    "Verdicts: holds (the effect in the paper's direction, one-sided p < 0.05 over the seeds, Holm-adjusted within "
+    "the paper, above its floor) / differs (evidence against the paper: the 95% interval lies entirely below zero, "
+    "or below the paper's own effect where the lab measures it in the paper's metric, capped by the headroom that "
+    "metric has here; 'p against' is that test's one-sided p, below 0.025, Holm-adjusted) / inconclusive (neither; "
+    "the reason says how many seeds this noise would need) / not measurable (a precondition failed: named) / "
+    "pipeline only (smoke) / pending (runs not finished: how far) / error (the experiment failed). A combined claim "
+    "holds when every part holds and differs when a part differs after Bonferroni over its parts; its rows show "
+    "each part. Where the lab's metric is not the paper's, the paper's effect is a note, never a verdict. "
+    "Values are mean ± sd over seeds; effects are in the paper's direction.")
 
 
 def markdown(results: list[Result], meta: dict[str, Any]) -> str:

@@ -1,41 +1,55 @@
-"""The one place a reproduction's verdict is decided: an effect, its interval, a test against seed noise, a floor.
+"""The one place a reproduction's verdict is decided: an effect, its interval, a test against seed noise, a floor,
+the paper's own effect where the lab measures it in the paper's metric, and the paper's family of claims.
 
 Every claim is reduced to per-seed numbers *in the paper's direction*: ``effects[i]`` is what the paper predicts to
 be positive, measured with seed i (a paired difference of two arms that share the seed, ``b − a``, or a value
 against a null, ``x − null``). :func:`judge` then decides:
 
-* **holds**: the mean effect is positive and a one-sided t-test against zero effect over the seeds gives
-  p < :data:`ALPHA` (with ``n`` seeds, Student's t with ``n − 1`` degrees of freedom; paired when the arms share
-  seeds), and every precondition holds (the arms cleared their floor: chance, a random baseline, the network
-  without skips; a probe below its ceiling; samples that are images of the data);
-* **differs**: the test in the other direction gives p < :data:`ALPHA`, or the 95 % interval lies entirely below
-  the paper's own effect (its relative effect times the lab's baseline), so the paper's effect size is ruled out;
-* **inconclusive**: neither, with how many seeds this seed noise would need to detect the paper's relative effect
-  (80 % power at one-sided α = 0.05, normal approximation);
+* **holds**: a one-sided t-test of "effect > 0" over the seeds (Student's t with ``n − 1`` degrees of freedom) gives
+  p < :data:`ALPHA`, and every precondition holds (the arms cleared their floor: chance, a random baseline; a probe
+  below its ceiling; samples that are images of the data). With no effect this happens in 5 % of experiments
+  whatever the number of seeds: the t-test is exact under Gaussian seed noise.
+* **differs**: evidence against the paper. The 95 % interval lies entirely below zero (significantly the other
+  way), or entirely below the paper's own effect where the lab measures it in the paper's own metric
+  (:class:`Target` with ``same_metric``), capped by the headroom the lab's metric has (a probe cannot pass 1). Both
+  are one test: the one-sided p of "effect < reach" (``p_against``) below :data:`AGAINST`, with reach 0, or
+  min(paper's effect, headroom). With the paper's effect as the truth this happens in at most 2.5 % of experiments.
+  Where the lab's metric is not the paper's (digits-FD for FID), the paper's effect is only a note in the reason.
+* **inconclusive**: neither, with how many seeds this seed noise would need to detect the target (80 % power of the
+  one-sided t-test at :data:`ALPHA`, from the noncentral t).
 * **not measurable**: a precondition failed (which one is said);
 * **pending**: a full-scale claim whose runs have not all finished (it says how far they are);
 * **pipeline only**: the smoke budget, which only checks that the measurement runs (its numbers are still
   reported, never judged).
 
-With no effect at all and Gaussian seed noise, "holds" comes out in 5 % of experiments whatever the number of seeds
-(the t-test is exact); agreement of signs across three seeds, the rule this replaces, happens one time in eight. A
-claim measured by several tests (RA1: straight *and* equally spaced) is judged by :func:`combine`.
+A claim measured by several tests (RA1: straight *and* equally spaced) is judged by :func:`combine`: it holds when
+every part holds (its p is the largest part's, an intersection-union test at :data:`ALPHA`), and differs when a part
+differs once Bonferroni-corrected over the parts; the part that decided is named. A paper's claims form a family:
+:func:`holm` adjusts their p-values (Holm's step-down method) and :meth:`Verdict.adjusted` re-decides each verdict
+on the adjusted values, so that "holds" (or "differs") anywhere in a paper keeps its 5 % (2.5 %) error rate.
+With identical effects over n seeds (no spread to test against) p is the sign test's, 1/2ⁿ, never 0.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 ALPHA = 0.05
-"""One-sided significance level of every test."""
+"""One-sided level of "holds"."""
+AGAINST = 0.025
+"""One-sided level of "differs": the 95 % interval lies entirely below the reach."""
 POWER = 0.8
 """The power at which :func:`seeds_needed` sizes an experiment."""
+MOST_SEEDS = 10_000
+"""Beyond this :func:`seeds_needed` gives up (None)."""
 VERDICTS = ("holds", "inconclusive", "differs", "not measurable", "pipeline only", "pending")
+JUDGED = ("holds", "inconclusive", "differs")
+"""The verdicts a test decided: the members of a paper's family for :func:`holm`."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +81,54 @@ class Floor:
 
 
 @dataclass(frozen=True)
+class Target:
+    """The paper's own effect, and whether the lab's number is in the paper's metric.
+
+    Attributes:
+        value: the paper's effect in the lab's units and direction (0.0003: three hundredths of a point of accuracy).
+        source: where it comes from, in words (``Table 1, MNIST, ResNet50: Ours 99.32 − Droppath 99.29``).
+        headroom: how far the lab's metric can move in the paper's direction from the lab's baseline (a probe at
+            0.95 can rise by 0.05); infinite for an unbounded metric.
+        same_metric: the lab measures what the paper reports, in its units (an accuracy in points): then the
+            interval is tested against the reach. Otherwise (digits-FD for FID, a few-label probe for a full one)
+            the paper's effect, scaled to the lab's baseline, is only a note.
+    """
+
+    value: float
+    source: str
+    headroom: float = math.inf
+    same_metric: bool = True
+
+    @classmethod
+    def accuracy(cls, points: float, source: str, baseline: Sequence[float], ceiling: float = 1.0) -> Target:
+        """A difference of accuracies (``points`` as a fraction: 0.071 for 7.1 points), whose headroom is the
+        ceiling less the lab's baseline arm (its mean over the seeds)."""
+        finite = [v for v in baseline if math.isfinite(v)]
+        headroom = ceiling - float(np.mean(finite)) if finite else math.nan
+        return cls(points, source, headroom)
+
+    @classmethod
+    def note(cls, relative: float, baseline: Sequence[float], source: str) -> Target:
+        """The paper's relative effect times the lab's baseline, in a metric that is not the paper's: a note."""
+        finite = [abs(v) for v in baseline if math.isfinite(v)]
+        return cls(relative * float(np.mean(finite)) if finite else math.nan, source, same_metric=False)
+
+    @property
+    def reach(self) -> float:
+        """The effect the "differs" rule tests against: the paper's, capped by the headroom (NaN without a rule)."""
+        if not self.same_metric or not math.isfinite(self.value) or math.isnan(self.headroom):
+            return math.nan
+        return min(self.value, self.headroom)
+
+    def record(self) -> dict[str, Any]:
+        def plain(v: float) -> float | None:
+            return float(v) if math.isfinite(v) else None
+
+        return {"value": plain(self.value), "source": self.source, "headroom": plain(self.headroom),
+                "reach": plain(self.reach), "rule": self.same_metric}
+
+
+@dataclass(frozen=True)
 class Stats:
     """A one-sample t-test of per-seed effects against zero.
 
@@ -86,13 +148,30 @@ class Stats:
     sd: float
     seeds: int
 
+    def below(self, reach: float) -> float:
+        """One-sided p of "effect < reach" (the t-test shifted by ``reach``; the sign test's 1/2ⁿ with no spread)."""
+        return _one_sided(self.effect, self.sd, self.seeds, reach, greater=False)
+
+
+def _one_sided(mean: float, sd: float, n: int, c: float, *, greater: bool) -> float:
+    """p of "mean > c" (``greater``) or "mean < c" from n values of that mean and spread."""
+    from scipy import stats  # imported here: scipy.stats takes a second to import
+
+    if n < 2 or not math.isfinite(mean) or not math.isfinite(c):
+        return math.nan
+    if sd == 0.0:  # every value on the same side: the sign test's p, 1/2ⁿ; none beyond c: no evidence
+        beyond = mean > c if greater else mean < c
+        return 0.5 ** n if beyond else 1.0
+    t = (mean - c) / (sd / math.sqrt(n))
+    return float(stats.t.sf(t, n - 1) if greater else stats.t.cdf(t, n - 1))
+
 
 def t_test(effects: Sequence[float]) -> Stats:
     """The one-sided t-test of ``effects`` (finite values only) against zero mean.
 
-    With identical effects (zero spread) the test is decided by their sign alone: p = 0 for a positive one.
+    With identical effects (zero spread) the test is the sign test: p = 1/2ⁿ for n positive effects.
     """
-    from scipy import stats  # imported here: scipy.stats takes a second to import
+    from scipy import stats
 
     x = np.asarray([e for e in effects if math.isfinite(e)], dtype=np.float64)
     n = len(x)
@@ -104,69 +183,138 @@ def t_test(effects: Sequence[float]) -> Stats:
     sd = float(x.std(ddof=1))
     if sd <= 1e-12 * abs(mean):  # identical effects, up to the rounding of their mean
         sd = 0.0
-    se = sd / math.sqrt(n)
-    if se == 0.0:
-        p = 0.0 if mean > 0 else 1.0 if mean < 0 else 0.5
-        return Stats(mean, (mean, mean), p, 0.0 if mean < 0 else 1.0 if mean > 0 else 0.5, 0.0, n)
-    t = mean / se
-    half = float(stats.t.ppf(0.975, n - 1)) * se
-    return Stats(mean, (mean - half, mean + half), float(stats.t.sf(t, n - 1)), float(stats.t.cdf(t, n - 1)), sd, n)
+    half = float(stats.t.ppf(0.975, n - 1)) * sd / math.sqrt(n)
+    return Stats(mean, (mean - half, mean + half), _one_sided(mean, sd, n, 0.0, greater=True),
+                 _one_sided(mean, sd, n, 0.0, greater=False), sd, n)
 
 
-def seeds_needed(sd: float, target: float, alpha: float = ALPHA, power: float = POWER) -> int | None:
-    """Seeds a paired experiment needs to detect a mean effect ``target`` against seed noise ``sd`` (one-sided
-    ``alpha``, ``power``; normal approximation, at least 2); None when ``target`` is not positive or ``sd`` unknown.
-    """
+def power(effect: float, sd: float, n: int, alpha: float = ALPHA) -> float:
+    """Power of the one-sided one-sample t-test at ``alpha`` over ``n`` seeds to detect a mean ``effect`` against
+    seed noise ``sd``: P(T > t_{1−α, n−1}) with T noncentral t of n − 1 degrees of freedom and noncentrality
+    effect √n / sd."""
     from scipy import stats
 
+    df = n - 1
+    return float(stats.nct.sf(stats.t.ppf(1 - alpha, df), df, effect / sd * math.sqrt(n)))
+
+
+def seeds_needed(sd: float, target: float, alpha: float = ALPHA, power_: float = POWER) -> int | None:
+    """The fewest seeds (at least 2) at which the one-sided t-test at ``alpha`` detects a mean effect ``target``
+    against seed noise ``sd`` with probability ``power_`` (:func:`power`, the noncentral t); None when ``target`` is
+    not positive, ``sd`` unknown, or more than :data:`MOST_SEEDS` would be needed."""
     if not (math.isfinite(sd) and math.isfinite(target)) or target <= 0:
         return None
     if sd == 0:
         return 2
-    z = float(stats.norm.ppf(1 - alpha) + stats.norm.ppf(power))
-    return max(2, math.ceil((z * sd / target) ** 2))
+    high = 2
+    while power(target, sd, high, alpha) < power_:
+        if high > MOST_SEEDS:
+            return None
+        high *= 2
+    low = max(2, high // 2)  # power grows with n: the answer lies in (low, high], or is 2
+    if power(target, sd, low, alpha) >= power_:
+        return low
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if power(target, sd, mid, alpha) >= power_ else (mid, high)
+    return high
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment of a family's p-values (NaN entries are not members and stay NaN).
+
+    The i-th smallest of m p-values becomes max over j ≤ i of min(1, (m − j + 1) p_(j)); rejecting where the adjusted
+    p is below α keeps the chance of any false rejection in the family at most α.
+    """
+    members = sorted((p, i) for i, p in enumerate(p_values) if math.isfinite(p))
+    m, out, running = len(members), [math.nan] * len(p_values), 0.0
+    for rank, (p, i) in enumerate(members):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None or not math.isfinite(v) else f"{v:.3g}"
 
 
 @dataclass
 class Verdict:
-    """A claim's verdict and the numbers it rests on (:func:`judge`)."""
+    """A claim's verdict and the numbers it rests on (:func:`judge`, :func:`combine`).
+
+    Attributes:
+        verdict: one of :data:`VERDICTS`.
+        reason: why, in words.
+        stats: the t-test of the effects (of the deciding part, for a combined verdict).
+        floor: what the arms had to clear.
+        target: the paper's effect, its headroom here, and whether it is a rule or a note.
+        needed: seeds this noise would need to detect the target.
+        parts: the tests a combined verdict rests on.
+        p: one-sided p in the paper's direction (a combined verdict: the largest of its parts').
+        p_against: one-sided p of "effect < reach" (a combined verdict: the smallest part's times the parts).
+        p_holm, p_against_holm: the same after Holm's adjustment within the paper's family (:meth:`adjusted`).
+        family: the size of that family (0 before adjustment).
+        decided_by: the part whose test decided a combined verdict (its ``what``).
+        what: the effect in words.
+    """
 
     verdict: str
     reason: str
     stats: Stats
     floor: Floor | None = None
-    target: float | None = None  # the paper's effect in the lab's units (its relative effect × the lab's baseline)
-    needed: int | None = None  # seeds this noise would need to detect ``target``
-    parts: list[Verdict] = field(default_factory=list)  # the tests a combined verdict rests on
+    target: Target | None = None
+    needed: int | None = None
+    parts: list[Verdict] = field(default_factory=list)
+    p: float = math.nan
+    p_against: float = math.nan
+    p_holm: float = math.nan
+    p_against_holm: float = math.nan
+    family: int = 0
+    decided_by: str = ""
+    what: str = ""
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS}; got {self.verdict!r}")
 
+    def adjusted(self, p_holm: float, p_against_holm: float, family: int) -> Verdict:
+        """This verdict re-decided on Holm-adjusted p-values within a paper's family of ``family`` judged claims: a
+        "holds" (or "differs") that no longer clears its level reads "inconclusive", and says so."""
+        verdict, reason = self.verdict, self.reason
+        if verdict == "holds" and not p_holm < ALPHA:
+            verdict, reason = "inconclusive", (f"{reason}; not significant once Holm-adjusted over the paper's "
+                                               f"{family} judged claims (p = {_fmt(p_holm)})")
+        elif verdict == "differs" and not p_against_holm < AGAINST:
+            verdict, reason = "inconclusive", (f"{reason}; not significant once Holm-adjusted over the paper's "
+                                               f"{family} judged claims (p against = {_fmt(p_against_holm)})")
+        return replace(self, verdict=verdict, reason=reason, p_holm=p_holm, p_against_holm=p_against_holm,
+                       family=family)
+
     def record(self) -> dict[str, Any]:
-        """JSON-ready numbers (non-finite as None)."""
+        """JSON-ready numbers (non-finite as None), the parts' included."""
         def plain(v: float | None) -> float | None:
             return None if v is None or not math.isfinite(v) else float(v)
 
         s = self.stats
         return {"effect": plain(s.effect), "ci95": [plain(s.ci95[0]), plain(s.ci95[1])],
-                "p_value": plain(s.p_value), "seeds": s.seeds, "floor": self.floor.record() if self.floor else None,
-                "paper_effect": plain(self.target), "seeds_needed": self.needed}
+                "p_value": plain(self.p), "p_holm": plain(self.p_holm), "p_against": plain(self.p_against),
+                "p_against_holm": plain(self.p_against_holm), "family": self.family, "seeds": s.seeds,
+                "floor": self.floor.record() if self.floor else None,
+                "target": self.target.record() if self.target else None, "seeds_needed": self.needed,
+                "decided_by": self.decided_by or None,
+                "parts": [{"what": p.what, "verdict": p.verdict, **{k: v for k, v in p.record().items()
+                                                                    if k not in ("parts", "family")}}
+                          for p in self.parts]}
 
 
-def _fmt(v: float) -> str:
-    return f"{v:.3g}" if math.isfinite(v) else "n/a"
-
-
-def judge(effects: Sequence[float], *, what: str, target: float | None = None, floor: Floor | None = None,
+def judge(effects: Sequence[float], *, what: str, target: Target | None = None, floor: Floor | None = None,
           preconditions: Sequence[str] = (), smoke: bool = False) -> Verdict:
     """The verdict of per-seed ``effects`` in the paper's direction (see the module docstring).
 
     Args:
         effects: per seed, the effect (positive: as the paper says).
         what: the effect in words, for the reason (``α_min 0.6 minus 1.0 in probe accuracy``).
-        target: the paper's effect in the lab's units (its relative effect times the lab's baseline), for the
-            "ruled out" rule and the seeds needed; None for a claim without a size.
+        target: the paper's effect (a rule in the paper's metric, or a note), None for a claim without a size.
         floor: what the arms must clear (failing it is a failed precondition).
         preconditions: the failed preconditions, each in words (empty: all hold).
         smoke: the smoke budget: report the numbers, judge nothing.
@@ -178,40 +326,67 @@ def judge(effects: Sequence[float], *, what: str, target: float | None = None, f
         mean = _fmt(float(np.mean(finite))) if finite else "n/a"
         failed.append(f"the measured arm ({mean}) is not above {floor.name} ({_fmt(floor.value)}"
                       + (f" + {_fmt(floor.margin)}" if floor.margin else "") + ")")
-    needed = seeds_needed(stats.sd, target) if target is not None else None
+    reach = target.reach if target is not None else math.nan
+    size = math.isfinite(reach) and reach > 0
+    p_against = stats.below(reach if size else 0.0)
+    wanted = reach if size else target.value if target is not None else math.nan
+    needed = seeds_needed(stats.sd, wanted)
+
+    def verdict(name: str, reason: str) -> Verdict:
+        return Verdict(name, reason, stats, floor, target, needed, p=stats.p_value, p_against=p_against, what=what)
+
     if smoke:
-        return Verdict("pipeline only", "smoke budget: it checks that the measurement runs; its models are too small "
-                       "and short to judge the claim", stats, floor, target, needed)
+        return verdict("pipeline only", "smoke budget: it checks that the measurement runs; its models are too small "
+                       "and short to judge the claim")
     if failed:
-        return Verdict("not measurable", "; ".join(failed), stats, floor, target, needed)
+        return verdict("not measurable", "; ".join(failed))
     words = f"{what}: {_fmt(stats.effect)}"
     if stats.seeds < 2:
-        return Verdict("inconclusive", f"{words} from one seed, which cannot be tested against seed noise", stats,
-                       floor, target, needed)
+        return verdict("inconclusive", f"{words} from one seed, which cannot be tested against seed noise")
     interval = f"95% CI [{_fmt(stats.ci95[0])}, {_fmt(stats.ci95[1])}], one-sided p = {_fmt(stats.p_value)}"
-    if stats.effect > 0 and stats.p_value < ALPHA:
-        return Verdict("holds", f"{words} ({interval}) over {stats.seeds} seeds", stats, floor, target, needed)
-    if stats.p_other < ALPHA:
-        return Verdict("differs", f"{words} ({interval}): significantly the other way over {stats.seeds} seeds",
-                       stats, floor, target, needed)
-    if target is not None and target > 0 and stats.ci95[1] < target:
-        return Verdict("differs", f"{words} ({interval}): the interval excludes the paper's effect, "
-                       f"{_fmt(target)} in these units", stats, floor, target, needed)
-    more = (f"; this seed noise would need about {needed} seeds to detect the paper's relative effect "
-            f"({_fmt(target)} here)" if needed else "")
-    return Verdict("inconclusive", f"{words} ({interval}): not significant over {stats.seeds} seeds{more}", stats,
-                   floor, target, needed)
+    paper = ""
+    if target is not None and size:
+        capped = f", capped by the headroom {_fmt(target.headroom)}" if target.headroom < target.value else ""
+        paper = f"the paper's effect {_fmt(target.value)} ({target.source}){capped}"
+    note = ""
+    if target is not None and not target.same_metric and stats.ci95[1] < target.value:
+        note = (f"; as a note only (the lab's metric is not the paper's): smaller than the paper's effect scaled to "
+                f"the lab's baseline, {_fmt(target.value)} ({target.source})")
+    if stats.p_value < ALPHA:
+        tail = f"; its size is below {paper}" if paper and p_against < AGAINST else ""
+        return verdict("holds", f"{words} ({interval}) over {stats.seeds} seeds{tail}{note}")
+    if p_against < AGAINST:
+        against = (f"the interval lies below {paper}, which this metric could show" if size
+                   else "the interval lies below zero: significantly the other way")
+        return verdict("differs", f"{words} ({interval}): {against} (p against = {_fmt(p_against)}) over "
+                       f"{stats.seeds} seeds")
+    more = (f"; this seed noise would need about {needed} seeds to detect {_fmt(wanted)}" if needed else "")
+    return verdict("inconclusive", f"{words} ({interval}): not significant over {stats.seeds} seeds{more}{note}")
 
 
 def combine(parts: Sequence[Verdict], what: str) -> Verdict:
-    """One verdict from several tests of one claim: not measurable if any is, differs if any does, holds if all do,
-    else inconclusive; its numbers are the first test's."""
-    names = [p.verdict for p in parts]
-    for verdict in ("pipeline only", "not measurable", "differs"):
-        if verdict in names:
-            break
+    """One verdict from several tests of one claim (see the module docstring): pipeline only if any is; differs if a
+    part's p against, times the number of parts, is below :data:`AGAINST`; else not measurable if any part is;
+    holds if all hold; else inconclusive. Its numbers are those of the part that decided."""
+    k = len(parts)
+    p = max((q.p for q in parts), default=math.nan) if all(math.isfinite(q.p) for q in parts) else math.nan
+    against = [q.p_against for q in parts if q.verdict in JUDGED and math.isfinite(q.p_against)]
+    p_against = min(1.0, k * min(against)) if against else math.nan
+    names = [q.verdict for q in parts]
+    if "pipeline only" in names:
+        decider, verdict = parts[0], "pipeline only"
+    elif math.isfinite(p_against) and p_against < AGAINST:
+        decider = min((q for q in parts if q.verdict in JUDGED), key=lambda q: q.p_against)
+        verdict = "differs"
+    elif "not measurable" in names:
+        decider, verdict = parts[names.index("not measurable")], "not measurable"
+    elif all(n == "holds" for n in names):
+        decider, verdict = max(parts, key=lambda q: q.p), "holds"
     else:
-        verdict = "holds" if all(n == "holds" for n in names) else "inconclusive"
-    reason = f"{what}: " + "; ".join(dict.fromkeys(p.reason for p in parts))  # a shared precondition, said once
-    first = parts[0]
-    return Verdict(verdict, reason, first.stats, first.floor, first.target, first.needed, list(parts))
+        decider, verdict = next(q for q in parts if q.verdict != "holds"), "inconclusive"
+    bonferroni = (f" (Bonferroni over {k} parts: p against = {_fmt(p_against)})" if verdict == "differs" else
+                  f" (each part's p below {ALPHA:g} is needed)" if verdict == "holds" and k > 1 else "")
+    reason = (f"{what}: decided by {decider.what}{bonferroni}; "
+              + "; ".join(dict.fromkeys(f"[{q.verdict}] {q.reason}" for q in parts)))
+    return Verdict(verdict, reason, decider.stats, decider.floor, decider.target, decider.needed, list(parts), p,
+                   p_against, decided_by=decider.what, what=what)
