@@ -31,7 +31,7 @@ from lab.jobs.publish import DiskSink, Publisher
 from lab.jobs.runner import checked_data, resolved, train_and_evaluate, uses_loader
 from lab.jobs.submit import EXECUTORS, Resources, SubmissionRefused, check_resources, submit_sweep
 from lab.nn.diffusion import SAMPLERS
-from lab.reports.alignment import alignment_report, format_alignment
+from lab.reports.alignment import alignment_report, collapse_report, format_alignment
 from lab.reports.diffusion_probe import diffusion_probe_report, format_diffusion_probe
 from lab.reports.fid import fid_report, fid_select_best, format_fid
 from lab.reports.probe import format_probe, probe_report
@@ -125,7 +125,9 @@ def _train_arguments(sub: argparse._SubParsersAction) -> None:
 def _analyze_arguments(sub: argparse._SubParsersAction) -> None:
     """The arguments of ``analyze alignment RUN``."""
     analyze = sub.add_parser("analyze", help="analyse a run's checkpoint into <run>/analysis/")
-    analyze.add_argument("analysis", choices=["alignment"], help="alignment: RA1-RA4 and NC1-NC4")
+    analyze.add_argument("analysis", choices=["alignment", "collapse"],
+                         help="alignment: RA1-RA4 and NC1-NC4; collapse: NC1-NC4 of the last layer at every checkpoint "
+                              "kept by train.save_every and at last (neural collapse over training)")
     analyze.add_argument("run", help="run id (in the runs folder) or a run folder's path")
     analyze.add_argument("--runs-dir", default=None)
     analyze.add_argument("--inputs", type=int, default=64, help="test inputs analysed (default 64)")
@@ -460,6 +462,12 @@ def _analyze(args: argparse.Namespace, store: RunStore) -> int:
         return 2
 
     def measure(run: Run) -> tuple[str, str]:
+        if args.analysis == "collapse":
+            curve = collapse_report(run, nc_inputs=args.nc_inputs)["curve"]
+            lines = [f"step {c['step']}: " + ", ".join(f"{k} {c[k]:.4g}" for k in ("nc1", "nc2_equinorm",
+                                                                                    "nc2_maxangle", "nc3", "nc4")
+                                                         if c[k] is not None) for c in curve]
+            return "\n".join(lines), f"wrote {run.analysis_path(layout.COLLAPSE)}"
         summary = alignment_report(run, inputs=args.inputs, k=args.k, nc_inputs=args.nc_inputs,
                                    checkpoint=args.checkpoint, fit_start=args.ra4_from - 1)
         return format_alignment(summary), (f"wrote {run.analysis_path(layout.ALIGNMENT)} and "

@@ -35,7 +35,7 @@ from lab.analysis.collapse import collapse_by_layer
 from lab.analysis.trajectories import project_trajectories, trajectory_stats
 from lab.hooks import eval_mode
 
-__all__ = ["NC_KEYS", "PAPER_K", "RA4_FIT_START", "SCALARS", "residual_alignment"]
+__all__ = ["NC_KEYS", "PAPER_K", "RA4_FIT_START", "SCALARS", "collapse_of", "residual_alignment"]
 
 NC_KEYS = ("nc1", "nc2_equinorm", "nc2_equiangular", "nc2_maxangle", "nc3", "nc4", "ncc_accuracy", "nc2_w_equinorm",
            "nc2_w_equiangular", "nc2_w_maxangle")  # the nc2_w_* (the classifier's rows) are NaN but at the last layer
@@ -60,8 +60,9 @@ def _pooled(h: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def _collapse(model: nn.Module, x: Tensor, y: Tensor) -> dict[str, np.ndarray]:
-    """NC1–NC4 of h_0 … h_L at inputs x (labels y), with the model's head as the last layer's classifier."""
+def collapse_of(model: nn.Module, x: Tensor, y: Tensor) -> dict[str, np.ndarray]:
+    """NC1–NC4 (:data:`NC_KEYS`, each ``[L+1]``) of h_0 … h_L at inputs x (labels y), with the model's head as the
+    last layer's classifier."""
     with eval_mode(model):
         states = model.forward_intermediates(x, intermediates_only=True)
         features = [_pooled(h) for h in states[:-1]]
@@ -138,7 +139,7 @@ def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: 
         traj_pca=pca_xy.numpy(), traj_gauss=gauss_xy.numpy(), labels=y.cpu().numpy().astype(np.int64),
         class_of_means=classes.numpy().astype(np.int64), traj_means_pca=means["pca"].numpy(),
         traj_means_gauss=means["gauss"].numpy(), straightness_per_input=traj["straightness_per_input"],
-        **_collapse(model, x if nc_x is None else nc_x, y if nc_y is None else nc_y),
+        **collapse_of(model, x if nc_x is None else nc_x, y if nc_y is None else nc_y),
     )
     scalars = {"align_offdiag": align_offdiag, "baseline_mean": float(stats["baseline"].double().mean()),
                "topk_ratio": topk_ratio, "inv_sigma1_slope": slope, "inv_sigma1_r2": r2, "fit_start": fit_start,

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from torch import nn
 
-from lab.analysis.residual_alignment import NC_KEYS, PAPER_K, RA4_FIT_START, SCALARS, residual_alignment
+from lab.analysis.residual_alignment import NC_KEYS, PAPER_K, RA4_FIT_START, SCALARS, collapse_of, residual_alignment
 from lab.config import ExperimentConfig
 from lab.data.toy2d import ToyData
 from lab.runs import layout
@@ -97,6 +97,27 @@ def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inp
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **out)
     atomic_write_bytes(run.analysis_path(layout.ALIGNMENT_ARRAYS), buffer.getvalue())
+    return summary
+
+
+def collapse_report(run: Run, *, nc_inputs: int = 500) -> dict[str, Any]:
+    """NC1–NC4 of the last layer (the head as classifier) at every checkpoint the run kept (``train.save_every``)
+    and at ``last``, on its first ``nc_inputs`` training inputs: neural collapse over training, as *Residual
+    Alignment*'s Figure 7 follows it. Written to ``analysis/collapse.json``.
+
+    Returns:
+        ``curve``: one ``{"step": …, <NC key>: value}`` per checkpoint, by step (NaN as None); ``nc_inputs``.
+
+    Raises:
+        CheckpointError: a checkpoint is missing, corrupt or does not fit the model.
+    """
+    curve = {}
+    for name in [*run.saved_checkpoints(), "last"]:
+        _, model, data, step = load_trained(run, name)
+        nc = collapse_of(model, data.x_train[:nc_inputs], data.y_train[:nc_inputs])
+        curve[step] = {"step": step, **{key: _plain(values[-1]) for key, values in nc.items()}}
+    summary = {"curve": [curve[s] for s in sorted(curve)], "nc_inputs": min(nc_inputs, len(data.x_train))}
+    atomic_write_json(run.analysis_path(layout.COLLAPSE), summary)
     return summary
 
 

@@ -3,15 +3,18 @@
 One experiment per model type — the fully-connected ResNet (Type 4, 8 post-activation blocks) and a convolutional
 one (8 basic blocks in one stage) — trained with and without skip connections for each seed (the two arms share
 the seed, so every effect is a paired difference), then analysed as ``python -m lab analyze alignment`` does
-(:func:`lab.reports.alignment.alignment_report`: K = 30, RA4 fitted from block 5). Neural collapse is also followed
-over training: NC1 of the last layer's features on fixed training inputs after every epoch
-(:class:`CollapseOverTraining`), as the paper's Figure 7 follows it over 350 epochs.
+(:func:`lab.reports.alignment.alignment_report`: K = 30, RA4 fitted from block 5, over the 8 blocks after it).
+Neural collapse is also followed over training: NC1–NC4 of the last layer's features on fixed training inputs after
+every epoch (:class:`CollapseOverTraining`), as the paper's Figure 7 follows them over 350 epochs.
 
 The claims, each in the paper's direction: RA1 straighter and more equally spaced trajectories with skips than
 without; RA2 alignment above the random baseline and above the network without skips; RA3 (stated for
 fully-connected ResNets, so measured on the FC one only) a sharper drop of the spectrum after the top C singular
-values with skips; RA4 1/σ₁ rising linearly with depth; Figure 7 a lower NC1 at the end of training with skips
-(where RA occurs) than without. Every claim needs both networks to have learned (test accuracy well above chance).
+values with skips; RA4 1/σ₁ rising with depth (slope > 0, its interval printed beside the paper's 0.992), linear
+(mean R² ≥ 0.8 over more than 4 fitted blocks) and more linear than without skips; Figure 7 NC1–NC4 falling over
+training (the last value against the first, on the paper's log scale) in the network with skips where it shows RA2;
+the skip/no-skip contrast of NC is reported, not judged. Every claim needs both networks to have learned (test
+accuracy well above chance).
 """
 
 from __future__ import annotations
@@ -23,12 +26,11 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from lab.analysis.collapse import collapse_metrics
-from lab.hooks import eval_mode
+from lab.analysis.residual_alignment import collapse_of
 from lab.reports.alignment import alignment_report
 from lab.reproduce.claims import Claim, Curves, Result, mean_sd
 from lab.reproduce.runs import command, config, train
-from lab.reproduce.verdict import Floor, combine, judge
+from lab.reproduce.verdict import Floor, Verdict, combine, judge
 from lab.runs.store import RunStore
 from lab.train.build import build_data
 from lab.train.core import Callback, TrainerView
@@ -51,26 +53,36 @@ CLAIMS = {
                  "log of (mean top-C σ / mean next-C σ), with skips minus without", PAPER_SCALE),
     "ra4": Claim("alignment.ra4", P, "Figure 4b", "RA4: the top singular value of block i scales as 1/i after RA "
                  "begins", "1/σ₁ linear in depth post block 5, slope 0.992",
-                 "least-squares slope of 1/σ₁ against the block index from block 5 (with skips), its R² as the "
-                 "floor", PAPER_SCALE),
+                 "judged: the least-squares slope of 1/σ₁ against the block index from block 5 (with skips) above 0, "
+                 "and its R² above the network without skips, with a mean R² of at least 0.8 over more than 4 "
+                 "fitted blocks as the floor; the slope's interval is printed beside the paper's 0.992, not judged",
+                 PAPER_SCALE),
     "nc": Claim("alignment.nc", P, "Figure 7", "neural collapse emerges over training in networks that show residual "
-                "alignment", "NC1 falls over 350 epochs (Type 4a on MNIST) while RA emerges",
-                "log10 NC1 of the last layer at the end of training, without skips minus with (NC1 after every "
-                "epoch drawn), where the network with skips shows RA2", PAPER_SCALE),
+                "alignment", "NC1–NC4 fall over 350 epochs (Type 4a on MNIST) while RA emerges",
+                "per seed, log10 of NC1, NC2 (equinorm and maximal equiangularity of the class means), NC3 and NC4 "
+                "of the last layer at the first evaluation minus at the last, in the network with skips, where it "
+                "shows RA2 (its alignment above the random bases); the network without skips reported beside it, "
+                "not judged", PAPER_SCALE),
 }
 SIZES = {  # per budget: training epochs, analysed inputs, FC width and depth, conv channels and blocks
     "smoke": {"epochs": 2, "inputs": 12, "width": 24, "depth": 6, "channels": 4, "blocks": 6, "nc_inputs": 100},
-    "cpu": {"epochs": 30, "inputs": 64, "width": 128, "depth": 8, "channels": 8, "blocks": 8, "nc_inputs": 500},
+    "cpu": {"epochs": 30, "inputs": 64, "width": 128, "depth": 12, "channels": 8, "blocks": 12, "nc_inputs": 500},
 }
 LEARNED = 0.5
 """The test accuracy both networks must reach (ten digits: chance is 0.1) for a comparison of them to mean anything."""
+NC_FIGURE7 = {"nc1": "NC1", "nc2_equinorm": "NC2 equinorm", "nc2_maxangle": "NC2 max-angle", "nc3": "NC3",
+              "nc4": "NC4"}
+"""The neural-collapse measures Figure 7 follows over training (:mod:`lab.analysis.collapse`), judged one by one."""
+RA4_R2, RA4_BLOCKS = 0.8, 5
+"""RA4's floor: a mean R² of at least this, over at least this many fitted blocks."""
 
 
 class CollapseOverTraining(Callback):
-    """NC1 of the last layer's features (``forward_features``) on fixed inputs after every evaluation.
+    """NC1–NC4 of the last layer (its pooled features, the head as classifier) on fixed inputs after every evaluation.
 
     Attributes:
-        curve: ``(step, NC1)`` per evaluation.
+        curve: ``(step, {NC key: value})`` per evaluation, the keys of
+            :data:`~lab.analysis.residual_alignment.NC_KEYS`.
     """
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
@@ -79,9 +91,8 @@ class CollapseOverTraining(Callback):
     @torch.no_grad()
     def on_eval_end(self, trainer: TrainerView, metrics: dict[str, float]) -> None:
         model = trainer.model
-        with eval_mode(model):
-            h = model.forward_features(self.x.to(next(model.parameters()).device)).flatten(1)
-        self.curve.append((trainer.step, collapse_metrics(h, self.y)["nc1"]))
+        nc = collapse_of(model, self.x.to(next(model.parameters()).device), self.y)
+        self.curve.append((trainer.step, {key: float(v[-1]) for key, v in nc.items()}))
 
 
 def _model_overrides(kind: str, sizes: dict) -> list[str]:
@@ -99,7 +110,7 @@ def scale(kind: str, budget: str) -> str:
     return f"{model}, scikit-learn digits (1,347 training images of 8 × 8), {s['epochs']} epochs of SGD"
 
 
-def _values(reports: list[dict], key: str) -> list[float]:
+def report_values(reports: list[dict], key: str) -> list[float]:
     """``key`` of each alignment report (None as NaN)."""
     return [math.nan if r.get(key) is None else float(r[key]) for r in reports]
 
@@ -110,13 +121,13 @@ def _diff(with_: list[float], without: list[float]) -> list[float]:
 
 
 def _train_pairs(kind: str, sizes: dict[str, int], seeds: int, store: RunStore, tick: Callable[[], None]
-                 ) -> tuple[dict[str, list[dict]], dict[str, list[list[tuple[int, float]]]], dict[str, list[float]],
+                 ) -> tuple[dict[str, list[dict]], dict[str, list[Curve]], dict[str, list[float]],
                             list[str]]:
     """Train the network with skips (``identity``) and without (``none``) for every seed, and analyse each: per
     shortcut, the alignment reports, the NC1 curves over training and the test accuracies; and the commands that do
     the same (seed 0's)."""
     reports: dict[str, list[dict]] = {"identity": [], "none": []}
-    curves: dict[str, list[list[tuple[int, float]]]] = {"identity": [], "none": []}
+    curves: dict[str, list[Curve]] = {"identity": [], "none": []}
     accuracy: dict[str, list[float]] = {"identity": [], "none": []}
     commands: list[str] = []
     for seed in range(seeds):
@@ -157,7 +168,11 @@ def measure(kind: str, budget: str, seeds: int, store: RunStore,
                   budget == "smoke")
 
 
-def judged(kind: str, reports: dict[str, list[dict]], curves: dict[str, list[list[tuple[int, float]]]],
+Curve = list[tuple[int, dict[str, float]]]
+"""NC of the last layer over training: ``(step, {NC key: value})`` per evaluation (or kept checkpoint)."""
+
+
+def judged(kind: str, reports: dict[str, list[dict]], curves: dict[str, list[Curve]] | None,
            accuracy: dict[str, list[float]], setting: str, commands: list[str], seconds: float, smoke: bool
            ) -> list[Result]:
     """The claims of :func:`claims_of` for ``kind`` from the analysed pairs, whatever their scale.
@@ -165,7 +180,8 @@ def judged(kind: str, reports: dict[str, list[dict]], curves: dict[str, list[lis
     Args:
         kind: ``fc`` or ``conv``.
         reports: per shortcut (``identity``, ``none``), one alignment report per seed (``analysis/alignment.json``).
-        curves: per shortcut, per seed, NC1 of the last layer over training as ``(step, NC1)``.
+        curves: per shortcut, per seed, NC of the last layer over training (:data:`Curve`); None: Figure 7 is not
+            judged from these runs (the full-scale budgets follow it on its own runs, :func:`nc_result`).
         accuracy: per shortcut, per seed, the final test accuracy.
         setting: the lab's setting, in words.
         commands: the commands that reproduce it.
@@ -185,8 +201,8 @@ def judged(kind: str, reports: dict[str, list[dict]], curves: dict[str, list[lis
                       text, verdict, setting, commands, seconds, figure)
 
     out = []
-    s_with, s_without = _values(skip, "straightness"), _values(plain, "straightness")
-    cv_with, cv_without = _values(skip, "spacing_cv"), _values(plain, "spacing_cv")
+    s_with, s_without = report_values(skip, "straightness"), report_values(plain, "straightness")
+    cv_with, cv_without = report_values(skip, "spacing_cv"), report_values(plain, "spacing_cv")
     out.append(result("ra1", {"straightness with skips": s_with, "straightness without skips": s_without,
                               "spacing CV with skips": cv_with, "spacing CV without skips": cv_without},
                       f"straightness {mean_sd(s_with)} with skips, {mean_sd(s_without)} without; step-length CV "
@@ -195,8 +211,8 @@ def judged(kind: str, reports: dict[str, list[dict]], curves: dict[str, list[lis
                                      preconditions=learned, smoke=smoke),
                                judge(_diff(cv_without, cv_with), what="step-length CV, without skips minus with",
                                      preconditions=learned, smoke=smoke)], "straight and equally spaced")))
-    a_with, a_without = _values(skip, "align_offdiag"), _values(plain, "align_offdiag")
-    base = _values(skip, "baseline_mean")
+    a_with, a_without = report_values(skip, "align_offdiag"), report_values(plain, "align_offdiag")
+    base = report_values(skip, "baseline_mean")
     out.append(result("ra2", {"with skips": a_with, "without skips": a_without, "random bases": base},
                       f"{mean_sd(a_with)} with skips, {mean_sd(a_without)} without, random bases {mean_sd(base)}",
                       combine([judge(_diff(a_with, base), what="alignment with skips minus the random baseline",
@@ -204,14 +220,15 @@ def judged(kind: str, reports: dict[str, list[dict]], curves: dict[str, list[lis
                                judge(_diff(a_with, a_without), what="alignment with skips minus without",
                                      preconditions=learned, smoke=smoke)], "aligned, and not without skips")))
     if "ra3" in claims:
-        r_with, r_without = _values(skip, "topk_ratio"), _values(plain, "topk_ratio")
+        r_with, r_without = report_values(skip, "topk_ratio"), report_values(plain, "topk_ratio")
         log_gap = [math.log(a) - math.log(b) if a > 0 and b > 0 else math.nan
                    for a, b in zip(r_with, r_without, strict=True)]
         out.append(result("ra3", {"with skips": r_with, "without skips": r_without},
                           f"top-C σ / next σ = {mean_sd(r_with)} with skips, {mean_sd(r_without)} without",
                           judge(log_gap, what="log spectral drop after C, with skips minus without",
                                 preconditions=learned, smoke=smoke)))
-    slope, r2 = _values(skip, "inv_sigma1_slope"), _values(skip, "inv_sigma1_r2")
+    slope, r2 = report_values(skip, "inv_sigma1_slope"), report_values(skip, "inv_sigma1_r2")
+    slope_without, r2_without = report_values(plain, "inv_sigma1_slope"), report_values(plain, "inv_sigma1_r2")
     fit_from = skip[0]["ra4_fit_from"]
     blocks = list(range(1, len(skip[0]["inv_sigma"]) + 1))
     fitted = blocks[fit_from - 1:]
@@ -219,27 +236,95 @@ def judged(kind: str, reports: dict[str, list[dict]], curves: dict[str, list[lis
                     {"with skips": (blocks, skip[0]["inv_sigma"]),
                      f"least squares from block {fitted[0]}": (fitted, skip[0]["inv_sigma_fit"][fitted[0] - 1:]),
                      "without skips": (blocks, plain[0]["inv_sigma"])})
-    out.append(result("ra4", {"slope": slope, "r2": r2, "slope without skips": _values(plain, "inv_sigma1_slope")},
-                      f"slope {mean_sd(slope)}, R² {mean_sd(r2)} from block {fit_from} over "
-                      f"{len(blocks) - fit_from + 1} blocks (without skips: slope "
-                      f"{mean_sd(_values(plain, 'inv_sigma1_slope'))})",
-                      judge(slope, what="slope of 1/σ₁ against depth", smoke=smoke, preconditions=learned,
-                            floor=Floor("a linear fit (R²)", 0.8, tuple(r2))), figure))
-    nc_with = [math.log10(c[-1][1]) if c and c[-1][1] > 0 else math.nan for c in curves["identity"]]
-    nc_without = [math.log10(c[-1][1]) if c and c[-1][1] > 0 else math.nan for c in curves["none"]]
-    steps = [s for s, _ in curves["identity"][0]]
-    nc_figure = Curves(f"NC1 of the last layer over training ({tag}, seed 0)", "step", "NC1",
-                       {"with skips": (steps, [v for _, v in curves["identity"][0]]),
-                        "without skips": ([s for s, _ in curves["none"][0]], [v for _, v in curves["none"][0]])},
-                       log_y=True)
-    out.append(result("nc", {"log10 NC1 with skips": nc_with, "log10 NC1 without skips": nc_without,
-                             "alignment with skips": a_with, "random bases": base},
-                      f"final NC1 10^{mean_sd(nc_with)} with skips, 10^{mean_sd(nc_without)} without",
-                      judge(_diff(nc_without, nc_with), what="log10 NC1 at the end, without skips minus with",
-                            preconditions=learned, smoke=smoke,
-                            floor=Floor("the random-basis alignment (RA must occur with skips)",
-                                        float(np.nanmean(base)), tuple(a_with))), nc_figure))
+    ra4 = ra4_verdict(slope, r2, r2_without, len(fitted), learned, smoke)
+    interval = ra4.parts[0].stats.ci95 if ra4.parts else (math.nan, math.nan)
+    out.append(result("ra4", {"slope": slope, "r2": r2, "slope without skips": slope_without,
+                              "r2 without skips": r2_without},
+                      f"slope {mean_sd(slope)} (95% CI [{interval[0]:.3g}, {interval[1]:.3g}]; the paper's 0.992, "
+                      f"not judged), R² {mean_sd(r2)} from block {fit_from} over {len(fitted)} blocks; without skips "
+                      f"slope {mean_sd(slope_without)}, R² {mean_sd(r2_without)}", ra4, figure))
+    if curves is not None:
+        out.append(nc_result(claims["nc"], curves, a_with, base, learned, smoke, setting, commands, seconds,
+                             {"test accuracy with skips": accuracy["identity"],
+                              "test accuracy without skips": accuracy["none"]}))
     return out
+
+
+def nc_result(claim: Claim, curves: dict[str, list[Curve]], a_with: list[float], base: list[float],
+              learned: list[str], smoke: bool, setting: str, commands: list[str], seconds: float,
+              extra: dict[str, list[float]]) -> Result:
+    """Figure 7's result from NC over training (per shortcut, ``identity`` and, reported beside, ``none``; per seed a
+    :data:`Curve`) and the RA2 alignment with skips and of random bases per seed."""
+    early, late = ({key: [_log_nc(key, c[index][1].get(key)) if c else math.nan for c in curves["identity"]]
+                    for key in NC_FIGURE7} for index in (0, -1))
+    without = curves.get("none", [])
+    late_without = {key: [_log_nc(key, c[-1][1].get(key)) if c else math.nan for c in without] for key in NC_FIGURE7}
+    curve = curves["identity"][0]
+    steps = [s for s, _ in curve]
+    series = {name: (steps, [max(v.get(key, math.nan), NC_SMALLEST[key]) for _, v in curve])
+              for key, name in NC_FIGURE7.items()}
+    if without:
+        series["NC1 without skips"] = ([s for s, _ in without[0]], [v.get("nc1", math.nan) for _, v in without[0]])
+    figure = Curves("NC of the last layer over training, with skips (seed 0)", "step", "value", series, log_y=True)
+    values = {**{f"log10 {NC_FIGURE7[k]} first, with skips": v for k, v in early.items()},
+              **{f"log10 {NC_FIGURE7[k]} last, with skips": v for k, v in late.items()},
+              **({f"log10 {NC_FIGURE7[k]} last, without skips": v for k, v in late_without.items()} if without else {}),
+              "alignment with skips": a_with, "random bases": base, **extra}
+    text = "; ".join(f"{NC_FIGURE7[k]} 10^{mean_sd(early[k])} → 10^{mean_sd(late[k])} with skips"
+                     + (f" (10^{mean_sd(late_without[k])} without)" if without else "") for k in NC_FIGURE7)
+    return Result(claim, values, text, nc_verdict(early, late, a_with, base, learned, smoke), setting, commands,
+                  seconds, figure)
+
+
+NC_SMALLEST = {key: 1e-3 if key == "nc4" else 1e-12 for key in NC_FIGURE7}
+"""Below these, NC reads as these (its log is finite): NC4, a share of inputs, below one in a thousand."""
+
+
+def _log_nc(key: str, value: float | None) -> float:
+    """log10 of an NC measure, floored at :data:`NC_SMALLEST` (NaN when missing)."""
+    if value is None or not math.isfinite(value):
+        return math.nan
+    return math.log10(max(value, NC_SMALLEST[key]))
+
+
+def ra4_verdict(slope: list[float], r2: list[float], r2_without: list[float], fitted: int, learned: list[str],
+                smoke: bool = False) -> Verdict:
+    """RA4's verdict from per-seed fits of 1/σ₁ against the block index: the slope with skips above 0, and its R²
+    above the network's without skips, paired by seed; the floor is a mean R² of at least :data:`RA4_R2` over at
+    least :data:`RA4_BLOCKS` fitted blocks.
+
+    Args:
+        slope, r2: per seed, the fit's slope and R² with skips.
+        r2_without: per seed, the R² of the same fit without skips.
+        fitted: blocks in the fit.
+        learned: failed preconditions (networks that did not learn).
+        smoke: judge nothing.
+    """
+    short = [f"the fit covers {fitted} blocks; a test of linearity needs at least {RA4_BLOCKS}"] \
+        if fitted < RA4_BLOCKS else []
+    floor = Floor("a linear fit (mean R²)", RA4_R2, tuple(r2))
+    return combine([judge(slope, what="slope of 1/σ₁ against depth, with skips", floor=floor,
+                          preconditions=[*learned, *short], smoke=smoke),
+                    judge(_diff(r2, r2_without), what="R² of that fit, with skips minus without", floor=floor,
+                          preconditions=[*learned, *short], smoke=smoke)], "1/σ₁ rising linearly with depth")
+
+
+def nc_verdict(early: dict[str, list[float]], late: dict[str, list[float]], a_with: list[float], base: list[float],
+               learned: list[str], smoke: bool = False) -> Verdict:
+    """Figure 7's verdict: each NC measure of :data:`NC_FIGURE7` falls over training in the network with skips (per
+    seed, log10 at the first evaluation minus at the last), where that network shows RA2 (its alignment above the
+    random bases).
+
+    Args:
+        early, late: per NC key, per seed, log10 of the measure at the first and the last evaluation.
+        a_with, base: per seed, the RA2 alignment with skips and of random bases.
+        learned: failed preconditions (networks that did not learn).
+        smoke: judge nothing.
+    """
+    ra = Floor("the random-basis alignment (RA must occur with skips)", float(np.nanmean(base)), tuple(a_with))
+    return combine([judge(_diff(early[key], late[key]), what=f"log10 {name}, first minus last", floor=ra,
+                          preconditions=learned, smoke=smoke) for key, name in NC_FIGURE7.items()],
+                   "NC1–NC4 falling over training")
 
 
 def claims_of(kind: str) -> list[Claim]:

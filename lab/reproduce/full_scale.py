@@ -27,7 +27,7 @@ from pathlib import Path
 
 from lab.reproduce import alignment, decayed, droppath, toy_mae
 from lab.reproduce.claims import Claim, Result, mean, mean_sd
-from lab.reproduce.verdict import Floor, combine, judge
+from lab.reproduce.verdict import Floor, Target, combine, judge
 from lab.runs import layout
 from lab.runs.entries import LIMITS, read_json
 from lab.runs.store import Run
@@ -231,18 +231,20 @@ def _mae_collect(budget: str, runs: Runs, planned: list[PlannedRun]) -> list[Res
     claim2, claim3a, claim3b, claim6c = MAE_CLAIMS
     out = [Result(claim2, {f"α_min {a:g}": probes(f"a{a:g}") for a in alphas} | {"gain": gain},
                   f"probe {mean_sd(base)} at α_min 1.0, {mean_sd(decayed06)} at 0.6 (gain {mean_sd(gain)})",
-                  judge(gain, what="probe accuracy, α_min 0.6 minus 1.0", target=claim2.relative * mean(base),
-                        floor=chance, smoke=smoke), setting, commands)]
+                  decayed.mae_verdict(base, decayed06, smoke, chance=0.01), setting, commands)]
     plain = probes("a0.6-nounet")
     unet = [a - b for a, b in zip(decayed06, plain, strict=True)]
     out.append(Result(claim3a, {"with U-Net skips": decayed06, "without": plain, "gain": unet},
                       f"probe {mean_sd(decayed06)} with U-Net skips, {mean_sd(plain)} without (α_min 0.6)",
                       judge(unet, what="probe accuracy, with U-Net skips minus without",
-                            target=claim3a.relative * mean(plain), floor=chance, smoke=smoke), setting, commands))
+                            target=Target.accuracy((83.6 - 61.5) / 100, toy_mae.TABLE3["unet"], plain), floor=chance,
+                            smoke=smoke), setting, commands))
     both, branch = probes("scaled_both"), probes("scaled_branch")
     parts = [judge([d - c for d, c in zip(decayed06, control, strict=True)], what=f"decayed minus {name}",
-                   target=claim3b.relative * mean(control), floor=chance, smoke=smoke)
-             for name, control in (("√0.5 (x + f(x))", both), ("x + √0.5 f(x)", branch))]
+                   target=Target.accuracy((83.6 - paper) / 100, toy_mae.TABLE3[key], control), floor=chance,
+                   smoke=smoke)
+             for name, key, paper, control in (("√0.5 (x + f(x))", "scaled_both", 82.6, both),
+                                               ("x + √0.5 f(x)", "scaled_branch", 76.9, branch))]
     out.append(Result(claim3b, {"decayed α_min 0.6": decayed06, "√0.5 (x + f(x))": both, "x + √0.5 f(x)": branch},
                       f"probe {mean_sd(decayed06)} decayed, {mean_sd(both)} √0.5 (x + f(x)), {mean_sd(branch)} "
                       "x + √0.5 f(x)", combine(parts, "above both controls"), setting, commands))
@@ -267,6 +269,10 @@ UVIT_SIZES = {"gpu": (), "gpu1": ("train.max_steps=50000", "train.save_every=100
                            "train.log_every=1")}
 UVIT_STEPS = {"gpu": 500_000, "gpu1": 50_000}
 UVIT_CLAIMS = (decayed.CLAIMS["diffusion_fid"], decayed.CLAIMS["diffusion_probe"])
+UVIT_ALPHAS = (1.0, 0.8, 0.7, 0.6)
+"""Table 4's α_min, every arm zero-initialised as the authors' code; the claims compare 0.7 with 1.0."""
+UVIT_PLAIN = "plain"
+"""The extra arm: the standard U-ViT (α_min 1.0, no zero-initialisation), reported beside the others."""
 
 
 def _uvit_plan(budget: str, seeds: int, data: dict[str, Path]) -> tuple[list[PlannedRun], dict[str, str]]:
@@ -283,7 +289,8 @@ def _uvit_plan(budget: str, seeds: int, data: dict[str, Path]) -> tuple[list[Pla
                            str(data["inception"]), *fid, "--no-progress"), layout.FID))
     else:
         missing[UVIT_CLAIMS[0].id] = needs("inception")
-    arms = [("a0.7", ("model.alpha_min=0.7",)), ("a1", ("model.alpha_min=1.0", "model.zero_init=false"))]
+    arms = [*((f"a{a:g}", (f"model.alpha_min={a:g}",)) for a in UVIT_ALPHAS),
+            (UVIT_PLAIN, ("model.alpha_min=1.0", "model.zero_init=false"))]
     images = UVIT_STEPS.get(budget, 6) * 128
     runs = [PlannedRun(f"uvit-{arm}-s{seed}", "uvit_small_cifar100",
                        (f"data.root={data['cifar100']}", *settings, *UVIT_SIZES[budget], f"model.seed={seed}",
@@ -308,30 +315,36 @@ def _uvit_collect(budget: str, runs: Runs, planned: list[PlannedRun]) -> list[Re
 
     setting, commands = _setting(planned, "uvit-"), seed0_commands(planned, "uvit-")
     fid_claim, probe_claim = UVIT_CLAIMS
+    arms = [*(f"a{a:g}" for a in UVIT_ALPHAS), UVIT_PLAIN]
+    names = {arm: "standard U-ViT (α_min 1.0, no zero-init)" if arm == UVIT_PLAIN else f"α_min {arm[1:]}"
+             for arm in arms}
+    has_fid = any(s.output == layout.FID for p in planned for s in p.steps)
+    fids = {arm: read(arm, layout.FID, "value") for arm in arms} if has_fid else {}
+    deep = {arm: read(arm, layout.DIFFUSION_PROBE, "deep_top1") for arm in arms}
+    pair = {1.0: "a1", 0.7: "a0.7"}
+    fid_verdict, probe_verdict = decayed.diffusion_verdicts(
+        {a: fids.get(arm, [math.nan] * len(seeds)) for a, arm in pair.items()},
+        {a: deep[arm] for a, arm in pair.items()}, smoke, digits_fd=False)
     out = []
-    if any(s.output == layout.FID for p in planned for s in p.steps):
-        fid1, fid7 = read("a1", layout.FID, "value"), read("a0.7", layout.FID, "value")
-        better = [a - b for a, b in zip(fid1, fid7, strict=True)]
-        out.append(Result(fid_claim, {"α_min 1.0": fid1, "α_min 0.7": fid7, "improvement": better},
-                          f"FID {mean_sd(fid1)} at α_min 1.0, {mean_sd(fid7)} at 0.7 (lower by {mean_sd(better)})",
-                          judge(better, what="FID, α_min 1.0 minus 0.7", target=fid_claim.relative * mean(fid1),
-                                smoke=smoke), setting, commands))
-    deep1, deep7 = read("a1", layout.DIFFUSION_PROBE, "deep_top1"), read("a0.7", layout.DIFFUSION_PROBE, "deep_top1")
-    gain = [b - a for a, b in zip(deep1, deep7, strict=True)]
-    out.append(Result(probe_claim, {"deepest blocks, α_min 1.0": deep1, "deepest blocks, α_min 0.7": deep7,
-                                    "best cell, α_min 1.0": read("a1", layout.DIFFUSION_PROBE, "top1"),
-                                    "best cell, α_min 0.7": read("a0.7", layout.DIFFUSION_PROBE, "top1")},
-                      f"deepest-block probe {mean_sd(deep1)} at α_min 1.0, {mean_sd(deep7)} at 0.7",
-                      judge(gain, what="deepest-block probe, α_min 0.7 minus 1.0",
-                            target=probe_claim.relative * mean(deep1),
-                            floor=Floor("chance (1/100) + 0.05", 0.01, tuple(deep1), 0.05), smoke=smoke),
-                      setting, commands))
+    if has_fid:
+        out.append(Result(fid_claim, {f"FID, {names[arm]}": v for arm, v in fids.items()},
+                          "FID " + ", ".join(f"{mean_sd(v)} at {names[arm]}" for arm, v in fids.items()),
+                          fid_verdict, setting, commands))
+    out.append(Result(probe_claim, {f"deepest blocks, {names[arm]}": v for arm, v in deep.items()}
+                      | {f"best cell, {names[arm]}": read(arm, layout.DIFFUSION_PROBE, "top1") for arm in arms},
+                      "deepest-block probe " + ", ".join(f"{mean_sd(v)} at {names[arm]}" for arm, v in deep.items()),
+                      probe_verdict, setting, commands))
     return out
 
 
 # -- ResidualDroppath: Table 1 -------------------------------------------------------------------------------------
 
 TABLE1 = {"mnist": "resnet50_rdp_mnist", "cifar10": "resnet50d_rdp_cifar10", "imagenet": "resnet50d_rdp_in1k"}
+TABLE1_ROWS = {"mnist": ("mnist", "ResNet50"), "cifar10": ("cifar10", "ResNet50d"),
+               "imagenet": ("imagenet", "ResNet50d")}
+"""The paper's row (:data:`lab.reproduce.droppath.TABLE1_ROWS`) of the model each config trains."""
+TABLE1_SEEDS = 5
+"""Table 1's seeds, as the paper's (MNIST and CIFAR-10; ImageNet-1k had one, the lab keeps five)."""
 TABLE1_EPOCHS = {"gpu": {"mnist": 100, "cifar10": 200, "imagenet": 300}, "gpu1": {"mnist": 5, "cifar10": 15}}
 TABLE1_TEST = ("train.epochs=1", "train.warmup_epochs=0", "train.warmup_steps=1", "train.batch_size=8",
                "data.workers=0", "train.log_every=1")
@@ -344,6 +357,7 @@ def _table1_plan(budget: str, seeds: int, data: dict[str, Path]) -> tuple[list[P
     if not sets:
         return [], {droppath.CLAIMS["table1"].id: needs(*TABLE1_PROCESSES[budget]).replace(" and ", " or ")}
     test = budget == "gpu-test"
+    seeds = seeds if test else max(seeds, TABLE1_SEEDS)
     runs = []
     for name in sets:
         size = TABLE1_TEST if test else (f"train.epochs={TABLE1_EPOCHS[budget][name]}",)
@@ -361,22 +375,16 @@ def _table1_plan(budget: str, seeds: int, data: dict[str, Path]) -> tuple[list[P
 
 def _table1_collect(budget: str, runs: Runs, planned: list[PlannedRun]) -> list[Result]:
     claim = droppath.CLAIMS["table1"]
-    smoke = budget == "gpu-test"
     seeds = seeds_of(planned)
     sets = [d for d in TABLE1 if any(p.key.startswith(f"table1-{d}-") for p in planned)]
-    values, parts, texts = {}, [], []
-    for name in sets:
-        acc = {label: [test_accuracy(runs.get(f"table1-{name}-{mode}-s{s}")) for s in seeds]
-               for label, mode in droppath.MODES.items()}
-        values |= {f"{name} {label}": v for label, v in acc.items()}
-        texts.append(f"{name}: " + ", ".join(f"{label} {mean_sd(v, 4)}" for label, v in acc.items()))
-        chance = 1 / (1000 if name == "imagenet" else 10)
-        parts += [judge([o - b for o, b in zip(acc["Ours"], acc[other], strict=True)], what=f"{name}: Ours minus "
-                        f"{other}", target=claim.relative * mean(acc[other]), smoke=smoke,
-                        floor=Floor(f"chance ({chance:g}) + 0.1", chance, tuple(acc[other]), 0.1))
-                  for other in ("Droppath", "Standard")]
-    return [Result(claim, values, "; ".join(texts), combine(parts, "the highest mean accuracy on every data set"),
-                   _setting(planned, "table1-"), seed0_commands(planned, "table1-"))]
+    acc = {name: {label: [test_accuracy(runs.get(f"table1-{name}-{mode}-s{s}")) for s in seeds]
+                  for label, mode in droppath.MODES.items()} for name in sets}
+    texts = [f"{name}: " + ", ".join(f"{label} {mean_sd(v, 4)}" for label, v in arms.items())
+             for name, arms in acc.items()]
+    values = {f"{name} {label}": v for name, arms in acc.items() for label, v in arms.items()}
+    verdict = droppath.table1_verdict(acc, {name: TABLE1_ROWS[name] for name in sets}, budget == "gpu-test")
+    return [Result(claim, values, "; ".join(texts), verdict, _setting(planned, "table1-"),
+                   seed0_commands(planned, "table1-"))]
 
 
 # -- Residual Alignment: RA1–RA4 and neural collapse ---------------------------------------------------------------
@@ -392,7 +400,7 @@ def _ra_plan(kind: str) -> Callable[[str, int, dict[str, Path]], tuple[list[Plan
 
     def plan(budget: str, seeds: int, data: dict[str, Path]) -> tuple[list[PlannedRun], dict[str, str]]:
         if dataset not in data:
-            return [], {c.id: needs(dataset) for c in alignment.claims_of(kind)}
+            return [], {c.id: needs(dataset) for c in _ra_claims(kind)}
         test = budget == "gpu-test"
         size = (RA_TEST if kind == "fc" else RA_TEST_CONV) if test else (f"train.epochs={RA_EPOCHS[budget]}",)
         analyze = Step(("analyze", "alignment", "{run}", *(("--inputs", "8", "--nc-inputs", "32") if test else ())),
@@ -406,25 +414,71 @@ def _ra_plan(kind: str) -> Callable[[str, int, dict[str, Path]], tuple[list[Plan
     return plan
 
 
+def _ra_claims(kind: str) -> tuple[Claim, ...]:
+    """RA1–RA4 of ``kind``: Figure 7 is followed on its own runs (:func:`_nc_plan`)."""
+    return tuple(c for c in alignment.claims_of(kind) if not c.id.startswith(NC_CLAIM_PREFIX))
+
+
 def _ra_collect(kind: str) -> Callable[[str, Runs, list[PlannedRun]], list[Result]]:
     def collect(budget: str, runs: Runs, planned: list[PlannedRun]) -> list[Result]:
         seeds = seeds_of(planned)
-        reports, curves, accuracy = {}, {}, {}
+        reports, accuracy = {}, {}
         for shortcut in ("identity", "none"):
             folders = [runs.get(f"ra-{kind}-{shortcut}-s{s}") for s in seeds]
             reports[shortcut] = [analysis(r, layout.ALIGNMENT) for r in folders]
-            curves[shortcut] = [[(int(r.read_status().get("step") or 0), number((rep.get("nc1") or [math.nan])[-1]))]
-                                if r is not None else [] for r, rep in zip(folders, reports[shortcut], strict=True)]
             accuracy[shortcut] = [test_accuracy(r) for r in folders]
-        return alignment.judged(kind, reports, curves, accuracy, _setting(planned, f"ra-{kind}-"),
+        return alignment.judged(kind, reports, None, accuracy, _setting(planned, f"ra-{kind}-"),
                                 seed0_commands(planned, f"ra-{kind}-"), 0.0, budget == "gpu-test")
 
     return collect
 
 
+# -- the same paper: neural collapse over training (Figure 7) -------------------------------------------------------
+
+NC_CLAIM_PREFIX = "alignment.nc."
+NC_CLAIM = next(c for c in alignment.claims_of("fc") if c.id.startswith(NC_CLAIM_PREFIX))
+NC_EPOCHS = {"gpu": 350, "gpu1": 50}
+"""Figure 7's run: the paper's Type 4a on MNIST for 350 epochs (gpu1: shorter)."""
+NC_KEPT = 10
+"""Checkpoints kept over the run (``train.save_every``), at which ``lab analyze collapse`` measures NC."""
+MNIST_STEPS = math.ceil(60_000 / 128)
+"""Steps per epoch of the Type 4a config on MNIST (batch 128)."""
+
+
+def _nc_plan(budget: str, seeds: int, data: dict[str, Path]) -> tuple[list[PlannedRun], dict[str, str]]:
+    if "mnist" not in data:
+        return [], {NC_CLAIM.id: needs("mnist")}
+    test = budget == "gpu-test"
+    epochs = 1 if test else NC_EPOCHS[budget]
+    keep = (f"train.save_every={max(1, epochs * MNIST_STEPS // NC_KEPT)}",) if not test else (
+        "model.width=16", "train.epochs=1", "train.batch_size=16", "train.max_steps=6", "train.save_every=2")
+    small = ("--inputs", "8", "--nc-inputs", "32") if test else ()
+    steps = (Step(("analyze", "collapse", "{run}", *small[2:]), layout.COLLAPSE),
+             Step(("analyze", "alignment", "{run}", *small), layout.ALIGNMENT))
+    return [PlannedRun(f"nc-type4a-s{seed}", "ra_type4",
+                       (f"data.root={data['mnist']}", f"train.epochs={epochs}", *keep, f"model.seed={seed}",
+                        f"train.seed={seed}"), ("mnist",), 1, steps, epochs * DATASETS["mnist"].images)
+            for seed in range(seeds)], {}
+
+
+def _nc_collect(budget: str, runs: Runs, planned: list[PlannedRun]) -> list[Result]:
+    folders = [runs.get(f"nc-type4a-s{s}") for s in seeds_of(planned)]
+    curves = {"identity": [[(int(point.get("step") or 0), {k: number(v) for k, v in point.items() if k != "step"})
+                            for point in analysis(r, layout.COLLAPSE).get("curve") or []] for r in folders]}
+    reports = [analysis(r, layout.ALIGNMENT) for r in folders]
+    accuracy = [test_accuracy(r) for r in folders]
+    learned = [] if mean(accuracy) >= alignment.LEARNED else \
+        [f"the network reached {mean_sd(accuracy)} test accuracy, not {alignment.LEARNED:g}"]
+    return [alignment.nc_result(NC_CLAIM, curves, alignment.report_values(reports, "align_offdiag"),
+                                alignment.report_values(reports, "baseline_mean"), learned, budget == "gpu-test",
+                                _setting(planned, "nc-"), seed0_commands(planned, "nc-"), 0.0,
+                                {"test accuracy": accuracy})]
+
+
 EXPERIMENTS = (
-    Experiment("alignment", tuple(alignment.claims_of("fc")), _ra_plan("fc"), _ra_collect("fc")),
-    Experiment("alignment", tuple(alignment.claims_of("conv")), _ra_plan("conv"), _ra_collect("conv")),
+    Experiment("alignment", _ra_claims("fc"), _ra_plan("fc"), _ra_collect("fc")),
+    Experiment("alignment", _ra_claims("conv"), _ra_plan("conv"), _ra_collect("conv")),
+    Experiment("alignment", (NC_CLAIM,), _nc_plan, _nc_collect),
     Experiment("decayed", MAE_CLAIMS, _mae_plan, _mae_collect),
     Experiment("decayed", UVIT_CLAIMS, _uvit_plan, _uvit_collect),
     Experiment("droppath", (droppath.CLAIMS["table1"],), _table1_plan, _table1_collect),
@@ -433,6 +487,8 @@ EXPERIMENTS = (
 TOY_ONLY = {decayed.CLAIMS["rank"].id: "Figure 9's ResNet-18 runs on an ImageNet subset have no config here; the cpu "
                                         "budget measures the claim on residual MLPs",
             droppath.CLAIMS["figure3"].id: "the paper's Figure 3 is the 32 × 32 MLP on the spiral, which the cpu "
-                                           "budget trains in full"}
+                                           "budget trains in full",
+            f"{NC_CLAIM_PREFIX}conv": "Figure 7 follows the fully-connected Type 4a on MNIST (alignment.nc.fc at "
+                                      "this budget); the cpu budget also follows the convolutional toy ResNet"}
 """Claims the full-scale budgets leave to the cpu budget, and why."""
 
