@@ -113,6 +113,31 @@ def test_cli_analyze_alignment_writes_the_report(trained_digits_run, capsys):
     assert report["sigma1"] == pytest.approx(arrays["sigma"][:, 0].tolist())
 
 
+def test_cli_analyze_collapse_follows_neural_collapse_over_the_kept_checkpoints(tmp_path, capsys):
+    """Figure 7 of Residual Alignment from a run folder: NC1–NC4 of the last layer at every checkpoint the run kept
+    and at last, each equal to the metrics of that checkpoint's weights."""
+    import torch
+
+    from lab.analysis.residual_alignment import collapse_of
+    from lab.reports.alignment import load_trained
+    from lab.runs.store import Run
+
+    runs = tmp_path / "runs"
+    assert main(["train", "configs/ra_fc_digits.yaml", "model.depth=3", "model.width=32", "train.epochs=4",
+                 "train.save_every=11", "--runs-dir", str(runs), "--no-progress"]) == 0
+    (folder,) = list(runs.iterdir())
+    assert main(["analyze", "collapse", str(folder), "--nc-inputs", "200"]) == 0
+    assert "wrote" in capsys.readouterr().err
+    report = json.loads((folder / "analysis" / "collapse.json").read_text())
+    steps = [point["step"] for point in report["curve"]]
+    assert steps == [11, 22, 33, 44, 48] and report["nc_inputs"] == 200  # 4 epochs of 12 steps; 48 is `last`
+    assert report["curve"][-1]["nc1"] < report["curve"][0]["nc1"]  # the classes collapse as it trains
+    _, model, data, _ = load_trained(Run(folder), "step-000000022")
+    expected = collapse_of(model, data.x_train[:200], data.y_train[:200])
+    assert report["curve"][1]["nc3"] == pytest.approx(float(expected["nc3"][-1]))
+    assert torch.isfinite(torch.tensor([report["curve"][1][k] for k in ("nc1", "nc2_equinorm", "nc4")])).all()
+
+
 def test_cli_analyze_says_what_is_wrong(trained_digits_run, tmp_path, capsys):
     assert main(["analyze", "alignment", "nope", "--runs-dir", str(tmp_path)]) == 2
     assert "no run 'nope'" in capsys.readouterr().err

@@ -35,8 +35,11 @@ SCOPE = {
            "none), and Figure 7 on Type 4a at 10 kept checkpoints; Table 4 runs α_min 1.0, 0.8, 0.7 and 0.6, each "
            "zero-initialised, and the plain U-ViT as an extra arm, its FID from 50,000 SDE samples of the best kept "
            "checkpoint with torch-fidelity's Inception; Figures 3 and 9 run only at the cpu budget.",
-    "gpu1": "GPU1 budget: what fits one GPU overnight at MNIST/CIFAR scale (shorter schedules than the papers'); it "
-            "can show whether each effect appears there, not the papers' numbers.",
+    "gpu1": "GPU1 budget: what fits one GPU overnight at MNIST/CIFAR scale: the gpu budget's runs with shorter "
+            "schedules (Table 1: 5 and 15 epochs on MNIST and CIFAR-10, no ImageNet-1k; Table 4: 50,000 U-ViT steps "
+            "of the paper's 500,000; Residual Alignment: 50 epochs of 500, Figure 7: 50 of 350), and no MAE (it "
+            "needs ImageNet-100 and the gpu budget); it can show whether each effect appears there, not the papers' "
+            "numbers.",
     "gpu-test": "GPU-test budget: every full-scale run shrunk to seconds to check the pipeline on a CPU; it judges "
                 "nothing (every row reads 'pipeline only').",
 }

@@ -198,7 +198,7 @@ def measure_rank(budget: str, seeds: int, store: RunStore, tick: Callable[[], No
                                for m in members if not _learned(m)]
             a = np.array([m["model.alpha_min"] for m in kept])
             rho[depth].append(_spearman(a, np.array([m["rank"] for m in kept])))
-            accuracy[depth] += [float(m["test_acc"] or 0.0) for m in members]
+            accuracy[depth].append(min(float(m["test_acc"] or 0.0) for m in members))
             if depth == sizes["depths"][0]:  # Figure 9b: over training, at the paper's smallest depth
                 index = [k for k, m in enumerate(members) if _learned(m)]
                 rho_training.append(float(np.nanmean([
@@ -223,7 +223,8 @@ def measure_rank(budget: str, seeds: int, store: RunStore, tick: Callable[[], No
     setting = (f"residual MLPs of {', '.join(map(str, depths))} blocks × {sizes['width']} classifying scikit-learn "
                f"digits (1,438 training images of 8 × 8, ten classes), {sizes['epochs']} epochs, α_min {alphas}")
     return [Result(claim, {**{f"ρ at {d} blocks": v for d, v in rho.items()}, "ρ over training": rho_training,
-                           **{f"test accuracy at {d} blocks": v for d, v in accuracy.items()}}, text, verdict,
+                           **{f"lowest member test accuracy at {d} blocks": v for d, v in accuracy.items()}}, text,
+                   verdict,
                    setting, commands, seconds, figure)]
 
 
@@ -236,7 +237,7 @@ def mae_verdict(base: list[float], decayed: list[float], smoke: bool = False, ch
     ceiling = [f"the probe at α_min {a} is at its ceiling ({mean_sd(v)})" for a, v in (("1.0", base), ("0.6", decayed))
                if mean(v) >= 0.99]
     return judge([b - a for a, b in zip(base, decayed, strict=True)], what="probe accuracy, α_min 0.6 minus 1.0",
-                 target=Target.accuracy((83.6 - 76.5) / 100, TABLE2, base),
+                 target=Target.accuracy((83.6 - 76.5) / 100, TABLE2, base, ceiling=0.99),
                  floor=Floor(f"chance ({chance:g}) + 0.1", chance, tuple(base), 0.1), preconditions=ceiling,
                  smoke=smoke)
 

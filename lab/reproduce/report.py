@@ -136,7 +136,8 @@ def html_page(results: list[Result], meta: dict[str, Any]) -> str:
               + "".join(f"<script>{js}</script>" for js in INLINE.js_raw))
 
     def cell(row: dict[str, str], key: str) -> str:
-        css = row["verdict"].replace(" ", "-") if key == "verdict" else ""
+        verdict = row["verdict"].removeprefix("part: ").split(" (")[0]  # "part: holds", "holds (decided by …)"
+        css = verdict.replace(" ", "-") if key == "verdict" else ""
         return f"<td class='{esc(css)}'>{esc(row[key])}</td>"
 
     table = ("<table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"

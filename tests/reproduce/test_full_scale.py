@@ -39,8 +39,10 @@ def test_the_dry_run_prints_every_run_with_its_data_and_gpu_hours(tmp_path, caps
     hours = 800 * 126_689 / 1000 / 3600
     assert all(f"GPU-hours {hours:,.1f}" in line and "imagenet100" in line for line in mae)
     uvit = [line for line in text.splitlines() if line.startswith("uvit-")]
-    assert len(uvit) == 6 and all("GPU-hours unknown" in line for line in uvit)
-    assert f"{33} runs; {27 * hours:,.1f} GPU-hours estimated, 6 run(s) unknown" in text
+    # Table 4's α_min 1.0, 0.8, 0.7, 0.6, every arm zero-initialised, and the plain U-ViT beside them
+    assert len(uvit) == 3 * 5 and all("GPU-hours unknown" in line for line in uvit)
+    assert {line.split()[0] for line in uvit} >= {"uvit-a1-s0", "uvit-a0.8-s0", "uvit-a0.6-s2", "uvit-plain-s1"}
+    assert f"{42} runs; {27 * hours:,.1f} GPU-hours estimated, 15 run(s) unknown" in text
     assert "torchrun --nproc_per_node=4 -m lab train mae_vit_b16_in100" in text
     assert "python -m lab probe RUN --protocol authors" in text
     assert "decayed.diffusion_fid: needs --data inception=DIR" in text  # FID needs the Inception weights
@@ -214,7 +216,8 @@ def test_the_cluster_executor_sends_one_job_per_run_which_trains_and_steps_and_i
     ledger = reproduce_at_scale(out, papers=["alignment"], budget="gpu-test", data={"mnist": mnist},
                                 executor="slurm", resources=local, progress=False)
     assert {k: r["state"] for k, r in ledger["runs"].items()} == {"ra-fc-identity-s0": "submitted",
-                                                                  "ra-fc-none-s0": "submitted"}
+                                                                  "ra-fc-none-s0": "submitted",
+                                                                  "nc-type4a-s0": "submitted"}  # Figure 7's run
     deadline = time.monotonic() + 240
     folders = [out / r["folder"] for r in ledger["runs"].values()]
     while not all((f / layout.ANALYSIS / layout.ALIGNMENT).exists() for f in folders):  # trained, then analysed
@@ -224,6 +227,7 @@ def test_the_cluster_executor_sends_one_job_per_run_which_trains_and_steps_and_i
     again = reproduce_at_scale(out, papers=["alignment"], budget="gpu-test", data={"mnist": mnist},
                                executor="slurm", resources=local, progress=False)
     assert all(r["state"] == "completed" and r["attempts"] == 1 for r in again["runs"].values())
+    assert (out / ledger["runs"]["nc-type4a-s0"]["folder"] / layout.ANALYSIS / layout.COLLAPSE).exists()
     results, _ = collect(out)
     assert {r.verdict for r in results if r.claim.id.endswith(".fc")} == {"pipeline only"}
 

@@ -16,19 +16,26 @@ from lab.train.ensemble import EnsembleTrainer
 
 
 class _Collapsing(nn.Module):
-    """Features of two classes whose within-class spread shrinks by ``shrink`` each time ``shrink_()`` is called."""
+    """Features of two classes whose within-class spread shrinks as ``scale`` is set smaller, read by a fixed head."""
 
     def __init__(self, y: torch.Tensor) -> None:
         super().__init__()
         self.y, self.scale = y, nn.Parameter(torch.tensor(1.0))
         self.noise = torch.randn(len(y), 4, generator=torch.Generator().manual_seed(0))
+        self.head = nn.Linear(4, 2)
+        with torch.no_grad():
+            self.head.weight.copy_(torch.eye(4)[:2])
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         means = torch.eye(4)[self.y] * 3.0
         return means + self.scale.detach() * self.noise
 
+    def forward_intermediates(self, x: torch.Tensor, intermediates_only: bool = True) -> list[torch.Tensor]:
+        return [self.forward_features(x)]
+
 
 def test_neural_collapse_is_followed_after_every_evaluation():
+    """NC1–NC4 of the last layer, with the model's head as the classifier, after every evaluation (Figure 7)."""
     y = torch.arange(40) % 2
     model = _Collapsing(y)
     follow = CollapseOverTraining(torch.zeros(40, 1), y)
@@ -39,9 +46,12 @@ def test_neural_collapse_is_followed_after_every_evaluation():
             model.scale.fill_(scale)
         follow.on_eval_end(trainer, {})
     assert [s for s, _ in follow.curve] == [10, 20, 30]
-    nc1 = [v for _, v in follow.curve]
+    nc1 = [v["nc1"] for _, v in follow.curve]
     assert nc1[0] > nc1[1] > nc1[2]  # the classes collapse onto their means
-    assert nc1[2] == pytest.approx(collapse_metrics(model.forward_features(None), y)["nc1"])
+    h = model.forward_features(None)
+    expected = collapse_metrics(h, y, classifier_weight=model.head.weight, classifier_bias=model.head.bias)
+    assert follow.curve[-1][1] == pytest.approx({k: expected[k] for k in follow.curve[-1][1]}, nan_ok=True)
+    assert {"nc1", "nc2_equinorm", "nc2_maxangle", "nc3", "nc4"} <= set(follow.curve[-1][1])
 
 
 def test_the_rank_over_training_is_eq6_of_each_members_last_layer():
