@@ -235,8 +235,9 @@ class TrainConfig:
     log_every: int = bounded(10, lo=1, doc="record the training loss every N steps")
     seed: int = bounded(0, lo=0, doc="seed for batch order and droppath masks")
     device: str = bounded("auto", doc="'auto' (CUDA when present), 'cpu' or 'cuda[:i]'")
-    threads: int = bounded(1, lo=0, doc="torch CPU threads; the toy models' small matmuls run fastest on one "
-                                       "(and leave a core to a server); 0 keeps torch's default")
+    threads: int = bounded(1, lo=0, hi=4096, doc="torch CPU threads, at most the machine's cores (more are cut to "
+                                                "them); the toy models' small matmuls run fastest on one (and leave "
+                                                "a core to a server); 0 keeps torch's default")
     task: str = bounded("classify", choices=TASKS, doc="classify: cross-entropy on labels; masked, denoise: a "
                                                        "residual MLP reconstructs hidden pixels or predicts the "
                                                        "noise of an image set (lab.train.tasks); mae: the model's "

@@ -52,6 +52,7 @@ from lab.jobs.lockstep import Lockstep
 from lab.jobs.sweep_job import MemberRecords, SweepJob
 from lab.runs.layout import RunState
 from lab.runs.store import Run
+from lab.train.core import cpu_threads
 
 if TYPE_CHECKING:
     from lab.sweeps import SweepPlan
@@ -174,7 +175,7 @@ def _cpu_threads(cfg: ExperimentConfig) -> int:
     every core)."""
     device = cfg.train.device
     on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
-    return cfg.train.threads if on_cpu else 0
+    return cpu_threads(cfg.train.threads) if on_cpu else 0
 
 
 def _widen(pipe: Connection) -> None:

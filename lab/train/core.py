@@ -14,6 +14,7 @@ step means. Here, once:
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
@@ -129,6 +130,26 @@ def resolve_device(name: str = "auto") -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"device {name!r} asked for, but CUDA is not available on this machine")
     return device
+
+
+def machine_cores() -> int:
+    """The cores this process may run on (its affinity where the system has one, else every core)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
+def cpu_threads(threads: int) -> int:
+    """The torch threads a CPU run with ``train.threads = threads`` uses: at most the cores this process may run on
+    (a config written on a large node, or by someone else, asks for more than a laptop has; 0 keeps torch's
+    default, which is already bounded so)."""
+    return min(threads, machine_cores())
+
+
+def use_cpu_threads(device: torch.device, threads: int) -> None:
+    """Set torch's process-wide thread count for a run on ``device`` (:func:`cpu_threads`; nothing on a GPU or for
+    ``threads = 0``)."""
+    if device.type == "cpu" and threads:
+        torch.set_num_threads(cpu_threads(threads))
 
 
 def droppath_mode(cfg: TrainConfig, step: int) -> str:

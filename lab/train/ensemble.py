@@ -65,6 +65,7 @@ from lab.train.core import (
     emit,
     evaluates_after,
     resolve_device,
+    use_cpu_threads,
 )
 from lab.train.optim import decayed, make_optimizer
 from lab.train.schedule import learning_rate
@@ -280,8 +281,7 @@ class EnsembleTrainer:
         self.cfgs = cfgs
         train = cfgs[0].train
         self.device = resolve_device(train.device)
-        if self.device.type == "cpu" and train.threads:
-            torch.set_num_threads(train.threads)
+        use_cpu_threads(self.device, train.threads)
         data = data if data is not None else build_data(cfgs[0])
         self.task = build_task(cfgs[0], data)
         if data.x_train.ndim != 2 and self.task is None:  # a classifier of images reads their pixels as one vector

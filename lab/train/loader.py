@@ -58,6 +58,7 @@ from lab.train.core import (
     emit,
     evaluates_after,
     run_length,
+    use_cpu_threads,
 )
 from lab.train.distributed import World, any_rank, sum_all
 from lab.train.loader_tasks import LOADER_TASKS
@@ -144,8 +145,7 @@ class LoaderTrainer:
                  figure_path: Callable[[str, int, str], Path] | None = None) -> None:
         self.cfg, self.world, self.data = cfg, world, data
         self.device = world.device
-        if self.device.type == "cpu" and cfg.threads:
-            torch.set_num_threads(cfg.threads)
+        use_cpu_threads(self.device, cfg.threads)
         self.model = model.to(self.device)
         self.callbacks = list(callbacks)
         self.alpha_min, self.figure_path = alpha_min, figure_path

@@ -32,6 +32,7 @@ from lab.train.core import (
     emit,
     evaluates_after,
     resolve_device,
+    use_cpu_threads,
 )
 from lab.train.optim import make_optimizer
 from lab.train.schedule import learning_rate
@@ -55,8 +56,7 @@ class Trainer:
                  alpha_min: float | None = None, task: PixelTask | None = None) -> None:
         self.cfg, self.task = cfg, task
         self.device = resolve_device(cfg.device)
-        if self.device.type == "cpu" and cfg.threads:
-            torch.set_num_threads(cfg.threads)  # process-wide: every toy run in this process shares the bound
+        use_cpu_threads(self.device, cfg.threads)  # process-wide: every toy run in this process shares the bound
         self.model = model.to(self.device)
         self.data = data.to(self.device)
         self.callbacks = list(callbacks)

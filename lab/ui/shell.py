@@ -21,7 +21,7 @@ from lab.ui.pages.page import Page
 from lab.ui.pages.playground import PlaygroundPage
 from lab.ui.pages.rank import RankPage
 from lab.ui.pages.runs import RunsPage
-from lab.ui.text import alert_pane, code, md
+from lab.ui.text import alert_pane, code, markdown_pane, md
 
 PageFactory = Callable[[JobManager], Page]
 
@@ -118,7 +118,7 @@ class LabShell(pn.viewable.Viewer):
             self._location.update_query(page=self.page)
 
     def sidebar(self) -> list[pn.viewable.Viewable]:
-        return [pn.pane.Markdown("### Pages", margin=(0, 10)), self._nav, self.notice, pn.layout.Divider(),
+        return [markdown_pane("### Pages", margin=(0, 10)), self._nav, self.notice, pn.layout.Divider(),
                 self._controls]
 
     def template(self) -> pn.template.BaseTemplate:

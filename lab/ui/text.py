@@ -14,8 +14,10 @@ HTML as it is; so such text goes into a pane only through these functions:
   in it.
 * :func:`html_text` for an HTML pane (the notebook displays of :mod:`lab.ui.display`).
 
-Panes that show such text are made with :func:`markdown_pane` / :func:`alert_pane`, which also turn off Panel's
-``$…$`` math (an escaped dollar is not math either; this keeps it so for text that arrives through a code span).
+Panes that show such text are made with :func:`markdown_pane` / :func:`alert_pane`, whose HTML holds no TeX
+delimiter at all (:func:`no_tex`). Their ``disable_math=True`` alone does not reach the browser: Panel's Markdown
+pane does not pass it on to its model, so the page's MathJax would render ``$$…$$``, ``\\(…\\)`` and ``\\[…\\]``
+in any text (``\\href{javascript:…}`` becomes a link that runs a script), escaped or not.
 """
 
 from __future__ import annotations
@@ -81,11 +83,30 @@ def html_text(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
+_TEX = str.maketrans({"$": "&#36;", "\\": "&#92;"})
+
+
+def no_tex(parser: Any) -> None:
+    """A markdown-it plugin: the HTML it renders writes every ``$`` and ``\\`` as a character reference.
+
+    The browser shows them as the characters, but the page's MathJax, which searches the HTML for ``$$``, ``$``,
+    ``\\(`` and ``\\[``, finds no formula: not in text, code or anything else.
+    """
+    render = parser.render
+
+    def render_without_tex(src: str, env: Any = None) -> str:
+        return render(src, env).translate(_TEX)
+
+    parser.render = render_without_tex
+
+
 def markdown_pane(text: str = "", **params: Any) -> pn.pane.Markdown:
-    """A Markdown pane for text that holds outside values (escaped with :func:`md` or :func:`code`): no math."""
-    return pn.pane.Markdown(text, disable_math=True, **params)
+    """A Markdown pane for text that holds outside values (escaped with :func:`md` or :func:`code`): no math, in
+    fact (:func:`no_tex`)."""
+    return pn.pane.Markdown(text, disable_math=True, plugins=[no_tex], **params)
 
 
 def alert_pane(text: str = "", **params: Any) -> pn.pane.Alert:
-    """An Alert pane for messages that quote outside values (escaped with :func:`md` or :func:`code`): no math."""
-    return pn.pane.Alert(text, disable_math=True, **params)
+    """An Alert pane for messages that quote outside values (escaped with :func:`md` or :func:`code`): no math, in
+    fact (:func:`no_tex`)."""
+    return pn.pane.Alert(text, disable_math=True, plugins=[no_tex], **params)

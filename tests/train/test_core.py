@@ -50,3 +50,26 @@ def test_batch_schedule_drops_the_partial_batch_only_for_residual_droppath():
     rdp = small(**{"train.droppath": "residual_droppath", "train.epochs": 3, "train.max_steps": 7}).train
     assert batch_schedule(rdp, 200) == (64, 3, 7)
 
+
+
+def test_a_run_never_asks_for_more_threads_than_the_machine_has(monkeypatch):
+    """A config from a large node, or from someone else's run folder (``train.threads=1000000`` made the next fork on
+    the machine fail), trains on at most this process's cores; a count past any machine is refused when read."""
+    import pytest
+
+    from lab.config import ConfigError
+    from lab.train.core import cpu_threads, machine_cores
+
+    with pytest.raises(ConfigError, match="train.threads"):
+        small(**{"train.threads": 1_000_000})
+    cfg = small(**{"train.threads": 4096})  # allowed by the config, then cut to the cores there are
+    before = torch.get_num_threads()
+    try:
+        Trainer(build_model(cfg, build_data(cfg)), build_data(cfg), cfg.train)
+        assert torch.get_num_threads() == machine_cores() == cpu_threads(4096) <= 4096
+        monkeypatch.setattr("lab.train.core.machine_cores", lambda: 1)
+        assert cpu_threads(4096) == 1 and cpu_threads(0) == 0
+        EnsembleTrainer([cfg], data=build_data(cfg))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -152,3 +152,33 @@ def test_nothing_from_run_folders_is_markup_in_the_comparison_or_a_sweep(server,
         page.mouse.move(700, 700)  # hover over the plots: tooltips are text too
         assert _injected(page) == [] and dialogs == []
     assert not seen.errors and not seen.external, seen
+
+
+MATH = r"$$\href{javascript:alert(301)}{click}$$ \(\href{javascript:alert(302)}{x}\) \[y\]"
+"""TeX that the page's MathJax would turn into a link that runs a script (Panel's Markdown pane does not pass
+``disable_math`` on to the browser)."""
+# what MathJax would make of it: its rendered formulas, and any link to a script
+MATH_MADE = 'mjx-container, a[href^="javascript"], [href^="javascript"]'
+
+
+@needs_chromium
+def test_no_math_is_rendered_from_a_run_folder_or_the_url(server, tmp_path):
+    """A run's name, status message and config value, and the ``?page=`` parameter, carry TeX with
+    ``\\href{javascript:…}``: each is shown as typed, and MathJax makes no formula and no link of it."""
+    run = Run(tmp_path / "runs" / f"math{MATH[:40].replace('/', '_')}")
+    (run.path / "checkpoints").mkdir(parents=True)
+    run.write_config({"model": {"name": "residual_mlp", "depth": 2}, "note": MATH})
+    run.write_status("failed", f"status {MATH}", step=1, total_steps=2)
+    dialogs: list[str] = []
+    with browser_page() as (page, seen):
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        page.goto(f"{server}/apps?page={quote(MATH, safe='')}", timeout=60_000)
+        _wait_for_text(page, f"There is no page {MATH}; showing Playground.")
+        page.goto(f"{server}/apps?page=Runs&run={quote(run.path.name, safe='')}", timeout=60_000)
+        for text in (f"status {MATH}", MATH, f"run {run.path.name}"):  # status line, config, header
+            _wait_for_text(page, text)
+        page.wait_for_timeout(1500)  # time for MathJax, were it to typeset anything
+        assert page.evaluate(JS_DEEP_DOM, MATH_MADE)["found"] == [] and dialogs == []
+        page.mouse.click(400, 400)  # a click anywhere (a transparent formula over the page would take it)
+        assert dialogs == []
+    assert not seen.errors and not seen.external, seen

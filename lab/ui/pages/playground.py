@@ -38,6 +38,7 @@ from lab.shortcuts import DECAYED, SCHEDULES, block_scales
 from lab.train.build import build_model
 from lab.ui.pages.knobs import Knob, config_overrides, knob_class, toy_data_knobs, view_names
 from lab.ui.pages.training import Export, TrainingPage
+from lab.ui.text import alert_pane
 from lab.ui.views.live_alphas import LiveAlphas
 from lab.ui.views.live_curves import LiveCurves
 from lab.ui.views.live_grid import LiveDecision, LiveGrid
@@ -99,7 +100,7 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
 
     def __init__(self, manager: JobManager | None = None, **params: Any) -> None:
         super().__init__(manager, **params)
-        self.hint = pn.pane.Alert("", alert_type="info", visible=False, margin=(5, 10))  # about the settings
+        self.hint = alert_pane("", alert_type="info", visible=False, margin=(5, 10))  # about the settings
         self._data_cfg = None  # the data settings self._x, self._y were made from
         self.snapshot: dict[str, np.ndarray] | None = None  # the snapshot on screen
         self.history_steps: list[int] = []  # step of every snapshot received from the job, oldest first

@@ -92,7 +92,7 @@ class AlignmentViews:
         self._make_ra4(size, tools)
         self._make_nc(size, tools)
 
-        self.summary = pn.pane.Markdown("No snapshot yet: start a run.", margin=(0, 10))
+        self.summary = markdown_pane("No snapshot yet: start a run.", margin=(0, 10))
         self.figures = dict(zip(VIEWS, (self.trajectories, self.grid, self.pair_figure, self.spectrum, self.ra4,
                                         self.collapse), strict=True))
         self.panes = {name: pn.pane.Bokeh(fig) for name, fig in self.figures.items()}

@@ -25,6 +25,7 @@ from bokeh.palettes import Viridis256
 from bokeh.plotting import figure
 from PIL import Image
 
+from lab.ui.text import markdown_pane
 from lab.ui.views.live_rank import member_colors, side_legend
 from lab.ui.views.ranges import finite_range, set_range
 
@@ -81,8 +82,8 @@ class DiffusionViews:
         r = self.schedule.multi_line("xs", "ys", color="color", line_width=2, source=self.schedule_src)
         self.schedule.add_tools(HoverTool(renderers=[r], tooltips=[("α_min", "@alpha_min")]))
         side_legend(self.schedule, r, "label", "α_min")
-        self.summary = pn.pane.Markdown("Start to train one U-ViT per α_min.", margin=(0, 10))
-        self.caption = pn.pane.Markdown(CAPTION, margin=(0, 10), width=3 * size)
+        self.summary = markdown_pane("Start to train one U-ViT per α_min.", margin=(0, 10))
+        self.caption = markdown_pane(CAPTION, margin=(0, 10), width=3 * size)
         self.members = pn.Column()
         panes = [*(pn.pane.Bokeh(fig) for fig, _, _ in self.curves.values()), pn.pane.Bokeh(self.schedule)]
         self.layout = pn.Column(self.summary, self.caption, pn.Row(*panes[:2]), pn.Row(*panes[2:]), self.members)
@@ -137,7 +138,7 @@ class DiffusionViews:
             probe_src = ColumnDataSource({"image": [], "x": [], "y": [], "dw": [], "dh": []}, name=f"probe_{a:g}")
             probe.image(image="image", x="x", y="y", dw="dw", dh="dh", color_mapper=mapper, source=probe_src)
             probe.add_layout(ColorBar(color_mapper=mapper, width=10, title="accuracy"), "right")
-            label = pn.pane.Markdown("", margin=(0, 10))
+            label = markdown_pane("", margin=(0, 10))
             self.sample_figs.append((samples, sample_src))
             self.probe_figs.append((probe, probe_src, mapper))
             self.labels.append(label)

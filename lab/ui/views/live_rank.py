@@ -24,6 +24,7 @@ from bokeh.models import ColumnDataSource, HoverTool, Legend, LegendItem, Range1
 from bokeh.palettes import Category10_10, Viridis256
 from bokeh.plotting import figure
 
+from lab.ui.text import markdown_pane
 from lab.ui.views.ranges import finite_range, set_range
 from lab.viz.palette import BLUE, ORANGE
 
@@ -161,8 +162,8 @@ class RankViews:
         self.embeds: list[figure] = []
         self.embed_panes: list[pn.pane.Bokeh] = []
         self.embed_box = pn.Column()  # rows of panes, not a FlexBox: figures inside one never report "rendered"
-        self.summary = pn.pane.Markdown("No snapshot yet: start a sweep.", margin=(0, 10))
-        self.caption = pn.pane.Markdown(CAPTION, margin=(0, 10), width=860)
+        self.summary = markdown_pane("No snapshot yet: start a sweep.", margin=(0, 10))
+        self.caption = markdown_pane(CAPTION, margin=(0, 10), width=860)
         self.panes = {name: pn.pane.Bokeh(fig) for name, fig in (
             ("by_layer", self.by_layer), ("schedules", self.schedules), ("rank_time", self.rank_time),
             ("probe_time", self.probe_time), ("probe_alpha", self.probe_alpha), ("rank_probe", self.rank_probe),
@@ -170,7 +171,7 @@ class RankViews:
         panes = list(self.panes.values())
         self.layout = pn.Column(self.summary, self.caption,
                                 *(pn.Row(*panes[k:k + PER_ROW]) for k in range(0, len(panes), PER_ROW)),
-                                pn.pane.Markdown("#### Final features per member, coloured by class (blue: class 0, "
+                                markdown_pane("#### Final features per member, coloured by class (blue: class 0, "
                                                  "orange: class 1)", margin=(0, 10)),
                                 self.embed_box)
 

@@ -18,7 +18,7 @@ from bokeh.models import ColumnDataSource, HoverTool, Range1d
 from bokeh.plotting import figure
 
 from lab.reports.compare import compare_table
-from lab.ui.text import code, html_text
+from lab.ui.text import code, html_text, markdown_pane
 from lab.ui.views.live_curves import COLORS
 from lab.ui.views.live_rank import side_legend
 from lab.ui.views.ranges import finite_range, set_range
@@ -83,7 +83,7 @@ class CompareViews:
     def __init__(self, width: int = 360, height: int = 200) -> None:
         self.width, self.height = width, height
         self.figures: dict[str, _FieldFigure] = {}
-        self.summary = pn.pane.Markdown("", margin=(0, 10), sizing_mode="stretch_width")
+        self.summary = markdown_pane("", margin=(0, 10), sizing_mode="stretch_width")
         self.table = pn.widgets.Tabulator(pd.DataFrame(), disabled=True, show_index=False, layout="fit_data_table",
                                           sizing_mode="stretch_width", max_height=300)
         self.plots = pn.Column(sizing_mode="stretch_width")
