@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+import secrets
 import threading
 import time
 from typing import Any
@@ -155,7 +156,11 @@ class RunRecorder(Callback):
         if self.tensorboard and self.writer is None:
             from torch.utils.tensorboard import SummaryWriter  # imported lazily: it is slow to import
 
-            self.writer = SummaryWriter(log_dir=str(self.run.path), flush_secs=5)
+            # the event file's name ends in a fresh random suffix: TensorBoard opens it for writing whatever is
+            # there, and its usual name (the second, host and process) can be foreseen and planted as a link
+            # beforehand by anyone who may write the run folder, whose target the writer would truncate
+            self.writer = SummaryWriter(log_dir=str(self.run.path), flush_secs=5,
+                                        filename_suffix=f".{secrets.token_hex(16)}")
         # a resumed run's best so far: its metrics (cut back to the checkpoint's step) and the accuracy best.pt was
         # saved with, which an evaluation after the checkpoint (set aside in history/) may have written
         records = self.run.metric_records()

@@ -125,3 +125,27 @@ def test_a_copied_state_is_equal_and_independent_of_the_training_that_goes_on():
     assert torch.equal(copy["masks"][0], torch.ones(2))
     model.load_state_dict(copy["model"])  # and it loads back
     optimizer.load_state_dict(copy["optimizer"])
+
+
+def test_the_event_file_is_never_a_link_planted_beforehand(tmp_path):
+    """The attack: someone who may write a run folder (before `lab resume`, `lab train --run-dir` or a relaunched
+    reproduction) plants links under every name TensorBoard's writer would pick in the next minute (the second, the
+    host, this process and its counter); a writer that opened one would truncate the file it points to."""
+    import os
+    import socket
+    import time
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    run = RunStore(tmp_path / "runs").create("r")
+    now, host, pid = int(time.time()), socket.gethostname(), os.getpid()
+    for second in range(now - 2, now + 60):
+        for uid in range(64):
+            os.symlink(victim, run.path / f"events.out.tfevents.{second:010d}.{host}.{pid}.{uid}")
+    recorder = RunRecorder(run, checkpoint_on_eval=False)
+    recorder.on_train_start(_Trainer(step=0))
+    recorder.writer.add_scalar("loss", 1.0, 0)
+    recorder.close()
+    assert victim.read_text() == "precious"
+    events = [p for p in run.path.glob("events.out.tfevents.*") if not p.is_symlink()]
+    assert len(events) == 1 and events[0].stat().st_size > 0  # the writer wrote its own, fresh file
