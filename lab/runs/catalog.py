@@ -38,7 +38,7 @@ import yaml
 
 from lab.data.roots import resolve_data_path
 from lab.runs import layout
-from lab.runs.entries import LIMITS, loads_yaml, read_bytes, read_json, read_jsonl, read_tail
+from lab.runs.entries import LIMITS, SHAPES, check_shape, loads_yaml, read_bytes, read_json, read_jsonl, read_tail
 from lab.runs.layout import RunState
 from lab.runs.store import checkpoint_field
 
@@ -341,6 +341,7 @@ class RunReader:
             try:
                 text = read_bytes(yaml_file, LIMITS[layout.CONFIG_YAML]).decode()
                 data = loads_yaml(text)
+                check_shape(data, *SHAPES[layout.CONFIG_YAML], layout.CONFIG_YAML)
                 return (data if isinstance(data, dict) else {}), text, problems
             except (OSError, ValueError, yaml.YAMLError) as err:  # UnicodeDecodeError is a ValueError
                 problems.append(f"config.yaml is unreadable ({_reason(err)})")

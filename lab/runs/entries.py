@@ -56,6 +56,10 @@ LIMITS = {
 """The most bytes read of each kind of entry."""
 METRICS_CHUNK = 4 * MiB
 """The most bytes of ``metrics.jsonl`` one read takes; the next read goes on from there."""
+SHAPES = {layout.CONFIG: (16, 4096), layout.CONFIG_YAML: (16, 4096), layout.STATUS: (8, 4096)}
+"""Per kind of entry, the deepest nesting and the most keys and values (all levels together) a reader accepts:
+a config nested 900 deep broke every view that walks it (RecursionError), and one of 20,000 keys froze a
+comparison of two runs for seconds. The lab's own configs nest 3 deep and hold about 100 values."""
 NPZ_MEMBERS_MAX = 256 * MiB
 """The most bytes a snapshot's arrays may declare together."""
 NPZ_RATIO_MAX = 64
@@ -155,18 +159,43 @@ def loads_json(data: bytes | str) -> Any:
         raise ValueError("nested too deeply") from None
 
 
+def check_shape(value: Any, depth: int, items: int, what: str) -> None:
+    """Refuse ``value`` (parsed JSON or YAML) nested deeper than ``depth`` levels or holding more than ``items``
+    keys and values over all its levels; walked without recursion.
+
+    Raises:
+        ValueError: too deep or too wide (the message names ``what`` and the bound).
+    """
+    stack, count = [(value, 1)], 0
+    while stack:
+        node, level = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        if level > depth:
+            raise ValueError(f"{what} nests deeper than {depth} levels")
+        count += len(children)
+        if count > items:
+            raise ValueError(f"{what} holds more than {items} keys and values")
+        stack.extend((child, level + 1) for child in children)
+
+
 def read_json(path: str | Path, limit: int) -> Any:
-    """The parsed JSON of the regular file ``path`` of at most ``limit`` bytes.
+    """The parsed JSON of the regular file ``path`` of at most ``limit`` bytes (and, for the kinds of
+    :data:`SHAPES`, no deeper or wider than theirs).
 
     Raises:
         FileNotFoundError, EntryError, OSError: as :func:`read_bytes`.
-        ValueError: it is not JSON (the message names the file).
+        ValueError: it is not JSON, or nests too deep or holds too much (the message names the file).
     """
     data = read_bytes(path, limit)
     try:
-        return loads_json(data)
+        value = loads_json(data)
     except ValueError as err:
         raise ValueError(f"{_name(path)} is not JSON ({str(err)[:80]})") from None
+    if Path(path).name in SHAPES:
+        check_shape(value, *SHAPES[Path(path).name], _name(path))
+    return value
 
 
 def loads_yaml(text: str) -> Any:

@@ -297,3 +297,26 @@ def test_a_run_folder_that_links_outside_the_roots_is_neither_listed_nor_opened(
     assert [s["name"] for s in RunCatalog().summaries([runs], roots)] == [next(runs.glob("*mine")).name]
     with pytest.raises(PermissionError):
         resolve_run_path("theirs", roots)
+
+
+def test_a_config_nested_900_deep_or_20000_keys_wide_is_a_problem_of_its_run_not_of_the_listing(tmp_path):
+    """The attack: one run folder whose config.json nests 900 levels (every view that walked it raised
+    RecursionError, and the Runs table went empty for everyone), another whose config holds 20,000 keys (comparing
+    two such runs froze the server for seconds). Each is listed with its problem; the healthy run beside them is
+    listed as before, and a config.yaml is held to the same bounds."""
+    store = RunStore(tmp_path)
+    healthy = _run(store, "healthy")
+    deep, wide, yaml_only = (store.create(name) for name in ("deep", "wide", "yaml-only"))
+    (deep.path / "config.json").write_text('{"config": ' + '{"a": ' * 900 + "1" + "}" * 900 + "}")
+    (wide.path / "config.json").write_text(json.dumps({"config": {f"k{i}": i for i in range(20_000)}}))
+    (yaml_only.path / "config.yaml").write_text("a:\n" + "".join(f"  k{i}: {i}\n" for i in range(5000)))
+    for run in (deep, wide, yaml_only):
+        run.write_status("completed", "done")
+    summaries = {r.path.name.split("-", 2)[-1]: run_summary(r.path) for r in (healthy, deep, wide, yaml_only)}
+    assert summaries["healthy"]["model"] == "residual_mlp" and summaries["healthy"]["problems"] == []
+    assert any("nests deeper than 16 levels" in p for p in summaries["deep"]["problems"]), summaries["deep"]
+    assert any("more than 4096 keys and values" in p for p in summaries["wide"]["problems"]), summaries["wide"]
+    assert any("more than 4096 keys and values" in p for p in summaries["yaml-only"]["problems"])
+    assert RunReader(deep.path).config()[0] == {} and deep.read_config() == {}
+    listed = RunCatalog().summaries([tmp_path])  # the Runs table's listing: every run, the healthy one as it is
+    assert len(listed) == 4 and any(r["model"] == "residual_mlp" and r["problems"] == [] for r in listed)
