@@ -102,7 +102,7 @@ def _sweep_job(plan: SweepPlan, folder: str, runs: list[str], kwargs: dict[str, 
     return [SweepJob(plan, Run(Path(folder)), [Run(Path(r)) for r in runs], **kwargs)]
 
 
-def _child(make: Callable[..., list[InProcessJob]], args: tuple[Any, ...], threads: int, locks: Path,
+def _child(make: Callable[..., list[InProcessJob]], args: tuple[Any, ...], threads: int, locks: Path | None,
            control: Connection, snapshots: Connection) -> None:
     """The child's main: place itself on ``threads`` cores in the ledger ``locks`` or niced
     (:class:`~lab.jobs.cores.Placement`), train the jobs ``make(*args)``, obey ``control`` (``(job, op, arg)``), send
@@ -232,7 +232,8 @@ class _Child:
         receive, send = _CONTEXT.Pipe(duplex=False)
         _widen(send)
         self.proc = _CONTEXT.Process(target=_child, name=self._name, daemon=True,
-                                     args=(self._make, self._args, self._threads, cores.LOCKS, child_control, send))
+                                     args=(self._make, self._args, self._threads, cores.ledger(), child_control,
+                                           send))
         self.proc.start()
         child_control.close()
         send.close()

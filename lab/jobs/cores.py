@@ -13,22 +13,50 @@ first again when training oversubscribes the machine (two runs drawn on two core
 niced child stays niced for the rest of its run: raising a process's priority again takes a privilege that a lab's
 user does not have.
 
-A core is held by an exclusive ``flock`` on its own file under :data:`LOCKS`, a waiting child by a shared lock on
-``waiting.lock``, each taken by the child itself: the ledger is shared by every server and notebook kernel of the
-machine, and the kernel drops a child's locks when it exits, however it ends (a crash or SIGKILL included).
+A core is held by an exclusive ``flock`` on its own file in the ledger (:func:`ledger`), a waiting child by a shared
+lock on ``waiting.lock``, each taken by the child itself: the kernel drops a child's locks when it exits, however it
+ends (a crash or SIGKILL included). The ledger is the user's own folder (mode 0700, outside the shared temp folder),
+shared by that user's servers and notebook kernels and by no one else: in a world-writable folder another user could
+hold its locks, plant FIFOs or links in it, and stall or redirect every child. No lock is ever waited for without a
+bound, and no file in it is opened through a link or as anything but a regular file; where the folder is not safely
+the user's own, children take no cores and run niced, as they do on a machine without pinning.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import stat
 import time
 from pathlib import Path
 from typing import IO
 
-LOCKS = Path(tempfile.gettempdir()) / "residual-lab-cores"
-"""The ledger: ``<cpu>.lock`` per core, ``waiting.lock`` and ``probing.lock``."""
+PROBE_S = 0.05
+"""The longest a child waits for ``probing.lock`` (held by another prober for microseconds); past it, it takes
+others to be waiting."""
+
+
+def ledger() -> Path | None:
+    """The user's ledger folder (``<cpu>.lock`` per core, ``waiting.lock``, ``probing.lock``): under
+    ``$XDG_RUNTIME_DIR`` (a per-user folder the system makes) where there is one, else ``~/.cache/residual-lab``;
+    made 0700 if missing. None when it is not a real folder of this user's that only this user may enter (a link,
+    another owner, wider permissions): then no child takes a core."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(runtime) if runtime and os.path.isabs(runtime) else Path.home() / ".cache"
+    folder = base / "residual-lab-cores"
+    return folder if _private(folder) else None
+
+
+def _private(folder: Path) -> bool:
+    """Whether ``folder`` (made 0700 if missing) is a directory, not a link, owned by this user, that no one else may
+    enter or write."""
+    with contextlib.suppress(OSError):
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
 SPARE = 1
 """Cores never taken: left to the server, the browser and the rest of the machine (the lowest-numbered ones)."""
 WAIT_S = 0.1
@@ -57,14 +85,16 @@ class Placement:
     Args:
         threads: the cores it keeps busy (its torch threads); 0 takes none and waits for none (a GPU run).
         nice: how much lower its priority is when it has no cores of its own.
-        locks: the ledger's folder.
+        locks: the ledger's folder (:func:`ledger`; None: no ledger, so no core of its own).
         wait: how long to look again while too few cores are free.
     """
 
-    def __init__(self, threads: int, nice: int, locks: Path = LOCKS, wait: float = WAIT_S) -> None:
+    def __init__(self, threads: int, nice: int, locks: Path | None, wait: float = WAIT_S) -> None:
         self.locks, self.nice = locks, nice
-        self._cores: list[IO[bytes]] = []
+        self._cores: dict[int, IO[bytes]] = {}  # core → its locked file
         self._waiting: IO[bytes] | None = None
+        if locks is None or not _private(locks):  # no ledger of the user's own: no core of its own either
+            threads, self.locks = 0, None
         if threads > 0 and not self._others_wait():
             self._cores = _take(threads, locks, wait)
         if self._cores:
@@ -81,7 +111,7 @@ class Placement:
     @property
     def cpus(self) -> frozenset[int]:
         """The cores it holds (none: it runs niced on every core)."""
-        return frozenset(int(Path(f.name).stem) for f in self._cores)
+        return frozenset(self._cores)
 
     def check(self) -> None:
         """Give the cores up, and run niced on every core from now on, if another child waits for cores."""
@@ -96,16 +126,19 @@ class Placement:
 
     def release(self) -> None:
         """Give up the cores and stop waiting (closing a lock file drops its lock)."""
-        for file in [*self._cores, *([self._waiting] if self._waiting else [])]:
+        for file in [*self._cores.values(), *([self._waiting] if self._waiting else [])]:
             file.close()
-        self._cores, self._waiting = [], None
+        self._cores, self._waiting = {}, None
 
     def _others_wait(self) -> bool:
         """Whether another child holds ``waiting.lock`` shared: tried exclusively under ``probing.lock``, which every
-        prober takes and no waiter does, so that two children probing at once do not take each other for a waiter."""
-        probe = _lock(self.locks / "probing.lock", block=True)
-        if probe is None:
+        prober takes and no waiter does, so that two children probing at once do not take each other for a waiter.
+        Either lock not had within :data:`PROBE_S`: taken as someone waiting (the sessions come first)."""
+        if self.locks is None:
             return False
+        probe = _lock(self.locks / "probing.lock", wait=PROBE_S)
+        if probe is None:
+            return True
         try:
             mine = _lock(self.locks / "waiting.lock")
             if mine is not None:
@@ -115,48 +148,51 @@ class Placement:
             probe.close()
 
 
-def _take(n: int, locks: Path, wait: float) -> list[IO[bytes]]:
-    """The locked files of ``n`` cores, looking again for up to ``wait`` s while too few are free; none when ``n``
-    cannot be taken."""
+def _take(n: int, locks: Path, wait: float) -> dict[int, IO[bytes]]:
+    """The locked files of ``n`` cores by core, looking again for up to ``wait`` s while too few are free; none when
+    ``n`` cannot be taken."""
     cpus = candidates()
     if len(cpus) < n:
-        return []
+        return {}
     deadline = time.monotonic() + wait
     while True:
-        files: list[IO[bytes]] = []
+        files: dict[int, IO[bytes]] = {}
         for cpu in cpus:
             if (file := _lock(locks / f"{cpu}.lock")) is not None:
-                files.append(file)
+                files[cpu] = file
                 if len(files) == n:
                     return files
-        for file in files:
+        for file in files.values():
             file.close()
         if time.monotonic() >= deadline:
-            return []
+            return {}
         time.sleep(0.02)
 
 
-def _lock(path: Path, *, shared: bool = False, block: bool = False) -> IO[bytes] | None:
-    """``path`` open and locked (exclusively unless ``shared``); None when another process holds it (and ``block``
-    is false), or it cannot be opened or locked (no ``fcntl``: not a POSIX system)."""
+def _lock(path: Path, *, shared: bool = False, wait: float = 0.0) -> IO[bytes] | None:
+    """``path`` open and locked (exclusively unless ``shared``), trying again for up to ``wait`` s; None when another
+    process holds it, or it is not a regular file of its own (a link, a FIFO, a device), or cannot be opened or
+    locked (no ``fcntl``: not a POSIX system). Never blocks: the file is opened without following a link and without
+    waiting on a FIFO, and the lock is only ever tried."""
     try:
         import fcntl
     except ImportError:
         return None
-    if not path.parent.is_dir():
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(exist_ok=True)
-            path.parent.chmod(0o1777)  # every user's children share the machine's cores
     try:
-        file = open(path, "ab")  # noqa: SIM115 (held open: the lock lives as long as the file)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
     except OSError:
-        try:  # another user's file: a lock needs only a descriptor
-            file = open(path, "rb")  # noqa: SIM115
-        except OSError:
-            return None
-    try:
-        fcntl.flock(file.fileno(), (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | (0 if block else fcntl.LOCK_NB))
-    except OSError:
+        return None
+    file = os.fdopen(fd, "r+b")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
         file.close()
         return None
-    return file
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+            return file
+        except OSError:
+            if time.monotonic() >= deadline:
+                file.close()
+                return None
+            time.sleep(0.005)

@@ -155,7 +155,7 @@ def test_a_cpu_child_trains_on_a_core_of_its_own_until_another_waits_and_frees_i
     it; a child that then finds no core free runs niced on every core, and the one with the core yields to it."""
     if not cores.candidates():
         pytest.skip("this machine has no core to spare")
-    monkeypatch.setattr(cores, "LOCKS", tmp_path / "cores")  # this test's ledger, not the machine's
+    monkeypatch.setattr(cores, "ledger", lambda: tmp_path / "cores")  # this test's ledger, not the user's
     store, stuck, top = RunStore(tmp_path / "runs"), tmp_path / "stuck", cores.candidates()[0]
     mine = os.getpriority(os.PRIO_PROCESS, 0)
     own, niced = {(frozenset({top}), mine)}, {(frozenset(os.sched_getaffinity(0)), min(mine + NICE, 19))}
@@ -245,3 +245,54 @@ def test_a_stop_during_a_long_step_returns_at_once_escalates_and_is_recorded_sto
     assert status["state"] == "stopped" and f"ended by {signal_name}" in status["message"], status
     assert status["returncode"] == (-9 if deaf else -15)
     assert job.run.read_status()["state"] == "stopped", "recorded in the run folder"
+
+
+def test_a_hostile_cores_folder_neither_stalls_nor_redirects_a_child(tmp_path, monkeypatch):
+    """The attack of another user on the machine: the shared temp folder's ``residual-lab-cores`` with its probing
+    lock held for good, a FIFO for ``waiting.lock`` and a core's lock file a link to a victim (before, every child
+    waited on that lock without end: nothing trained, and Stop ended in SIGKILL). A child uses the user's own
+    ledger, never that folder: it trains, and stops within 2 s. A ledger that is not the user's alone (a link, open
+    to others) is not used at all: the child takes no core and still trains."""
+    import fcntl
+    import tempfile
+
+    shared = Path(tempfile.gettempdir()) / "residual-lab-cores"
+    shared.mkdir(exist_ok=True)
+    planted = [shared / "probing.lock", shared / "waiting.lock", *(shared / f"{c}.lock" for c in cores.candidates())]
+    saved = {p: p.read_bytes() for p in planted if p.is_file() and not p.is_symlink()}
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    for path in planted:
+        if os.path.lexists(path):
+            path.unlink()
+    holder = open(shared / "probing.lock", "wb")  # noqa: SIM115 (held for the test's length)
+    fcntl.flock(holder.fileno(), fcntl.LOCK_EX)
+    os.mkfifo(shared / "waiting.lock")
+    for path in planted[2:]:
+        os.symlink(victim, path)
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    store = RunStore(tmp_path / "runs")
+    try:
+        assert cores.ledger() == runtime / "residual-lab-cores"
+        for setup in (lambda: None, lambda: (runtime / "residual-lab-cores").chmod(0o777),
+                      lambda: ((runtime / "residual-lab-cores").rename(runtime / "was"),
+                               (runtime / "residual-lab-cores").symlink_to(shared))):
+            setup()
+            job = ChildJob.training(tiny(**LONG), store.create("child"), disk_every_s=0).start()
+            try:
+                assert wait_for(lambda job=job: job.status().get("step", 0) > 0, timeout=60), job.status()
+            finally:
+                start = time.monotonic()
+                job.stop()
+            assert time.monotonic() - start < 2 and job.status()["state"] == "stopped"
+        assert cores.ledger() is None  # a link: not the user's own folder
+        assert victim.read_text() == "precious"
+    finally:
+        holder.close()
+        for path in planted:
+            if os.path.lexists(path):
+                path.unlink()
+        for path, data in saved.items():
+            path.write_bytes(data)
