@@ -37,7 +37,7 @@ from lab.reports.fid import fid_report, fid_select_best, format_fid
 from lab.reports.probe import format_probe, probe_report
 from lab.reports.samples import format_samples, sample_report
 from lab.reproduce import BUDGETS, PAPERS, TOY_BUDGETS, reproduce, reproduce_at_scale
-from lab.reproduce.claims import ERROR, Result
+from lab.reproduce.claims import ERROR, MAX_SEEDS, Result
 from lab.reproduce.collect import collect
 from lab.reproduce.estimate import device_kind, read_throughput
 from lab.reproduce.full_scale import DATASETS
@@ -374,8 +374,8 @@ def _reproduce(args: argparse.Namespace, store: RunStore) -> int:
     """``reproduce``: 0 when the report was written (whatever the verdicts), 1 when an experiment or a run failed
     (the report is written and names it), 2 for bad input; at full scale with ``--dry-run`` or ``--executor slurm``,
     0 once planned or submitted."""
-    if args.seeds is not None and args.seeds < 1:
-        print("error: --seeds must be >= 1", file=sys.stderr)
+    if args.seeds is not None and not 1 <= args.seeds <= MAX_SEEDS:
+        print(f"error: --seeds must be between 1 and {MAX_SEEDS}", file=sys.stderr)
         return 2
     if args.collect:
         try:

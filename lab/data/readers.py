@@ -33,6 +33,8 @@ __all__ = [
     "MNIST_FILES",
     "NEVER_DOWNLOADS",
     "DatasetNotFoundError",
+    "find_cifar_folder",
+    "find_mnist_files",
     "load_cifar",
     "load_digits",
     "image_folder_files",
@@ -166,8 +168,12 @@ def write_digits_folder(root: str | Path, *, image_size: int = 32, every: int = 
     return root
 
 
-def _find_mnist_files(root: Path, kind: str) -> dict[str, Path]:
-    """Each IDX file's path (raw preferred over .gz) in the first candidate folder that holds any of them."""
+def find_mnist_files(root: Path, kind: str = "mnist") -> dict[str, Path]:
+    """Each IDX file's path (raw preferred over .gz) in the first candidate folder that holds any of them.
+
+    Raises:
+        DatasetNotFoundError: they are not all there (the message names what is missing and where it looked).
+    """
     layout = "FashionMNIST" if kind == "fashion" else "MNIST"
     candidates = [root, root / "raw", root / layout / "raw"]
     expected = [f"{stem}(.gz)" for stem in MNIST_FILES]
@@ -211,7 +217,7 @@ def load_mnist(
     """
     if kind not in ("mnist", "fashion"):
         raise ValueError(f"kind must be 'mnist' or 'fashion', got {kind!r}")
-    files = _find_mnist_files(Path(root), kind)
+    files = find_mnist_files(Path(root), kind)
     arrays = {stem: read_idx(path) for stem, path in files.items()}
     for img, lab in ((MNIST_FILES[0], MNIST_FILES[1]), (MNIST_FILES[2], MNIST_FILES[3])):
         x, y = arrays[img], arrays[lab]
@@ -225,6 +231,22 @@ def load_mnist(
     test = (arrays[MNIST_FILES[2]], arrays[MNIST_FILES[3]].astype(np.int64))
     name = "fashion_mnist" if kind == "fashion" else "mnist"
     return _split_from_arrays(name, names, train, test, classes, max_per_class, limit)
+
+
+def find_cifar_folder(root: Path, num_classes: int = 10) -> Path:
+    """The folder holding CIFAR-10's (or CIFAR-100's) python batches: ``root/cifar-10-batches-py`` or ``root``.
+
+    Raises:
+        DatasetNotFoundError: neither holds them all (the message names the files and where it looked).
+    """
+    folder_name, train_files, test_file, meta_file = _CIFAR[num_classes]
+    expected = [*train_files, test_file, meta_file]
+    candidates = [root / folder_name, root]
+    folder = next((c for c in candidates if all((c / f).is_file() for f in expected)), None)
+    if folder is None:
+        raise _missing(f"CIFAR-{num_classes} batches", expected, candidates,
+                       f"Extract the official python tarball so they sit in {root / folder_name}.")
+    return folder
 
 
 def load_cifar(
@@ -256,18 +278,8 @@ def load_cifar(
     """
     if num_classes not in _CIFAR:
         raise ValueError(f"num_classes must be 10 or 100, got {num_classes!r}")
-    folder_name, train_files, test_file, meta_file = _CIFAR[num_classes]
-    root = Path(root)
-    expected = [*train_files, test_file, meta_file]
-    candidates = [root / folder_name, root]
-    folder = next((c for c in candidates if all((c / f).is_file() for f in expected)), None)
-    if folder is None:
-        raise _missing(
-            f"CIFAR-{num_classes} batches",
-            expected,
-            candidates,
-            f"Extract the official python tarball so they sit in {root / folder_name}.",
-        )
+    _, train_files, test_file, meta_file = _CIFAR[num_classes]
+    folder = find_cifar_folder(Path(root), num_classes)
     fine = num_classes == 100
     names = read_cifar_meta(folder / meta_file, fine=fine)
     if len(names) != num_classes:

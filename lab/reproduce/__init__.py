@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from lab.jobs.submit import Resources
 from lab.reproduce import alignment, decayed, droppath, toy_mae
-from lab.reproduce.claims import PAPERS, Claim, Result, adjust_for_multiplicity, failed, family_words
+from lab.reproduce.claims import MAX_SEEDS, PAPERS, Claim, Result, adjust_for_multiplicity, failed, family_words
 from lab.reproduce.full_scale import FULL_BUDGETS
 from lab.reproduce.report import write_report
 from lab.runs import layout
@@ -94,10 +94,10 @@ def reproduce(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS), budget:
         ValueError: an unknown paper or budget, or seeds < 1.
     """
     unknown = [p for p in papers if p not in PAPERS]
-    if unknown or budget not in TOY_BUDGETS or (seeds is not None and seeds < 1):
+    if unknown or budget not in TOY_BUDGETS or (seeds is not None and not 1 <= seeds <= MAX_SEEDS):
         raise ValueError(f"papers must be among {', '.join(PAPERS)}, budget one of {', '.join(TOY_BUDGETS)} (the "
-                         f"full-scale ones: reproduce_at_scale) and seeds "
-                         f">= 1; got papers={list(papers)}, budget={budget!r}, seeds={seeds}")
+                         f"full-scale ones: reproduce_at_scale) and seeds between 1 and {MAX_SEEDS}; got "
+                         f"papers={list(papers)}, budget={budget!r}, seeds={seeds}")
     seeds = seeds or SEEDS[budget]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,9 @@ PAPERS = {
     "decayed": "Residual Connections Harm Generative Representation Learning",
     "droppath": "ResidualDroppath: Enhancing Feature Reuse over Residual Connections",
 }
+MAX_SEEDS = 100
+"""The most seeds a reproduction measures: each is one more training of every arm (``--seeds 1000000000``, or the same
+in a ``reproduce.json``, took memory until the machine ran out, planning them)."""
 ERROR = "error"
 """What a claim reads when its experiment failed: no verdict."""
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.config import ConfigError
+from lab.reproduce.claims import MAX_SEEDS
 from lab.reproduce.estimate import gpu_hours
 from lab.reproduce.full_scale import DATASETS, EXPERIMENTS, FULL_BUDGETS, TOY_ONLY, Experiment, PlannedRun
 
@@ -49,7 +50,8 @@ def parse_data(items: list[str]) -> dict[str, Path]:
     """``--data NAME=DIR`` arguments as ``{name: absolute path}``.
 
     Raises:
-        ConfigError: an unknown name (the message lists them), a repeated one, or a path that does not exist.
+        ConfigError: an unknown name (the message lists them), a repeated one, a path that does not exist, or one
+            that lacks the files its data set needs (named).
     """
     data: dict[str, Path] = {}
     for item in items:
@@ -65,19 +67,44 @@ def parse_data(items: list[str]) -> dict[str, Path]:
         path = Path(value).expanduser().resolve()
         if not path.exists():
             raise ConfigError(f"--data {name}={value}: no such {'file' if name == 'inception' else 'folder'}")
+        missing = _missing_files(name, path)
+        if missing:
+            raise ConfigError(f"--data {name}={value} must be {DATASETS[name].what}: {missing}")
         data[name] = path
     return data
+
+
+def _missing_files(name: str, path: Path) -> str:
+    """What the data set ``name`` lacks at ``path`` for its runs to read it, in words ("" when nothing): the files
+    its reader looks for, checked before anything is planned rather than hours into a queue."""
+    from lab.data.readers import DatasetNotFoundError, find_cifar_folder, find_mnist_files
+
+    try:
+        if name == "mnist":
+            find_mnist_files(path)
+        elif name == "cifar10":
+            find_cifar_folder(path, 10)
+    except DatasetNotFoundError as err:
+        return str(err)
+    if name == "inception":
+        return "" if path.is_file() else "it is not a file"
+    if name in ("imagenet100", "imagenet", "cifar100"):
+        empty = [split for split in ("train", "val")
+                 if not (path / split).is_dir() or not any(p.is_dir() for p in (path / split).iterdir())]
+        return f"no class folders in {', '.join(str(path / s) for s in empty)}" if empty else ""
+    return ""
 
 
 def make_plan(budget: str, papers: list[str], seeds: int | None, data: dict[str, Path]) -> Plan:
     """The runs of ``papers``' full-scale experiments at ``budget`` with ``data``.
 
     Raises:
-        ValueError: ``budget`` is not a full-scale budget, or ``seeds`` < 1.
+        ValueError: ``budget`` is not a full-scale budget, or ``seeds`` is not between 1 and
+            :data:`~lab.reproduce.claims.MAX_SEEDS` (a ``reproduce.json`` may say anything).
     """
-    if budget not in FULL_BUDGETS or (seeds is not None and seeds < 1):
-        raise ValueError(f"a full-scale plan takes a budget among {', '.join(FULL_BUDGETS)} and seeds >= 1; got "
-                         f"{budget!r} and {seeds}")
+    if budget not in FULL_BUDGETS or (seeds is not None and not (isinstance(seeds, int) and 1 <= seeds <= MAX_SEEDS)):
+        raise ValueError(f"a full-scale plan takes a budget among {', '.join(FULL_BUDGETS)} and seeds between 1 and "
+                         f"{MAX_SEEDS}; got {budget!r} and {seeds!r}")
     plan = Plan(budget, list(papers), seeds or SEEDS[budget], dict(data))
     seen: set[str] = set()
     for experiment in EXPERIMENTS:

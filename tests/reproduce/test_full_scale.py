@@ -24,8 +24,8 @@ from tests.reproduce import tiny_data
 
 
 def test_the_dry_run_prints_every_run_with_its_data_and_gpu_hours(tmp_path, capsys):
-    (tmp_path / "in100").mkdir()
-    (tmp_path / "c100").mkdir()
+    for split in ("in100/train/a", "in100/val/a", "c100/train/a", "c100/val/a"):  # class folders, as each needs
+        (tmp_path / split).mkdir(parents=True)
     rates = tmp_path / "throughput.jsonl"
     record_throughput(rates, "mae_vit_base_patch16@224", 1000.0, device="Test GPU")
     record_throughput(rates, "uvit_small@32", 5.0, device="another GPU")  # another device: not used
@@ -68,8 +68,20 @@ def test_data_arguments_are_checked_before_anything_runs(tmp_path):
     with pytest.raises(ConfigError, match="NAME=DIR"):
         parse_data(["cifar10"])
     with pytest.raises(ConfigError, match="twice"):
-        parse_data([f"mnist={tmp_path}", f"MNIST={tmp_path}"])
-    assert parse_data([f"MNIST={tmp_path}"]) == {"mnist": tmp_path.resolve()}
+        parse_data([f"inception={__file__}", f"INCEPTION={__file__}"])
+    # each data set's files are looked for as its reader looks for them, before anything is planned
+    with pytest.raises(ConfigError, match="must be the folder holding the four MNIST idx files: MNIST files not"):
+        parse_data([f"mnist={tmp_path}"])
+    with pytest.raises(ConfigError, match="CIFAR-10 batches"):
+        parse_data([f"cifar10={tmp_path}"])
+    (tmp_path / "in100" / "train" / "a").mkdir(parents=True)
+    with pytest.raises(ConfigError, match="no class folders in .*in100/val"):
+        parse_data([f"imagenet100={tmp_path / 'in100'}"])
+    with pytest.raises(ConfigError, match="not a file"):
+        parse_data([f"inception={tmp_path}"])
+    mnist = tiny_data.mnist(tmp_path / "mnist")
+    assert parse_data([f"MNIST={mnist}"]) == {"mnist": mnist.resolve()}
+    assert parse_data([f"cifar10={tiny_data.cifar10(tmp_path / 'cifar')}"])["cifar10"] == tmp_path / "cifar"
     with pytest.raises(ValueError, match="budget"):
         make_plan("cpu", ["droppath"], None, {})
 
@@ -261,3 +273,25 @@ def test_the_mae_experiments_four_claims_are_collected_from_its_runs(tmp_path):
     assert all(0.0 <= v[0] <= 1.0 for k, v in probes.items() if k.startswith("α_min"))  # each run's probe.json
     assert -1.0 <= -results["decayed.rank_probe"].values["−r at the last epoch"][0] <= 1.0
     assert results["decayed.diffusion_probe"].verdict == "not measurable"  # no cifar100 given
+
+
+def test_a_billion_seeds_are_refused_from_the_command_line_and_from_a_plan_file(tmp_path, capsys):
+    """The attack: ``--seeds 1000000000`` (or the same in a ``reproduce.json`` someone else wrote) took memory until
+    the machine ran out, planning the runs; both are refused at once with the bound."""
+    from lab.reproduce import reproduce
+    from lab.reproduce.claims import MAX_SEEDS
+    from lab.reproduce.collect import collect
+
+    for budget in ("cpu", "gpu"):
+        assert main(["reproduce", "--budget", budget, "--seeds", str(10**9), "--out", str(tmp_path / "r")]) == 2
+        assert f"--seeds must be between 1 and {MAX_SEEDS}" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="seeds between 1 and"):
+        reproduce(tmp_path / "r", seeds=MAX_SEEDS + 1)
+    out = tmp_path / "planted"
+    out.mkdir()
+    (out / "reproduce.json").write_text(json.dumps({"budget": "gpu", "papers": ["droppath"], "seeds": 10**9,
+                                                    "data": {}, "runs": {}}))
+    with pytest.raises(ValueError, match="seeds between 1 and"):
+        collect(out)
+    assert main(["reproduce", "--collect", str(out)]) == 2 and "seeds between 1 and" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists() and not (out / "report.md").exists()
