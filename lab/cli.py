@@ -45,6 +45,7 @@ from lab.reproduce.launch import EXECUTORS as REPRODUCE_EXECUTORS
 from lab.reproduce.launch import PlanMismatch, failures
 from lab.reproduce.plan import make_plan, parse_data, plan_text
 from lab.runs import layout
+from lab.runs.entries import EntryError
 from lab.runs.layout import RunState
 from lab.runs.lock import RunLocked
 from lab.runs.resume import RESUME_KEYS, ResumePlan, ResumeRefused, find_run, plan_resume, resume_overrides
@@ -422,7 +423,7 @@ def _reproduce_at_scale(args: argparse.Namespace, store: RunStore) -> int:
         ledger = reproduce_at_scale(out, papers=papers, budget=args.budget, seeds=args.seeds, data=data,
                                     executor=args.executor, resources=resources, retry_failed=args.retry_failed,
                                     progress=not args.no_progress)
-    except (ConfigError, PlanMismatch, ValueError) as err:
+    except (ConfigError, PlanMismatch, ValueError, EntryError) as err:  # EntryError: a link where it writes
         print(f"error: {err}", file=sys.stderr)
         return 2
     states = [record["state"] for record in ledger["runs"].values()]

@@ -28,6 +28,7 @@ from lab.reproduce.full_scale import FULL_BUDGETS
 from lab.reproduce.report import write_report
 from lab.runs import layout
 from lab.runs.store import RunStore, environment_info
+from lab.runs.writes import own_folder
 
 __all__ = ["BUDGETS", "PAPERS", "SCOPE", "TOY_BUDGETS", "reproduce", "reproduce_at_scale"]
 
@@ -101,7 +102,7 @@ def reproduce(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS), budget:
     seeds = seeds or SEEDS[budget]
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    store = RunStore(out / layout.REPRODUCTION_RUNS)
+    store = RunStore(own_folder(out / layout.REPRODUCTION_RUNS))
     chosen = [e for e in _experiments(budget, seeds, store, out) if e[0] in papers]
     total = sum(e[2] for e in chosen)
     start = time.perf_counter()

@@ -43,7 +43,7 @@ from lab.runs.entries import LIMITS, read_json, read_tail
 from lab.runs.layout import RunState
 from lab.runs.lock import is_stale, read_holder
 from lab.runs.store import Run, RunStore
-from lab.runs.writes import atomic_write_json
+from lab.runs.writes import atomic_write_json, open_append, own_folder
 
 PLAN_FILE = layout.REPRODUCTION
 LOGS = "logs"
@@ -103,14 +103,15 @@ def folder_of(out: Path, record: dict[str, Any]) -> Run | None:
     """The run folder a ledger record names (None before it was made).
 
     Raises:
-        ValueError: the record names a folder outside the report folder's ``runs/``.
+        ValueError: the record names anything but a folder directly inside the report folder's ``runs/``, or that
+            folder or ``runs/`` is a link (a link is never followed: it could lead anywhere).
     """
     if not record.get("folder"):
         return None
-    path = (out / str(record["folder"])).resolve()
-    if not path.is_relative_to((out / layout.REPRODUCTION_RUNS).resolve()):
-        raise ValueError(f"{out / PLAN_FILE} names a run folder outside {out / layout.REPRODUCTION_RUNS}: "
-                         f"{record['folder']!r}")
+    runs = out / layout.REPRODUCTION_RUNS
+    path = Path(os.path.normpath(out / str(record["folder"])))
+    if path.parent != Path(os.path.normpath(runs)) or os.path.islink(runs) or os.path.islink(path):
+        raise ValueError(f"{out / PLAN_FILE} names a run folder outside {runs}, or a link: {record['folder']!r}")
     return Run(path)
 
 
@@ -199,7 +200,7 @@ def _log_tail(out: Path, record: dict[str, Any]) -> str:
 def _queue(plan: Plan, out: Path, ledger: dict[str, Any], devices: list[str], retry_failed: bool
            ) -> list[tuple[PlannedRun, list[list[str]]]]:
     """Per run with something to do, its commands (training and steps, or the steps left); the others settled."""
-    store = RunStore(out / layout.REPRODUCTION_RUNS)
+    store = RunStore(own_folder(out / layout.REPRODUCTION_RUNS))
     queue = []
     for run in plan.runs:
         record = ledger["runs"][run.key]
@@ -243,9 +244,11 @@ def run_local(plan: Plan, out: Path, ledger: dict[str, Any], *, retry_failed: bo
         The ledger as saved at the end: every run's state (``completed``, ``failed``, ``step failed``, ``stopped``
         when interrupted, ``busy`` when another process holds it).
     """
-    (out / LOGS).mkdir(parents=True, exist_ok=True)
+    logs = own_folder(out / LOGS)
     devices = _devices()
     queue = _queue(plan, out, ledger, devices, retry_failed)
+    for run, _ in queue:  # a log that is a link or a pipe is refused before anything starts (EntryError)
+        os.close(open_append(logs / f"{run.key}.log"))
     save_ledger(out, ledger)
     free = list(devices)
     active: dict[str, tuple[subprocess.Popen, list[list[str]], list[str], Any]] = {}
@@ -255,7 +258,8 @@ def run_local(plan: Plan, out: Path, ledger: dict[str, Any], *, retry_failed: bo
 
     def start(run: PlannedRun, commands: list[list[str]], held: list[str], first: bool = True) -> None:
         record = ledger["runs"][run.key]
-        log = open(out / record["log"], "ab")  # noqa: SIM115 (closed when its process ends); appended, never truncated
+        # appended, never truncated, never through a link; closed when its process ends
+        log = os.fdopen(open_append(logs / f"{run.key}.log"), "ab")
         log.write(("\n$ " + " ".join(commands[0]) + "\n").encode())
         log.flush()
         env = {**os.environ, **({"CUDA_VISIBLE_DEVICES": ",".join(held)} if devices else {})}
@@ -306,9 +310,8 @@ def run_slurm(plan: Plan, out: Path, ledger: dict[str, Any], resources: Resource
     continues or collects. A run whose job is still queued or running is left to it."""
     import submitit
 
-    store = RunStore(out / layout.REPRODUCTION_RUNS)
-    jobs_dir = out / layout.JOBS
-    jobs_dir.mkdir(mode=0o700, exist_ok=True)
+    store = RunStore(own_folder(out / layout.REPRODUCTION_RUNS))
+    jobs_dir = own_folder(out / layout.JOBS, private=True)
     for run in plan.runs:
         record = ledger["runs"][run.key]
         folder = folder_of(out, record)

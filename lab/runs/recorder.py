@@ -18,8 +18,10 @@ from typing import Any
 
 import torch
 
+from lab.runs import layout
 from lab.runs.layout import RunState
 from lab.runs.store import Run, checkpoint_field, saved_name
+from lab.runs.writes import remove_unfinished
 from lab.train.core import Callback, TrainerView
 
 CHECKPOINT_S = 30.0
@@ -153,6 +155,8 @@ class RunRecorder(Callback):
         self._last_beat = time.time()
 
     def on_train_start(self, trainer: TrainerView) -> None:
+        for folder in (self.run.path, self.run.path / layout.CHECKPOINTS):  # a killed run's half-written files
+            remove_unfinished(folder)
         if self.tensorboard and self.writer is None:
             from torch.utils.tensorboard import SummaryWriter  # imported lazily: it is slow to import
 

@@ -10,8 +10,8 @@ import errno
 import json
 import math
 import os
+import secrets
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -19,29 +19,83 @@ import numpy as np
 
 from lab.runs.entries import EntryError
 
-__all__ = ["atomic_write_bytes", "atomic_write_json", "json_text", "open_append", "strict_json"]
+__all__ = ["atomic_write_bytes", "atomic_write_json", "json_text", "open_append", "own_folder", "remove_unfinished",
+           "strict_json"]
+
+
+TMP_SUFFIX = ".tmp"
+"""The suffix of a file :func:`atomic_write_bytes` has not finished (``.<name>.<random>.tmp``)."""
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = False) -> None:
-    """Write ``data`` to a temp file beside ``path`` then ``os.replace`` it: readers see old or new, never half.
+    """Write ``data`` to a temp file beside ``path`` then rename it over ``path``: readers see old or new, never half.
 
     A killed process cannot leave a torn file either way; ``durable`` adds an fsync so the file also survives a
-    power cut (worth it for checkpoints, not for once-a-second status heartbeats).
+    power cut (worth it for checkpoints, not for once-a-second status heartbeats). The folder is opened without
+    following a link and both the temp file and the rename act inside that opened folder, so a folder of a run (its
+    ``checkpoints/``, ``analysis/``) that someone replaced by a link to elsewhere is never written through.
+
+    Raises:
+        EntryError: ``path``'s folder is a link or not a folder (nothing is written).
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; run folders are meant to be read by other processes
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as err:
+        if err.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise EntryError(f"{path.parent} is a link or not a folder: nothing is written into it") from None
         raise
+    tmp = f".{path.name}.{secrets.token_hex(8)}{TMP_SUFFIX}"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=folder)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, path.name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=folder)
+            raise
+    finally:
+        os.close(folder)
+
+
+def own_folder(path: Path, *, private: bool = False) -> Path:
+    """``path``, made if missing, once checked to be a real folder (not a link) before anything is written into it
+    (a reproduction's ``runs/`` and ``logs/``); ``private``: also owned by this user and closed to others (made
+    0700: a ``jobs/`` folder whose pickled jobs a cluster node runs).
+
+    Raises:
+        EntryError: it is a link, not a folder, or (``private``) another user's or open to others.
+    """
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700 if private else 0o777, parents=True)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode):
+        raise EntryError(f"{path} is a link or not a folder: nothing is written into it")
+    if private and (st.st_uid != os.getuid() or st.st_mode & 0o077):
+        raise EntryError(f"{path} is not yours alone (owner {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}): what it "
+                         "holds would run as you; remove it, or choose another folder")
+    return path
+
+
+def remove_unfinished(folder: Path) -> int:
+    """Remove the temp files :func:`atomic_write_bytes` left in ``folder`` when its process was killed mid-write
+    (only ``.<name>.<random>.tmp`` regular files; never through a link); returns how many. Call it only where no
+    other process writes (a run's own training, holding its lock)."""
+    removed = 0
+    with contextlib.suppress(OSError):
+        if os.path.islink(folder):
+            return 0
+        for entry in os.scandir(folder):
+            if entry.name.startswith(".") and entry.name.endswith(TMP_SUFFIX) and entry.is_file(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+                    removed += 1
+    return removed
 
 
 def open_append(path: Path) -> int:

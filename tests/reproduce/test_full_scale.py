@@ -295,3 +295,45 @@ def test_a_billion_seeds_are_refused_from_the_command_line_and_from_a_plan_file(
         collect(out)
     assert main(["reproduce", "--collect", str(out)]) == 2 and "seeds between 1 and" in capsys.readouterr().err
     assert not (tmp_path / "r").exists() and not (out / "report.md").exists()
+
+
+def test_a_hostile_reproduction_folder_is_never_written_through(tmp_path, capsys):
+    """The attacks on a relaunch of a reproduction folder someone else prepared: ``runs/`` a link to another folder
+    (the confinement check resolved it first, then wrote there), a run's log a link to any file (the training's
+    output was appended to it), a plan naming a run folder through a link, and a world-writable ``jobs/`` whose
+    pickles a cluster job would run. Each is refused with its reason, before anything is written through it."""
+    from lab.reproduce import reproduce_at_scale
+    from lab.reproduce.launch import folder_of
+    from lab.runs.entries import EntryError
+
+    mnist = tiny_data.mnist(tmp_path / "mnist")
+    elsewhere, victim = tmp_path / "elsewhere", tmp_path / "victim.txt"
+    elsewhere.mkdir()
+    victim.write_text("precious")
+    linked_runs = tmp_path / "a"
+    linked_runs.mkdir()
+    (linked_runs / "runs").symlink_to(elsewhere)
+    with pytest.raises(EntryError, match="is a link or not a folder"):
+        reproduce_at_scale(linked_runs, papers=["droppath"], budget="gpu-test", data={"mnist": mnist}, progress=False)
+    assert not list(elsewhere.iterdir())
+    linked_log = tmp_path / "b"
+    (linked_log / "logs").mkdir(parents=True)
+    (linked_log / "logs" / "table1-mnist-off-s0.log").symlink_to(victim)
+    code = main(["reproduce", "--budget", "gpu-test", "--paper", "droppath", "--data", f"mnist={mnist}", "--out",
+                 str(linked_log), "--no-progress"])
+    assert code == 2 and "is a link or a named pipe" in capsys.readouterr().err
+    assert victim.read_text() == "precious"
+    with pytest.raises(ValueError, match="outside .*or a link"):
+        folder_of(linked_runs, {"folder": "runs"})  # runs/ itself, and a link at that
+    (linked_log / "runs").mkdir(exist_ok=True)
+    (linked_log / "runs" / "r1").symlink_to(elsewhere)
+    with pytest.raises(ValueError, match="or a link"):
+        folder_of(linked_log, {"folder": "runs/r1"})
+    open_jobs = tmp_path / "c"
+    (open_jobs / "jobs").mkdir(parents=True)
+    (open_jobs / "jobs").chmod(0o777)
+    from lab.jobs.submit import Resources
+
+    with pytest.raises(EntryError, match="not yours alone"):
+        reproduce_at_scale(open_jobs, papers=["droppath"], budget="gpu-test", data={"mnist": mnist},
+                           executor="slurm", resources=Resources(executor="local"), progress=False)

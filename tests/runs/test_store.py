@@ -213,3 +213,51 @@ def test_snapshots_that_are_links_are_not_read(tmp_path):
 def test_end_state_names_a_finished_run():
     assert end_state(40, 40) == ("completed", "completed 40 steps")
     assert end_state(12, 40) == ("stopped", "stopped at step 12")
+
+
+def test_a_run_folders_subfolders_replaced_by_links_are_never_written_through(tmp_path):
+    """The attack on a folder a run will write again (``lab resume``, a relaunched reproduction): its
+    ``checkpoints/``, ``snapshots/`` and ``analysis/`` replaced by links to another folder. Each write is refused and
+    the other folder stays empty; the run's own files are written as before."""
+    from lab.runs.writes import atomic_write_json  # every analysis writer's
+
+    run = RunStore(tmp_path / "runs").create("r")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for sub in ("checkpoints", "snapshots", "analysis"):
+        if (run.path / sub).exists():
+            (run.path / sub).rmdir()
+        (run.path / sub).symlink_to(elsewhere)
+    with pytest.raises(EntryError, match="is a link or not a folder"):
+        run.save_checkpoint({"model": {}, "step": 1}, "last")
+    with pytest.raises(EntryError, match="is a link or not a folder"):
+        run.save_snapshot("nodes", 1, {"maps": np.zeros((2, 2), dtype=np.float32)})
+    with pytest.raises(EntryError, match="is a link or not a folder"):
+        atomic_write_json(run.analysis_path("alignment.json"), {"a": 1})
+    assert list(elsewhere.iterdir()) == []
+    run.write_status("running", "still writes its own files")
+    assert run.read_status()["message"] == "still writes its own files"
+
+
+def test_a_killed_writers_half_written_files_are_removed_when_the_run_starts_again(tmp_path):
+    """A run killed while writing a checkpoint leaves ``.last.pt.<random>.tmp`` behind (109 MB after four kills);
+    the next start of its training removes such files, and nothing else, never through a link."""
+    from lab.runs.recorder import RunRecorder
+
+    run = RunStore(tmp_path / "runs").create("r")
+    half = [run.path / "checkpoints" / ".last.pt.a1b2c3.tmp", run.path / ".status.json.x9.tmp"]
+    for path in half:
+        path.write_bytes(b"\0" * 1000)
+    kept = run.path / "checkpoints" / "notes.tmp"  # not a temp file of the writer's
+    kept.write_text("mine")
+    victim = tmp_path / "victim.tmp"
+    victim.write_text("precious")
+    (run.path / "checkpoints" / ".link.pt.zz.tmp").symlink_to(victim)
+
+    class _Trainer:
+        step, epoch, total_steps, last_eval = 0, 0, 10, {}
+
+    recorder = RunRecorder(run, tensorboard=False)
+    recorder.on_train_start(_Trainer())
+    recorder.close()
+    assert not any(p.exists() for p in half) and kept.read_text() == "mine" and victim.read_text() == "precious"
