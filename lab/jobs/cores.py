@@ -37,26 +37,14 @@ others to be waiting."""
 
 
 def ledger() -> Path | None:
-    """The user's ledger folder (``<cpu>.lock`` per core, ``waiting.lock``, ``probing.lock``): under
-    ``$XDG_RUNTIME_DIR`` (a per-user folder the system makes) where there is one, else ``~/.cache/residual-lab``;
-    made 0700 if missing. None when it is not a real folder of this user's that only this user may enter (a link,
-    another owner, wider permissions): then no child takes a core."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = Path(runtime) if runtime and os.path.isabs(runtime) else Path.home() / ".cache"
-    folder = base / "residual-lab-cores"
-    return folder if _private(folder) else None
+    """The user's ledger folder (``<cpu>.lock`` per core, ``waiting.lock``, ``probing.lock``): the lab's private
+    folder ``cores`` (:func:`~lab.runs.lock.private_folder`); None when that is not the user's alone, and then no
+    child takes a core. Asked by the server, which hands the folder to its children."""
+    from lab.runs.lock import private_folder  # here: a child loads this module alone, before torch
+
+    return private_folder("cores")
 
 
-def _private(folder: Path) -> bool:
-    """Whether ``folder`` (made 0700 if missing) is a directory, not a link, owned by this user, that no one else may
-    enter or write."""
-    with contextlib.suppress(OSError):
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        st = os.lstat(folder)
-    except OSError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
 SPARE = 1
 """Cores never taken: left to the server, the browser and the rest of the machine (the lowest-numbered ones)."""
 WAIT_S = 0.1
@@ -93,8 +81,11 @@ class Placement:
         self.locks, self.nice = locks, nice
         self._cores: dict[int, IO[bytes]] = {}  # core → its locked file
         self._waiting: IO[bytes] | None = None
-        if locks is None or not _private(locks):  # no ledger of the user's own: no core of its own either
-            threads, self.locks = 0, None
+        if locks is None:  # no ledger of the user's own (:func:`ledger`): no core of its own either
+            threads = 0
+        else:
+            with contextlib.suppress(OSError):
+                locks.mkdir(mode=0o700, parents=True, exist_ok=True)
         if threads > 0 and not self._others_wait():
             self._cores = _take(threads, locks, wait)
         if self._cores:

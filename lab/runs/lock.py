@@ -9,7 +9,8 @@ be checked from here; the message names it and says how to remove the lock once 
 Nothing is written through a planted file: the record is written to a new temp file made with ``O_CREAT | O_EXCL``
 (never an existing file or link) inside the run, then linked into place; a lock that is a link, a named pipe or
 unreadable names itself as the holder's problem and is never followed or waited on. The take-over of a stale lock is
-serialised by a guard file in a folder of this user's own (mode 0700: no other user can make or hold it), waited on
+serialised by a guard file in a folder of this user's own (:func:`private_folder`: mode 0700, outside the shared
+temp folder, so no other user can make, hold or refuse it), waited on
 for at most :data:`GUARD_WAIT_S` seconds, naming the process that holds it, and removed when it is released.
 """
 
@@ -136,22 +137,40 @@ class RunLock:
         self.release()
 
 
+def private_folder(name: str) -> Path | None:
+    """This user's own folder ``name`` for the lab's machine-local state (lock guards, the cores ledger), made with
+    mode 0700: under ``$XDG_RUNTIME_DIR/residual-lab`` (a per-user folder the system makes) where that is set, else
+    ``~/.cache/residual-lab``; never in the shared temp folder, where another user can make the folder first and
+    hold, plant or refuse what goes in it. None when it is not a real folder of this user's that only this user
+    may enter (a link, another owner, wider permissions)."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    base = Path(runtime) if os.path.isabs(runtime) and os.path.isdir(runtime) else Path.home() / ".cache"
+    folder = base / "residual-lab" / name
+    with contextlib.suppress(OSError):
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder if is_private(folder) else None
+
+
+def is_private(folder: Path) -> bool:
+    """Whether ``folder`` is a directory (not a link) owned by this user that no one else may enter or write."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077
+
+
 def guard_folder() -> Path:
-    """This user's folder for lock guards, made with mode 0700 (``$XDG_RUNTIME_DIR/residual-lab`` where that is
-    set, else ``<temp>/residual-lab-<uid>``).
+    """This user's folder for lock guards (:func:`private_folder`).
 
     Raises:
-        PermissionError: the folder exists but is not this user's own private folder (another user made it, or it
-            is a link): its guards could be held or planted by someone else.
+        PermissionError: that folder is not this user's own private folder: its guards could be held or planted by
+            someone else.
     """
-    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-    folder = (Path(runtime) / "residual-lab" if runtime and os.path.isdir(runtime)
-              else Path(tempfile.gettempdir()) / f"residual-lab-{os.getuid()}")
-    with contextlib.suppress(FileExistsError):
-        folder.mkdir(mode=0o700)
-    st = os.lstat(folder)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise PermissionError(f"{folder} is not a private folder of this user (mode 0700, owned by uid "
+    folder = private_folder("locks")
+    if folder is None:
+        raise PermissionError("the lab's folder for lock guards in this user's runtime or cache folder is not a "
+                              "private folder of this user (mode 0700, owned by uid "
                               f"{os.getuid()}): lock guards are not kept there; remove it")
     return folder
 

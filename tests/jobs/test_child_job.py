@@ -275,10 +275,10 @@ def test_a_hostile_cores_folder_neither_stalls_nor_redirects_a_child(tmp_path, m
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     store = RunStore(tmp_path / "runs")
     try:
-        assert cores.ledger() == runtime / "residual-lab-cores"
-        for setup in (lambda: None, lambda: (runtime / "residual-lab-cores").chmod(0o777),
-                      lambda: ((runtime / "residual-lab-cores").rename(runtime / "was"),
-                               (runtime / "residual-lab-cores").symlink_to(shared))):
+        own = runtime / "residual-lab" / "cores"
+        assert cores.ledger() == own
+        for setup in (lambda: None, lambda: own.chmod(0o777),
+                      lambda: (own.rename(runtime / "was"), own.symlink_to(shared))):
             setup()
             job = ChildJob.training(tiny(**LONG), store.create("child"), disk_every_s=0).start()
             try:

@@ -110,14 +110,21 @@ def test_the_lock_guard_is_private_timed_and_removed(tmp_path, monkeypatch):
     import hashlib
 
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
     (tmp_path / "tmp").mkdir()
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    # the attack: another user makes the shared temp folder's guard folder first (it used to be used, or refused)
+    planted = tmp_path / "tmp" / f"residual-lab-{os.getuid()}"
+    planted.mkdir(mode=0o777)
+    if os.getuid() == 0:
+        os.chown(planted, 4242, -1)
     run = _run(tmp_path / "runs")
     folder = guard_folder()
-    assert folder.parent == tmp_path / "tmp" and folder.stat().st_mode & 0o777 == 0o700
+    assert folder == tmp_path / "home" / ".cache" / "residual-lab" / "locks"  # the user's own, never the shared one
+    assert folder.stat().st_mode & 0o777 == 0o700 and list(planted.iterdir()) == []
     with RunLock(run.path):
         pass
     assert list(folder.iterdir()) == [], "no guard file is left behind"
