@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -80,9 +81,11 @@ class SnapshotError(ValueError):
     """A snapshot that its views cannot draw; the message says what is missing or malformed."""
 
 
-def check_snapshot(kind: str, snapshot: Mapping[str, np.ndarray]) -> None:
+def check_snapshot(kind: str, snapshot: Mapping[str, np.ndarray], model: Mapping[str, Any] | None = None) -> None:
     """Raise :class:`SnapshotError` unless ``snapshot`` holds every array of ``kind``'s contract (:attr:`Kind.arrays`),
-    numeric, with its number of axes and no empty axis."""
+    numeric, with its number of axes and no empty axis; and, given the ``model`` section of the run's config, unless
+    it has the layers and nodes that model has (a ``nodes`` snapshot of a residual MLP): a snapshot read from a run
+    folder is checked against the run's own config before any view works on it."""
     for name, ndim in KINDS[kind].arrays.items():
         if name not in snapshot:
             raise SnapshotError(f"the snapshot has no array {name!r}")
@@ -90,3 +93,21 @@ def check_snapshot(kind: str, snapshot: Mapping[str, np.ndarray]) -> None:
         if array.dtype.kind not in "biuf" or array.ndim != ndim or 0 in array.shape:
             raise SnapshotError(f"the snapshot's {name!r} is {array.dtype} of shape {array.shape}; its view draws a "
                              f"numeric array of {ndim} non-empty axes")
+    if kind == NODES and model is not None:
+        _check_nodes(snapshot, model)
+
+
+def _check_nodes(snapshot: Mapping[str, np.ndarray], model: Mapping[str, Any]) -> None:
+    """A ``nodes`` snapshot of the residual MLP ``model`` (a config's model section) has its depth + 1 layers of its
+    width's nodes, in its maps and its weights."""
+    if model.get("name", "residual_mlp") != "residual_mlp":
+        return
+    depth, width = model.get("depth") or 32, model.get("width") or 32  # the builder's defaults
+    if not (isinstance(depth, int) and isinstance(width, int)):
+        return
+    layers = depth + int(model.get("decoder_depth") or 0) + 1
+    for name in ("maps", "weights"):
+        shape = np.shape(snapshot[name])[:2]
+        if shape != (layers, width):
+            raise SnapshotError(f"the snapshot's {name!r} holds {shape[0]} layers of {shape[1]} nodes; the run's model "
+                                f"has {layers} layers (h_0 … h_{layers - 1}) of {width}")

@@ -114,7 +114,7 @@ class SavedSnapshots:
             if loaded is None:
                 return
             snapshot = loaded[1].float32()
-            check_snapshot(kind, snapshot)
+            check_snapshot(kind, snapshot, run.read_config().get("model"))  # the run's own sizes, before any work
             self._view(kind).show(snapshot, step, self._points)
         except (OSError, SnapshotError) as err:
             self._say(f"The snapshot of step {step} is not drawn: {md(err)}")

@@ -17,3 +17,43 @@ def test_a_view_is_registered_only_for_a_kind_without_one():
         replays.register(Kind(NODES, "again", {"maps": 4}), NodesReplay)  # a record of a name taken
     assert SIMILARITY not in replays.REPLAYS and KINDS[NODES].title != "again"  # the refused calls added nothing
     assert replays.live_kinds("Playground") == []  # the lab's own kinds are laid out by their pages
+
+
+def test_a_nodes_snapshot_larger_than_its_run_is_refused_and_none_costs_more_than_the_grid_it_draws(tmp_path):
+    """The attack: a run folder's ``nodes`` snapshot declaring 2,048 tiles per layer (a few hundred kB, compressed); replaying it cost 4.3 GB and froze every session for 18 s. Checked against the run's own config
+    (4 blocks × 32) it is refused with the sizes named, before any work; a snapshot that fits its run's large config is drawn at
+    most :data:`MAX_NODES` nodes per layer, in bounded time and memory."""
+    import resource
+    import time
+
+    import numpy as np
+
+    from lab.runs.store import RunStore
+    from lab.ui.views.kind_views.nodes import MAX_NODES
+    from lab.ui.views.saved_snapshots import SavedSnapshots
+
+    rng = np.random.default_rng(0)
+    hostile = {"maps": rng.standard_normal((5, 2048, 4, 4), np.float32),
+               "weights": rng.standard_normal((5, 2048, 2048)).astype(np.float16),
+               "decision": rng.random((4, 4), np.float32), "limit": np.float32(1.0)}
+    store = RunStore(tmp_path)
+    small, large = store.create("small"), store.create("large")
+    small.write_config({"model": {"name": "residual_mlp", "depth": 4, "width": 32}})
+    large.write_config({"model": {"name": "residual_mlp", "depth": 4, "width": 2048}})
+    for run in (small, large):
+        run.save_snapshot(NODES, 10, hostile)
+    saved = SavedSnapshots()
+    saved.open(small)
+    saved.kind.value = NODES
+    saved.draw()
+    assert saved.problem.visible and "2048 nodes" in saved.problem.object and "of 32" in saved.problem.object
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.monotonic()
+    saved.open(large)
+    saved.kind.value = NODES
+    saved.draw()
+    seconds, grown_mb = time.monotonic() - start, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert not saved.problem.visible, saved.problem.object
+    drawn = saved.views[NODES].grid.object
+    assert drawn is not None and seconds < 10 and grown_mb < 1500, (seconds, grown_mb)
+    assert MAX_NODES == 64

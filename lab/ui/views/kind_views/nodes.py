@@ -11,6 +11,10 @@ from lab.ui.views.replays import register
 from lab.viz.node_grid import node_grid
 from lab.viz.toy2d import decision_overlay
 
+MAX_LAYERS, MAX_NODES = 65, 64
+"""The most layers and nodes per layer a replay draws, evenly spaced (both ends kept): the Playground's largest model
+whole, and a bounded cost for any other (a grid's weight lines grow with the square of its nodes)."""
+
 
 class NodesReplay:
     """A ``nodes`` snapshot: every layer and node in the grid (each tile on its own colour range), and the
@@ -32,7 +36,7 @@ class NodesReplay:
     def show(self, snapshot: dict[str, np.ndarray], step: int, points: tuple[np.ndarray, np.ndarray]) -> None:
         L, H = snapshot["maps"].shape[:2]
         element = node_grid({**snapshot, "step": np.int64(step)}, layers=(0, L), nodes=(0, H), normalize="tile",
-                            points=points)
+                            points=points, max_layers=MAX_LAYERS, max_nodes=MAX_NODES)
         self.grid.object = hv.render(element, backend="bokeh")
         decision = decision_overlay(snapshot["decision"], step, *points, _scalar(snapshot.get("limit"), 1.0))
         self.decision.object = hv.render(decision, backend="bokeh")
