@@ -20,9 +20,10 @@ def test_a_view_is_registered_only_for_a_kind_without_one():
 
 
 def test_a_nodes_snapshot_larger_than_its_run_is_refused_and_none_costs_more_than_the_grid_it_draws(tmp_path):
-    """The attack: a run folder's ``nodes`` snapshot declaring 2,048 tiles per layer (a few hundred kB, compressed); replaying it cost 4.3 GB and froze every session for 18 s. Checked against the run's own config
-    (4 blocks × 32) it is refused with the sizes named, before any work; a snapshot that fits its run's large config is drawn at
-    most :data:`MAX_NODES` nodes per layer, in bounded time and memory."""
+    """The attack: a run folder's ``nodes`` snapshot declaring 2,048 tiles per layer (a few hundred kB, compressed);
+    replaying it cost 4.3 GB and froze every session for 18 s (this test's snapshot: 20 GB and a minute). Checked
+    against the run's own config (4 blocks × 32) it is refused with the sizes named, before any work; one that fits
+    its run's large config is drawn at most :data:`MAX_NODES` nodes per layer, in bounded time and memory."""
     import resource
     import time
 
