@@ -423,7 +423,7 @@ def _reproduce_at_scale(args: argparse.Namespace, store: RunStore) -> int:
         ledger = reproduce_at_scale(out, papers=papers, budget=args.budget, seeds=args.seeds, data=data,
                                     executor=args.executor, resources=resources, retry_failed=args.retry_failed,
                                     progress=not args.no_progress)
-    except (ConfigError, PlanMismatch, ValueError, EntryError) as err:  # EntryError: a link where it writes
+    except (ConfigError, PlanMismatch, ValueError, EntryError, RunLocked) as err:  # RunLocked: another launcher
         print(f"error: {err}", file=sys.stderr)
         return 2
     states = [record["state"] for record in ledger["runs"].values()]

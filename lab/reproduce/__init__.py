@@ -27,6 +27,7 @@ from lab.reproduce.claims import MAX_SEEDS, PAPERS, Claim, Result, adjust_for_mu
 from lab.reproduce.full_scale import FULL_BUDGETS
 from lab.reproduce.report import write_report
 from lab.runs import layout
+from lab.runs.lock import RunLock
 from lab.runs.store import RunStore, environment_info
 from lab.runs.writes import own_folder
 
@@ -144,7 +145,9 @@ def reproduce_at_scale(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS)
         The ledger as saved (``reproduce.json``): every run's state.
 
     Raises:
-        ValueError: an unknown paper or budget, seeds < 1, or ``out`` holding another budget's reproduction.
+        ValueError: an unknown paper or budget, seeds out of bounds, or ``out`` holding another budget's
+            reproduction.
+        RunLocked: another launcher (a live process, named) works on ``out``.
     """
     from lab.reproduce.launch import ledger_for, run_local, run_slurm
     from lab.reproduce.plan import make_plan
@@ -153,8 +156,9 @@ def reproduce_at_scale(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS)
         raise ValueError(f"papers must be among {', '.join(PAPERS)}; got {list(papers)}")
     out = Path(out)
     plan = make_plan(budget, list(papers), seeds, data or {})
-    ledger = ledger_for(plan, out, executor)
     out.mkdir(parents=True, exist_ok=True)
-    if executor == "slurm":
-        return run_slurm(plan, out, ledger, resources or Resources(executor="slurm"), retry_failed=retry_failed)
-    return run_local(plan, out, ledger, retry_failed=retry_failed, progress=progress)
+    with RunLock(out):  # one launcher per folder: two would train the same runs and race on reproduce.json
+        ledger = ledger_for(plan, out, executor)
+        if executor == "slurm":
+            return run_slurm(plan, out, ledger, resources or Resources(executor="slurm"), retry_failed=retry_failed)
+        return run_local(plan, out, ledger, retry_failed=retry_failed, progress=progress)

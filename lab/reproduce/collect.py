@@ -46,10 +46,11 @@ SCOPE = {
 
 
 def _finished(out: Path, ledger: dict[str, Any], run: PlannedRun) -> Run | None:
-    """The run's folder when it has completed and every step has written its output."""
-    record = ledger["runs"].get(run.key, {})
-    folder = folder_of(out, record)
-    if folder is None or not record.get("state") == folder.read_status().get("state") == RunState.COMPLETED:
+    """The run's folder when it has completed and every step has written its output: read from the run folder, the
+    record of what happened, never from the ledger's state, which says what the launcher last saw (``submitted``
+    until it runs again, after a cluster job trained the run)."""
+    folder = folder_of(out, ledger["runs"].get(run.key, {}))
+    if folder is None or folder.read_status().get("state") != RunState.COMPLETED:
         return None
     return None if steps_left(folder, list(run.steps)) else folder
 

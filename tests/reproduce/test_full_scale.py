@@ -236,6 +236,9 @@ def test_the_cluster_executor_sends_one_job_per_run_which_trains_and_steps_and_i
         assert time.monotonic() < deadline, [(f / layout.STATUS).read_text() for f in folders]
         time.sleep(0.5)
     time.sleep(1.0)  # the job's result is written after its step
+    early, _ = collect(out)  # collected without relaunching: each finished run read from its folder, none pending
+    assert {r.verdict for r in early if r.claim.id.endswith(".fc")} == {"pipeline only"}
+    assert load_ledger(out)["runs"]["ra-fc-none-s0"]["state"] == "submitted"  # what the launcher last saw
     again = reproduce_at_scale(out, papers=["alignment"], budget="gpu-test", data={"mnist": mnist},
                                executor="slurm", resources=local, progress=False)
     assert all(r["state"] == "completed" and r["attempts"] == 1 for r in again["runs"].values())
@@ -337,3 +340,25 @@ def test_a_hostile_reproduction_folder_is_never_written_through(tmp_path, capsys
     with pytest.raises(EntryError, match="not yours alone"):
         reproduce_at_scale(open_jobs, papers=["droppath"], budget="gpu-test", data={"mnist": mnist},
                            executor="slurm", resources=Resources(executor="local"), progress=False)
+
+
+def test_two_launchers_on_one_folder_do_not_race(tmp_path, capsys):
+    """While one launcher works on a reproduction folder (it holds the folder's lock, naming its process), a second
+    is refused before it writes anything: the two would train the same runs and race on ``reproduce.json``."""
+    mnist = tiny_data.mnist(tmp_path / "mnist")
+    out = tmp_path / "repro"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
+                               "from lab.runs.lock import RunLock; RunLock(Path(sys.argv[1])).acquire(); "
+                               "print('held', flush=True); time.sleep(120)", str(out)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        code = main(["reproduce", "--budget", "gpu-test", "--paper", "droppath", "--data", f"mnist={mnist}", "--out",
+                     str(out), "--no-progress"])
+        err = capsys.readouterr().err
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 2 and str(holder.pid) in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["lock"]  # the holder's; the refused launcher wrote nothing

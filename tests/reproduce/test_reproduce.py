@@ -50,11 +50,13 @@ def test_smoke_checks_every_pipeline_and_judges_no_claim(smoke):
     assert (len(runs), len(sweeps)) == (14, 3)
     assert all(json.loads((p / "status.json").read_text())["state"] == "completed" for p in runs)
     md = (smoke / "report.md").read_text()
-    assert "judges none" in md and md.count("\n| ") == 1 + 18  # header and one row per claim
-    assert "| 95% CI | p | seeds | floor | scale (lab / paper) |" in md
+    parts = sum(len(c["parts"]) for c in claims.values())  # a combined claim's parts, each on a row of its own
+    assert parts >= 2 * 6 and all(p["what"] and p["verdict"] for c in claims.values() for p in c["parts"])
+    assert "judges none" in md and md.count("\n| ") == 1 + 18 + parts  # header, one row per claim and per part
+    assert "| 95% CI | p (Holm) | p against (Holm) | target | seeds | floor | scale (lab / paper) |" in md
     page = (smoke / "report.html").read_text()
     assert not re.search(r"<(script|link)[^>]+(src|href)=['\"]?https?:", page)  # nothing fetched: opens offline
-    assert page.count("class='pipeline-only'") == 18 and "judges none" in page
+    assert page.count("class='pipeline-only'") == 18 + parts and "judges none" in page
 
 
 def test_a_failed_experiment_is_an_error_not_a_verdict_and_the_others_go_on(tmp_path, monkeypatch, capsys):
