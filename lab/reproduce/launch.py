@@ -154,13 +154,15 @@ def _lab(*args: str) -> list[str]:
     return [sys.executable, "-m", "lab", *args]
 
 
-def training_command(run: PlannedRun, folder: Path, action: str, processes: int | None = None) -> list[str]:
+def training_command(run: PlannedRun, folder: Path, action: str, processes: int | None = None,
+                     extra: tuple[str, ...] = ()) -> list[str]:
     """The ``torchrun`` command that trains (``train``), continues (``resume``) or retrains (``restart``) a run, with
-    ``processes`` (default: the plan's) training processes."""
+    ``processes`` (default: the plan's) training processes and, for ``train``, ``extra`` overrides after the plan's
+    (:func:`_same_global_batch`)."""
     head = [sys.executable, "-m", "torch.distributed.run", "--standalone",
             f"--nproc_per_node={processes or run.processes}", "-m", "lab"]
     if action == "train":
-        return [*head, "train", str(config_path(run.config)), *run.overrides, "--run-dir", str(folder),
+        return [*head, "train", str(config_path(run.config)), *run.overrides, *extra, "--run-dir", str(folder),
                 "--no-progress"]
     return [*head, "resume", str(folder), *(["--restart"] if action == "restart" else []), "--no-progress"]
 
@@ -209,16 +211,50 @@ def _queue(plan: Plan, out: Path, ledger: dict[str, Any], devices: list[str], re
         if action in ("done", "failed", "busy"):
             _settle(record, folder, action)
             continue
+        processes = min(run.processes, len(devices)) if devices else run.processes
+        extra: tuple[str, ...] = ()
+        if action != "steps":
+            try:
+                extra = _same_global_batch(run, processes, action, record)
+            except ValueError as err:  # it cannot keep the paper's global batch here: not trained with another
+                record["state"], record["message"] = RunState.FAILED, str(err)
+                continue
+            record["processes"] = processes
         if folder is None:
             folder = store.create(run.key)
             record["folder"] = str(folder.path.relative_to(out))
-        # a run planned for more GPUs than this machine has trains on all of them (with a smaller global batch
-        # where its config sets a per-process batch)
-        processes = min(run.processes, len(devices)) if devices else run.processes
         steps = steps_left(folder, list(run.steps)) if action == "steps" else run.steps
-        commands = [] if action == "steps" else [training_command(run, folder.path, action, processes)]
+        commands = [] if action == "steps" else [training_command(run, folder.path, action, processes, extra)]
         queue.append((run, commands + [_lab(*s.argv(folder.path)) for s in steps]))
     return queue
+
+
+def _same_global_batch(run: PlannedRun, processes: int, action: str, record: dict[str, Any]) -> tuple[str, ...]:
+    """The overrides that keep ``run``'s planned global batch on ``processes`` training processes (fewer GPUs than
+    planned): more micro-batches accumulated per update where its config sets a per-process batch; none where it
+    sets ``train.global_batch`` (shared out whatever the processes) or the processes are as planned.
+
+    Raises:
+        ValueError: the planned processes are not a multiple of ``processes`` (no whole accumulation keeps the
+            batch), or a run to continue was launched with other processes than these (its updates so far were of
+            another batch).
+    """
+    if action != "train":
+        launched = record.get("processes", run.processes)
+        if launched != processes:
+            raise ValueError(f"{run.key} was launched on {launched} process(es); continue it where {launched} GPUs "
+                             f"are visible, not {processes}: its global batch would change mid-run")
+        return ()
+    if processes == run.processes:
+        return ()
+    train = resolved(load_config(config_path(run.config), list(run.overrides))).train
+    if train.global_batch:
+        return ()
+    if run.processes % processes:
+        raise ValueError(f"{run.key} is planned for {run.processes} GPUs (global batch {train.batch_size} × "
+                         f"{train.accum_steps} × {run.processes}); {processes} cannot keep it with whole "
+                         f"accumulation steps: train it where {run.processes} GPUs are visible")
+    return (f"train.accum_steps={train.accum_steps * run.processes // processes}",)
 
 
 def _ended(record: dict[str, Any], state: str, code: int, interrupted: bool) -> None:

@@ -362,3 +362,35 @@ def test_two_launchers_on_one_folder_do_not_race(tmp_path, capsys):
         holder.wait()
     assert code == 2 and str(holder.pid) in err, err
     assert sorted(p.name for p in out.iterdir()) == ["lock"]  # the holder's; the refused launcher wrote nothing
+
+
+def test_fewer_gpus_than_planned_keep_the_papers_global_batch_or_train_nothing(tmp_path):
+    """MAE ViT-B/16 is planned on 4 GPUs at 256 images each (the paper's global batch 1,024). On one GPU it trains with
+    4 micro-batches accumulated per update (the same 1,024), on 3 it is refused with the reason (no whole
+    accumulation keeps it), and a run launched on 4 is not continued on 2; U-ViT, whose config fixes its global batch
+    (each process takes its share), needs nothing."""
+    from lab.reproduce.launch import _queue, ledger_for
+
+    images = tmp_path / "in100"
+    for split in ("train/a", "val/a"):
+        (images / split).mkdir(parents=True)
+    plan = make_plan("gpu", ["decayed"], 1, {"imagenet100": images, "cifar100": images})
+
+    def commands(devices: list[str], out: Path) -> tuple[dict, dict[str, list[str]]]:
+        ledger = ledger_for(plan, out, "local")
+        return ledger, {run.key: cmds[0] for run, cmds in _queue(plan, out, ledger, devices, False)}
+
+    _, one = commands(["0"], tmp_path / "one")
+    mae = one["mae-a1-s0"]
+    assert "--nproc_per_node=1" in mae and "train.accum_steps=4" in mae  # 256 × 4 × 1 = 1,024
+    uvit = one["uvit-a0.7-s0"]
+    assert "--nproc_per_node=1" in uvit and not any(a.startswith("train.accum_steps") for a in uvit)
+    ledger, three = commands(["0", "1", "2"], tmp_path / "three")
+    assert "mae-a1-s0" not in three and ledger["runs"]["mae-a1-s0"]["state"] == "failed"
+    assert "cannot keep it with whole accumulation steps" in ledger["runs"]["mae-a1-s0"]["message"]
+    ledger = ledger_for(plan, tmp_path / "two", "local")
+    ledger["runs"]["mae-a1-s0"].update(processes=4, folder=None)
+    from lab.reproduce.launch import _same_global_batch
+
+    with pytest.raises(ValueError, match="launched on 4 process"):
+        _same_global_batch(plan.runs[0], 2, "resume", ledger["runs"][plan.runs[0].key])
