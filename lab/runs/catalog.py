@@ -126,10 +126,15 @@ def is_run_folder(path: Path) -> bool:
 
 
 def _subfolders(path: Path) -> list[Path]:
+    """The folders in ``path`` by name (hidden ones left out); an entry that cannot be checked (a link in a loop,
+    ELOOP) is left out alone, not the whole listing with it."""
+    found = []
     with contextlib.suppress(OSError):
-        return sorted((Path(e.path) for e in os.scandir(path) if e.is_dir() and not e.name.startswith(".")),
-                      key=lambda p: p.name)
-    return []
+        for entry in os.scandir(path):
+            with contextlib.suppress(OSError):
+                if not entry.name.startswith(".") and entry.is_dir():
+                    found.append(Path(entry.path))
+    return sorted(found, key=lambda p: p.name)
 
 
 def find_runs(folder: Path, roots: list[Path] | None = None) -> list[Path]:

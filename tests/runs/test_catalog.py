@@ -320,3 +320,13 @@ def test_a_config_nested_900_deep_or_20000_keys_wide_is_a_problem_of_its_run_not
     assert RunReader(deep.path).config()[0] == {} and deep.read_config() == {}
     listed = RunCatalog().summaries([tmp_path])  # the Runs table's listing: every run, the healthy one as it is
     assert len(listed) == 4 and any(r["model"] == "residual_mlp" and r["problems"] == [] for r in listed)
+
+
+def test_a_link_loop_hides_no_run(tmp_path):
+    """The attack: two links pointing at each other (and one at its own folder) beside the runs; checking the first
+    raised ELOOP, and the whole folder listed no run at all."""
+    store = RunStore(tmp_path)
+    good = _run(store, "good")
+    os.symlink(tmp_path / "loop-b", tmp_path / "loop-a")
+    os.symlink(tmp_path / "loop-a", tmp_path / "loop-b")
+    assert find_runs(tmp_path) == [good.path] and len(RunCatalog().summaries([tmp_path])) == 1
