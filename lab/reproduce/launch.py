@@ -20,6 +20,8 @@ time limit or on preemption, checkpointed and requeued), the steps running in th
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -87,7 +89,7 @@ def ledger_for(plan: Plan, out: Path, executor: str) -> dict[str, Any]:
     runs = earlier.get("runs", {})
     for run in plan.runs:
         record = runs.get(run.key, {"state": "planned", "attempts": 0, "folder": None})
-        runs[run.key] = {**record, **asdict(run), "log": f"{LOGS}/{run.key}.log"}
+        runs[run.key] = {**record, **asdict(run), "log": f"{LOGS}/{run.key}.log", "recipe": fingerprint(recipe(run))}
     return {"budget": plan.budget, "papers": plan.papers, "seeds": plan.seeds,
             "data": {k: str(v) for k, v in plan.data.items()}, "executor": executor,
             "created": earlier.get("created", time.strftime("%Y-%m-%d %H:%M:%S")),
@@ -137,6 +139,48 @@ def next_action(run: Run | None, steps: list[Step], record: dict[str, Any], retr
     if not (run.path / layout.CONFIG).exists():
         return "train"
     return "resume" if checkpoint_step(run.checkpoint_path("last")) is not None else "restart"
+
+
+def recipe(run: PlannedRun) -> dict[str, Any]:
+    """The resolved config ``run`` trains today (its config with its overrides, its engine decided)."""
+    return to_dict(resolved(load_config(config_path(run.config), list(run.overrides))))
+
+
+def fingerprint(config: dict[str, Any]) -> str:
+    """A short hash of a resolved config (``reproduce.json`` records each run's: what it was planned to train)."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def recipe_changes(run: PlannedRun, folder: Run) -> list[str]:
+    """The settings of today's plan for ``run`` (its overrides' keys) that its run folder trained otherwise, as
+    ``key: folder's → plan's``; empty when the folder trained today's recipe (or has no readable config yet)."""
+    trained = folder.read_config()
+    if not trained:
+        return []
+    planned = recipe(run)
+    changes = []
+    for override in run.overrides:
+        section, _, name = override.partition("=")[0].partition(".")
+        had, wants = (trained.get(section) or {}).get(name), (planned.get(section) or {}).get(name)
+        if had != wants:
+            changes.append(f"{section}.{name}: {had!r} → {wants!r}")
+    return changes
+
+
+def _reuse(run: PlannedRun, folder: Run | None, record: dict[str, Any], action: str, retry_failed: bool
+           ) -> tuple[Run | None, str]:
+    """``(folder, action)`` once the folder is checked against today's recipe: a folder that trained another one is
+    not reused; with ``retry_failed`` the run trains afresh in a new folder (the old one stays as it is), else it is
+    reported failed, naming the settings that changed."""
+    if folder is None or action in ("train", "failed", "busy") or not (changes := recipe_changes(run, folder)):
+        return folder, action
+    if retry_failed:
+        record["folder"] = None
+        return None, "train"
+    record["state"] = RunState.FAILED
+    record["message"] = (f"{folder.path.name} trained another recipe than today's plan ({'; '.join(changes)}): "
+                         "train it afresh with --retry-failed (the folder is kept)")
+    return folder, "failed"
 
 
 def _settle(record: dict[str, Any], folder: Run | None, action: str) -> None:
@@ -207,7 +251,8 @@ def _queue(plan: Plan, out: Path, ledger: dict[str, Any], devices: list[str], re
     for run in plan.runs:
         record = ledger["runs"][run.key]
         folder = folder_of(out, record)
-        action = next_action(folder, list(run.steps), record, retry_failed)
+        folder, action = _reuse(run, folder, record, next_action(folder, list(run.steps), record, retry_failed),
+                                retry_failed)
         if action in ("done", "failed", "busy"):
             _settle(record, folder, action)
             continue
@@ -354,7 +399,8 @@ def run_slurm(plan: Plan, out: Path, ledger: dict[str, Any], resources: Resource
         if record.get("job_id") and _job_alive(jobs_dir, record["job_id"], resources.executor):
             record["state"] = "busy"
             continue
-        action = next_action(folder, list(run.steps), record, retry_failed)
+        folder, action = _reuse(run, folder, record, next_action(folder, list(run.steps), record, retry_failed),
+                                retry_failed)
         if action in ("done", "failed", "busy"):
             _settle(record, folder, action)
             continue

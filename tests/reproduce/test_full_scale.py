@@ -394,3 +394,28 @@ def test_fewer_gpus_than_planned_keep_the_papers_global_batch_or_train_nothing(t
 
     with pytest.raises(ValueError, match="launched on 4 process"):
         _same_global_batch(plan.runs[0], 2, "resume", ledger["runs"][plan.runs[0].key])
+
+
+def test_a_completed_folder_is_reused_only_for_todays_recipe(tmp_path):
+    """A run folder that completed another recipe than today's plan (a setting of its overrides changed since) is not
+    taken as done: it is reported failed naming the change, and with --retry-failed trains afresh in a new folder,
+    the old one left as it is. ``reproduce.json`` records each run's recipe fingerprint."""
+    from lab.reproduce.launch import _reuse, fingerprint, ledger_for, recipe
+
+    mnist = tiny_data.mnist(tmp_path / "mnist")
+    plan = make_plan("gpu-test", ["droppath"], 1, {"mnist": mnist})
+    run = next(r for r in plan.runs if r.key == "table1-mnist-off-s0")
+    ledger = ledger_for(plan, tmp_path / "out", "local")
+    assert ledger["runs"][run.key]["recipe"] == fingerprint(recipe(run))
+    folder = RunStore(tmp_path / "out" / "runs").create(run.key)
+    same = recipe(run)
+    folder.write_config(same)
+    folder.write_status("completed", "done")
+    record = {"state": "completed", "folder": f"runs/{folder.path.name}"}
+    assert _reuse(run, folder, record, "done", False) == (folder, "done")
+    folder.write_config({**same, "train": {**same["train"], "droppath": "residual_droppath"}})
+    assert _reuse(run, folder, record, "done", False) == (folder, "failed")
+    assert "train.droppath: 'residual_droppath' → 'off'" in record["message"] and record["state"] == "failed"
+    record = {"state": "completed", "folder": f"runs/{folder.path.name}"}
+    assert _reuse(run, folder, record, "done", True) == (None, "train") and record["folder"] is None
+    assert folder.read_status()["state"] == "completed"  # the old folder as it was
