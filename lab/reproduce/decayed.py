@@ -218,7 +218,8 @@ def measure_rank(budget: str, seeds: int, store: RunStore, tick: Callable[[], No
     verdict = rank_verdict(rho, rho_training, dropped, {d: len(sizes["alphas"]) * seeds for d in depths},
                            sizes["depths"], budget == "smoke")
     text = "; ".join(f"{d} blocks{' (extension, not judged)' if d in sizes['extension'] else ''} ρ = "
-                     f"{mean_sd(rho[d])}" + (f", {len(dropped[d])} member(s) dropped" if dropped[d] else "")
+                     f"{mean_sd(rho[d])}" + (f", {len(dropped[d])} member(s) dropped: {', '.join(dropped[d])}"
+                                             if dropped[d] else "")
                      for d in depths) + f"; over training ({sizes['depths'][0]} blocks) ρ = {mean_sd(rho_training)}"
     setting = (f"residual MLPs of {', '.join(map(str, depths))} blocks × {sizes['width']} classifying scikit-learn "
                f"digits (1,438 training images of 8 × 8, ten classes), {sizes['epochs']} epochs, α_min {alphas}")
