@@ -130,12 +130,13 @@ def test_cli_analyze_collapse_follows_neural_collapse_over_the_kept_checkpoints(
     assert "wrote" in capsys.readouterr().err
     report = json.loads((folder / "analysis" / "collapse.json").read_text())
     steps = [point["step"] for point in report["curve"]]
-    assert steps == [11, 22, 33, 44, 48] and report["nc_inputs"] == 200  # 4 epochs of 12 steps; 48 is `last`
-    assert report["curve"][-1]["nc1"] < report["curve"][0]["nc1"]  # the classes collapse as it trains
+    # the network at initialisation, then 4 epochs of 12 steps: 48 is `last`
+    assert steps == [0, 11, 22, 33, 44, 48] and report["nc_inputs"] == 200
+    assert report["curve"][-1]["nc1"] < report["curve"][1]["nc1"] < report["curve"][0]["nc1"]  # collapse as it trains
     _, model, data, _ = load_trained(Run(folder), "step-000000022")
     expected = collapse_of(model, data.x_train[:200], data.y_train[:200])
-    assert report["curve"][1]["nc3"] == pytest.approx(float(expected["nc3"][-1]))
-    assert torch.isfinite(torch.tensor([report["curve"][1][k] for k in ("nc1", "nc2_equinorm", "nc4")])).all()
+    assert report["curve"][2]["nc3"] == pytest.approx(float(expected["nc3"][-1]))
+    assert torch.isfinite(torch.tensor([report["curve"][2][k] for k in ("nc1", "nc2_equinorm", "nc4")])).all()
 
 
 def test_cli_analyze_says_what_is_wrong(trained_digits_run, tmp_path, capsys):

@@ -101,9 +101,10 @@ def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inp
 
 
 def collapse_report(run: Run, *, nc_inputs: int = 500) -> dict[str, Any]:
-    """NC1–NC4 of the last layer (the head as classifier) at every checkpoint the run kept (``train.save_every``)
-    and at ``last``, on its first ``nc_inputs`` training inputs: neural collapse over training, as *Residual
-    Alignment*'s Figure 7 follows it. Written to ``analysis/collapse.json``.
+    """NC1–NC4 of the last layer (the head as classifier) of the network at initialisation (rebuilt from the run's
+    config and seed), at every checkpoint the run kept (``train.save_every``) and at ``last``, on its first
+    ``nc_inputs`` training inputs: neural collapse over training, as *Residual Alignment*'s Figure 7 follows it.
+    Written to ``analysis/collapse.json``.
 
     Returns:
         ``curve``: one ``{"step": …, <NC key>: value}`` per checkpoint, by step (NaN as None); ``nc_inputs``.
@@ -111,12 +112,18 @@ def collapse_report(run: Run, *, nc_inputs: int = 500) -> dict[str, Any]:
     Raises:
         CheckpointError: a checkpoint is missing, corrupt or does not fit the model.
     """
-    curve = {}
+    cfg = config_of_run(run)
+    data = build_data(cfg)
+    x, y = data.x_train[:nc_inputs], data.y_train[:nc_inputs]
+
+    def point(model: nn.Module, step: int) -> dict[str, Any]:
+        return {"step": step, **{key: _plain(values[-1]) for key, values in collapse_of(model.eval(), x, y).items()}}
+
+    curve = {0: point(build_model(cfg, data), 0)}  # the network at initialisation (cfg.model.seed), where it starts
     for name in [*run.saved_checkpoints(), "last"]:
-        _, model, data, step = load_trained(run, name)
-        nc = collapse_of(model, data.x_train[:nc_inputs], data.y_train[:nc_inputs])
-        curve[step] = {"step": step, **{key: _plain(values[-1]) for key, values in nc.items()}}
-    summary = {"curve": [curve[s] for s in sorted(curve)], "nc_inputs": min(nc_inputs, len(data.x_train))}
+        _, model, _, step = load_trained(run, name)
+        curve[step] = point(model, step)
+    summary = {"curve": [curve[s] for s in sorted(curve)], "nc_inputs": len(x)}
     atomic_write_json(run.analysis_path(layout.COLLAPSE), summary)
     return summary
 

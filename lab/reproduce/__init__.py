@@ -47,8 +47,8 @@ SCOPE = {
            "mechanism appears at this scale, beyond seed noise; it cannot show the papers' numbers, which come from "
            "ImageNet-scale models trained for days — each row names both settings. 'holds': the effect appears "
            "beyond seed noise; 'differs': the lab's numbers argue against the paper at this scale (significantly "
-           "reversed, or the paper's own effect excluded where the lab measures it in the paper's metric within its "
-           "headroom); 'inconclusive': this noise hides the effect either way.",
+           "reversed; at this scale the papers' effect sizes are notes, as no toy model is the paper's setting); "
+           "'inconclusive': this noise hides the effect either way.",
 }
 TABLE1_SEEDS = 5  # the paper's Table 1 is over five seeds
 

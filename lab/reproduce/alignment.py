@@ -12,7 +12,8 @@ without; RA2 alignment above the random baseline and above the network without s
 fully-connected ResNets, so measured on the FC one only) a sharper drop of the spectrum after the top C singular
 values with skips; RA4 1/σ₁ rising with depth (slope > 0, its interval printed beside the paper's 0.992), linear
 (mean R² ≥ 0.8 over more than 4 fitted blocks) and more linear than without skips; Figure 7 NC1–NC4 falling over
-training (the last value against the first, on the paper's log scale) in the network with skips where it shows RA2;
+training (the last value against the network's at initialisation, on the paper's log scale) in the network with
+skips where it shows RA2;
 the skip/no-skip contrast of NC is reported, not judged. Every claim needs both networks to have learned (test
 accuracy well above chance).
 """
@@ -54,14 +55,14 @@ CLAIMS = {
     "ra4": Claim("alignment.ra4", P, "Figure 4b", "RA4: the top singular value of block i scales as 1/i after RA "
                  "begins", "1/σ₁ linear in depth post block 5, slope 0.992",
                  "judged: the least-squares slope of 1/σ₁ against the block index from block 5 (with skips) above 0, "
-                 "and its R² above the network without skips, with a mean R² of at least 0.8 over more than 4 "
-                 "fitted blocks as the floor; the slope's interval is printed beside the paper's 0.992, not judged",
+                 "and its R² above the network without skips, with a mean R² above 0.8 over at least 5 fitted "
+                 "blocks as the floor; the slope's interval is printed beside the paper's 0.992, not judged",
                  PAPER_SCALE),
     "nc": Claim("alignment.nc", P, "Figure 7", "neural collapse emerges over training in networks that show residual "
                 "alignment", "NC1–NC4 fall over 350 epochs (Type 4a on MNIST) while RA emerges",
                 "per seed, log10 of NC1, NC2 (equinorm and maximal equiangularity of the class means), NC3 and NC4 "
-                "of the last layer at the first evaluation minus at the last, in the network with skips, where it "
-                "shows RA2 (its alignment above the random bases); the network without skips reported beside it, "
+                "of the last layer at initialisation minus at the end of training, in the network with skips, where "
+                "it shows RA2 (its alignment above the random bases); the network without skips reported beside it, "
                 "not judged", PAPER_SCALE),
 }
 SIZES = {  # per budget: training epochs, analysed inputs, FC width and depth, conv channels and blocks
@@ -74,11 +75,12 @@ NC_FIGURE7 = {"nc1": "NC1", "nc2_equinorm": "NC2 equinorm", "nc2_maxangle": "NC2
               "nc4": "NC4"}
 """The neural-collapse measures Figure 7 follows over training (:mod:`lab.analysis.collapse`), judged one by one."""
 RA4_R2, RA4_BLOCKS = 0.8, 5
-"""RA4's floor: a mean R² of at least this, over at least this many fitted blocks."""
+"""RA4's floor: a mean R² above this, over at least this many fitted blocks."""
 
 
 class CollapseOverTraining(Callback):
-    """NC1–NC4 of the last layer (its pooled features, the head as classifier) on fixed inputs after every evaluation.
+    """NC1–NC4 of the last layer (its pooled features, the head as classifier) on fixed inputs at initialisation and
+    after every evaluation.
 
     Attributes:
         curve: ``(step, {NC key: value})`` per evaluation, the keys of
@@ -87,6 +89,10 @@ class CollapseOverTraining(Callback):
 
     def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
         self.x, self.y, self.curve = x, y, []
+
+    def on_train_start(self, trainer: TrainerView) -> None:
+        if not self.curve:  # the network at initialisation: where Figure 7's curves start
+            self.on_eval_end(trainer, {})
 
     @torch.no_grad()
     def on_eval_end(self, trainer: TrainerView, metrics: dict[str, float]) -> None:
@@ -254,7 +260,8 @@ def nc_result(claim: Claim, curves: dict[str, list[Curve]], a_with: list[float],
               learned: list[str], smoke: bool, setting: str, commands: list[str], seconds: float,
               extra: dict[str, list[float]]) -> Result:
     """Figure 7's result from NC over training (per shortcut, ``identity`` and, reported beside, ``none``; per seed a
-    :data:`Curve`) and the RA2 alignment with skips and of random bases per seed."""
+    :data:`Curve` from initialisation to the end) and the RA2 alignment with skips and of random bases per seed; a
+    curve of fewer than two points is no measurement of a fall."""
     early, late = ({key: [_log_nc(key, c[index][1].get(key)) if c else math.nan for c in curves["identity"]]
                     for key in NC_FIGURE7} for index in (0, -1))
     without = curves.get("none", [])
@@ -272,8 +279,10 @@ def nc_result(claim: Claim, curves: dict[str, list[Curve]], a_with: list[float],
               "alignment with skips": a_with, "random bases": base, **extra}
     text = "; ".join(f"{NC_FIGURE7[k]} 10^{mean_sd(early[k])} → 10^{mean_sd(late[k])} with skips"
                      + (f" (10^{mean_sd(late_without[k])} without)" if without else "") for k in NC_FIGURE7)
-    return Result(claim, values, text, nc_verdict(early, late, a_with, base, learned, smoke), setting, commands,
-                  seconds, figure)
+    short = [f"seed {k}'s NC was measured {len(c)} time(s), not from initialisation to the end"
+             for k, c in enumerate(curves["identity"]) if len(c) < 2]
+    return Result(claim, values, text, nc_verdict(early, late, a_with, base, [*learned, *short], smoke), setting,
+                  commands, seconds, figure)
 
 
 NC_SMALLEST = {key: 1e-3 if key == "nc4" else 1e-12 for key in NC_FIGURE7}
@@ -290,8 +299,8 @@ def _log_nc(key: str, value: float | None) -> float:
 def ra4_verdict(slope: list[float], r2: list[float], r2_without: list[float], fitted: int, learned: list[str],
                 smoke: bool = False) -> Verdict:
     """RA4's verdict from per-seed fits of 1/σ₁ against the block index: the slope with skips above 0, and its R²
-    above the network's without skips, paired by seed; the floor is a mean R² of at least :data:`RA4_R2` over at
-    least :data:`RA4_BLOCKS` fitted blocks.
+    above the network's without skips, paired by seed; the floor is a mean R² above :data:`RA4_R2` over at least
+    :data:`RA4_BLOCKS` fitted blocks.
 
     Args:
         slope, r2: per seed, the fit's slope and R² with skips.
@@ -312,18 +321,18 @@ def ra4_verdict(slope: list[float], r2: list[float], r2_without: list[float], fi
 def nc_verdict(early: dict[str, list[float]], late: dict[str, list[float]], a_with: list[float], base: list[float],
                learned: list[str], smoke: bool = False) -> Verdict:
     """Figure 7's verdict: each NC measure of :data:`NC_FIGURE7` falls over training in the network with skips (per
-    seed, log10 at the first evaluation minus at the last), where that network shows RA2 (its alignment above the
-    random bases).
+    seed, log10 at initialisation minus at the end), where that network shows RA2 (its alignment above the random
+    bases).
 
     Args:
-        early, late: per NC key, per seed, log10 of the measure at the first and the last evaluation.
+        early, late: per NC key, per seed, log10 of the measure at initialisation and at the end of training.
         a_with, base: per seed, the RA2 alignment with skips and of random bases.
         learned: failed preconditions (networks that did not learn).
         smoke: judge nothing.
     """
     ra = Floor("the random-basis alignment (RA must occur with skips)", float(np.nanmean(base)), tuple(a_with))
-    return combine([judge(_diff(early[key], late[key]), what=f"log10 {name}, first minus last", floor=ra,
-                          preconditions=learned, smoke=smoke) for key, name in NC_FIGURE7.items()],
+    return combine([judge(_diff(early[key], late[key]), what=f"log10 {name}, at initialisation minus at the end",
+                          floor=ra, preconditions=learned, smoke=smoke) for key, name in NC_FIGURE7.items()],
                    "NC1–NC4 falling over training")
 
 
@@ -332,5 +341,5 @@ def claims_of(kind: str) -> list[Claim]:
     paper's statement about fully-connected ResNets: the convolutional experiment does not report it."""
     tag = "FC" if kind == "fc" else "conv"
     return [Claim(f"{c.id}.{kind}", c.paper, c.where, c.statement, c.paper_value,
-                  f"{c.measure}; {tag} ResNet on digits", c.paper_scale, c.relative)
+                  f"{c.measure}; the {tag} ResNet", c.paper_scale, c.relative)
             for key, c in CLAIMS.items() if kind == "fc" or key != "ra3"]

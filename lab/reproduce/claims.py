@@ -144,16 +144,20 @@ def adjust_for_multiplicity(results: list[Result]) -> dict[str, int]:
     each judged verdict is re-decided on its adjusted p-values (:meth:`~lab.reproduce.verdict.Verdict.adjusted`).
 
     Returns:
-        Per paper key, the family's size: its claims that a test decided (holds, inconclusive or differs with a
-        p-value).
+        Per paper key, the family's size: its claims that a test decided (holds, inconclusive or differs; a
+        missing p counts as 1). Claims still pending at full scale are not in it yet.
     """
     sizes = {}
     for paper in PAPERS:
         family = [r for r in results if r.claim.paper == paper and r.judged is not None
-                  and r.judged.verdict in JUDGED and math.isfinite(r.judged.p)]
+                  and r.judged.verdict in JUDGED]
         sizes[paper] = len(family)
-        for r, p, against in zip(family, holm([r.judged.p for r in family]),
-                                 holm([r.judged.p_against for r in family]), strict=True):
+
+        def known(p: float) -> float:  # a test without a p (one seed, a part without one) is no evidence: 1
+            return p if math.isfinite(p) else 1.0
+
+        for r, p, against in zip(family, holm([known(r.judged.p) for r in family]),
+                                 holm([known(r.judged.p_against) for r in family]), strict=True):
             r.judged = r.judged.adjusted(p, against, len(family))
     return sizes
 
@@ -161,7 +165,8 @@ def adjust_for_multiplicity(results: list[Result]) -> dict[str, int]:
 def family_words(sizes: dict[str, int]) -> str:
     """The scope's sentence on multiplicity."""
     return ("Multiplicity: p-values are Holm-adjusted within each paper's family of judged claims ("
-            + ", ".join(f"{PAPERS[k]}: {n}" for k, n in sizes.items()) + "); a verdict stands on the adjusted p.")
+            + ", ".join(f"{PAPERS[k]}: {n}" for k, n in sizes.items()) + "); a verdict stands on the adjusted p. "
+            "A claim still pending is not in its family yet: a verdict can change as more claims are judged.")
 
 
 def not_at_this_budget(claim: Claim, commands: list[str], why: str, scale: str = "") -> Result:

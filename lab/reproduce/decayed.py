@@ -15,7 +15,7 @@ Four experiments (the toy MAE's, for Tables 3a and 3b and Figure 6c, is :mod:`la
   scikit-learn's digits written as an image folder, for α_min 1.0 and 0.6, then probed with the authors' protocol
   (``lab probe --protocol authors``).
 - **Diffusion** (Table 4): the tiny U-ViT of ``configs/uvit_tiny_digits.yaml`` generating digits, shortcuts decayed
-  per residual sub-layer to α_min 0.7 at the decoder's end against the standard U-ViT (α_min 1.0); each run's
+  per residual sub-layer to α_min 0.7 at the decoder's end against α_min 1.0 (both zero-initialised); each run's
   samples scored by digits-FD (:mod:`lab.reports.fid`, in a digits classifier's features: not comparable with a
   published FID) once its samples are digits, and its features by the diffusion probe
   (:mod:`lab.reports.diffusion_probe`: cells chosen on a validation split, scored on the test split; the claim reads
@@ -232,15 +232,19 @@ def measure_rank(budget: str, seeds: int, store: RunStore, tick: Callable[[], No
 TABLE2 = "Table 2, ViT-B/16 on ImageNet-100: 83.6 at α_min 0.6 − 76.5 at 1.0"
 
 
-def mae_verdict(base: list[float], decayed: list[float], smoke: bool = False, chance: float = 0.1) -> Verdict:
-    """Table 2's verdict: the probe at α_min 0.6 minus at 1.0, paired by seed, against the paper's +7.1 points capped
-    by the headroom above the α_min 1.0 probe; the probes must clear chance + 0.1 and lie below 0.99."""
+def mae_verdict(base: list[float], decayed: list[float], smoke: bool = False, *, chance: float = 0.1,
+                margin: float = 0.1, paper_setting: bool = False) -> Verdict:
+    """Table 2's verdict: the probe at α_min 0.6 minus at 1.0, paired by seed; both probes above chance + ``margin``
+    and below 0.99. ``paper_setting`` (the paper's model and data: the gpu budget): the paper's +7.1 points, capped
+    by the headroom above the α_min 1.0 probe, is a rule; elsewhere (a tiny MAE on digits) the paper's relative
+    effect is a note."""
     ceiling = [f"the probe at α_min {a} is at its ceiling ({mean_sd(v)})" for a, v in (("1.0", base), ("0.6", decayed))
                if mean(v) >= 0.99]
+    target = (Target.accuracy((83.6 - 76.5) / 100, TABLE2, base, ceiling=0.99) if paper_setting
+              else Target.note(CLAIMS["mae"].relative, base, TABLE2))
     return judge([b - a for a, b in zip(base, decayed, strict=True)], what="probe accuracy, α_min 0.6 minus 1.0",
-                 target=Target.accuracy((83.6 - 76.5) / 100, TABLE2, base, ceiling=0.99),
-                 floor=Floor(f"chance ({chance:g}) + 0.1", chance, tuple(base), 0.1), preconditions=ceiling,
-                 smoke=smoke)
+                 target=target, floor=Floor(f"chance ({chance:g}) + {margin:g}", chance, tuple(base), margin),
+                 preconditions=ceiling, smoke=smoke)
 
 
 def measure_mae(budget: str, seeds: int, store: RunStore, work, tick: Callable[[], None] = lambda: None
@@ -279,27 +283,29 @@ TABLE4 = {"fid": "Table 4, U-ViT-S on CIFAR-100: FID 14.34 at α_min 1.0 − 8.9
 
 
 def diffusion_verdicts(fds: dict[float, list[float]], deep: dict[float, list[float]], smoke: bool = False, *,
-                       digits_fd: bool, chance: float = 0.1) -> tuple[Verdict, Verdict]:
+                       digits_fd: bool, paper_setting: bool = False, chance: float = 0.1,
+                       margin: float = 0.1) -> tuple[Verdict, Verdict]:
     """Table 4's two verdicts from per-seed scores at α_min 1.0 and 0.7: the FID (or digits-FD) at 1.0 minus at 0.7,
     and the deepest blocks' probe at 0.7 minus at 1.0.
 
-    The FID is the paper's metric at full scale (target: its 5.35 lower, capped by the FID at α_min 1.0, which cannot
-    fall below 0); digits-FD (``digits_fd``) is another feature space, where the paper's relative effect is a note.
-    The deepest blocks' probe is not the paper's best cell: a note at every scale. Samples must be digits
-    (digits-FD below :data:`DIGITS_FD_MAX`), probes above chance + 0.1.
+    The FID of U-ViT-S on CIFAR-100 over the paper's schedule (``paper_setting``: the gpu budget) is the paper's
+    metric: its 5.35 lower, capped by the FID at α_min 1.0 (which cannot fall below 0), is a rule. Digits-FD
+    (``digits_fd``) is another feature space, and a shorter schedule another setting: there the paper's relative
+    effect is a note. The deepest blocks' probe is not the paper's best cell: a note at every scale. Samples must be
+    digits (digits-FD below :data:`DIGITS_FD_MAX`), probes above chance + ``margin``.
     """
     not_digits = [f"the samples at α_min {a:g} are not yet digits (digits-FD {mean_sd(v)}; digits count below "
                   f"{DIGITS_FD_MAX:g})" for a, v in fds.items() if digits_fd and not mean(v) < DIGITS_FD_MAX]
     fid_claim, probe_claim = CLAIMS["diffusion_fid"], CLAIMS["diffusion_probe"]
-    fd_target = (Target.note(fid_claim.relative, fds[1.0], TABLE4["fid"]) if digits_fd else
-                 Target(14.34 - 8.99, TABLE4["fid"], headroom=mean(fds[1.0])))
+    fd_target = (Target(14.34 - 8.99, TABLE4["fid"], headroom=mean(fds[1.0])) if paper_setting and not digits_fd
+                 else Target.note(fid_claim.relative, fds[1.0], TABLE4["fid"]))
     fid = judge([a - b for a, b in zip(fds[1.0], fds[0.7], strict=True)],
                 what=f"{'digits-FD' if digits_fd else 'FID'}, α_min 1.0 minus 0.7", target=fd_target,
                 preconditions=not_digits, smoke=smoke)
     probe = judge([b - a for a, b in zip(deep[1.0], deep[0.7], strict=True)],
                   what="deepest-block probe, α_min 0.7 minus 1.0",
                   target=Target.note(probe_claim.relative, deep[1.0], TABLE4["probe"]),
-                  floor=Floor(f"chance ({chance:g}) + 0.1", chance, tuple(deep[1.0]), 0.1), smoke=smoke)
+                  floor=Floor(f"chance ({chance:g}) + {margin:g}", chance, tuple(deep[1.0]), margin), smoke=smoke)
     return fid, probe
 
 

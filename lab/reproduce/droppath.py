@@ -122,16 +122,18 @@ def measure_figure3(budget: str, seeds: int, store: RunStore, tick: Callable[[],
 
 
 def table1_verdict(acc: dict[str, dict[str, list[float]]], rows: dict[str, tuple[str, str]],
-                   smoke: bool = False) -> Verdict:
-    """Table 1's verdict: per data set, Ours minus Droppath and Ours minus Standard, paired by seed, each against the
-    paper's own difference in the row of :data:`TABLE1_ROWS` that data set is compared with (capped by the headroom
-    of the lab's accuracy), with the other arm above chance + 0.1.
+                   smoke: bool = False, paper_setting: bool = False) -> Verdict:
+    """Table 1's verdict: per data set, Ours minus Droppath and Ours minus Standard, paired by seed, each beside the
+    paper's own difference in the row of :data:`TABLE1_ROWS` that data set is compared with, with the other arm
+    above chance + 0.1.
 
     Args:
         acc: per data set (``digits``, ``mnist``, …), per arm (``Standard``, ``Droppath``, ``Ours``), the test
             accuracy (a fraction) per seed.
         rows: per data set, the key of its paper row, ``(data set, model)``.
         smoke: judge nothing.
+        paper_setting: the row's own data set and model trained as the paper's (the gpu budget): its difference,
+            capped by the headroom of the lab's accuracy, is a rule; elsewhere (digits, shorter schedules) a note.
     """
     parts = []
     for name, arms in acc.items():
@@ -141,9 +143,10 @@ def table1_verdict(acc: dict[str, dict[str, list[float]]], rows: dict[str, tuple
         for other in ("Droppath", "Standard"):
             points = (paper["Ours"][0] - paper[other][0]) / 100
             source = (f"Table 1, {row[0]} {row[1]}: Ours {paper['Ours'][0]:g} − {other} {paper[other][0]:g}")
+            target = (Target.accuracy(points, source, arms[other]) if paper_setting else
+                      Target.note(points * 100 / paper[other][0], arms[other], source))
             parts.append(judge([o - b for o, b in zip(arms["Ours"], arms[other], strict=True)],
-                               what=f"{name}: Ours minus {other}",
-                               target=Target.accuracy(points, source, arms[other]), smoke=smoke,
+                               what=f"{name}: Ours minus {other}", target=target, smoke=smoke,
                                floor=Floor(f"chance ({chance:g}) + 0.1", chance, tuple(arms[other]), 0.1)))
     return combine(parts, "the highest mean accuracy on every data set")
 

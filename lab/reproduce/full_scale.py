@@ -231,7 +231,8 @@ def _mae_collect(budget: str, runs: Runs, planned: list[PlannedRun]) -> list[Res
     claim2, claim3a, claim3b, claim6c = MAE_CLAIMS
     out = [Result(claim2, {f"α_min {a:g}": probes(f"a{a:g}") for a in alphas} | {"gain": gain},
                   f"probe {mean_sd(base)} at α_min 1.0, {mean_sd(decayed06)} at 0.6 (gain {mean_sd(gain)})",
-                  decayed.mae_verdict(base, decayed06, smoke, chance=0.01), setting, commands)]
+                  decayed.mae_verdict(base, decayed06, smoke, chance=0.01, margin=0.05, paper_setting=True), setting,
+                  commands)]
     plain = probes("a0.6-nounet")
     unet = [a - b for a, b in zip(decayed06, plain, strict=True)]
     out.append(Result(claim3a, {"with U-Net skips": decayed06, "without": plain, "gain": unet},
@@ -324,7 +325,8 @@ def _uvit_collect(budget: str, runs: Runs, planned: list[PlannedRun]) -> list[Re
     pair = {1.0: "a1", 0.7: "a0.7"}
     fid_verdict, probe_verdict = decayed.diffusion_verdicts(
         {a: fids.get(arm, [math.nan] * len(seeds)) for a, arm in pair.items()},
-        {a: deep[arm] for a, arm in pair.items()}, smoke, digits_fd=False)
+        {a: deep[arm] for a, arm in pair.items()}, smoke, digits_fd=False, paper_setting=budget == "gpu",
+        chance=0.01, margin=0.05)
     out = []
     if has_fid:
         out.append(Result(fid_claim, {f"FID, {names[arm]}": v for arm, v in fids.items()},
@@ -382,7 +384,8 @@ def _table1_collect(budget: str, runs: Runs, planned: list[PlannedRun]) -> list[
     texts = [f"{name}: " + ", ".join(f"{label} {mean_sd(v, 4)}" for label, v in arms.items())
              for name, arms in acc.items()]
     values = {f"{name} {label}": v for name, arms in acc.items() for label, v in arms.items()}
-    verdict = droppath.table1_verdict(acc, {name: TABLE1_ROWS[name] for name in sets}, budget == "gpu-test")
+    verdict = droppath.table1_verdict(acc, {name: TABLE1_ROWS[name] for name in sets}, budget == "gpu-test",
+                                      paper_setting=budget == "gpu")
     return [Result(claim, values, "; ".join(texts), verdict, _setting(planned, "table1-"),
                    seed0_commands(planned, "table1-"))]
 

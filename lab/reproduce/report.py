@@ -62,7 +62,8 @@ def table_rows(results: list[Result]) -> list[dict[str, str]]:
             "time": f"{r.seconds:.0f} s" if r.seconds else "—"})
         for part in n["parts"]:
             rows.append({key: "" for key in rows[-1]} | {
-                "id": f"  ↳ {r.claim.id}", "claim": part["what"], "verdict": f"part: {part['verdict']}",
+                "id": f"  ↳ {r.claim.id}", "claim": part["what"],
+                "verdict": f"part (unadjusted): {part['verdict']}",
                 **_numbers(part)})
     return rows
 
@@ -74,13 +75,16 @@ def _md_cell(text: str) -> str:
 VERDICT_WORDS = (
     "Verdicts: holds (the effect in the paper's direction, one-sided p < 0.05 over the seeds, Holm-adjusted within "
     "the paper, above its floor) / differs (evidence against the paper: the 95% interval lies entirely below zero, "
-    "or below the paper's own effect where the lab measures it in the paper's metric, capped by the headroom that "
-    "metric has here; 'p against' is that test's one-sided p, below 0.025, Holm-adjusted) / inconclusive (neither; "
+    "or below the paper's own effect where the lab measures it in the paper's metric and setting, capped by the "
+    "headroom that metric has here; 'p against' is that test's one-sided p, below 0.025, Holm-adjusted) / "
+    "inconclusive (neither; "
     "the reason says how many seeds this noise would need) / not measurable (a precondition failed: named) / "
     "pipeline only (smoke) / pending (runs not finished: how far) / error (the experiment failed). A combined claim "
-    "holds when every part holds and differs when a part differs after Bonferroni over its parts; its rows show "
-    "each part. Where the lab's metric is not the paper's, the paper's effect is a note, never a verdict. "
-    "Values are mean ± sd over seeds; effects are in the paper's direction.")
+    "holds when every part holds and differs when a part differs after Bonferroni over its parts: its row gives the "
+    "deciding part's effect and interval, the largest part's p and the smallest part's p against times the parts, "
+    "and a row of its own for each part with that part's numbers before any adjustment. Where the lab's metric or "
+    "setting is not the paper's, the paper's effect is a note, never a verdict. Values are mean ± sd over seeds; "
+    "effects are in the paper's direction.")
 
 
 def markdown(results: list[Result], meta: dict[str, Any]) -> str:
@@ -136,7 +140,7 @@ def html_page(results: list[Result], meta: dict[str, Any]) -> str:
               + "".join(f"<script>{js}</script>" for js in INLINE.js_raw))
 
     def cell(row: dict[str, str], key: str) -> str:
-        verdict = row["verdict"].removeprefix("part: ").split(" (")[0]  # "part: holds", "holds (decided by …)"
+        verdict = row["verdict"].removeprefix("part (unadjusted): ").split(" (")[0]  # a part's, "holds (decided…)"
         css = verdict.replace(" ", "-") if key == "verdict" else ""
         return f"<td class='{esc(css)}'>{esc(row[key])}</td>"
 

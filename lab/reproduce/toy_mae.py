@@ -55,7 +55,7 @@ CLAIMS = {
                          "few-label probe accuracy (the claim's effect: −r)", PAPER_SCALE),
 }
 SIZES = {
-    "smoke": {"alphas": [1.0, 0.6], "epochs": 1, "width": 16, "depth": 2, "decoder": 2, "points": 200},
+    "smoke": {"alphas": [1.0, 0.6], "epochs": 1, "width": 16, "depth": 4, "decoder": 2, "points": 200},
     "cpu": {"alphas": [1.0, 0.9, 0.8, 0.7, 0.6, 0.5], "epochs": 40, "width": 32, "depth": 8, "decoder": 4,
             "points": 360},
 }
@@ -157,7 +157,7 @@ def unet_verdict(with_skips: list[float], without: list[float], smoke: bool = Fa
     their paired difference; the paper's effect is a note (its probe is not this one)."""
     return judge(_diff(with_skips, without), what="few-label probe, U-Net skips minus none",
                  target=Target.note(CLAIMS["unet"].relative, without, TABLE3["unet"]), floor=_floor(without),
-                 preconditions=_probe_ok(with_skips, "α_min 0.6"), smoke=smoke)
+                 preconditions=[*_probe_ok(with_skips, "α_min 0.6"), *_probe_ok(without, "no U-Net")], smoke=smoke)
 
 
 def controls_verdict(decayed: list[float], controls: dict[str, list[float]], smoke: bool = False) -> Verdict:
@@ -167,7 +167,8 @@ def controls_verdict(decayed: list[float], controls: dict[str, list[float]], smo
     labels = {"scaled_both": "√0.5 (x + f(x))", "scaled_branch": "x + √0.5 f(x)"}
     parts = [judge(_diff(decayed, controls[other]), what=f"few-label probe, decayed α_min 0.6 minus {labels[other]}",
                    target=Target.note(relative[other], controls[other], TABLE3[other]), floor=_floor(controls[other]),
-                   preconditions=_probe_ok(decayed, "α_min 0.6"), smoke=smoke)
+                   preconditions=[*_probe_ok(decayed, "α_min 0.6"), *_probe_ok(controls[other], labels[other])],
+                   smoke=smoke)
              for other in ("scaled_both", "scaled_branch")]
     return combine(parts, "decayed above both controls")
 

@@ -200,12 +200,13 @@ def power(effect: float, sd: float, n: int, alpha: float = ALPHA) -> float:
 
 def seeds_needed(sd: float, target: float, alpha: float = ALPHA, power_: float = POWER) -> int | None:
     """The fewest seeds (at least 2) at which the one-sided t-test at ``alpha`` detects a mean effect ``target``
-    against seed noise ``sd`` with probability ``power_`` (:func:`power`, the noncentral t); None when ``target`` is
-    not positive, ``sd`` unknown, or more than :data:`MOST_SEEDS` would be needed."""
+    against seed noise ``sd`` with probability ``power_`` (:func:`power`, the noncentral t; with no spread, the sign
+    test's ⌈log₂(1/α)⌉); None when ``target`` is not positive, ``sd`` unknown, or more than :data:`MOST_SEEDS`
+    would be needed."""
     if not (math.isfinite(sd) and math.isfinite(target)) or target <= 0:
         return None
-    if sd == 0:
-        return 2
+    if sd == 0:  # no spread: the sign test, whose p with n seeds is 1/2ⁿ
+        return max(2, math.ceil(math.log2(1 / alpha)))
     high = 2
     while power(target, sd, high, alpha) < power_:
         if high > MOST_SEEDS:
@@ -217,7 +218,7 @@ def seeds_needed(sd: float, target: float, alpha: float = ALPHA, power_: float =
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (low, mid) if power(target, sd, mid, alpha) >= power_ else (mid, high)
-    return high
+    return high if high <= MOST_SEEDS else None
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
@@ -278,15 +279,18 @@ class Verdict:
             raise ValueError(f"verdict must be one of {VERDICTS}; got {self.verdict!r}")
 
     def adjusted(self, p_holm: float, p_against_holm: float, family: int) -> Verdict:
-        """This verdict re-decided on Holm-adjusted p-values within a paper's family of ``family`` judged claims: a
-        "holds" (or "differs") that no longer clears its level reads "inconclusive", and says so."""
+        """This verdict re-decided on Holm-adjusted p-values within a paper's family of ``family`` judged claims, by
+        the rules of :func:`judge`: a "holds" or "differs" that no longer clears its level reads what the adjusted
+        values say ("differs" or "inconclusive"), and says so."""
         verdict, reason = self.verdict, self.reason
+        over = f"once Holm-adjusted over the paper's {family} judged claims"
         if verdict == "holds" and not p_holm < ALPHA:
-            verdict, reason = "inconclusive", (f"{reason}; not significant once Holm-adjusted over the paper's "
-                                               f"{family} judged claims (p = {_fmt(p_holm)})")
+            verdict = "differs" if p_against_holm < AGAINST else "inconclusive"
+            reason = (f"{reason}; not significant {over} (p = {_fmt(p_holm)})"
+                      + (f", and the paper's effect is ruled out (p against = {_fmt(p_against_holm)})"
+                         if verdict == "differs" else ""))
         elif verdict == "differs" and not p_against_holm < AGAINST:
-            verdict, reason = "inconclusive", (f"{reason}; not significant once Holm-adjusted over the paper's "
-                                               f"{family} judged claims (p against = {_fmt(p_against_holm)})")
+            verdict, reason = "inconclusive", f"{reason}; not significant {over} (p against = {_fmt(p_against_holm)})"
         return replace(self, verdict=verdict, reason=reason, p_holm=p_holm, p_against_holm=p_against_holm,
                        family=family)
 
@@ -321,6 +325,9 @@ def judge(effects: Sequence[float], *, what: str, target: Target | None = None, 
     """
     stats = t_test(effects)
     failed = list(preconditions)
+    missing = sum(1 for e in effects if not math.isfinite(e))
+    if missing:  # a seed whose measurement gave no number is no seed of the test
+        failed.append(f"{missing} of {len(effects)} seeds gave no number for {what}")
     if floor is not None and not floor.cleared:
         finite = [v for v in floor.values if math.isfinite(v)]
         mean = _fmt(float(np.mean(finite))) if finite else "n/a"
@@ -365,23 +372,26 @@ def judge(effects: Sequence[float], *, what: str, target: Target | None = None, 
 
 
 def combine(parts: Sequence[Verdict], what: str) -> Verdict:
-    """One verdict from several tests of one claim (see the module docstring): pipeline only if any is; differs if a
-    part's p against, times the number of parts, is below :data:`AGAINST`; else not measurable if any part is;
-    holds if all hold; else inconclusive. Its numbers are those of the part that decided."""
+    """One verdict from several tests of one claim (see the module docstring): pipeline only if any is; holds if all
+    hold; differs if a part's p against, times the number of parts, is below :data:`AGAINST`; else not measurable if
+    any part is; else inconclusive. Its effect and interval are the deciding part's, its p the largest part's and its
+    p against the smallest part's times the parts (Bonferroni)."""
     k = len(parts)
     p = max((q.p for q in parts), default=math.nan) if all(math.isfinite(q.p) for q in parts) else math.nan
     against = [q.p_against for q in parts if q.verdict in JUDGED and math.isfinite(q.p_against)]
     p_against = min(1.0, k * min(against)) if against else math.nan
     names = [q.verdict for q in parts]
+    if not parts:
+        raise ValueError(f"{what}: a combined verdict needs at least one part")
     if "pipeline only" in names:
         decider, verdict = parts[0], "pipeline only"
+    elif all(n == "holds" for n in names):  # as judge: an effect in the paper's direction wins over its size
+        decider, verdict = max(parts, key=lambda q: q.p), "holds"
     elif math.isfinite(p_against) and p_against < AGAINST:
         decider = min((q for q in parts if q.verdict in JUDGED), key=lambda q: q.p_against)
         verdict = "differs"
     elif "not measurable" in names:
         decider, verdict = parts[names.index("not measurable")], "not measurable"
-    elif all(n == "holds" for n in names):
-        decider, verdict = max(parts, key=lambda q: q.p), "holds"
     else:
         decider, verdict = next(q for q in parts if q.verdict != "holds"), "inconclusive"
     bonferroni = (f" (Bonferroni over {k} parts: p against = {_fmt(p_against)})" if verdict == "differs" else

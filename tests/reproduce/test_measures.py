@@ -40,14 +40,18 @@ def test_neural_collapse_is_followed_after_every_evaluation():
     model = _Collapsing(y)
     follow = CollapseOverTraining(torch.zeros(40, 1), y)
     trainer = SimpleNamespace(model=model, step=0)
+    with torch.no_grad():
+        model.scale.fill_(3.0)
+    follow.on_train_start(trainer)  # the network at initialisation: where the curve starts
+    follow.on_train_start(trainer)  # a resumed training adds no second start
     for step, scale in ((10, 1.0), (20, 0.3), (30, 0.05)):
         trainer.step = step
         with torch.no_grad():
             model.scale.fill_(scale)
         follow.on_eval_end(trainer, {})
-    assert [s for s, _ in follow.curve] == [10, 20, 30]
+    assert [s for s, _ in follow.curve] == [0, 10, 20, 30]
     nc1 = [v["nc1"] for _, v in follow.curve]
-    assert nc1[0] > nc1[1] > nc1[2]  # the classes collapse onto their means
+    assert nc1[0] > nc1[1] > nc1[2] > nc1[3]  # the classes collapse onto their means
     h = model.forward_features(None)
     expected = collapse_metrics(h, y, classifier_weight=model.head.weight, classifier_bias=model.head.bias)
     assert follow.curve[-1][1] == pytest.approx({k: expected[k] for k in follow.curve[-1][1]}, nan_ok=True)

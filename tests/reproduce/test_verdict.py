@@ -154,7 +154,9 @@ def test_seeds_needed_is_the_noncentral_t_of_the_one_sided_t_test():
     assert normal == 2 and power(2.0, 1.0, 2) == pytest.approx(0.34, abs=0.02)
     assert _simulated_power(2.0, 1.0, 2, 20_000, rng) == pytest.approx(0.34, abs=0.02)
     assert seeds_needed(1.0, 2.0) == independent(2.0, 1.0) > normal
-    assert seeds_needed(0.0, 1.0) == 2 and seeds_needed(1.0, 0.0) is None and seeds_needed(math.nan, 1.0) is None
+    # no spread: the sign test, whose p with n seeds is 1/2ⁿ, needs 5 seeds to go below 0.05
+    assert seeds_needed(0.0, 1.0) == 5 and 0.5 ** 5 < 0.05 <= 0.5 ** 4
+    assert seeds_needed(1.0, 0.0) is None and seeds_needed(math.nan, 1.0) is None
 
 
 def test_holm_against_a_hand_computation():
@@ -204,3 +206,21 @@ def test_combined_verdicts():
     assert weak.verdict == "differs" and AGAINST / 2 < weak.p_against < AGAINST
     assert combine([holds, weak], "both").verdict == "inconclusive"
     assert combine([holds, judge([1, 1.1, 0.9], what="s", smoke=True)], "both").verdict == "pipeline only"
+
+
+def test_the_paper_s_direction_wins_over_its_size_and_holm_re_decides_by_the_same_rules():
+    """A combined claim whose parts all hold holds, even when one part's size falls short of the paper's (as
+    ``judge``: holds, with the shortfall said); a "holds" that Holm's adjustment takes away reads "differs" when the
+    adjusted p against still rules the paper's effect out, else "inconclusive"; a seed without a number is named
+    and makes the test not measurable rather than quietly one seed fewer."""
+    short = judge([0.010, 0.011, 0.012], what="small", target=Target(0.07, "paper"))
+    assert short.verdict == "holds" and "its size is below" in short.reason and short.p_against < AGAINST
+    big = judge([1.0, 1.1, 0.9], what="big")
+    assert combine([big, short], "both").verdict == "holds"
+    assert short.adjusted(0.2, 0.001, 3).verdict == "differs"
+    assert short.adjusted(0.2, 0.2, 3).verdict == "inconclusive"
+    assert short.adjusted(0.01, 0.001, 3).verdict == "holds"
+    gap = judge([0.05, math.nan, 0.06], what="gain")
+    assert gap.verdict == "not measurable" and "1 of 3 seeds gave no number for gain" in gap.reason
+    with pytest.raises(ValueError, match="at least one part"):
+        combine([], "nothing")
