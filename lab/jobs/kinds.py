@@ -100,8 +100,8 @@ def check_snapshot(kind: str, snapshot: Mapping[str, np.ndarray], model: Mapping
 def _check_nodes(snapshot: Mapping[str, np.ndarray], model: Mapping[str, Any]) -> None:
     """A ``nodes`` snapshot of the residual MLP ``model`` (a config's model section) has its depth + 1 layers of its
     width's nodes, in its maps and its weights."""
-    if model.get("name", "residual_mlp") != "residual_mlp":
-        return
+    if not isinstance(model, Mapping) or model.get("name", "residual_mlp") != "residual_mlp":
+        return  # a model section that is no mapping (a hostile config) says nothing about sizes
     depth, width = model.get("depth") or 32, model.get("width") or 32  # the builder's defaults
     if not (isinstance(depth, int) and isinstance(width, int)):
         return
