@@ -1,5 +1,5 @@
 """The one place a reproduction's verdict is decided: an effect, its interval, a test against seed noise, a floor,
-the paper's own effect where the lab measures it in the paper's metric, and the paper's family of claims.
+the paper's own effect where the lab measures it in the paper's metric and setting, and the paper's family of claims.
 
 Every claim is reduced to per-seed numbers *in the paper's direction*: ``effects[i]`` is what the paper predicts to
 be positive, measured with seed i (a paired difference of two arms that share the seed, ``b − a``, or a value
@@ -10,11 +10,13 @@ against a null, ``x − null``). :func:`judge` then decides:
   below its ceiling; samples that are images of the data). With no effect this happens in 5 % of experiments
   whatever the number of seeds: the t-test is exact under Gaussian seed noise.
 * **differs**: evidence against the paper. The 95 % interval lies entirely below zero (significantly the other
-  way), or entirely below the paper's own effect where the lab measures it in the paper's own metric
-  (:class:`Target` with ``same_metric``), capped by the headroom the lab's metric has (a probe cannot pass 1). Both
-  are one test: the one-sided p of "effect < reach" (``p_against``) below :data:`AGAINST`, with reach 0, or
-  min(paper's effect, headroom). With the paper's effect as the truth this happens in at most 2.5 % of experiments.
-  Where the lab's metric is not the paper's (digits-FD for FID), the paper's effect is only a note in the reason.
+  way), or entirely below the paper's own effect where the lab measures it in the paper's own metric and setting
+  (:class:`Target` with ``same_metric``: the paper's data set and model, the gpu budget), capped by the headroom the
+  lab's metric has (a probe cannot pass 1). Both are one test: the one-sided p of "effect < reach" (``p_against``)
+  below :data:`AGAINST`, with reach 0, or min(paper's effect, headroom). With the paper's effect as the truth this
+  happens in at most 2.5 % of experiments. Where the lab's metric or setting is not the paper's (digits-FD for FID,
+  a toy model), the paper's effect is only a note in the reason. An effect in the paper's direction that is
+  significant holds, its size ruled out or not (the reason says so).
 * **inconclusive**: neither, with how many seeds this seed noise would need to detect the target (80 % power of the
   one-sided t-test at :data:`ALPHA`, from the noncentral t).
 * **not measurable**: a precondition failed (which one is said);
@@ -89,9 +91,10 @@ class Target:
         source: where it comes from, in words (``Table 1, MNIST, ResNet50: Ours 99.32 − Droppath 99.29``).
         headroom: how far the lab's metric can move in the paper's direction from the lab's baseline (a probe at
             0.95 can rise by 0.05); infinite for an unbounded metric.
-        same_metric: the lab measures what the paper reports, in its units (an accuracy in points): then the
-            interval is tested against the reach. Otherwise (digits-FD for FID, a few-label probe for a full one)
-            the paper's effect, scaled to the lab's baseline, is only a note.
+        same_metric: the lab measures what the paper reports, in its units (an accuracy in points), in its setting
+            (its data set and model): then the interval is tested against the reach. Otherwise (digits-FD for FID, a
+            few-label probe for a full one, a toy model) the paper's effect, scaled to the lab's baseline, is only a
+            note.
     """
 
     value: float
