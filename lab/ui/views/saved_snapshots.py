@@ -85,9 +85,9 @@ class SavedSnapshots:
 
     def _kind_changed(self) -> None:
         kind = self.kind.value
-        self._body[:] = self._view(kind).panes() if kind in REPLAYS else []
-        if self.run is not None and kind in self._saved:
+        if self.run is not None and kind in self._saved:  # drawn before its panes are laid out: they arrive whole
             self._steps(self._saved[kind], opened=True)
+        self._body[:] = self._view(kind).panes() if kind in REPLAYS else []
 
     def _steps(self, versions: list[int], opened: bool = False) -> None:
         """Offer the steps ``versions`` of the chosen kind on the slider: at the newest when it was there, or when
