@@ -34,7 +34,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-from lab.config import config_path, load_config, to_dict
+from lab.config import ExperimentConfig, config_path, load_config, to_dict
 from lab.jobs.runner import resolved
 from lab.jobs.submit import MemberJob, Resources, check_resources
 from lab.reproduce.full_scale import PlannedRun, Step
@@ -141,9 +141,14 @@ def next_action(run: Run | None, steps: list[Step], record: dict[str, Any], retr
     return "resume" if checkpoint_step(run.checkpoint_path("last")) is not None else "restart"
 
 
+def planned_config(run: PlannedRun) -> ExperimentConfig:
+    """The config ``run`` trains today: its packaged config with its overrides, its engine decided."""
+    return resolved(load_config(config_path(run.config), list(run.overrides)))
+
+
 def recipe(run: PlannedRun) -> dict[str, Any]:
-    """The resolved config ``run`` trains today (its config with its overrides, its engine decided)."""
-    return to_dict(resolved(load_config(config_path(run.config), list(run.overrides))))
+    """:func:`planned_config` as the dict a run folder's ``config.json`` holds."""
+    return to_dict(planned_config(run))
 
 
 def fingerprint(config: dict[str, Any]) -> str:
@@ -292,7 +297,7 @@ def _same_global_batch(run: PlannedRun, processes: int, action: str, record: dic
         return ()
     if processes == run.processes:
         return ()
-    train = resolved(load_config(config_path(run.config), list(run.overrides))).train
+    train = planned_config(run).train
     if train.global_batch:
         return ()
     if run.processes % processes:
@@ -404,7 +409,7 @@ def run_slurm(plan: Plan, out: Path, ledger: dict[str, Any], resources: Resource
         if action in ("done", "failed", "busy"):
             _settle(record, folder, action)
             continue
-        cfg = resolved(load_config(config_path(run.config), list(run.overrides)))
+        cfg = planned_config(run)
         if folder is None:
             folder = store.create(run.key)
             folder.write_config(to_dict(cfg))
