@@ -4,14 +4,15 @@ One experiment per model type — the fully-connected ResNet (Type 4, 8 post-act
 one (8 basic blocks in one stage) — trained with and without skip connections for each seed (the two arms share
 the seed, so every effect is a paired difference), then analysed as ``python -m lab analyze alignment`` does
 (:func:`lab.reports.alignment.alignment_report`: K = 30, RA4 fitted from block 5, over the 8 blocks after it).
-Neural collapse is also followed over training: NC1–NC4 of the last layer's features on fixed training inputs after
-every epoch (:class:`CollapseOverTraining`), as the paper's Figure 7 follows them over 350 epochs.
+Neural collapse is also followed over training: NC1–NC4 of the last layer's features on fixed training inputs at
+initialisation and after every epoch (:class:`CollapseOverTraining`), as the paper's Figure 7 follows them over 350
+epochs.
 
 The claims, each in the paper's direction: RA1 straighter and more equally spaced trajectories with skips than
 without; RA2 alignment above the random baseline and above the network without skips; RA3 (stated for
 fully-connected ResNets, so measured on the FC one only) a sharper drop of the spectrum after the top C singular
 values with skips; RA4 1/σ₁ rising with depth (slope > 0, its interval printed beside the paper's 0.992), linear
-(mean R² ≥ 0.8 over more than 4 fitted blocks) and more linear than without skips; Figure 7 NC1–NC4 falling over
+(mean R² above 0.8 over at least 5 fitted blocks) and more linear than without skips; Figure 7 NC1–NC4 falling over
 training (the last value against the network's at initialisation, on the paper's log scale) in the network with
 skips where it shows RA2;
 the skip/no-skip contrast of NC is reported, not judged. Every claim needs both networks to have learned (test
@@ -273,9 +274,10 @@ def nc_result(claim: Claim, curves: dict[str, list[Curve]], a_with: list[float],
     if without:
         series["NC1 without skips"] = ([s for s, _ in without[0]], [v.get("nc1", math.nan) for _, v in without[0]])
     figure = Curves("NC of the last layer over training, with skips (seed 0)", "step", "value", series, log_y=True)
-    values = {**{f"log10 {NC_FIGURE7[k]} first, with skips": v for k, v in early.items()},
-              **{f"log10 {NC_FIGURE7[k]} last, with skips": v for k, v in late.items()},
-              **({f"log10 {NC_FIGURE7[k]} last, without skips": v for k, v in late_without.items()} if without else {}),
+    values = {**{f"log10 {NC_FIGURE7[k]} at initialisation, with skips": v for k, v in early.items()},
+              **{f"log10 {NC_FIGURE7[k]} at the end, with skips": v for k, v in late.items()},
+              **({f"log10 {NC_FIGURE7[k]} at the end, without skips": v for k, v in late_without.items()}
+                 if without else {}),
               "alignment with skips": a_with, "random bases": base, **extra}
     text = "; ".join(f"{NC_FIGURE7[k]} 10^{mean_sd(early[k])} → 10^{mean_sd(late[k])} with skips"
                      + (f" (10^{mean_sd(late_without[k])} without)" if without else "") for k in NC_FIGURE7)
