@@ -222,7 +222,9 @@ class _Child:
         self._control: Connection | None = None
         self.asked = [False] * size  # which of its jobs the user asked to stop
         self.ended_by: str | None = None  # how the child was ended when it would not stop (SIGTERM, SIGKILL)
-        self._escalation: threading.Thread | None = None
+        self.jobs: list[ChildJob] = []  # its jobs, in index order (each registers itself)
+        self._escalations: dict[int, threading.Thread] = {}
+        self._settling = threading.Lock()
 
     def start(self) -> None:
         """Start the process (once, whichever of its jobs starts first)."""
@@ -269,8 +271,10 @@ class _Child:
 
     def escalate(self, index: int, grace: float) -> None:
         """Make sure job ``index``, asked to stop, ends: once a thread of this process has given it ``grace`` seconds,
-        SIGTERM the child, and SIGKILL it ``grace`` seconds later (one such thread per child)."""
-        if self._escalation is not None or self.proc is None:
+        SIGTERM the child, and SIGKILL it ``grace`` seconds later (one such thread per job). A child so ended has
+        its jobs' statuses recorded by that thread (:meth:`ChildJob.status`): the page that asked has dropped them
+        (Reset), and nobody else would."""
+        if index in self._escalations or self.proc is None:
             return
 
         def ended() -> bool:
@@ -283,13 +287,18 @@ class _Child:
                 time.sleep(POLL_S)
             for sig, how in ((self.proc.terminate, "SIGTERM"), (self.proc.kill, "SIGKILL")):
                 if not self.is_alive() or ended():
-                    return
+                    break
                 self.ended_by = f"its process did not end its step within {grace:g} s and was ended by {how}"
                 sig()
                 self.proc.join(grace)
+            if self.ended_by is not None and not self.is_alive():
+                with self._settling:  # another job's thread may have ended the child too
+                    for job in self.jobs:
+                        job.status()
 
-        self._escalation = threading.Thread(target=run, name=f"{self._name}-stop", daemon=True)
-        self._escalation.start()
+        self._escalations[index] = thread = threading.Thread(target=run, name=f"{self._name}-stop-{index}",
+                                                             daemon=True)
+        thread.start()
 
 
 class ChildJob(Job):
@@ -308,6 +317,7 @@ class ChildJob(Job):
     def __init__(self, child: _Child, index: int, run: Run, *, owner: str | None = None, paused: bool = False,
                  records: MemberRecords | None = None) -> None:
         self.child, self.index, self.run, self.owner, self._records = child, index, run, owner, records
+        child.jobs.append(self)
         self._pausing = paused  # asked to pause, until the child's status says it trains again
 
     @classmethod

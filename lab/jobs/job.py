@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from lab.runs.layout import RunState
+from lab.runs.lock import remove_stale
 from lab.runs.store import FINISHED, Run
 
 
@@ -106,9 +107,10 @@ def exited_status(run: Run, code: int | None, members: Sequence[Run] = (), *,
                   stopped: str | None = None) -> dict[str, Any]:
     """The status of ``run`` trained by a child process that exited with ``code`` (None: still running). A child that
     ended without bringing its run to a final state (killed, out of memory, a crash) is recorded ``failed`` with its
-    exit code, so every reader of the folder sees it; the run's last checkpoint stays for a resume. When the user
-    had asked it to stop, it is recorded ``stopped`` instead, ``stopped`` saying how it was ended. ``members``: the
-    member runs of a sweep folder ``run``, each recorded the same way, and named so in the sweep's status."""
+    exit code, so every reader of the folder sees it, and its lock, which names that process, is removed; the run's
+    last checkpoint stays for a resume. When the user had asked it to stop, it is recorded ``stopped`` instead,
+    ``stopped`` saying how it was ended. ``members``: the member runs of a sweep folder ``run``, each recorded the
+    same way, and named so in the sweep's status."""
     status = run.read_status()
     if code is None or status.get("state") in FINISHED:
         return status
@@ -117,6 +119,7 @@ def exited_status(run: Run, code: int | None, members: Sequence[Run] = (), *,
         entries = status.get("members") or [{"run": m.id} for m in members]
         extra["members"] = [{**entry, "state": exited_status(m, code, stopped=stopped)["state"]}
                             for entry, m in zip(entries, members, strict=True)]
+    remove_stale(run.path)  # the lock names the process that is gone
     fields = {"step": status.get("step", 0), "epoch": status.get("epoch", 0), "total_steps": status.get("total_steps"),
               "returncode": code, **extra}
     if stopped is not None:

@@ -86,8 +86,7 @@ class RunLock:
         # both find the same stale lock cannot both take it over (the kernel drops the flock if one dies). The
         # guard lives in this user's own folder, keyed by the run's path: a refused process writes nothing into
         # the run
-        key = hashlib.sha256(str(self.path.parent.resolve()).encode()).hexdigest()[:24]
-        with _guard(guard_folder() / f"{key}.lock", wait_s, self.path.parent):
+        with _guard(_guard_path(self.path.parent), wait_s, self.path.parent):
             self._acquire()
 
     def _acquire(self) -> None:
@@ -135,6 +134,27 @@ class RunLock:
 
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None) -> None:
         self.release()
+
+
+def remove_stale(run_path: Path, wait_s: float = GUARD_WAIT_S) -> bool:
+    """Remove the run's lock when it names a process of this host that is gone (a child killed while it trained),
+    so the folder no longer reads as trained by someone; returns whether it did. Serialised with a take-over by the
+    same guard; a guard that cannot be had leaves the lock as it is (the next start takes it over)."""
+    try:
+        with _guard(_guard_path(run_path), wait_s, run_path):
+            holder = read_holder(run_path)
+            if holder is None or not is_stale(holder):
+                return False
+            (run_path / LOCK).unlink(missing_ok=True)
+            return True
+    except (RunLocked, PermissionError):
+        return False
+
+
+def _guard_path(run_path: Path) -> Path:
+    """The guard file of ``run_path``'s lock in this user's own folder, keyed by the run's path."""
+    key = hashlib.sha256(str(run_path.resolve()).encode()).hexdigest()[:24]
+    return guard_folder() / f"{key}.lock"
 
 
 def private_folder(name: str) -> Path | None:

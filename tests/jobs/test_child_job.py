@@ -247,6 +247,27 @@ def test_a_stop_during_a_long_step_returns_at_once_escalates_and_is_recorded_sto
     assert job.run.read_status()["state"] == "stopped", "recorded in the run folder"
 
 
+def test_reset_during_an_evaluation_ends_both_runs_of_a_lockstep_pair_cleanly(manager, tmp_path):
+    """Reset on a page that trains two runs in lockstep, while they evaluate: each follower asks its job to stop and
+    drops it, so nobody reads their statuses again (before, the child was killed after its grace and both runs stayed
+    ``running`` with their ``lock`` for good). The server that ended the child records both runs stopped and removes
+    their locks, which name a process that is gone."""
+    stuck = tmp_path / "stuck"
+    jobs = manager.start_lockstep([tiny(**LONG, **{"model.alpha_min": a}) for a in (1.0, 0.5)], names=["a", "b"],
+                                  disk_every_s=0, callbacks=(StuckStep(str(stuck)),))
+    assert wait_for(stuck.exists, timeout=60), [j.status() for j in jobs]
+    runs, proc = [j.run for j in jobs], jobs[0].proc
+    assert all((r.path / "lock").exists() for r in runs)
+    for job in reversed(jobs):  # as TrainingPage._reset: the jobs that follow the first stop before it
+        job.stop(timeout=0, grace=0.5)
+    del jobs
+    assert wait_for(lambda: not proc.is_alive(), timeout=10)
+    assert wait_for(lambda: all(r.read_status()["state"] == "stopped" for r in runs), timeout=5), \
+        [r.read_status() for r in runs]
+    assert not any((r.path / "lock").exists() for r in runs), "a lock naming a process that is gone"
+    assert all("ended by SIGTERM" in r.read_status()["message"] for r in runs)
+
+
 def test_a_hostile_cores_folder_neither_stalls_nor_redirects_a_child(tmp_path, monkeypatch):
     """The attack of another user on the machine: the shared temp folder's ``residual-lab-cores`` with its probing
     lock held for good, a FIFO for ``waiting.lock`` and a core's lock file a link to a victim (before, every child

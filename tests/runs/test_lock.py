@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import lab
-from lab.runs.lock import RunLock, RunLocked, read_holder
+from lab.runs.lock import RunLock, RunLocked, read_holder, remove_stale
 
 LAB = Path(lab.__file__).parent
 
@@ -33,6 +33,18 @@ def test_a_live_holder_keeps_the_run_and_a_gone_one_is_taken_over(tmp_path):
     with RunLock(tmp_path):
         assert read_holder(tmp_path)["pid"] == os.getpid()
     assert not list(tmp_path.glob(".lock.stale-*"))
+
+
+def test_only_a_lock_whose_process_is_gone_is_removed_for_it(tmp_path):
+    """What records a killed child's run removes its lock; a live holder's, another host's or an unreadable lock
+    stays."""
+    assert not remove_stale(tmp_path)
+    for record in ({"host": socket.gethostname(), "pid": os.getpid(), "since": 0},
+                   {"host": "gpu-node-7", "pid": _dead_pid(), "since": 0}, "{torn"):
+        (tmp_path / "lock").write_text(record if isinstance(record, str) else json.dumps(record))
+        assert not remove_stale(tmp_path) and (tmp_path / "lock").exists()
+    (tmp_path / "lock").write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "since": 0}))
+    assert remove_stale(tmp_path) and not (tmp_path / "lock").exists()
 
 
 def test_a_holder_on_another_host_or_an_unreadable_lock_is_named(tmp_path):
