@@ -17,7 +17,7 @@ from typing import Any
 from lab.reproduce.claims import Claim, Result, adjust_for_multiplicity, failed, family_words, not_at_this_budget
 from lab.reproduce.full_scale import PlannedRun, seed0_commands
 from lab.reproduce.launch import STEP_FAILED, folder_of, load_ledger, steps_left
-from lab.reproduce.plan import make_plan
+from lab.reproduce.plan import from_ledger
 from lab.reproduce.report import write_report
 from lab.reproduce.verdict import Stats, Verdict
 from lab.runs.layout import RunState
@@ -93,8 +93,7 @@ def collect(out: str | Path) -> tuple[list[Result], dict[str, Path]]:
     if not ledger:
         raise FileNotFoundError(f"{out} holds no reproduce.json: collect a folder that `lab reproduce --budget gpu` "
                                 "(or gpu1) planned")
-    plan = make_plan(ledger["budget"], ledger["papers"], ledger["seeds"],
-                     {k: Path(v) for k, v in ledger["data"].items()})
+    plan = from_ledger(ledger)
     results: list[Result] = []
     for experiment, runs, missing in plan.experiments:
         measurable = [c for c in experiment.claims if c.id not in missing]

@@ -38,7 +38,7 @@ from lab.config import ExperimentConfig, config_path, load_config, to_dict
 from lab.jobs.runner import resolved
 from lab.jobs.submit import MemberJob, Resources, check_resources
 from lab.reproduce.full_scale import PlannedRun, Step
-from lab.reproduce.plan import Plan
+from lab.reproduce.plan import Plan, recorded
 from lab.runs import layout
 from lab.runs.catalog import checkpoint_step
 from lab.runs.entries import LIMITS, read_json, read_tail
@@ -93,7 +93,8 @@ def ledger_for(plan: Plan, out: Path, executor: str) -> dict[str, Any]:
     return {"budget": plan.budget, "papers": plan.papers, "seeds": plan.seeds,
             "data": {k: str(v) for k, v in plan.data.items()}, "executor": executor,
             "created": earlier.get("created", time.strftime("%Y-%m-%d %H:%M:%S")),
-            "updated": time.strftime("%Y-%m-%d %H:%M:%S"), "not_measurable": plan.not_measurable, "runs": runs}
+            "updated": time.strftime("%Y-%m-%d %H:%M:%S"), "not_measurable": plan.not_measurable,
+            "experiments": recorded(plan), "runs": runs}
 
 
 def save_ledger(out: Path, ledger: dict[str, Any]) -> None:

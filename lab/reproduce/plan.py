@@ -10,13 +10,14 @@ starts and its GPU-hours (:mod:`lab.reproduce.estimate`), then the claims left o
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from lab.config import ConfigError
 from lab.reproduce.claims import MAX_SEEDS
 from lab.reproduce.estimate import gpu_hours
-from lab.reproduce.full_scale import DATASETS, EXPERIMENTS, FULL_BUDGETS, TOY_ONLY, Experiment, PlannedRun
+from lab.reproduce.full_scale import DATASETS, EXPERIMENTS, FULL_BUDGETS, TOY_ONLY, Experiment, PlannedRun, Step
 
 SEEDS = {"gpu": 3, "gpu1": 3, "gpu-test": 1}
 """Default seeds per full-scale budget: three, so that a verdict can be tested against seed noise."""
@@ -115,6 +116,60 @@ def make_plan(budget: str, papers: list[str], seeds: int | None, data: dict[str,
         plan.runs += [r for r in runs if r.key not in seen]
         seen |= {r.key for r in runs}
     return plan
+
+
+def recorded(plan: Plan) -> list[dict[str, Any]]:
+    """What ``reproduce.json`` keeps of the plan's experiments (their runs are its records): each one's claims, the
+    keys of its runs and why it cannot measure the claims it cannot."""
+    return [{"claims": [c.id for c in experiment.claims], "runs": [r.key for r in runs], "missing": missing}
+            for experiment, runs, missing in plan.experiments]
+
+
+def from_ledger(ledger: dict[str, Any]) -> Plan:
+    """The plan a ``reproduce.json`` recorded when its runs were launched: their configs, overrides, processes and
+    steps as launched, grouped by experiment as then, whatever today's code would plan (another seed count, a run
+    added or renamed). Only what judges the runs, each experiment's collector, comes from today's code. A ledger
+    written before experiments were recorded is planned anew, its runs as recorded.
+
+    Raises:
+        ValueError: the ledger's experiments or runs are not what a launcher writes, or name claims that today's
+            code does not measure.
+    """
+    runs = {key: _planned_run(key, record) for key, record in ledger["runs"].items()}
+    data = {k: Path(v) for k, v in ledger["data"].items()}
+    if "experiments" not in ledger:
+        plan = make_plan(ledger["budget"], ledger["papers"], ledger["seeds"], data)
+        plan.experiments = [(e, [runs.get(r.key, r) for r in rs], missing) for e, rs, missing in plan.experiments]
+        plan.runs = [runs.get(r.key, r) for r in plan.runs]
+        return plan
+    plan = Plan(ledger["budget"], list(ledger["papers"]), ledger["seeds"], data, runs=list(runs.values()))
+    by_claims = {frozenset(c.id for c in e.claims): e for e in EXPERIMENTS}
+    for entry in ledger["experiments"]:
+        try:
+            claims, keys, missing = frozenset(entry["claims"]), list(entry["runs"]), dict(entry["missing"])
+            experiment, planned = by_claims.get(claims), [runs[key] for key in keys]
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"reproduce.json's experiment {entry!r} is not what a launcher records ({err!r})") \
+                from None
+        if experiment is None:
+            raise ValueError(f"reproduce.json records an experiment of claims {', '.join(sorted(claims))}, which "
+                             "this version of the lab does not measure together: collect it with the version that "
+                             "launched it")
+        plan.experiments.append((experiment, planned, missing))
+    return plan
+
+
+def _planned_run(key: str, record: dict[str, Any]) -> PlannedRun:
+    """The :class:`PlannedRun` a ledger record holds (the launcher records every field of it)."""
+    try:
+        values = {f.name: record[f.name] for f in fields(PlannedRun) if f.name in record}
+        values.update(key=key, overrides=tuple(values["overrides"]), data=tuple(values["data"]),
+                      steps=tuple(Step(tuple(s["args"]), s["output"]) for s in values.get("steps", ())))
+        if values.get("images") is None:
+            values["images"] = math.nan
+        return PlannedRun(**values)
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"reproduce.json's run {key!r} is not what a launcher records ({err!r})") from None
 
 
 def _hours(value: float) -> str:

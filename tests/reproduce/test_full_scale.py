@@ -1,6 +1,7 @@
 """The full-scale reproduction: its plan and estimates, the decision per run, and the whole pipeline shrunk to
 seconds — plan, launch with torchrun (gloo), interrupt mid-run, continue, collect."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -217,8 +218,10 @@ def test_the_shrunken_pipeline_plans_launches_survives_an_interruption_continues
     assert "table1-mnist-off-s0" in again.stderr or "completed" in again.stderr
 
 
-def test_the_cluster_executor_sends_one_job_per_run_which_trains_and_steps_and_is_not_sent_twice(tmp_path):
+def test_the_cluster_executor_sends_one_job_per_run_which_trains_and_steps_and_is_not_sent_twice(tmp_path,
+                                                                                                  monkeypatch):
     from lab.jobs.submit import Resources
+    from lab.reproduce import plan as plan_module
     from lab.reproduce import reproduce_at_scale
     from lab.reproduce.collect import collect
 
@@ -239,12 +242,36 @@ def test_the_cluster_executor_sends_one_job_per_run_which_trains_and_steps_and_i
     early, _ = collect(out)  # collected without relaunching: each finished run read from its folder, none pending
     assert {r.verdict for r in early if r.claim.id.endswith(".fc")} == {"pipeline only"}
     assert load_ledger(out)["runs"]["ra-fc-none-s0"]["state"] == "submitted"  # what the launcher last saw
+
+    def grown(experiment):  # today's code plans a run more than the launcher did (another seed, a new arm)
+        def plan(budget, seeds, data):
+            runs, missing = experiment.plan(budget, seeds, data)
+            return [*runs, *(dataclasses.replace(r, key=f"{r.key}-new") for r in runs[:1])], missing
+        return dataclasses.replace(experiment, plan=plan)
+
+    monkeypatch.setattr(plan_module, "EXPERIMENTS", tuple(grown(e) for e in plan_module.EXPERIMENTS))
+    replanned, _ = collect(out)  # the plan is the ledger's: no run it never launched reads "not started"
+    assert [r.verdict for r in replanned] == [r.verdict for r in early]
+    monkeypatch.undo()
     again = reproduce_at_scale(out, papers=["alignment"], budget="gpu-test", data={"mnist": mnist},
                                executor="slurm", resources=local, progress=False)
     assert all(r["state"] == "completed" and r["attempts"] == 1 for r in again["runs"].values())
     assert (out / ledger["runs"]["nc-type4a-s0"]["folder"] / layout.ANALYSIS / layout.COLLAPSE).exists()
     results, _ = collect(out)
     assert {r.verdict for r in results if r.claim.id.endswith(".fc")} == {"pipeline only"}
+
+
+def test_a_ledger_whose_plan_is_not_a_launchers_is_refused_by_name():
+    from lab.reproduce.plan import from_ledger
+
+    ledger = {"budget": "gpu-test", "papers": ["alignment"], "seeds": 1, "data": {}, "runs": {}}
+    for experiments, words in (([{"claims": ["alignment.ra9"], "runs": [], "missing": {}}], "does not measure"),
+                               ([{"claims": ["alignment.ra2.fc"], "runs": ["ra-x"], "missing": {}}], "'ra-x'"),
+                               (["junk"], "not what a launcher records")):
+        with pytest.raises(ValueError, match=words):
+            from_ledger({**ledger, "experiments": experiments})
+    with pytest.raises(ValueError, match="run 'ra-x'"):
+        from_ledger({**ledger, "runs": {"ra-x": {"config": "ra_fc"}}})
 
 
 def test_a_plan_file_cannot_point_the_launcher_outside_its_runs(tmp_path):
