@@ -173,7 +173,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         self._compare_choice = pn.widgets.MultiSelect(label="Compare runs (two or more; Ctrl-click)", options=[],
                                                       value=[], size=6, sizing_mode="stretch_width")
         self._compare_choice.param.watch(lambda e: setattr(self, "compare", ",".join(e.new)), "value")
-        self.saved = SavedSnapshots()
+        self.saved = SavedSnapshots(POOL)  # snapshots read and checked off the event loop
         self.sweep = SweepRank()
         self._main = pn.Column(self.table, self.comparison.layout, self.sweep.layout, self.details.header, self._plots,
                                self.saved.layout, self.details.figure, self.details.details,

@@ -8,17 +8,21 @@ node grid and decision map (over the run's training points, rebuilt from its con
 is written. A snapshot comes from a run folder, so it is checked before it is drawn: read through
 :func:`~lab.runs.entries.read_npz` (whose checks bound what loading it costs), then against its kind's contract
 (:func:`~lab.jobs.kinds.check_snapshot`); a snapshot that cannot be read or drawn leaves the one on screen and says
-why.
+why. On a served page given an executor, the reading and checking run in its worker thread, not on the event loop
+every session shares, and only the drawing of a checked snapshot comes back to the session's loop.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 
 import numpy as np
 import panel as pn
 
 from lab.jobs.kinds import KINDS, NODES, SnapshotError, check_snapshot
+from lab.runs.snapshot import Snapshot
 from lab.runs.store import Run
 from lab.ui.text import markdown_pane, md
 from lab.ui.views.replays import REPLAYS, Replay
@@ -29,12 +33,17 @@ log = logging.getLogger(__name__)
 class SavedSnapshots:
     """The saved snapshots of one run: a chooser of kind, a step slider and the kind's view.
 
+    Args:
+        executor: where a served page reads and checks snapshots (None: on the caller's thread).
+
     Attributes:
         layout: what a page shows (hidden while the run has no snapshot of a kind with a replay view).
         views: each kind's replay view (:mod:`lab.ui.views.replays`), made when that kind is first shown.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, executor: Executor | None = None) -> None:
+        self._executor = executor
+        self._asked: tuple[Run, str, int] | None = None  # the newest snapshot a draw asked for
         self.run: Run | None = None
         self._saved: dict[str, list[int]] = {}  # the steps of each kind on disk, as last listed
         self._unseen = False  # a run was opened whose snapshots have not been drawn yet
@@ -109,12 +118,23 @@ class SavedSnapshots:
         if run is None or kind not in REPLAYS:
             return
         step = int(self.step.value)
+        doc = pn.state.curdoc
+        if self._executor is None or doc is None or doc.session_context is None:
+            self._show(run, kind, step, lambda: read_checked(run, kind, step))
+            return
+        asked = self._asked = (run, kind, step)
+
+        def read(future: Future) -> None:  # in the worker: back to the session's loop, where the view is drawn
+            doc.add_next_tick_callback(lambda: self._show(*asked, future.result) if asked == self._asked else None)
+
+        self._executor.submit(read_checked, run, kind, step).add_done_callback(read)
+
+    def _show(self, run: Run, kind: str, step: int, read: Callable[[], Snapshot | None]) -> None:
+        """Draw the snapshot ``read()`` gives (None: gone meanwhile), or say why it cannot be."""
         try:
-            loaded = run.load_snapshot(kind, step)
-            if loaded is None:
+            snapshot = read()
+            if snapshot is None:
                 return
-            snapshot = loaded[1].float32()
-            check_snapshot(kind, snapshot, run.read_config().get("model"))  # the run's own sizes, before any work
             self._view(kind).show(snapshot, step, self._points)
         except (OSError, SnapshotError) as err:
             self._say(f"The snapshot of step {step} is not drawn: {md(err)}")
@@ -136,3 +156,18 @@ class SavedSnapshots:
     def _say(self, text: str) -> None:
         self.problem.object, self.problem.visible = text, True
 
+
+
+def read_checked(run: Run, kind: str, step: int) -> Snapshot | None:
+    """``run``'s saved ``kind`` snapshot of ``step`` in float32, checked against the run's own config (its sizes)
+    before any work is done with it; None when it is gone.
+
+    Raises:
+        OSError, SnapshotError: it cannot be read, or does not fit its kind or its run.
+    """
+    loaded = run.load_snapshot(kind, step)
+    if loaded is None:
+        return None
+    snapshot = loaded[1].float32()
+    check_snapshot(kind, snapshot, run.read_config().get("model"))
+    return snapshot

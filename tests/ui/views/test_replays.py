@@ -58,3 +58,53 @@ def test_a_nodes_snapshot_larger_than_its_run_is_refused_and_none_costs_more_tha
     drawn = saved.views[NODES].grid.object
     assert drawn is not None and seconds < 10 and grown_mb < 1500, (seconds, grown_mb)
     assert MAX_NODES == 64
+
+
+def test_a_served_replay_reads_and_checks_its_snapshot_off_the_event_loop(tmp_path, monkeypatch):
+    """On a served page the snapshot is read and checked in the page's worker; the session's loop only draws it,
+    and a step asked for while an earlier one was read is the one drawn."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+    from types import SimpleNamespace
+
+    import numpy as np
+    from panel.io.state import set_curdoc
+
+    from lab.runs.store import RunStore
+    from lab.ui.views import saved_snapshots
+    from lab.ui.views.saved_snapshots import SavedSnapshots
+
+    class Session:  # what a served session's document offers: its loop's next tick
+        session_context = SimpleNamespace(request=SimpleNamespace(arguments={}))
+
+        def __init__(self) -> None:
+            self.ticks = []
+
+        def add_next_tick_callback(self, fn):
+            self.ticks.append(fn)
+
+    run = RunStore(tmp_path).create("run")
+    run.write_config({"model": {"name": "residual_mlp", "depth": 2, "width": 4}})
+    rng = np.random.default_rng(0)
+    for step in (10, 20):
+        run.save_snapshot(NODES, step, {"maps": rng.standard_normal((3, 4, 4, 4), np.float32),
+                                        "weights": rng.standard_normal((3, 4, 4)).astype(np.float32),
+                                        "decision": rng.random((4, 4), np.float32), "limit": np.float32(1.0)})
+    readers, read = [], saved_snapshots.read_checked
+
+    def recorded(*args):
+        readers.append(threading.current_thread())
+        return read(*args)
+
+    monkeypatch.setattr(saved_snapshots, "read_checked", recorded)
+    session, pool = Session(), ThreadPoolExecutor(1)
+    saved = SavedSnapshots(pool)
+    with set_curdoc(session):
+        saved.open(run)  # draws its newest, step 20
+        saved.step.value = 10  # asked before the first read came back
+        pool.shutdown(wait=True)
+        assert len(readers) == 2 and all(t is not threading.current_thread() for t in readers)
+        assert saved.title.object == "", "nothing drawn before the loop's tick"
+        for tick in session.ticks:
+            tick()
+    assert "at step 10" in saved.title.object and not saved.problem.visible
