@@ -1,16 +1,19 @@
 """The served lab beside a hostile runs folder: how fast another session answers, and how much memory the server takes.
 
 A runs folder written by others may hold a named pipe in place of a run's status, config and metrics, a
-``metrics.jsonl`` of about 200 MB, a snapshot (``.npz``) whose 0.5 MB deflate into 512 MB, a picture of 150 MB and
-thousands of runs. The bench serves the lab's app twice on free ports of 127.0.0.1 — over an empty runs folder (the
-reference) and over such a folder — and drives Debian's Chromium (Playwright): in the hostile case one session opens
-the Runs page, then the 200 MB run (its curves), the run with the snapshot bomb and the one with the picture, while a
-second session's Playground measures, in the browser, the milliseconds from an ``alpha_min`` key press to the α
-chart holding the new value (the round trip of :mod:`bench.server_load`). Reported: the second session's page load
-and its p50/p95 latency in both cases with their ratio, the server process's peak memory (resident set, sampled
-every 50 ms) above its memory before the pages opened, and the cost of reading the listing of N runs: the first
-scan and a scan of the unchanged folders. Targets: the second session answers within 1 s (p95), peak memory under
-1.5 GB.
+``metrics.jsonl`` of about 200 MB, a snapshot (``.npz``) whose 0.5 MB deflate into 512 MB, a picture of 150 MB, a
+``nodes`` snapshot of 268 kB declaring 2,048 tiles per layer for a run of 32, a config nested 900 levels deep, two
+runs whose configs hold 20,000 keys each, and thousands of runs. The bench serves the lab's app twice on free ports
+of 127.0.0.1 — over an empty runs folder (the reference) and over such a folder — and drives Debian's Chromium
+(Playwright): in the hostile case a first session opens the Runs page and times its first row, then opens the 200 MB
+run (its curves), the run with the snapshot bomb, the one with the picture, the one with the oversized nodes
+snapshot, the deep one, and the comparison of the two wide ones, while a second session's Playground measures, in
+the browser, the milliseconds from an ``alpha_min`` key press to the α chart holding the new value (the round trip of
+:mod:`bench.server_load`). Reported: the second session's page load and its p50/p95 latency in both cases with their
+ratio, the server process's peak memory (resident set, sampled every 50 ms) above its memory before the pages
+opened, the seconds until the Runs page showed its first row, and the cost of reading the listing of N runs: the
+first scan and a scan of the unchanged folders. Targets: the second session answers within 1 s (p95), peak memory
+under 1.5 GB, the Runs page's first row within 2 s.
 
     python bench/hostile_runs.py [--runs 3000] [--metrics-mb 197]
 """
@@ -40,6 +43,7 @@ from lab.ui.serve import serving_lab  # noqa: E402
 
 ANSWER_MS = 1000.0
 MEMORY_GB = 1.5
+FIRST_ROW_S = 2.0
 JS_TEXT = """(needle) => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
     if (typeof m.text === 'string' && m.text.includes(needle)) return true; return false; }"""
 
@@ -85,6 +89,23 @@ def hostile_folder(root: Path, runs: int, metrics_mb: int) -> dict[str, str]:
     with open(picture.path / "figures" / "reconstruction-000000020.png", "wb") as f:
         f.truncate(150 * 10**6)
     ids["picture"] = picture.id
+    tiles = store.create("tiles")  # 2,048 tiles per layer declared, for a run whose layers have 32
+    tiles.write_config({"name": "tiles", "model": {"name": "residual_mlp", "depth": 4, "width": 32}})
+    tiles.write_status("completed", "done", step=10)
+    rng = np.random.default_rng(0)
+    tiles.save_snapshot("nodes", 10, {"maps": rng.standard_normal((5, 2048, 4, 4), np.float32),
+                                      "weights": np.zeros((5, 2048, 2048), np.float16),
+                                      "decision": rng.random((4, 4), np.float32), "limit": np.float32(1.0)})
+    ids["tiles"] = tiles.id
+    deep = store.create("deep")
+    (deep.path / "config.json").write_text('{"config": ' + '{"a": ' * 900 + "1" + "}" * 900 + "}")
+    deep.write_status("completed", "done", step=10)
+    ids["deep"] = deep.id
+    for name in ("wide-a", "wide-b"):
+        wide = store.create(name)
+        (wide.path / "config.json").write_text(json.dumps({"config": {f"k{i}": i for i in range(20_000)}}))
+        wide.write_status("completed", "done", step=10)
+        ids[name] = wide.id
     for i in range(runs):
         run = Run(root / f"20260101-000000-r{i:05d}")
         (run.path / "checkpoints").mkdir(parents=True)
@@ -114,12 +135,22 @@ class PeakMemory:
         self._stop.set()
 
 
-def open_runs(browser, url: str, ids: dict[str, str], errors: list[str]) -> float:
-    """Session A: the Runs page, then each hostile run opened; returns the seconds until the big run's curves and
-    the refusals were shown."""
+def open_runs(browser, url: str, ids: dict[str, str], errors: list[str]) -> tuple[float, float]:
+    """Session A: the Runs page, then each hostile run opened; returns the seconds until the Runs page showed its
+    first row, and until the big run's curves and the refusals were shown."""
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     page.on("pageerror", lambda e: errors.append(str(e)))
     t0 = time.perf_counter()
+    page.goto(f"{url}/apps?page=Runs", timeout=120_000)
+    page.locator(".tabulator-row").first.wait_for(timeout=120_000)
+    first_row = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    page.goto(f"{url}/apps?page=Runs&run={ids['tiles']}", timeout=120_000)
+    page.wait_for_function(JS_TEXT, arg="is not drawn", timeout=120_000)
+    page.goto(f"{url}/apps?page=Runs&run={ids['deep']}", timeout=120_000)
+    page.wait_for_function(JS_TEXT, arg="nests deeper", timeout=120_000)
+    page.goto(f"{url}/apps?page=Runs&compare={ids['wide-a']},{ids['wide-b']}", timeout=120_000)
+    page.wait_for_function(JS_TEXT, arg="No config could be read", timeout=120_000)
     page.goto(f"{url}/apps?page=Runs&run={ids['big']}", timeout=120_000)
     page.wait_for_function(JS_TEXT, arg="Loss", timeout=300_000)
     page.goto(f"{url}/apps?page=Runs&run={ids['bomb']}", timeout=120_000)
@@ -127,7 +158,7 @@ def open_runs(browser, url: str, ids: dict[str, str], errors: list[str]) -> floa
     page.goto(f"{url}/apps?page=Runs&run={ids['picture']}", timeout=120_000)
     page.get_by_text("not shown").first.wait_for(timeout=120_000)
     page.goto(f"{url}/apps?page=Runs&run={ids['big']}", timeout=120_000)  # the big run again, left open
-    return time.perf_counter() - t0
+    return first_row, time.perf_counter() - t0
 
 
 def scan_cost(root: Path) -> tuple[float, float]:
@@ -159,9 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         with serving_lab(root, max_jobs=2) as url, sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             memory = PeakMemory().start()
-            opened = None
+            opened = first_row = None
             if root is hostile:
-                opened = open_runs(browser, url, ids, errors)
+                first_row, opened = open_runs(browser, url, ids, errors)
             t0 = time.perf_counter()
             measured = open_page(browser, url, MEASURED, errors)
             load = time.perf_counter() - t0
@@ -172,21 +203,24 @@ def main(argv: list[str] | None = None) -> int:
         reference = reference or p95
         rows.append([name, f"{load:.2f}", len(ms), median(ms), p95, p95 / reference,
                      f"{(memory.peak - memory.base) / 1e9:.2f}", f"{memory.peak / 1e9:.2f}",
-                     "—" if opened is None else f"{opened:.1f}"])
+                     "—" if first_row is None else f"{first_row:.2f}", "—" if opened is None else f"{opened:.1f}"])
     first, again = scan_cost(hostile)
     shutil.rmtree(clean, ignore_errors=True)
     shutil.rmtree(hostile, ignore_errors=True)
     print(f"A second session's Playground beside a Runs page on a hostile runs folder ({args.runs} runs, a "
-          f"{args.metrics_mb} MB metrics file, a named pipe, a 512 MB snapshot bomb, a 150 MB picture); "
+          f"{args.metrics_mb} MB metrics file, a named pipe, a 512 MB snapshot bomb, a 150 MB picture, 2,048 tiles per "
+          "layer, a config 900 levels deep, two of 20,000 keys); "
           f"{os.cpu_count()} CPUs; bench took {time.perf_counter() - t_bench:.0f} s")
     print(table(["condition", "page load s", "changes", "median ms", "p95 ms", "p95 / reference",
-                 "peak memory added GB", "peak RSS GB", "hostile runs opened s"], rows))
+                 "peak memory added GB", "peak RSS GB", "Runs first row s", "hostile runs opened s"], rows))
     worst = max(r[4] for r in rows)
     peak = max(float(r[7]) for r in rows)
+    row = max(float(r[8]) for r in rows if r[8] != "—")
     print(f"targets: p95 <= {ANSWER_MS:.0f} ms: {'PASS' if worst <= ANSWER_MS else 'FAIL'}; peak RSS < "
-          f"{MEMORY_GB} GB: {'PASS' if peak < MEMORY_GB else 'FAIL'}")
-    print(table(["listing", "runs", "seconds"], [["first scan", args.runs + 4, first],
-                                                  ["unchanged folders again", args.runs + 4, again]]))
+          f"{MEMORY_GB} GB: {'PASS' if peak < MEMORY_GB else 'FAIL'}; Runs page's first row <= {FIRST_ROW_S:g} s: "
+          f"{'PASS' if row <= FIRST_ROW_S else 'FAIL'}")
+    print(table(["listing", "runs", "seconds"], [["first scan", args.runs + len(ids), first],
+                                                  ["unchanged folders again", args.runs + len(ids), again]]))
     if errors:
         print(f"browser errors: {len(errors)}; first: {errors[0]}")
     return 0

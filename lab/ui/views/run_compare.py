@@ -115,9 +115,13 @@ class CompareViews:
             self.table.param.update(titles=titles, formatters=dict.fromkeys(names, {"type": "textarea"}), value=frame)
         if [p for row in self.plots for p in row] != shown:
             self.plots[:] = [pn.Row(*shown[i:i + PER_ROW]) for i in range(0, len(shown), PER_ROW)]
-        what = ", ".join(code(k) for k in diff[:MAX_COLUMNS]) if diff else "nothing: the same configs"
+        unread = [code(i) for i, c in zip(ids, configs, strict=True) if not c]  # not "the same" as another's
+        same = "nothing readable" if unread else "nothing: the same configs"
+        what = ", ".join(code(k) for k in diff[:MAX_COLUMNS]) if diff else same
         more = f" and {len(diff) - MAX_COLUMNS} more settings" if len(diff) > MAX_COLUMNS else ""
-        self.summary.object = f"#### Comparing {len(ids)} runs\nTheir configs differ in {what}{more}."
+        unread_words = (f" No config could be read from {', '.join(unread)} (the Runs table's problems say why)."
+                        if unread else "")
+        self.summary.object = f"#### Comparing {len(ids)} runs\nTheir configs differ in {what}{more}.{unread_words}"
         self.layout.visible = True
 
     def column(self, title: str) -> list[str]:
