@@ -519,13 +519,23 @@ class RunCatalog:
             self.readers[path] = RunReader(path)
         return self.readers[path]
 
-    def summaries(self, folders: Iterable[Path], roots: list[Path] | None = None, now: float | None = None,
-                  stale_after_s: float = STALE_AFTER_S) -> list[dict[str, Any]]:
-        """The summary of every run :func:`find_runs` finds in ``folders`` (each run once, in folder order)."""
-        now = time.time() if now is None else now
+    def paths(self, folders: Iterable[Path], roots: list[Path] | None = None) -> list[Path]:
+        """Every run :func:`find_runs` finds in ``folders``, each once, in folder order (newest first in each);
+        the readers of folders no longer listed are dropped."""
         paths: dict[Path, None] = {}  # in order, each once
         for folder in folders:
             paths.update(dict.fromkeys(find_runs(folder, roots)))
         for gone in set(self.readers) - set(paths):
             del self.readers[gone]
+        return list(paths)
+
+    def summaries(self, folders: Iterable[Path], roots: list[Path] | None = None, now: float | None = None,
+                  stale_after_s: float = STALE_AFTER_S) -> list[dict[str, Any]]:
+        """The summary of every run :meth:`paths` lists."""
+        return self.summaries_of(self.paths(folders, roots), now, stale_after_s)
+
+    def summaries_of(self, paths: Iterable[Path], now: float | None = None,
+                     stale_after_s: float = STALE_AFTER_S) -> list[dict[str, Any]]:
+        """The summary of each run folder of ``paths``, in order."""
+        now = time.time() if now is None else now
         return [self.reader(p).summary(now, stale_after_s) for p in paths]

@@ -298,7 +298,7 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
     def _request(self) -> ScanRequest:
         return ScanRequest(self._generation, tuple(self.folders()), tuple(self.roots), self.stale_after_s,
                            self._opened, self._first, self.details.shown_figure,
-                           self.compared.follows())
+                           self.compared.follows(), most=None if self.summaries else PAGE_ROWS)
 
     def _changed(self) -> None:
         """What the page shows changed: read it again now (in a test or a script) or at the next tick (served)."""
@@ -350,8 +350,9 @@ class RunsPage(knob_class("_RunsKnobs", KNOBS, Page)):
         options = keys + [k for k in self._compare_choice.value if k not in keys]
         if self._compare_choice.options != options:
             self._compare_choice.options = options
-        if self._added is not None and not any(s["path"] == self._added or self._added in s["path"].parents
-                                               for s in read.summaries):  # listed from it: no resolving needed
+        if self._added is not None and not read.partial and not any(
+                s["path"] == self._added or self._added in s["path"].parents
+                for s in read.summaries):  # listed from it: no resolving needed
             self._tell("folder", "info", f"No run folders in {code(self._added)} yet; the table shows them as they "
                                          "appear.")
         elif "folder" in self._messages and self._messages["folder"][0] == "info":

@@ -66,6 +66,8 @@ class ScanRequest:
         first: whether the opened run was just opened (its training points are then read once).
         figure: the reconstruction picture shown now (read again only when a newer one appears).
         compared: the runs compared.
+        most: list only the first ``most`` runs (None: all): the first scan of a page fills the table's first page
+            at once, and the next scan, right after, lists them all (3,000 cold folders take seconds to read).
     """
 
     generation: int
@@ -76,6 +78,7 @@ class ScanRequest:
     first: bool = False
     figure: Path | None = None
     compared: tuple[Followed, ...] = ()
+    most: int | None = None
 
 
 @dataclass
@@ -149,11 +152,12 @@ class Scan:
     rows: pd.DataFrame  # the run table's rows (:func:`~lab.ui.views.run_views.table_frame`)
     opened: Opened | None = None
     compared: dict[Path, tuple[Records, dict[str, Any]]] = field(default_factory=dict)  # records and config
+    partial: bool = False  # the folders hold more runs than this scan listed
 
     @property
     def more(self) -> bool:
-        """Whether a followed metrics file holds more than this scan read."""
-        return any(r.more for r in [*([self.opened.records] if self.opened else []),
+        """Whether the folders hold more runs, or a followed metrics file more records, than this scan read."""
+        return self.partial or any(r.more for r in [*([self.opened.records] if self.opened else []),
                                     *(r for r, _ in self.compared.values())])
 
 
@@ -223,9 +227,10 @@ def _newer_figure(path: Path, shown: Path | None) -> tuple[int, Path, bytes | No
 def scan(catalog: RunCatalog, request: ScanRequest) -> Scan:
     """Read what ``request`` describes (in a worker thread: nothing here touches a page)."""
     roots = list(request.roots)
-    summaries = catalog.summaries(request.folders, roots, stale_after_s=request.stale_after_s)
+    paths = catalog.paths(request.folders, roots)
+    summaries = catalog.summaries_of(paths[:request.most], stale_after_s=request.stale_after_s)
     keys = [catalog.key(s["path"], roots) for s in summaries]
-    out = Scan(request.generation, summaries, keys, table_frame(summaries, keys))
+    out = Scan(request.generation, summaries, keys, table_frame(summaries, keys), partial=len(summaries) < len(paths))
     if request.opened is not None:
         path = request.opened.path
         reader = catalog.reader(path)

@@ -513,3 +513,31 @@ def test_a_served_page_reads_in_a_worker_and_its_callbacks_never_wait_on_the_dis
     page._scan.result(30)
     page._tick()
     assert page.curves.live.points()["step:loss"] == 3 and "a" in shown(page.details.header)
+
+
+def test_a_page_over_thousands_of_runs_shows_its_first_page_before_it_has_read_them_all(manager, monkeypatch):
+    """The first scan of a page reads only the runs of the table's first page, newest first, so that page appears
+    before the whole folder is read (3,000 cold run folders took seconds); the scan right after lists them all."""
+    from lab.ui.pages import runs as runs_module
+
+    names = [_run(manager.store, f"r{i:03d}").id for i in range(2 * runs_module.PAGE_ROWS + 5)]
+    monkeypatch.setattr(runs_module, "session_id", lambda: "a browser's session")  # served: scans in the pool
+    monkeypatch.setattr(runs_module, "weak_periodic", lambda *args: None)  # this test ticks the page itself
+    page = RunsPage(manager=manager)
+    read: list[int] = []
+    real = runs_module.scan
+
+    def counted(catalog, request):
+        out = real(catalog, request)
+        read.append(len(out.summaries))
+        return out
+
+    monkeypatch.setattr(runs_module, "scan", counted)
+    page._tick()
+    page._scan.result(30)
+    page._tick()  # shows the first page and starts the full scan at once
+    assert read == [runs_module.PAGE_ROWS] and len(page.summaries) == runs_module.PAGE_ROWS
+    assert set(page.summaries) == set(sorted(names)[-runs_module.PAGE_ROWS:]), "the newest runs first"
+    page._scan.result(30)
+    page._tick()
+    assert read == [runs_module.PAGE_ROWS, len(names)] and len(page.table.value) == len(names)
