@@ -4,16 +4,17 @@ A runs folder written by others may hold a named pipe in place of a run's status
 ``metrics.jsonl`` of about 200 MB, a snapshot (``.npz``) whose 0.5 MB deflate into 512 MB, a picture of 150 MB, a
 ``nodes`` snapshot of 268 kB declaring 2,048 tiles per layer for a run of 32, a config nested 900 levels deep, two
 runs whose configs hold 20,000 keys each, and thousands of runs. The bench serves the lab's app twice on free ports
-of 127.0.0.1 — over an empty runs folder (the reference) and over such a folder — and drives Debian's Chromium
-(Playwright): in the hostile case a first session opens the Runs page and times its first row, then opens the 200 MB
+of 127.0.0.1 — over a runs folder of one run (the reference) and over such a folder — and drives Debian's Chromium
+(Playwright): a first session opens the Runs page and times its first row, then, in the hostile case, opens the 200 MB
 run (its curves), the run with the snapshot bomb, the one with the picture, the one with the oversized nodes
 snapshot, the deep one, and the comparison of the two wide ones, while a second session's Playground measures, in
-the browser, the milliseconds from an ``alpha_min`` key press to the α chart holding the new value (the round trip of
-:mod:`bench.server_load`). Reported: the second session's page load and its p50/p95 latency in both cases with their
-ratio, the server process's peak memory (resident set, sampled every 50 ms) above its memory before the pages
-opened, the seconds until the Runs page showed its first row, and the cost of reading the listing of N runs: the
-first scan and a scan of the unchanged folders. Targets: the second session answers within 1 s (p95), peak memory
-under 1.5 GB, the Runs page's first row within 2 s.
+the browser, the milliseconds from an ``alpha_min`` key press to the α chart holding the new value (the round trip
+of :mod:`bench.server_load`). Reported: the second session's page load and its p50/p95 latency in both cases with
+their ratio, the server process's peak memory (resident set, sampled every 50 ms) above its memory before the pages
+opened, the seconds until the Runs page showed its first row (the server's first page, then a page opened on the
+serving server; the reference's folder holds one run), and the cost of
+reading the listing of N runs: the first scan and a scan of the unchanged folders. Targets: the second session
+answers within 1 s (p95), peak memory under 1.5 GB, the Runs page's first row within 2 s.
 
     python bench/hostile_runs.py [--runs 3000] [--metrics-mb 197]
 """
@@ -106,13 +107,18 @@ def hostile_folder(root: Path, runs: int, metrics_mb: int) -> dict[str, str]:
         (wide.path / "config.json").write_text(json.dumps({"config": {f"k{i}": i for i in range(20_000)}}))
         wide.write_status("completed", "done", step=10)
         ids[name] = wide.id
+    ordinary(root, runs)
+    return ids
+
+
+def ordinary(root: Path, runs: int) -> None:
+    """Write ``runs`` small finished runs into ``root``."""
     for i in range(runs):
         run = Run(root / f"20260101-000000-r{i:05d}")
         (run.path / "checkpoints").mkdir(parents=True)
         run.write_config({"name": f"r{i}", "model": {"name": "residual_mlp", "depth": 4}})
         run.write_status("completed", "done", step=10, total_steps=10)
         run.append_metrics({"kind": "step", "step": 10, "loss": 0.1})
-    return ids
 
 
 class PeakMemory:
@@ -135,15 +141,19 @@ class PeakMemory:
         self._stop.set()
 
 
-def open_runs(browser, url: str, ids: dict[str, str], errors: list[str]) -> tuple[float, float]:
-    """Session A: the Runs page, then each hostile run opened; returns the seconds until the Runs page showed its
-    first row, and until the big run's curves and the refusals were shown."""
+def first_row(browser, url: str, errors: list[str]):
+    """Session A opens the Runs page; returns it and the seconds until its table showed a row."""
     page = browser.new_page(viewport={"width": 1500, "height": 1100})
     page.on("pageerror", lambda e: errors.append(str(e)))
     t0 = time.perf_counter()
     page.goto(f"{url}/apps?page=Runs", timeout=120_000)
     page.locator(".tabulator-row").first.wait_for(timeout=120_000)
-    first_row = time.perf_counter() - t0
+    return page, time.perf_counter() - t0
+
+
+def open_runs(page, url: str, ids: dict[str, str]) -> float:
+    """Session A opens each hostile run; returns the seconds until the big run's curves and the refusals were
+    shown."""
     t0 = time.perf_counter()
     page.goto(f"{url}/apps?page=Runs&run={ids['tiles']}", timeout=120_000)
     page.wait_for_function(JS_TEXT, arg="is not drawn", timeout=120_000)
@@ -158,7 +168,7 @@ def open_runs(browser, url: str, ids: dict[str, str], errors: list[str]) -> tupl
     page.goto(f"{url}/apps?page=Runs&run={ids['picture']}", timeout=120_000)
     page.get_by_text("not shown").first.wait_for(timeout=120_000)
     page.goto(f"{url}/apps?page=Runs&run={ids['big']}", timeout=120_000)  # the big run again, left open
-    return first_row, time.perf_counter() - t0
+    return time.perf_counter() - t0
 
 
 def scan_cost(root: Path) -> tuple[float, float]:
@@ -184,15 +194,17 @@ def main(argv: list[str] | None = None) -> int:
     t_bench = time.perf_counter()
     clean, hostile = Path(tempfile.mkdtemp(prefix="lab-bench-")), Path(tempfile.mkdtemp(prefix="lab-bench-"))
     ids = hostile_folder(hostile, args.runs, args.metrics_mb)
+    ordinary(clean, 1)  # the reference's Runs page shows one row
     rows = []
     reference = None
-    for name, root in (("empty runs folder (reference)", clean), ("hostile runs folder", hostile)):
+    for name, root in (("one run (reference)", clean), ("hostile runs folder", hostile)):
         with serving_lab(root, max_jobs=2) as url, sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             memory = PeakMemory().start()
-            opened = first_row = None
-            if root is hostile:
-                first_row, opened = open_runs(browser, url, ids, errors)
+            runs_page, cold = first_row(browser, url, errors)  # the server's first page
+            runs_page.close()
+            runs_page, row = first_row(browser, url, errors)  # a page opened on a server that serves already
+            opened = open_runs(runs_page, url, ids) if root is hostile else None
             t0 = time.perf_counter()
             measured = open_page(browser, url, MEASURED, errors)
             load = time.perf_counter() - t0
@@ -203,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         reference = reference or p95
         rows.append([name, f"{load:.2f}", len(ms), median(ms), p95, p95 / reference,
                      f"{(memory.peak - memory.base) / 1e9:.2f}", f"{memory.peak / 1e9:.2f}",
-                     "—" if first_row is None else f"{first_row:.2f}", "—" if opened is None else f"{opened:.1f}"])
+                     f"{cold:.2f}", f"{row:.2f}", "—" if opened is None else f"{opened:.1f}"])
     first, again = scan_cost(hostile)
     shutil.rmtree(clean, ignore_errors=True)
     shutil.rmtree(hostile, ignore_errors=True)
@@ -212,13 +224,14 @@ def main(argv: list[str] | None = None) -> int:
           "layer, a config 900 levels deep, two of 20,000 keys); "
           f"{os.cpu_count()} CPUs; bench took {time.perf_counter() - t_bench:.0f} s")
     print(table(["condition", "page load s", "changes", "median ms", "p95 ms", "p95 / reference",
-                 "peak memory added GB", "peak RSS GB", "Runs first row s", "hostile runs opened s"], rows))
+                 "peak memory added GB", "peak RSS GB", "Runs first row s, first page", "again s",
+                 "hostile runs opened s"], rows))
     worst = max(r[4] for r in rows)
     peak = max(float(r[7]) for r in rows)
-    row = max(float(r[8]) for r in rows if r[8] != "—")
+    row = max(float(r[9]) for r in rows)
     print(f"targets: p95 <= {ANSWER_MS:.0f} ms: {'PASS' if worst <= ANSWER_MS else 'FAIL'}; peak RSS < "
-          f"{MEMORY_GB} GB: {'PASS' if peak < MEMORY_GB else 'FAIL'}; Runs page's first row <= {FIRST_ROW_S:g} s: "
-          f"{'PASS' if row <= FIRST_ROW_S else 'FAIL'}")
+          f"{MEMORY_GB} GB: {'PASS' if peak < MEMORY_GB else 'FAIL'}; Runs page's first row on a serving server "
+          f"<= {FIRST_ROW_S:g} s: {'PASS' if row <= FIRST_ROW_S else 'FAIL'}")
     print(table(["listing", "runs", "seconds"], [["first scan", args.runs + len(ids), first],
                                                   ["unchanged folders again", args.runs + len(ids), again]]))
     if errors:
