@@ -44,10 +44,10 @@ from lab.reproduce.full_scale import DATASETS
 from lab.reproduce.launch import EXECUTORS as REPRODUCE_EXECUTORS
 from lab.reproduce.launch import PlanMismatch, failures
 from lab.reproduce.plan import make_plan, parse_data, plan_text
-from lab.runs import layout
-from lab.runs.entries import EntryError
-from lab.runs.layout import RunState
-from lab.runs.lock import RunLocked
+from lab.runfolder import layout
+from lab.runfolder.entries import EntryError
+from lab.runfolder.layout import Checkpoint, RunState
+from lab.runfolder.lock import RunLocked
 from lab.runs.resume import RESUME_KEYS, ResumePlan, ResumeRefused, find_run, plan_resume, resume_overrides
 from lab.runs.stop import StopFile
 from lab.runs.store import CheckpointError, Run, RunFolderError, RunStore, config_of_run, default_runs_dir
@@ -83,7 +83,7 @@ def _sampling_arguments(parser: argparse.ArgumentParser) -> None:
     weights, the noise's seed, the device and the progress bar."""
     parser.add_argument("--guidance", type=float, default=0.0,
                         help="classifier-free guidance scale w of a class-conditional run (default 0: none)")
-    parser.add_argument("--checkpoint", default="last", metavar="last|best|step-N",
+    parser.add_argument("--checkpoint", default=Checkpoint.LAST, metavar="last|best|step-N",
                         help="last, best, or a checkpoint kept by train.save_every (step-000050000)")
     weights = parser.add_mutually_exclusive_group()
     weights.add_argument("--ema", dest="ema", action="store_true", default=None,
@@ -110,7 +110,7 @@ def _train_arguments(sub: argparse._SubParsersAction) -> None:
                                                     f"e.g. train.lr=0.001; allowed: {', '.join(RESUME_KEYS)}")
     resume.add_argument("--runs-dir", default=None)
     source = resume.add_mutually_exclusive_group()
-    source.add_argument("--checkpoint", default="last", choices=["last", "best"],
+    source.add_argument("--checkpoint", default=Checkpoint.LAST, choices=list(Checkpoint),
                         help="continue from last.pt (default) or best.pt")
     source.add_argument("--restart", action="store_true",
                         help="train again from step 0 with the run's config; the earlier attempt moves to history/")
@@ -137,7 +137,7 @@ def _analyze_arguments(sub: argparse._SubParsersAction) -> None:
     analyze.add_argument("--ra4-from", type=int, default=RA4_FIT_START + 1, metavar="BLOCK",
                          help="first block (1-based) of RA4's 1/sigma_1 fit (default 5, as the paper's Fig. 4b)")
     analyze.add_argument("--nc-inputs", type=int, default=500, help="training inputs for neural collapse")
-    analyze.add_argument("--checkpoint", default="last", choices=["last", "best"])
+    analyze.add_argument("--checkpoint", default=Checkpoint.LAST, choices=list(Checkpoint))
 
 
 def _probe_arguments(sub: argparse._SubParsersAction) -> None:
@@ -148,7 +148,7 @@ def _probe_arguments(sub: argparse._SubParsersAction) -> None:
     probe.add_argument("--runs-dir", default=None)
     probe.add_argument("--layer", default="bottleneck",
                        help="bottleneck (the model's features, default) or blocks.N (block N's output, pooled)")
-    probe.add_argument("--checkpoint", default="last", choices=["last", "best"])
+    probe.add_argument("--checkpoint", default=Checkpoint.LAST, choices=list(Checkpoint))
     probe.add_argument("--protocol", default=None, choices=["authors", "mae", "quick"],
                        help="authors: the released code's probe (mean of the last block's tokens, linear layer, "
                             "AdamW; default for MAE runs; for diffusion runs the paper's Appendix A.2 probe per "
@@ -202,7 +202,7 @@ def _fid_arguments(sub: argparse._SubParsersAction) -> None:
                      help="default: the run's train.sampler (the reference's FID: sde with --steps 1000)")
     fid.add_argument("--reference-limit", type=int, default=50_000, metavar="N",
                      help="at most N reference images (default 50000)")
-    fid.add_argument("--select", default=None, choices=["best"],
+    fid.add_argument("--select", default=None, choices=[Checkpoint.BEST],
                      help="best: score every checkpoint kept by train.save_every with --select-num samples, then "
                           "the best of them (lowest distance) with --num, as the U-ViT reference selects with FID-10k "
                           "and reports FID-50k (--checkpoint is then unused)")
@@ -514,7 +514,7 @@ def _fid(args: argparse.Namespace, store: RunStore) -> int:
                         guidance=args.guidance, ema=args.ema, inception_weights=args.inception_weights,
                         reference_limit=args.reference_limit, seed=args.seed, device=args.device,
                         progress=not args.no_progress)
-        if args.select == "best":
+        if args.select == Checkpoint.BEST:
             measurement = fid_select_best(run, num=args.num, select_num=args.select_num, **settings)
         else:
             measurement = fid_report(run, num=args.num, checkpoint=args.checkpoint, **settings)

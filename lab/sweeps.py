@@ -34,13 +34,13 @@ from tqdm.auto import tqdm
 
 from lab.config import PIXEL_TASKS, ConfigError, ExperimentConfig, load_config, parse_override, to_dict
 from lab.data.toy2d import TOY_DATASETS
-from lab.runs import layout
-from lab.runs.layout import RunState
-from lab.runs.lock import RunLock
+from lab.runfolder import layout
+from lab.runfolder.layout import RunState
+from lab.runfolder.lock import RunLock
+from lab.runfolder.writes import atomic_write_json
 from lab.runs.recorder import RunRecorder
 from lab.runs.stop import StopFile
 from lab.runs.store import Run, RunStore, end_state
-from lab.runs.writes import atomic_write_json
 from lab.train.ensemble import MODEL, EnsembleCallback, EnsembleMember, EnsembleTrainer, ensemble_groups
 
 

@@ -250,7 +250,7 @@ def test_a_checkpoint_that_does_not_fit_the_model_is_refused_and_moves_nothing(t
 
 
 def test_a_sweep_member_cannot_be_resumed_while_its_sweep_trains(tmp_path):
-    from lab.runs.lock import RunLock, RunLocked
+    from lab.runfolder.lock import RunLock, RunLocked
     from lab.sweeps import create_sweep, plan_sweep, train_sweep
 
     plan = plan_sweep("configs/spiral.yaml", ["model.depth=2", "model.width=4", "data.n=128",

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.runs import layout
+from lab.runfolder import layout
 
 ROOT = Path(__file__).resolve().parent.parent
 

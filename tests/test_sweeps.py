@@ -7,7 +7,7 @@ import torch
 
 from lab.config import ConfigError, load_config
 from lab.jobs.runner import train_and_evaluate
-from lab.runs import layout
+from lab.runfolder import layout
 from lab.runs.store import Run, RunStore, config_of_run
 from lab.sweeps import create_sweep, plan_sweep, read_sweep, split_values, train_sweep
 from lab.train import EnsembleCallback, build_model

@@ -37,6 +37,7 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from lab.data.readers import DatasetNotFoundError, image_folder_files
+from lab.runfolder.writes import atomic_path
 from lab.seeds import sample_seed
 
 __all__ = ["LATENT_FOLDER", "LatentDataset", "VAENotFoundError", "decoder", "encode_image_folder", "load_vae",
@@ -135,10 +136,8 @@ def encode_image_folder(root: str | Path, vae: str | Path, out: str | Path, *, i
             moments = model.encode(torch.cat([x, x.flip(-1)])).latent_dist.parameters.float().cpu()
             both = torch.stack([moments[:len(x)], moments[len(x):]], dim=1).numpy()  # [B, 2, 2C, h, w]
             for (split, i, _), m in zip(chunk, both, strict=True):
-                tmp = out / split / f".{i}.npy.tmp"
-                with open(tmp, "wb") as f:
+                with atomic_path(out / split / f"{i}.npy") as f:  # whole or absent: an interrupted encode resumes
                     np.save(f, m)
-                tmp.replace(out / split / f"{i}.npy")  # whole or absent: an interrupted encode resumes cleanly
             bar.update(len(chunk))
     if rank != 0:
         return out

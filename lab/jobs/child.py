@@ -50,7 +50,7 @@ from lab.jobs import cores
 from lab.jobs.job import InProcessJob, Job, exited_status
 from lab.jobs.lockstep import Lockstep
 from lab.jobs.sweep_job import MemberRecords, SweepJob
-from lab.runs.layout import RunState
+from lab.runfolder.layout import RunState
 from lab.runs.store import Run
 from lab.train.core import cpu_threads
 

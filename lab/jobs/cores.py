@@ -38,9 +38,9 @@ others to be waiting."""
 
 def ledger() -> Path | None:
     """The user's ledger folder (``<cpu>.lock`` per core, ``waiting.lock``, ``probing.lock``): the lab's private
-    folder ``cores`` (:func:`~lab.runs.lock.private_folder`); None when that is not the user's alone, and then no
+    folder ``cores`` (:func:`~lab.runfolder.lock.private_folder`); None when that is not the user's alone, and then no
     child takes a core. Asked by the server, which hands the folder to its children."""
-    from lab.runs.lock import private_folder  # here: a child loads this module alone, before torch
+    from lab.runfolder.lock import private_folder  # here: a child loads this module alone, before torch
 
     return private_folder("cores")
 

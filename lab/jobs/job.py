@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from lab.runs.layout import RunState
-from lab.runs.lock import remove_stale
+from lab.runfolder.layout import RunState
+from lab.runfolder.lock import remove_stale
 from lab.runs.store import FINISHED, Run
 
 

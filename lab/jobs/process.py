@@ -21,12 +21,12 @@ import numpy as np
 from lab.config import ExperimentConfig, save_config
 from lab.jobs.job import Job, exited_status
 from lab.jobs.runner import uses_loader
-from lab.runs import layout
-from lab.runs.entries import read_tail
-from lab.runs.layout import RunState
+from lab.runfolder import layout
+from lab.runfolder.entries import read_tail
+from lab.runfolder.layout import RunState
+from lab.runfolder.writes import open_append
 from lab.runs.stop import STOP_FILE, request_stop
 from lab.runs.store import FINISHED, Run
-from lab.runs.writes import open_append
 
 
 class AttachedJob(Job):

@@ -10,9 +10,9 @@ from typing import Any
 
 from lab.config import GENERATIVE, LOADER_ONLY, ConfigError, ExperimentConfig, apply_overrides, to_dict
 from lab.data.toy2d import ToyData
-from lab.runs import layout
-from lab.runs.layout import RunState
-from lab.runs.lock import RunLock, RunLocked
+from lab.runfolder import layout
+from lab.runfolder.layout import Checkpoint, RunState
+from lab.runfolder.lock import RunLock, RunLocked
 from lab.runs.recorder import RunRecorder
 from lab.runs.resume import ResumePlan, ResumeRefused, load_resume_state, plan_resume
 from lab.runs.store import Run, end_state
@@ -78,7 +78,7 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
 
     The tensor trainer runs unless :func:`uses_loader` says the loader engine; that one runs as one process of
     ``world`` (default: a world of one on ``train.device``), and only rank 0 writes the folder, holding its lock
-    (:mod:`lab.runs.lock`) while it trains.
+    (:mod:`lab.runfolder.lock`) while it trains.
 
     A new run's config.json is written first, so a run that fails at any point leaves a complete folder: state
     ``failed`` and the reason. A non-finite loss ends the run as ``diverged`` (its message names the step and the
@@ -183,9 +183,9 @@ def _continue(cfg: ExperimentConfig, run: Run, plan: ResumePlan) -> None:
     if plan.source == "restart":
         run.set_aside()
         run.write_status(RunState.QUEUED, "restarting from step 0; the earlier attempt is in history/")
-    elif plan.source == "best" and run.checkpoint_path("last").exists():
-        os.replace(run.checkpoint_path("last"), run.history_path(layout.replaced_checkpoint_name(plan.step)))
-    if plan.changes or plan.source != "last":
+    elif plan.source == Checkpoint.BEST and run.checkpoint_path(Checkpoint.LAST).exists():
+        os.replace(run.checkpoint_path(Checkpoint.LAST), run.history_path(layout.replaced_checkpoint_name(plan.step)))
+    if plan.changes or plan.source != Checkpoint.LAST:
         run.add_resume_change(to_dict(cfg), plan.record())
 
 

@@ -38,9 +38,9 @@ import submitit
 
 from lab.config import ConfigError
 from lab.jobs.runner import train_and_evaluate
-from lab.runs import layout
+from lab.runfolder import layout
+from lab.runfolder.layout import Checkpoint, RunState
 from lab.runs.catalog import checkpoint_step
-from lab.runs.layout import RunState
 from lab.runs.resume import ResumePlan, plan_resume
 from lab.runs.stop import StopFile
 from lab.runs.store import FINISHED, Run, RunStore, config_of_run
@@ -160,7 +160,7 @@ class Preemption(Callback):
 def continuation(run: Run) -> bool | ResumePlan:
     """How a job picks up its run: from a readable last checkpoint; from step 0, the earlier attempt set aside,
     when an attempt recorded metrics but left no checkpoint; afresh otherwise."""
-    if checkpoint_step(run.checkpoint_path("last")) is not None:
+    if checkpoint_step(run.checkpoint_path(Checkpoint.LAST)) is not None:
         return True
     if (run.path / layout.METRICS).exists():
         return plan_resume(run, "restart")

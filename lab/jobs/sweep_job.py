@@ -26,7 +26,7 @@ from lab.jobs.job import InProcessJob
 from lab.jobs.kinds import RANK
 from lab.nn.mlp import ResidualMLP
 from lab.reports.sweep_snapshot import rank_snapshot
-from lab.runs.layout import RunState
+from lab.runfolder.layout import RunState
 from lab.runs.snapshot import Snapshot
 from lab.runs.store import Run, end_state
 from lab.sweeps import SweepPlan, final_status, plan_sweep, train_sweep

@@ -18,7 +18,7 @@ from lab.data.toy2d import ToyData
 from lab.jobs.job import InProcessJob, PauseAware
 from lab.jobs.publish import DiskSink, Publisher
 from lab.jobs.runner import train_and_evaluate
-from lab.runs.layout import RunState
+from lab.runfolder.layout import RunState
 from lab.runs.resume import ResumePlan
 from lab.runs.store import Run
 from lab.train.core import Callback, TrainerView

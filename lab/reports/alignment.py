@@ -16,14 +16,15 @@ from torch import nn
 from lab.analysis.residual_alignment import NC_KEYS, PAPER_K, RA4_FIT_START, SCALARS, collapse_of, residual_alignment
 from lab.config import ExperimentConfig
 from lab.data.toy2d import ToyData
-from lab.runs import layout
+from lab.runfolder import layout
+from lab.runfolder.layout import Checkpoint
+from lab.runfolder.writes import atomic_write_bytes, atomic_write_json
 from lab.runs.store import CheckpointError, Run, config_of_run
-from lab.runs.writes import atomic_write_bytes, atomic_write_json
 from lab.train.build import build_data, build_model, loader_data
 from lab.train.loader import LoaderData
 
 
-def load_trained(run: Run, checkpoint: str = "last", *, loader: bool = False, weights: str = "model"
+def load_trained(run: Run, checkpoint: str = Checkpoint.LAST, *, loader: bool = False, weights: str = "model"
                  ) -> tuple[ExperimentConfig, nn.Module, ToyData | LoaderData, int]:
     """The run's config, its model with the checkpoint's weights (eval mode, CPU), its data and the checkpoint's
     step.
@@ -62,7 +63,8 @@ def _plain(value: np.ndarray) -> Any:
 
 
 def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inputs: int = 500,
-                     checkpoint: str = "last", fit_start: int = RA4_FIT_START, seed: int = 0) -> dict[str, Any]:
+                     checkpoint: str = Checkpoint.LAST, fit_start: int = RA4_FIT_START, seed: int = 0
+                     ) -> dict[str, Any]:
     """RA1–RA4 and NC1–NC4 of a run's checkpoint, written to ``analysis/alignment.json`` and ``alignment.npz``.
 
     Args:
@@ -120,7 +122,7 @@ def collapse_report(run: Run, *, nc_inputs: int = 500) -> dict[str, Any]:
         return {"step": step, **{key: _plain(values[-1]) for key, values in collapse_of(model.eval(), x, y).items()}}
 
     curve = {0: point(build_model(cfg, data), 0)}  # the network at initialisation (cfg.model.seed), where it starts
-    for name in [*run.saved_checkpoints(), "last"]:
+    for name in [*run.saved_checkpoints(), Checkpoint.LAST]:
         _, model, _, step = load_trained(run, name)
         curve[step] = point(model, step)
     summary = {"curve": [curve[s] for s in sorted(curve)], "nc_inputs": len(x)}

@@ -26,9 +26,10 @@ import torch
 
 from lab.analysis.probing import linear_probe, protocol_probe
 from lab.reports.alignment import load_trained
-from lab.runs import layout
+from lab.runfolder import layout
+from lab.runfolder.layout import Checkpoint
+from lab.runfolder.writes import atomic_write_json
 from lab.runs.store import Run, config_of_run
-from lab.runs.writes import atomic_write_json
 from lab.train.core import resolve_device
 from lab.train.pretrain_eval import PROBE_TIMES, diffusion_features
 
@@ -52,7 +53,7 @@ def _probe(protocol: str, epochs: int, lr: float, batch_size: int, seed: int, de
         device=device)["test_acc"])
 
 
-def diffusion_probe_report(run: Run, *, times: tuple[float, ...] = PROBE_TIMES, checkpoint: str = "last",
+def diffusion_probe_report(run: Run, *, times: tuple[float, ...] = PROBE_TIMES, checkpoint: str = Checkpoint.LAST,
                            ema: bool | None = None, epochs: int = 100, lr: float = 1e-2, batch_size: int = 256,
                            limit: int | None = None, seed: int = 0, device: str = "auto",
                            protocol: str = "quick") -> dict[str, Any]:

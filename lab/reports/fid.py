@@ -33,10 +33,11 @@ from tqdm import tqdm
 from lab.analysis.frechet import frechet_distance, to_pixels
 from lab.config import ExperimentConfig
 from lab.data.formats import IMAGE_SUFFIXES, read_images
-from lab.runs import layout
-from lab.runs.entries import LIMITS, read_json
+from lab.runfolder import layout
+from lab.runfolder.entries import LIMITS, read_json
+from lab.runfolder.layout import Checkpoint
+from lab.runfolder.writes import atomic_write_json
 from lab.runs.store import Run, config_of_run, load_problem
-from lab.runs.writes import atomic_write_json
 from lab.train.build import pixel_scale, raw_images
 from lab.train.core import resolve_device
 
@@ -154,7 +155,7 @@ def read_measurements(run: Run) -> list[dict[str, Any]]:
 
 def fid_report(run: Run, *, reference: str = "digits", features: str = "digits-classifier", num: int = 1000,
                steps: int | None = None, sampler: str | None = None, guidance: float = 0.0,
-               checkpoint: str = "last", ema: bool | None = None, inception_weights: str | Path | None = None,
+               checkpoint: str = Checkpoint.LAST, ema: bool | None = None, inception_weights: str | Path | None = None,
                reference_limit: int | None = 50_000, seed: int = 0, batch_size: int = 256, device: str = "auto",
                progress: bool = True) -> dict[str, Any]:
     """Draw ``num`` samples of a diffusion run and measure their Fréchet distance from reference images.

@@ -27,9 +27,10 @@ from tqdm.auto import tqdm
 
 from lab.analysis.probing import PROTOCOLS, protocol_probe
 from lab.reports.alignment import load_trained
-from lab.runs import layout
+from lab.runfolder import layout
+from lab.runfolder.layout import Checkpoint
+from lab.runfolder.writes import atomic_write_bytes, atomic_write_json
 from lab.runs.store import Run, config_of_run
-from lab.runs.writes import atomic_write_bytes, atomic_write_json
 from lab.train.core import resolve_device
 from lab.train.loader import LoaderData
 from lab.train.pretrain_eval import features
@@ -118,7 +119,7 @@ def _read_cache(path: Path, fingerprint: torch.Tensor, n_train: int, n_test: int
         return None
 
 
-def probe_report(run: Run, *, layer: str = "bottleneck", checkpoint: str = "last", protocol: str | None = None,
+def probe_report(run: Run, *, layer: str = "bottleneck", checkpoint: str = Checkpoint.LAST, protocol: str | None = None,
                  epochs: int = 200, lr: float = 1e-2, batch_size: int = 1024, limit: int | None = None,
                  device: str = "auto", seed: int = 0, progress: bool = True) -> dict[str, Any]:
     """Linear probe of a run's checkpoint, written to ``analysis/probe.json``.

@@ -12,10 +12,7 @@ holds them all in memory.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,10 +25,11 @@ from tqdm import tqdm
 from lab.config import ExperimentConfig
 from lab.nn.diffusion import SCHEDULE_SAMPLERS
 from lab.reports.alignment import load_trained
-from lab.runs import layout
-from lab.runs.entries import size_text
+from lab.runfolder import layout
+from lab.runfolder.entries import size_text
+from lab.runfolder.layout import Checkpoint
+from lab.runfolder.writes import atomic_path, atomic_write_bytes
 from lab.runs.store import Run, config_of_run
-from lab.runs.writes import atomic_write_bytes
 from lab.train.build import sample_decoder
 from lab.train.core import resolve_device
 from lab.train.pretrain_eval import grid_png
@@ -104,7 +102,7 @@ class Drawn(NamedTuple):
 
 
 def sample_batches(run: Run, *, num: int = 64, steps: int = 50, sampler: str | None = None, guidance: float = 0.0,
-                   checkpoint: str = "last", ema: bool | None = None, seed: int = 0, batch_size: int = 256,
+                   checkpoint: str = Checkpoint.LAST, ema: bool | None = None, seed: int = 0, batch_size: int = 256,
                    device: str = "auto", progress: bool = True) -> Sampling:
     """Draw ``num`` samples from a diffusion run's checkpoint, ``batch_size`` at a time (the batches are drawn as
     they are iterated; the request is checked, and the model loaded, before).
@@ -175,36 +173,27 @@ def _write_npz(path: Path, batches: Iterator[torch.Tensor], num: int, labels: np
     """Write ``samples`` (the ``num`` samples of ``batches``, as they come) and ``labels`` into the ``.npz`` file
     ``path`` (deflated, as :func:`numpy.savez_compressed`; written to a temp file, then moved into place); returns
     the first :data:`GRID_MAX` samples."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
     first: list[np.ndarray] = []
-    try:
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
-            with zf.open("samples.npy", "w", force_zip64=True) as f:
-                header = False
-                for batch in batches:
-                    array = np.ascontiguousarray(batch.numpy(), dtype=np.float32)
-                    if not header:
-                        np.lib.format.write_array_header_2_0(f, {"descr": np.lib.format.dtype_to_descr(array.dtype),
-                                                                 "fortran_order": False,
-                                                                 "shape": (num, *array.shape[1:])})
-                        header = True
-                    f.write(array.tobytes())
-                    if sum(len(a) for a in first) < GRID_MAX:
-                        first.append(array[:GRID_MAX - sum(len(a) for a in first)])
-            with zf.open("labels.npy", "w") as f:
-                np.lib.format.write_array(f, labels, allow_pickle=False)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_path(path) as out, zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, allowZip64=True) as zf:
+        with zf.open("samples.npy", "w", force_zip64=True) as f:
+            header = False
+            for batch in batches:
+                array = np.ascontiguousarray(batch.numpy(), dtype=np.float32)
+                if not header:
+                    np.lib.format.write_array_header_2_0(f, {"descr": np.lib.format.dtype_to_descr(array.dtype),
+                                                             "fortran_order": False,
+                                                             "shape": (num, *array.shape[1:])})
+                    header = True
+                f.write(array.tobytes())
+                if sum(len(a) for a in first) < GRID_MAX:
+                    first.append(array[:GRID_MAX - sum(len(a) for a in first)])
+        with zf.open("labels.npy", "w") as f:
+            np.lib.format.write_array(f, labels, allow_pickle=False)
     return np.concatenate(first)
 
 
 def sample_report(run: Run, *, num: int = 64, steps: int = 50, sampler: str | None = None, guidance: float = 0.0,
-                  checkpoint: str = "last", ema: bool | None = None, seed: int = 0, batch_size: int = 256,
+                  checkpoint: str = Checkpoint.LAST, ema: bool | None = None, seed: int = 0, batch_size: int = 256,
                   device: str = "auto", progress: bool = True) -> dict[str, Any]:
     """:func:`sample_batches` (its arguments), written as ``analysis/samples-<step>-<settings>.png`` (a grid of the
     first :data:`GRID_MAX`) and ``.npz`` (every sample, written batch by batch).

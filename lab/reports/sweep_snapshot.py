@@ -24,8 +24,8 @@ from lab.analysis.rank_sweep import member_features, sweep_rank_metrics
 from lab.config import ConfigError, ExperimentConfig, apply_overrides, to_dict
 from lab.data.toy2d import TOY_DATASETS, ToyData
 from lab.nn.mlp import ResidualMLP
+from lab.runfolder.layout import Checkpoint, RunState
 from lab.runs.catalog import clean_status
-from lab.runs.layout import RunState
 from lab.runs.store import Run, RunFolderError, config_of_run
 from lab.train.build import build_data, build_model, build_task
 from lab.train.ensemble import MODEL
@@ -116,7 +116,7 @@ def _member(run: Run) -> tuple[ExperimentConfig, dict[str, torch.Tensor]]:
     if size > MAX_PARAMETERS:
         raise LookupError(f"{run.id}: its model has {size:,} parameters; the rank views read members of at most "
                           f"{MAX_PARAMETERS:,}")
-    path = run.checkpoint_path("last")
+    path = run.checkpoint_path(Checkpoint.LAST)
     if not path.is_file() or path.is_symlink() or path.parent.is_symlink():
         raise LookupError(f"{run.id}: no checkpoint yet")
     try:

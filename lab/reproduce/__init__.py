@@ -26,10 +26,10 @@ from lab.reproduce import alignment, decayed, droppath, toy_mae
 from lab.reproduce.claims import MAX_SEEDS, PAPERS, Claim, Result, adjust_for_multiplicity, failed, family_words
 from lab.reproduce.full_scale import FULL_BUDGETS
 from lab.reproduce.report import write_report
-from lab.runs import layout
-from lab.runs.lock import RunLock
+from lab.runfolder import layout
+from lab.runfolder.lock import RunLock
+from lab.runfolder.writes import own_folder
 from lab.runs.store import RunStore, environment_info
-from lab.runs.writes import own_folder
 
 __all__ = ["BUDGETS", "PAPERS", "SCOPE", "TOY_BUDGETS", "reproduce", "reproduce_at_scale"]
 

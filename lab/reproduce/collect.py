@@ -16,11 +16,11 @@ from typing import Any
 
 from lab.reproduce.claims import Claim, Result, adjust_for_multiplicity, failed, family_words, not_at_this_budget
 from lab.reproduce.full_scale import PlannedRun, seed0_commands
-from lab.reproduce.launch import STEP_FAILED, folder_of, load_ledger, steps_left
+from lab.reproduce.launch import folder_of, load_ledger, steps_left
 from lab.reproduce.plan import from_ledger
 from lab.reproduce.report import write_report
 from lab.reproduce.verdict import Stats, Verdict
-from lab.runs.layout import RunState
+from lab.runfolder.layout import LedgerState, RunState
 from lab.runs.store import Run, environment_info
 
 log = logging.getLogger(__name__)
@@ -58,14 +58,14 @@ def _finished(out: Path, ledger: dict[str, Any], run: PlannedRun) -> Run | None:
 def _how_far(out: Path, ledger: dict[str, Any], run: PlannedRun) -> str:
     record = ledger["runs"].get(run.key, {})
     folder = folder_of(out, record)
-    state = record.get("state", "planned")
+    state = record.get("state", LedgerState.PLANNED)
     if folder is None:
         return f"{run.key}: not started"
     status = folder.read_status()
     step, total = status.get("step"), status.get("total_steps")
     where = (f"step {step} of {total} ({100 * step / total:.0f} %)" if isinstance(step, int) and
              isinstance(total, int) and total > 0 else f"step {step}" if isinstance(step, int) else "no step yet")
-    if state in (RunState.FAILED, STEP_FAILED):
+    if state in (RunState.FAILED, LedgerState.STEP_FAILED):
         return f"{run.key}: {state} ({record.get('message', '')})"
     if status.get("state") == RunState.COMPLETED:
         return f"{run.key}: trained, steps left ({', '.join(s.args[0] for s in steps_left(folder, list(run.steps)))})"

@@ -40,7 +40,7 @@ from lab.reports.probe import probe_report
 from lab.reproduce.claims import Claim, Curves, Result, mean, mean_sd
 from lab.reproduce.runs import command, train
 from lab.reproduce.verdict import Floor, Target, Verdict, combine, judge
-from lab.runs.layout import RunState
+from lab.runfolder.layout import Checkpoint, RunState
 from lab.runs.store import RunStore, config_of_run
 from lab.sweeps import create_sweep, plan_sweep, train_sweep
 from lab.train.build import build_data, build_model
@@ -137,7 +137,7 @@ def _sweep(overrides: list[str], store: RunStore, sizes: dict) -> tuple[list[dic
     for run, status in zip(runs, statuses, strict=True):
         model = build_model(config_of_run(run), data)
         if status["state"] == RunState.COMPLETED:
-            model.load_state_dict(run.load_checkpoint("last")["model"])
+            model.load_state_dict(run.load_checkpoint(Checkpoint.LAST)["model"])
         models.append(model.eval())
     with torch.no_grad():
         final = torch.stack([model.forward_features(data.x_test) for model in models])  # [K, n, H]

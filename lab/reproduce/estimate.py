@@ -15,8 +15,8 @@ import math
 import time
 from pathlib import Path
 
-from lab.runs.entries import read_bytes
-from lab.runs.writes import json_text
+from lab.runfolder.entries import read_bytes
+from lab.runfolder.writes import json_text
 
 __all__ = ["device_kind", "gpu_hours", "read_throughput", "record_throughput"]
 

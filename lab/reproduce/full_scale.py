@@ -28,8 +28,9 @@ from pathlib import Path
 from lab.reproduce import alignment, decayed, droppath, toy_mae
 from lab.reproduce.claims import Claim, Result, mean, mean_sd
 from lab.reproduce.verdict import Floor, Target, combine, judge
-from lab.runs import layout
-from lab.runs.entries import LIMITS, read_json
+from lab.runfolder import layout
+from lab.runfolder.entries import LIMITS, read_json
+from lab.runfolder.layout import Checkpoint
 from lab.runs.store import Run
 
 FULL_BUDGETS = ("gpu1", "gpu", "gpu-test")
@@ -285,7 +286,7 @@ def _uvit_plan(budget: str, seeds: int, data: dict[str, Path]) -> tuple[list[Pla
     missing = {}
     if "inception" in data:
         fid = ("--num", "64", "--steps", "2", "--reference-limit", "64") if test else (
-            "--select", "best", "--sampler", "sde", "--steps", "1000", "--num", "50000")
+            "--select", Checkpoint.BEST, "--sampler", "sde", "--steps", "1000", "--num", "50000")
         steps.append(Step(("fid", "{run}", "--reference", str(data["cifar100"] / "train"), "--inception-weights",
                            str(data["inception"]), *fid, "--no-progress"), layout.FID))
     else:

@@ -39,20 +39,18 @@ from lab.jobs.runner import resolved
 from lab.jobs.submit import MemberJob, Resources, check_resources
 from lab.reproduce.full_scale import PlannedRun, Step
 from lab.reproduce.plan import Plan, recorded
-from lab.runs import layout
+from lab.runfolder import layout
+from lab.runfolder.entries import LIMITS, read_json, read_tail
+from lab.runfolder.layout import Checkpoint, LedgerState, RunState
+from lab.runfolder.lock import is_stale, read_holder
+from lab.runfolder.writes import atomic_write_json, open_append, own_folder
 from lab.runs.catalog import checkpoint_step
-from lab.runs.entries import LIMITS, read_json, read_tail
-from lab.runs.layout import RunState
-from lab.runs.lock import is_stale, read_holder
 from lab.runs.store import Run, RunStore
-from lab.runs.writes import atomic_write_json, open_append, own_folder
 
 PLAN_FILE = layout.REPRODUCTION
 LOGS = "logs"
 EXECUTORS = ("local", "slurm")
 ACTIONS = ("done", "steps", "train", "resume", "restart", "failed", "busy")
-STEP_FAILED = "step failed"
-"""A ledger state beside the run states: the run completed, a step on its folder failed."""
 
 
 class PlanMismatch(ValueError):
@@ -88,7 +86,7 @@ def ledger_for(plan: Plan, out: Path, executor: str) -> dict[str, Any]:
                            "continue it with that budget, or choose another --out")
     runs = earlier.get("runs", {})
     for run in plan.runs:
-        record = runs.get(run.key, {"state": "planned", "attempts": 0, "folder": None})
+        record = runs.get(run.key, {"state": LedgerState.PLANNED, "attempts": 0, "folder": None})
         runs[run.key] = {**record, **asdict(run), "log": f"{LOGS}/{run.key}.log", "recipe": fingerprint(recipe(run))}
     return {"budget": plan.budget, "papers": plan.papers, "seeds": plan.seeds,
             "data": {k: str(v) for k, v in plan.data.items()}, "executor": executor,
@@ -125,7 +123,7 @@ def steps_left(run: Run, steps: list[Step]) -> list[Step]:
 
 def next_action(run: Run | None, steps: list[Step], record: dict[str, Any], retry_failed: bool = False) -> str:
     """What continuing a planned run does now: one of :data:`ACTIONS` (see the module docstring)."""
-    if record.get("state") in (RunState.FAILED, STEP_FAILED) and not retry_failed:
+    if record.get("state") in (RunState.FAILED, LedgerState.STEP_FAILED) and not retry_failed:
         return "failed"
     if run is None or not run.path.is_dir():
         return "train"
@@ -139,7 +137,7 @@ def next_action(run: Run | None, steps: list[Step], record: dict[str, Any], retr
         return "restart" if retry_failed else "failed"
     if not (run.path / layout.CONFIG).exists():
         return "train"
-    return "resume" if checkpoint_step(run.checkpoint_path("last")) is not None else "restart"
+    return "resume" if checkpoint_step(run.checkpoint_path(Checkpoint.LAST)) is not None else "restart"
 
 
 def planned_config(run: PlannedRun) -> ExperimentConfig:
@@ -194,8 +192,8 @@ def _settle(record: dict[str, Any], folder: Run | None, action: str) -> None:
     if action == "done":
         record["state"], record["message"] = RunState.COMPLETED, ""
     elif action == "busy":
-        record["state"] = "busy"
-    elif record.get("state") not in (RunState.FAILED, STEP_FAILED):
+        record["state"] = LedgerState.BUSY
+    elif record.get("state") not in (RunState.FAILED, LedgerState.STEP_FAILED):
         record["state"] = RunState.FAILED
         record["message"] = folder.read_status().get("message", "") if folder is not None else ""
 
@@ -313,7 +311,7 @@ def _ended(record: dict[str, Any], state: str, code: int, interrupted: bool) -> 
     if code == 0 and state == RunState.COMPLETED:
         record["state"], record["message"] = RunState.COMPLETED, ""
     elif state == RunState.COMPLETED:  # trained; a step failed (or was interrupted: it runs again next time)
-        record["state"] = RunState.COMPLETED if interrupted else STEP_FAILED
+        record["state"] = RunState.COMPLETED if interrupted else LedgerState.STEP_FAILED
         record["message"] = f"a step exited with {code}; see {record['log']}"
     elif interrupted and state not in (RunState.FAILED, RunState.DIVERGED):
         record["state"] = RunState.STOPPED
@@ -403,7 +401,7 @@ def run_slurm(plan: Plan, out: Path, ledger: dict[str, Any], resources: Resource
         record = ledger["runs"][run.key]
         folder = folder_of(out, record)
         if record.get("job_id") and _job_alive(jobs_dir, record["job_id"], resources.executor):
-            record["state"] = "busy"
+            record["state"] = LedgerState.BUSY
             continue
         folder, action = _reuse(run, folder, record, next_action(folder, list(run.steps), record, retry_failed),
                                 retry_failed)
@@ -426,7 +424,7 @@ def run_slurm(plan: Plan, out: Path, ledger: dict[str, Any], resources: Resource
         executor = submitit.AutoExecutor(folder=jobs_dir, cluster=job_resources.executor)
         executor.update_parameters(**job_resources.parameters(run.key))
         job = executor.submit(ReproductionJob(str(folder.path), [list(s.args) for s in run.steps]))
-        record.update(state="submitted", job_id=job.job_id, attempts=record.get("attempts", 0) + 1,
+        record.update(state=LedgerState.SUBMITTED, job_id=job.job_id, attempts=record.get("attempts", 0) + 1,
                       stdout=str(job.paths.stdout), stderr=str(job.paths.stderr))
         save_ledger(out, ledger)
     save_ledger(out, ledger)
@@ -476,7 +474,7 @@ def failures(out: Path, ledger: dict[str, Any]) -> list[str]:
     """A line per failed run: its state, message and the end of its log."""
     lines = []
     for key, record in ledger["runs"].items():
-        if record.get("state") in (RunState.FAILED, STEP_FAILED):
+        if record.get("state") in (RunState.FAILED, LedgerState.STEP_FAILED):
             tail = _log_tail(out, record)
             lines.append(f"{key}: {record['state']}: {record.get('message', '')}"
                          + (f"\n    log ({record['log']}), last lines:\n    " + tail[-800:].replace("\n", "\n    ")

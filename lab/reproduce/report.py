@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.reproduce.claims import PAPERS, Curves, Result
-from lab.runs.writes import atomic_write_bytes, json_text
+from lab.runfolder.writes import atomic_write_bytes, json_text
 
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
            "#17becf")

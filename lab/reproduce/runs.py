@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from lab.config import CONFIGS, ExperimentConfig, load_config
 from lab.data.toy2d import ToyData
 from lab.jobs.runner import resolved, train_and_evaluate
-from lab.runs.layout import RunState
+from lab.runfolder.layout import RunState
 from lab.runs.store import Run, RunStore
 from lab.train.core import Callback
 

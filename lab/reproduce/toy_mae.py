@@ -30,7 +30,7 @@ from lab.config import CONFIGS
 from lab.reproduce.claims import Claim, Curves, Result, mean, mean_sd
 from lab.reproduce.runs import ReproductionError, command, config, train
 from lab.reproduce.verdict import Floor, Target, Verdict, combine, judge
-from lab.runs.layout import RunState
+from lab.runfolder.layout import Checkpoint, RunState
 from lab.runs.store import Run, RunStore, config_of_run
 from lab.sweeps import create_sweep, plan_sweep, train_sweep
 from lab.train.build import build_data, build_model, build_task
@@ -106,7 +106,7 @@ def _measured(runs: list[Run], statuses: list[dict], settings: list[dict], point
     models = []
     for run in runs:
         model = build_model(config_of_run(run), data)
-        model.load_state_dict(run.load_checkpoint("last")["model"])
+        model.load_state_dict(run.load_checkpoint(Checkpoint.LAST)["model"])
         models.append(model.eval())
     n = min(points, len(data.x_test))
     layer = models[0].representation

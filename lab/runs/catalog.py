@@ -16,7 +16,7 @@ No symbolic link inside a run folder is followed, whatever entry it stands for (
 ``metrics.jsonl``, ``checkpoints/``, a checkpoint, ``figures/``, ``snapshots/``, ``sweep.json``): a folder from
 a cluster or another user could link to any file this server can read. Such an entry reads as missing and is named
 among the problems (``metrics.jsonl is a symbolic link: not read``). Every file is read through
-:mod:`lab.runs.entries`: regular files only (a named pipe would block the reader), never through a link (so a file
+:mod:`lab.runfolder.entries`: regular files only (a named pipe would block the reader), never through a link (so a file
 swapped for a link after the check is not read either), each kind within its size cap, ``metrics.jsonl`` a chunk
 per read. What an entry holds is checked before it is used: a 400-digit step or a NaN is no number here.
 A run folder that is itself a link is listed only when it resolves inside the server's folders.
@@ -38,9 +38,9 @@ from typing import Any
 import yaml
 
 from lab.data.roots import resolve_data_path
-from lab.runs import layout
-from lab.runs.entries import LIMITS, SHAPES, check_shape, loads_yaml, read_bytes, read_json, read_jsonl, read_tail
-from lab.runs.layout import RunState
+from lab.runfolder import layout
+from lab.runfolder.entries import LIMITS, SHAPES, check_shape, loads_yaml, read_bytes, read_json, read_jsonl, read_tail
+from lab.runfolder.layout import RunState
 from lab.runs.store import checkpoint_field
 
 log = logging.getLogger(__name__)

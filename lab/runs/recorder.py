@@ -18,10 +18,10 @@ from typing import Any
 
 import torch
 
-from lab.runs import layout
-from lab.runs.layout import RunState
+from lab.runfolder import layout
+from lab.runfolder.layout import Checkpoint, RunState
+from lab.runfolder.writes import remove_unfinished
 from lab.runs.store import Run, checkpoint_field, saved_name
-from lab.runs.writes import remove_unfinished
 from lab.train.core import Callback, TrainerView
 
 CHECKPOINT_S = 30.0
@@ -113,7 +113,7 @@ class CheckpointWriter:
 
 def _saved_best(run: Run) -> float:
     """The accuracy ``best.pt`` was saved with; -inf without one."""
-    value = checkpoint_field(run.checkpoint_path("best"), "best_acc")
+    value = checkpoint_field(run.checkpoint_path(Checkpoint.BEST), "best_acc")
     return float(value) if isinstance(value, (int, float)) else -math.inf
 
 
@@ -205,21 +205,21 @@ class RunRecorder(Callback):
                 self._last_written, self._candidate = time.monotonic(), None
             else:
                 self._candidate = state  # written at the end of training unless a later one is
-            names = ("last",) * due + ("best",) * best
+            names = (Checkpoint.LAST,) * due + (Checkpoint.BEST,) * best
             if names:
                 self.checkpoints.submit(state, *names)
         elif best:  # the loader engine saves last on its own schedule; best holds the weights just evaluated
-            self.run.save_checkpoint({**trainer.state_dict(), "best_acc": acc}, "best")
+            self.run.save_checkpoint({**trainer.state_dict(), "best_acc": acc}, Checkpoint.BEST)
 
     def on_checkpoint(self, trainer: TrainerView) -> None:
         """``last`` (the loader engine's schedule: every ``train.checkpoint_every`` epochs and on stop)."""
-        self.run.save_checkpoint(trainer.state_dict(), "last")
+        self.run.save_checkpoint(trainer.state_dict(), Checkpoint.LAST)
 
     def on_train_end(self, trainer: TrainerView) -> None:
         """The last evaluation's state becomes ``last`` (after a divergence too: it is the last finite one), and
         every checkpoint is on disk before the run's final status is written."""
         if self._candidate is not None:
-            self.checkpoints.submit(self._candidate, "last")
+            self.checkpoints.submit(self._candidate, Checkpoint.LAST)
             self._candidate, self._last_written = None, time.monotonic()
         self.checkpoints.flush()
         if self.writer is not None:

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.config import ConfigError, ExperimentConfig, apply_overrides, from_dict, parse_override, to_dict
-from lab.runs import layout
+from lab.runfolder import layout
+from lab.runfolder.layout import Checkpoint
 from lab.runs.catalog import checkpoint_step, linked_entries
 from lab.runs.store import STATES, CheckpointError, Run, RunFolderError, RunStore, sanitize_name
 
@@ -29,7 +30,7 @@ from lab.runs.store import STATES, CheckpointError, Run, RunFolderError, RunStor
 # data, the batch or the seeds (the steps already taken would not be those of the config)
 RESUME_KEYS = ("train.lr", "train.min_lr", "train.epochs", "train.max_steps", "train.eval_every", "train.log_every",
                "train.checkpoint_every", "train.probe_every", "train.device", "train.threads", "data.workers")
-SOURCES = ("last", "best", "restart")
+SOURCES = (Checkpoint.LAST, Checkpoint.BEST, "restart")
 
 
 class ResumeRefused(ValueError):
@@ -113,7 +114,7 @@ class ResumePlan:
         return {"step": self.step, "source": self.source, "changes": self.changes, "time": time.time()}
 
 
-def plan_resume(run: Run, source: str = "last", changes: dict[str, Any] | None = None) -> ResumePlan:
+def plan_resume(run: Run, source: str = Checkpoint.LAST, changes: dict[str, Any] | None = None) -> ResumePlan:
     """Check that ``run`` can continue from ``source`` before anything is written.
 
     Raises:
@@ -129,7 +130,7 @@ def plan_resume(run: Run, source: str = "last", changes: dict[str, Any] | None =
     if step is None:
         problem = "is missing" if not path.exists() else "cannot be read (corrupt, a link or not a checkpoint)"
         offers = []
-        best = checkpoint_step(run.checkpoint_path("best")) if source != "best" else None
+        best = checkpoint_step(run.checkpoint_path(Checkpoint.BEST)) if source != Checkpoint.BEST else None
         if best is not None:
             offers.append(f"--checkpoint best (continue from best.pt, step {best})")
         offers.append("--restart (train again from step 0; everything recorded so far is kept under history/)")

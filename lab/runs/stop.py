@@ -6,7 +6,7 @@ import contextlib
 import os
 import time
 
-from lab.runs import layout
+from lab.runfolder import layout
 from lab.runs.store import Run
 from lab.train.core import Callback, TrainerView
 

@@ -1,13 +1,13 @@
 """The run store: one folder per run, the contract between jobs (which write) and views (which read).
 
-Its entries and who writes each are the table of :mod:`lab.runs.layout`; checkpoints are written to a temp file
+Its entries and who writes each are the table of :mod:`lab.runfolder.layout`; checkpoints are written to a temp file
 and moved into place, and loaded with ``weights_only=True``. No metric, checkpoint or config is ever deleted: what a
 resume sets aside goes under ``history/`` (the views' snapshots alone are thinned, :meth:`Run.prune_snapshots`).
 
 Readers are forgiving: a half-written last line of ``metrics.jsonl`` is skipped until it is complete, and a
 missing or unreadable ``status.json`` reads as state ``unknown``. Every entry is read as untrusted input through
-:mod:`lab.runs.entries` (regular files only, never through a symbolic link, sizes capped, snapshots checked before they
-are loaded). Everything the lab writes as JSON is strict JSON: a
+:mod:`lab.runfolder.entries` (regular files only, never through a symbolic link, sizes capped, snapshots checked
+before they are loaded). Everything the lab writes as JSON is strict JSON: a
 non-finite number is written as ``null`` and named, with its value, under ``nonfinite``. A :class:`RunStore` never
 writes outside its runs folder: run ids are sanitised and every path is checked to resolve inside it (a run named by
 its path, ``lab resume PATH``, is written where it lies once it has been checked to hold a valid run).
@@ -32,10 +32,11 @@ import numpy as np
 import torch
 
 from lab.config import ExperimentConfig, from_dict
-from lab.runs import layout
-from lab.runs.entries import LIMITS, open_entry, read_bytes, read_json, read_jsonl, read_npz
+from lab.runfolder import layout
+from lab.runfolder.entries import LIMITS, open_entry, read_bytes, read_json, read_jsonl, read_npz
+from lab.runfolder.layout import Checkpoint
+from lab.runfolder.writes import atomic_write_bytes, atomic_write_json, json_text, open_append
 from lab.runs.snapshot import Snapshot
-from lab.runs.writes import atomic_write_bytes, atomic_write_json, json_text, open_append
 
 STATES = tuple(layout.RunState)
 FINISHED = layout.FINISHED
@@ -171,7 +172,7 @@ class Run:
         """Atomically replace status.json; ``fields`` carries step, epoch, total_steps, … .
 
         Raises:
-            ValueError: ``state`` is not a :class:`~lab.runs.layout.RunState`.
+            ValueError: ``state`` is not a :class:`~lab.runfolder.layout.RunState`.
         """
         if state not in STATES:
             raise ValueError(f"unknown run state {state!r}; valid: {', '.join(STATES)}")
@@ -197,9 +198,9 @@ class Run:
             f.flush()
 
     def read_metrics(self, cursor: int = 0) -> tuple[list[dict[str, Any]], int]:
-        """Records written since byte offset ``cursor`` (at most :data:`~lab.runs.entries.METRICS_CHUNK` bytes of
-        them: call again from the new cursor for the rest), and the new cursor (:func:`~lab.runs.entries.read_jsonl`;
-        a missing file, a link, a pipe or an unreadable one has none)."""
+        """Records written since byte offset ``cursor`` (at most :data:`~lab.runfolder.entries.METRICS_CHUNK` bytes
+        of them: call again from the new cursor for the rest), and the new cursor
+        (:func:`~lab.runfolder.entries.read_jsonl`; a missing file, a link, a pipe or an unreadable one has none)."""
         try:
             lines = read_jsonl(self.path / layout.METRICS, cursor)
         except OSError:
@@ -266,7 +267,7 @@ class Run:
         """Move everything a run recorded (metrics, status, checkpoints, snapshots, figures, analyses, TensorBoard
         events) to ``history/restart-<time>/``, keeping config.json and the history: a restart begins anew with
         nothing lost."""
-        aside = self.history_path(f"restart-{_stamp()}")
+        aside = self.history_path(layout.restarted_name(_stamp()))
         aside.mkdir()
         for entry in sorted(self.path.iterdir()):
             if entry.name not in layout.KEPT_ON_RESTART and not entry.name.startswith(".lock"):
@@ -276,7 +277,7 @@ class Run:
         return aside
 
     # -- checkpoints ------------------------------------------------------------------------------------------
-    def checkpoint_path(self, name: str = "last") -> Path:
+    def checkpoint_path(self, name: str = Checkpoint.LAST) -> Path:
         return self.path / layout.CHECKPOINTS / f"{sanitize_name(name)}.pt"
 
     def save_checkpoint(self, state: dict[str, Any], *names: str) -> Path:
@@ -284,12 +285,12 @@ class Run:
         name (default ``last``); returns the first path."""
         buffer = io.BytesIO()
         torch.save(state, buffer)
-        paths = [self.checkpoint_path(n) for n in (names or ("last",))]
+        paths = [self.checkpoint_path(n) for n in (names or (Checkpoint.LAST,))]
         for path in paths:
             atomic_write_bytes(path, buffer.getvalue(), durable=True)
         return paths[0]
 
-    def load_checkpoint(self, name: str = "last", map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    def load_checkpoint(self, name: str = Checkpoint.LAST, map_location: str | torch.device = "cpu") -> dict[str, Any]:
         """Load a checkpoint with ``weights_only=True``.
 
         Raises:
@@ -309,7 +310,7 @@ class Run:
             raise CheckpointError(f"checkpoint {path} does not hold a state dict")
         return state
 
-    def has_checkpoint(self, name: str = "last") -> bool:
+    def has_checkpoint(self, name: str = Checkpoint.LAST) -> bool:
         return self.checkpoint_path(name).is_file()
 
     def saved_checkpoints(self) -> list[str]:
@@ -323,11 +324,11 @@ class Run:
 
     # -- figures and analyses -------------------------------------------------------------------------------
     def figure_path(self, kind: str, step: int, suffix: str = ".png") -> Path:
-        """Where the evaluation figure ``kind`` of ``step`` goes (:func:`~lab.runs.layout.figure_name`)."""
+        """Where the evaluation figure ``kind`` of ``step`` goes (:func:`~lab.runfolder.layout.figure_name`)."""
         return self.path / layout.FIGURES / layout.figure_name(kind, step, suffix)
 
     def analysis_path(self, name: str) -> Path:
-        """``analysis/<name>`` (a name of :mod:`~lab.runs.layout`); the writer makes the folder."""
+        """``analysis/<name>`` (a name of :mod:`~lab.runfolder.layout`); the writer makes the folder."""
         return self.path / layout.ANALYSIS / name
 
     def figures(self, kind: str, suffix: str = ".png") -> list[tuple[int, Path]]:
@@ -372,7 +373,7 @@ class Run:
         three: one being replaced, or a damaged one, gives way to the one before); None if there is none.
 
         Arrays come back as stored (large float arrays as float16; :meth:`Snapshot.float32` widens them); every
-        snapshot is checked before it is loaded (:func:`~lab.runs.entries.read_npz`).
+        snapshot is checked before it is loaded (:func:`~lab.runfolder.entries.read_npz`).
 
         Raises:
             EntryError: the given ``version`` cannot be read (the message says why).

@@ -10,8 +10,6 @@ level; sample grids, digits-FD and probes over noise level and block). :data:`LO
 
 from __future__ import annotations
 
-import json
-import os
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
@@ -19,6 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from lab.hooks import eval_mode
+from lab.runfolder import layout
+from lab.runfolder.writes import atomic_write_json
 from lab.train import pretrain_eval
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ class MaskedAutoencoder(LoaderTask):
             out.update(pretrain_eval.bottleneck_rank(feats))
             if trainer.figure_path is not None:
                 pretrain_eval.save_reconstruction(model, self.fixed[:8].to(device),
-                                                  trainer.figure_path("reconstruction", trainer.step, ".png"),
+                                                  trainer.figure_path(layout.RECONSTRUCTION, trainer.step, ".png"),
                                                   seed=trainer.cfg.seed)
         if trainer.probes_now():
             train, test = (pretrain_eval.features(model, d, limit=trainer.cfg.probe_samples or 5000, device=device,
@@ -139,7 +139,7 @@ class Diffusion(LoaderTask):
         drawing = {"steps": cfg.sample_steps, "sampler": cfg.sampler, "device": trainer.device}
         with trainer.autocast():
             if trainer.figure_path is not None and cfg.samples:
-                pretrain_eval.save_samples(model, trainer.figure_path("samples", step, ".png"), num=cfg.samples,
+                pretrain_eval.save_samples(model, trainer.figure_path(layout.SAMPLES, step, ".png"), num=cfg.samples,
                                            seed=cfg.seed, decode=data.decode, **drawing)
             if data.judge is not None:  # other noise than the grid's: it is not measured on what it shows
                 drawn = pretrain_eval.draw(model, cfg.fd_samples, seed=cfg.seed + 1, **drawing)
@@ -151,12 +151,9 @@ class Diffusion(LoaderTask):
                        for d in (data.train_eval, data.test))
         with torch.enable_grad():
             grid = pretrain_eval.probe_grid(train, test, data.num_classes, seed=cfg.seed)
-        if trainer.figure_path is not None:  # written whole, then renamed: a reader never sees half a grid
-            path = trainer.figure_path("probe", step, ".json")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.with_suffix(".tmp").write_text(json.dumps({"step": step, "times": list(pretrain_eval.PROBE_TIMES),
-                                                            "accuracy": grid.tolist()}))
-            os.replace(path.with_suffix(".tmp"), path)
+        if trainer.figure_path is not None:  # written whole: a reader never sees half a grid
+            atomic_write_json(trainer.figure_path(layout.PROBE_FIGURE, step, ".json"),
+                              {"step": step, "times": list(pretrain_eval.PROBE_TIMES), "accuracy": grid.tolist()})
         return {**out, **pretrain_eval.best_cell(grid)}
 
 

@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, Dataset
 from lab.analysis.probing import linear_probe
 from lab.analysis.rank import feature_rank
 from lab.hooks import eval_mode
+from lab.runfolder.writes import atomic_path, atomic_write_bytes
 
 
 @torch.no_grad()
@@ -81,8 +82,8 @@ def save_reconstruction(model: nn.Module, images: torch.Tensor, path: Path, *, s
         pasted, mask = model.reconstruct(images, generator=generator, return_mask=True)
     visible = model.unpatchify(model.patchify(images) * (1 - mask[..., None]))
     grid = torch.cat([images, visible, pasted]).float().cpu()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_image(grid, path, nrow=len(images), normalize=True, scale_each=True, padding=1)
+    with atomic_path(path) as f:  # never through a link planted for figures/, never seen half-written
+        save_image(grid, f, format="png", nrow=len(images), normalize=True, scale_each=True, padding=1)
     return path
 
 
@@ -121,8 +122,7 @@ def save_samples(model: nn.Module, path: Path, *, num: int, steps: int, sampler:
     images = draw(model, num, steps=steps, sampler=sampler, seed=seed, device=device)
     if decode is not None:
         images = decode(images)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(grid_png(images))
+    atomic_write_bytes(path, grid_png(images))
     return path
 
 

@@ -16,7 +16,7 @@ import panel as pn
 
 from lab.analysis.node_maps import NodeMaps
 from lab.jobs.kinds import NODES, SIMILARITY, SnapshotError, check_snapshot
-from lab.runs import layout
+from lab.runfolder import layout
 from lab.runs.snapshot import Snapshot
 from lab.runs.store import Run
 from lab.ui.text import html_text

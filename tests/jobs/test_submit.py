@@ -14,7 +14,7 @@ from lab.cli import main
 from lab.config import ConfigError, save_config
 from lab.jobs.runner import train_and_evaluate
 from lab.jobs.submit import Resources, parse_time, submit_sweep
-from lab.runs.lock import read_holder
+from lab.runfolder.lock import read_holder
 from lab.runs.store import RunStore
 from lab.sweeps import plan_sweep, read_sweep
 from tests.jobs.helpers import tiny, wait_for

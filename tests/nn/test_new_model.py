@@ -17,7 +17,7 @@ from lab.nn.block import ResidualBlock
 from lab.nn.registry import create_model, list_models, model_info, register_model, signature_of
 from lab.nn.resnets import ResNet
 from lab.reports.alignment import alignment_report
-from lab.runs import layout
+from lab.runfolder import layout
 from lab.runs.store import RunStore
 from lab.shortcuts import block_scales
 

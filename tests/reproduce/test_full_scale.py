@@ -19,7 +19,7 @@ from lab.reproduce.estimate import gpu_hours, read_throughput, record_throughput
 from lab.reproduce.full_scale import Step
 from lab.reproduce.launch import load_ledger, next_action
 from lab.reproduce.plan import make_plan, parse_data
-from lab.runs import layout
+from lab.runfolder import layout
 from lab.runs.store import RunStore
 from tests.reproduce import tiny_data
 
@@ -334,7 +334,7 @@ def test_a_hostile_reproduction_folder_is_never_written_through(tmp_path, capsys
     pickles a cluster job would run. Each is refused with its reason, before anything is written through it."""
     from lab.reproduce import reproduce_at_scale
     from lab.reproduce.launch import folder_of
-    from lab.runs.entries import EntryError
+    from lab.runfolder.entries import EntryError
 
     mnist = tiny_data.mnist(tmp_path / "mnist")
     elsewhere, victim = tmp_path / "elsewhere", tmp_path / "victim.txt"
@@ -376,7 +376,7 @@ def test_two_launchers_on_one_folder_do_not_race(tmp_path, capsys):
     out = tmp_path / "repro"
     out.mkdir()
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
-                               "from lab.runs.lock import RunLock; RunLock(Path(sys.argv[1])).acquire(); "
+                               "from lab.runfolder.lock import RunLock; RunLock(Path(sys.argv[1])).acquire(); "
                                "print('held', flush=True); time.sleep(120)", str(out)], stdout=subprocess.PIPE,
                               text=True)
     try:

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from lab.jobs.watch import WatchedRun, job_for
+from lab.runfolder.writes import atomic_write_json
 from lab.runs import catalog
 from lab.runs.catalog import (
     RunCatalog,
@@ -21,7 +22,6 @@ from lab.runs.catalog import (
 )
 from lab.runs.stop import STOP_FILE
 from lab.runs.store import Run, RunStore
-from lab.runs.writes import atomic_write_json
 from lab.ui.pages.runs_scan import Followed, follow
 
 

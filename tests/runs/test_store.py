@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from lab.runs.entries import EntryError
+from lab.runfolder.entries import EntryError
 from lab.runs.store import CheckpointError, Run, RunFolderError, RunStore, default_runs_dir, end_state, sanitize_name
 
 
@@ -219,7 +219,7 @@ def test_a_run_folders_subfolders_replaced_by_links_are_never_written_through(tm
     """The attack on a folder a run will write again (``lab resume``, a relaunched reproduction): its
     ``checkpoints/``, ``snapshots/`` and ``analysis/`` replaced by links to another folder. Each write is refused and
     the other folder stays empty; the run's own files are written as before."""
-    from lab.runs.writes import atomic_write_json  # every analysis writer's
+    from lab.runfolder.writes import atomic_write_json  # every analysis writer's
 
     run = RunStore(tmp_path / "runs").create("r")
     elsewhere = tmp_path / "elsewhere"

@@ -22,8 +22,8 @@ import yaml
 from lab.config import ConfigError, ExperimentConfig, ModelConfig, TrainConfig, apply_overrides, to_dict
 from lab.jobs.manager import JobManager
 from lab.nn.vit_block import sublayer_scales
-from lab.runs import layout
-from lab.runs.entries import LIMITS, read_json, read_picture
+from lab.runfolder import layout
+from lab.runfolder.entries import LIMITS, read_json, read_picture
 from lab.train.build import raw_images
 from lab.ui.follower import JobFollower
 from lab.ui.pages.knobs import Knob, config_overrides, knob_class

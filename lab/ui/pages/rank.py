@@ -30,7 +30,7 @@ from lab.jobs.kinds import RANK
 from lab.jobs.manager import JobManager
 from lab.nn.mlp import ACTIVATIONS
 from lab.reports.sweep_snapshot import rank_snapshot
-from lab.runs.layout import RunState
+from lab.runfolder.layout import RunState
 from lab.train.build import build_data, build_model, build_task
 from lab.ui.pages.knobs import Knob, config_overrides, knob_class, toy_data_knobs
 from lab.ui.pages.training import Export, TrainingPage

@@ -5,7 +5,7 @@ a 200 MB ``metrics.jsonl``, thousands of runs, a sweep whose members ask for hug
 So the page never reads run folders itself: it describes what it shows in a :class:`ScanRequest`, :func:`scan`
 reads all of it in a worker thread of :data:`POOL` (shared by every session, so ten open tabs cost two threads), and
 the page applies the :class:`Scan` on its own thread. Each followed ``metrics.jsonl`` is read a chunk at a time
-(:data:`~lab.runs.entries.METRICS_CHUNK`): a scan that stopped early says so (``more``) and the page asks for the
+(:data:`~lab.runfolder.entries.METRICS_CHUNK`): a scan that stopped early says so (``more``) and the page asks for the
 next one at once. Unchanged folders cost a few ``stat`` calls (:class:`~lab.runs.catalog.RunCatalog`).
 
 A sweep's rank views need its members' models (:func:`sweep_rank`): also built in a worker, after checks that cost
@@ -26,9 +26,9 @@ import pandas as pd
 
 from lab.config import ConfigError
 from lab.data.toy2d import TOY_DATASETS
-from lab.runs import layout
+from lab.runfolder import layout
+from lab.runfolder.entries import read_jsonl, read_picture
 from lab.runs.catalog import RunCatalog
-from lab.runs.entries import read_jsonl, read_picture
 from lab.runs.store import Run, RunFolderError, config_of_run
 from lab.ui.views.replays import REPLAYS
 from lab.ui.views.run_views import table_frame

@@ -19,7 +19,7 @@ import yaml
 from lab.config import ExperimentConfig, to_dict
 from lab.jobs.job import Job
 from lab.jobs.manager import JobManager, ManagerBusy
-from lab.runs.layout import RunState
+from lab.runfolder.layout import RunState
 from lab.ui.follower import JobFollower
 from lab.ui.pages.knobs import groups, training_names
 from lab.ui.pages.page import Page

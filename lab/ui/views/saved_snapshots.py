@@ -6,7 +6,7 @@ step slider in the view each kind registers (:mod:`lab.ui.views.replays`): ``nod
 node grid and decision map (over the run's training points, rebuilt from its config by whoever opens the run:
 :meth:`SavedSnapshots.show_points`), ``alignment`` snapshots in the Alignment views. Nothing is trained and nothing
 is written. A snapshot comes from a run folder, so it is checked before it is drawn: read through
-:func:`~lab.runs.entries.read_npz` (whose checks bound what loading it costs), then against its kind's contract
+:func:`~lab.runfolder.entries.read_npz` (whose checks bound what loading it costs), then against its kind's contract
 (:func:`~lab.jobs.kinds.check_snapshot`); a snapshot that cannot be read or drawn leaves the one on screen and says
 why. On a served page given an executor, the reading and checking run in its worker thread, not on the event loop
 every session shares, and only the drawing of a checked snapshot comes back to the session's loop.

@@ -11,7 +11,7 @@ from typing import Any
 import panel as pn
 import param
 
-from lab.runs.layout import RunState
+from lab.runfolder.layout import RunState
 from lab.ui.text import alert_pane, code, markdown_pane, md
 
 _ALERTS = {RunState.DIVERGED: "danger", RunState.FAILED: "danger", RunState.STOPPED: "warning"}

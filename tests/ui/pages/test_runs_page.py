@@ -14,9 +14,9 @@ import panel as pn
 import pytest
 
 from lab.jobs.kinds import ALIGNMENT, NODES
+from lab.runfolder.writes import atomic_write_json
 from lab.runs.stop import STOP_FILE
 from lab.runs.store import Run, RunStore
-from lab.runs.writes import atomic_write_json
 from lab.ui.pages.runs import RunsPage
 from lab.ui.views.run_details import EMPTY
 from lab.ui.views.run_views import COLUMNS, format_age, format_clock, format_metrics, format_progress

@@ -17,9 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lab.runs import entries
-from lab.runs.catalog import RunCatalog, RunReader, run_summary
-from lab.runs.entries import (
+from lab.runfolder import entries
+from lab.runfolder.entries import (
     METRICS_CHUNK,
     EntryError,
     loads_yaml,
@@ -29,7 +28,8 @@ from lab.runs.entries import (
     read_npz,
     read_picture,
 )
-from lab.runs.lock import RunLock, RunLocked, guard_folder
+from lab.runfolder.lock import RunLock, RunLocked, guard_folder
+from lab.runs.catalog import RunCatalog, RunReader, run_summary
 from lab.runs.store import Run, RunStore
 from lab.ui.views.run_views import RunCurves
 

@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import yaml
 
-from lab.runs import layout
+from lab.runfolder import layout
 
 KiB, MiB = 1 << 10, 1 << 20
 LIMITS = {

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from lab.runs import layout
-from lab.runs.entries import LIMITS, read_json
+from lab.runfolder import layout
+from lab.runfolder.entries import LIMITS, read_json
 
 LOCK = layout.LOCK
 GUARD_WAIT_S = 10.0

@@ -94,6 +94,21 @@ def features_name(layer: str, step: int) -> str:
     return f"features-{layer}-{step}.pt"
 
 
+class Checkpoint(StrEnum):
+    """The checkpoints ``checkpoints/`` keeps (``<name>.pt``) besides the ones saved at chosen steps. A member
+    compares equal to its string, as a command line or a config holds it."""
+
+    LAST = "last"
+    """The newest state, written at most every ``CHECKPOINT_S`` seconds and at the end: what a resume continues."""
+    BEST = "best"
+    """The state of the best evaluation so far (``best_acc``)."""
+
+
+def restarted_name(stamp: str) -> str:
+    """``restart-<time>`` inside ``history/``: what a restart set aside."""
+    return f"restart-{stamp}"
+
+
 def replaced_checkpoint_name(step: int) -> str:
     """``last-before-step-<step>.pt`` inside ``history/``: a ``last`` checkpoint a resume from an earlier one set
     aside."""
@@ -122,3 +137,17 @@ FINISHED = (RunState.COMPLETED, RunState.STOPPED, RunState.DIVERGED, RunState.FA
 """The states a run ends in."""
 ALIVE = (RunState.QUEUED, RunState.RUNNING, RunState.PAUSED)
 """The states of a run that some job holds."""
+
+
+class LedgerState(StrEnum):
+    """``reproduce.json``'s states of a run that are not a run folder's (:class:`RunState`): what the launcher last saw
+    of a run without a folder state to show."""
+
+    PLANNED = "planned"
+    """Not started yet."""
+    BUSY = "busy"
+    """Trained by another process (its run lock is held), or its cluster job is still queued or running."""
+    SUBMITTED = "submitted"
+    """Sent to the cluster; its run folder says how far it is."""
+    STEP_FAILED = "step failed"
+    """The run completed, a step on its folder (an analysis) failed."""

@@ -1,6 +1,7 @@
-"""Only ``lab/runs/`` spells a run folder's entry names (``lab/runs/layout.py``): anywhere else in ``lab/`` a path
-built from a literal that names a run-folder entry (``run.path / "analysis" / "probe.json"``,
-``f"samples-{step:09d}.png"``) fails here, so the format stays in the one table readers and writers share."""
+"""Only the format package ``lab/runfolder/`` spells a run folder's entry names (``layout.py``): anywhere else in
+``lab/`` a path built from a literal that names a run-folder entry or a kept checkpoint
+(``run.path / "analysis" / "probe.json"``, ``f"samples-{step:09d}.png"``, ``run.checkpoint_path("best")``) fails
+here, so the format stays in the one table readers and writers share."""
 
 from __future__ import annotations
 
@@ -8,14 +9,17 @@ import ast
 from pathlib import Path
 
 import lab
-from lab.runs import layout
+from lab.runfolder import layout
 
 LAB = Path(lab.__file__).parent
-NAMES = {value for key, value in vars(layout).items() if key.isupper() and isinstance(value, str)}
+NAMES = {value for key, value in vars(layout).items() if key.isupper() and isinstance(value, str)} | \
+    {str(name) for name in layout.Checkpoint}
 PREFIXES = tuple(f"{kind}-" for kind in (layout.RECONSTRUCTION, layout.SAMPLES, layout.PROBE_FIGURE, "features",
                                          "last-before-step", "restart"))
 PATH_CALLS = {"Path", "open", "glob", "rglob", "joinpath", "with_name", "is_file", "exists", "history_path",
-              "analysis_path", "checkpoint_path"}
+              "analysis_path", "checkpoint_path", "figure_path", "load_checkpoint", "save_checkpoint",
+              "has_checkpoint", "figure_name", "samples_name", "features_name"}
+"""Every call that builds a path inside a run folder from its arguments (each path builder of the format)."""
 ALLOWED = {
     ("data/latents.py", "config.json"): "a VAE folder's diffusers config, not a run folder's",
 }
@@ -53,23 +57,25 @@ def _spelled(tree: ast.AST) -> list[tuple[int, str]]:
     return found
 
 
-def test_no_run_folder_name_is_spelled_outside_lab_runs():
+def test_no_run_folder_name_is_spelled_outside_the_format_package():
     spelled = []
     for path in sorted(LAB.rglob("*.py")):
         where = path.relative_to(LAB).as_posix()
-        if where.startswith("runs/"):
+        if where.startswith("runfolder/"):
             continue
         for line, text in _spelled(ast.parse(path.read_text(), filename=str(path))):
             if (where, text) not in ALLOWED:
                 spelled.append(f"lab/{where}:{line}: {text!r}")
-    assert not spelled, "run-folder names spelled outside lab/runs/ (use lab/runs/layout.py):\n" + "\n".join(spelled)
+    assert not spelled, "run-folder names spelled outside lab/runfolder/ (use its layout.py):\n" + "\n".join(spelled)
 
 
 def test_the_check_sees_the_spellings_it_forbids():
     """The check itself: each way a name used to be spelled is caught, and a name from the table is not."""
     caught = ['run.path / "analysis" / "probe.json"', 'folder / f"samples-{step:09d}.png"',
-              'Path(run, "metrics.jsonl")', 'folder.glob("reconstruction-*.png")', 'run / "checkpoints"']
+              'Path(run, "metrics.jsonl")', 'folder.glob("reconstruction-*.png")', 'run / "checkpoints"',
+              'run.checkpoint_path("best")', 'run.load_checkpoint("last")', 'run.figure_path("probe", 3)']
     for source in caught:
         assert _spelled(ast.parse(source)), source
-    for source in ['run.analysis_path(layout.PROBE)', 'run.path / layout.ANALYSIS', 'x / "images"']:
+    for source in ['run.analysis_path(layout.PROBE)', 'run.path / layout.ANALYSIS', 'x / "images"',
+                   'run.checkpoint_path(Checkpoint.LAST)']:
         assert not _spelled(ast.parse(source)), source

@@ -1,6 +1,6 @@
 """How the lab writes into a run folder: whole files atomically (a reader sees the old or the new, never half), logs
 by appending (never through a link or into a pipe), and JSON strictly (no NaN or Infinity tokens). The reading side
-is :mod:`lab.runs.entries`.
+is :mod:`lab.runfolder.entries`.
 """
 
 from __future__ import annotations
@@ -12,28 +12,33 @@ import math
 import os
 import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
-from lab.runs.entries import EntryError
+from lab.runfolder.entries import EntryError
 
-__all__ = ["atomic_write_bytes", "atomic_write_json", "json_text", "open_append", "own_folder", "remove_unfinished",
-           "strict_json"]
+__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_json", "json_text", "open_append", "own_folder",
+           "remove_unfinished", "strict_json"]
 
 
 TMP_SUFFIX = ".tmp"
-"""The suffix of a file :func:`atomic_write_bytes` has not finished (``.<name>.<random>.tmp``)."""
+"""The suffix of a file :func:`atomic_path` has not finished (``.<name>.<random>.tmp``)."""
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = False) -> None:
-    """Write ``data`` to a temp file beside ``path`` then rename it over ``path``: readers see old or new, never half.
+@contextlib.contextmanager
+def atomic_path(path: Path, *, durable: bool = False) -> Iterator[BinaryIO]:
+    """``with atomic_path(path) as f:`` writes ``f``, a binary file, in place of ``path`` when the block ends
+    without an exception: readers see the old file or the new one, never half of it, and a killed process leaves
+    only a temp file (``.<name>.<random>.tmp``, removed by :func:`remove_unfinished`), which an exception also
+    removes. The one way the lab replaces a file (JSON, checkpoints, samples, latents, figures). ``durable`` adds an
+    fsync, so the file also survives a power cut (worth it for checkpoints, not for once-a-second heartbeats).
 
-    A killed process cannot leave a torn file either way; ``durable`` adds an fsync so the file also survives a
-    power cut (worth it for checkpoints, not for once-a-second status heartbeats). The folder is opened without
-    following a link and both the temp file and the rename act inside that opened folder, so a folder of a run (its
-    ``checkpoints/``, ``analysis/``) that someone replaced by a link to elsewhere is never written through.
+    The folder is opened without following a link, and the temp file (a new one, made with ``O_EXCL``, never an
+    existing file or link) and the rename act inside that opened folder: a folder of a run (its ``checkpoints/``,
+    ``analysis/``) that someone replaced by a link to elsewhere is never written through.
 
     Raises:
         EntryError: ``path``'s folder is a link or not a folder (nothing is written).
@@ -50,7 +55,7 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = False) -> Non
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=folder)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                yield f
                 if durable:
                     f.flush()
                     os.fsync(f.fileno())
@@ -61,6 +66,16 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = False) -> Non
             raise
     finally:
         os.close(folder)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = False) -> None:
+    """Replace ``path`` by ``data`` (:func:`atomic_path`).
+
+    Raises:
+        EntryError: ``path``'s folder is a link or not a folder (nothing is written).
+    """
+    with atomic_path(path, durable=durable) as f:
+        f.write(data)
 
 
 def own_folder(path: Path, *, private: bool = False) -> Path:
@@ -83,7 +98,7 @@ def own_folder(path: Path, *, private: bool = False) -> Path:
 
 
 def remove_unfinished(folder: Path) -> int:
-    """Remove the temp files :func:`atomic_write_bytes` left in ``folder`` when its process was killed mid-write
+    """Remove the temp files :func:`atomic_path` left in ``folder`` when its process was killed mid-write
     (only ``.<name>.<random>.tmp`` regular files; never through a link); returns how many. Call it only where no
     other process writes (a run's own training, holding its lock)."""
     removed = 0

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import lab
-from lab.runs.lock import RunLock, RunLocked, read_holder, remove_stale
+from lab.runfolder.lock import RunLock, RunLocked, read_holder, remove_stale
 
 LAB = Path(lab.__file__).parent
 
@@ -59,7 +59,7 @@ def test_a_holder_on_another_host_or_an_unreadable_lock_is_named(tmp_path):
 def test_two_processes_taking_over_one_stale_lock_never_both_win(tmp_path):
     (tmp_path / "lock").write_text(json.dumps({"host": socket.gethostname(), "pid": _dead_pid(), "since": 0}))
     release = tmp_path.parent / f"{tmp_path.name}-release"
-    # each contender loads lab/runs/lock.py alone: the packages' __init__ files import torch, seconds of start-up
+    # each contender loads lab/runfolder/lock.py alone: the packages' __init__ files import torch, seconds of start-up
     # that only spread the contenders' attempts apart
     packages = {"lab": str(LAB), "lab.runs": str(LAB / "runs")}
     code = textwrap.dedent(f"""
@@ -70,7 +70,7 @@ def test_two_processes_taking_over_one_stale_lock_never_both_win(tmp_path):
         for name, path in {packages!r}.items():
             sys.modules[name] = types.ModuleType(name)
             sys.modules[name].__path__ = [path]
-        from lab.runs.lock import RunLock, RunLocked
+        from lab.runfolder.lock import RunLock, RunLocked
         try:
             with RunLock(Path({str(tmp_path)!r})):
                 print("won", flush=True)
