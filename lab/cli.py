@@ -25,6 +25,7 @@ from lab.analysis.residual_alignment import RA4_FIT_START
 from lab.config import ConfigError, ExperimentConfig, load_config
 from lab.data.latents import encode_image_folder
 from lab.data.toy2d import TOY_DATASETS, ToyData
+from lab.extras import MissingExtra, missing_extra
 from lab.jobs.builders import alignment_builder
 from lab.jobs.kinds import ALIGNMENT, NODES
 from lab.jobs.publish import DiskSink, Publisher
@@ -656,12 +657,19 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status (0 completed or stopped, 1 diverged or failed, 2 bad input or a refused
     resume, with nothing written; a sweep counts as :func:`_sweep` says)."""
     args = _parse(argv)
-    if args.command in _FOLDERLESS:
-        return _FOLDERLESS[args.command](args)
-    store = RunStore(args.runs_dir or default_runs_dir())
-    if args.command in _COMMANDS:
-        return _COMMANDS[args.command](args, store)
-    return _train(args, store)
+    try:
+        if args.command in _FOLDERLESS:
+            return _FOLDERLESS[args.command](args)
+        store = RunStore(args.runs_dir or default_runs_dir())
+        if args.command in _COMMANDS:
+            return _COMMANDS[args.command](args, store)
+        return _train(args, store)
+    except ImportError as err:  # a command that needs an extra not installed (the pages: [ui]) says which
+        missing = err if isinstance(err, MissingExtra) else missing_extra(err)
+        if missing is None:
+            raise
+        print(f"error: {missing}", file=sys.stderr)
+        return 2
 
 
 def _train(args: argparse.Namespace, store: RunStore) -> int:

@@ -32,11 +32,10 @@ import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import submitit
+from typing import TYPE_CHECKING, Any
 
 from lab.config import ConfigError
+from lab.extras import require
 from lab.jobs.runner import train_and_evaluate
 from lab.runfolder import layout
 from lab.runfolder.layout import Checkpoint, RunState
@@ -167,7 +166,16 @@ def continuation(run: Run) -> bool | ResumePlan:
     return False
 
 
-class MemberJob(submitit.helpers.Checkpointable):
+try:  # the cluster extra: without it nothing is submitted (submit_sweep says which extra to install)
+    from submitit.helpers import Checkpointable
+except ModuleNotFoundError:
+    Checkpointable = object
+
+if TYPE_CHECKING:
+    import submitit
+
+
+class MemberJob(Checkpointable):
     """The callable each member's job runs, on every one of its processes: train the run folder ``run_path``.
 
     Requeued after a preemption or a time limit, the same callable runs again; the run folder says where to go on
@@ -180,6 +188,7 @@ class MemberJob(submitit.helpers.Checkpointable):
     def __call__(self) -> dict[str, Any]:
         run = Run(Path(self.run_path))
         cfg = config_of_run(run)
+        submitit = require("submitit")
         if submitit.JobEnvironment().num_tasks > 1:  # RANK, WORLD_SIZE, MASTER_ADDR, … as torchrun sets them
             submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
         preemption = Preemption()
@@ -265,6 +274,7 @@ def submit_sweep(plan: SweepPlan, store: RunStore, resources: Resources) -> Subm
         SubmissionRefused: the scheduler refused the jobs; the sweep folder stays, sweep.json saying why.
     """
     check_resources(plan, resources)
+    submitit = require("submitit")  # before anything is written
     folder, runs = create_sweep(plan, store, waiting="waiting for its cluster job")
     # submitit keeps each job's pickled callable there, which the job unpickles as the submitter: in a shared runs
     # folder nobody else may read or write them (the folder is new: mkdir refuses anything already in its place)

@@ -35,6 +35,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from lab.config import ExperimentConfig, config_path, load_config, to_dict
+from lab.extras import require
 from lab.jobs.runner import resolved
 from lab.jobs.submit import MemberJob, Resources, check_resources
 from lab.reproduce.full_scale import PlannedRun, Step
@@ -393,7 +394,7 @@ def run_slurm(plan: Plan, out: Path, ledger: dict[str, Any], resources: Resource
               ) -> dict[str, Any]:
     """Submit one job per run not done (:class:`ReproductionJob`), without waiting; the command run again later
     continues or collects. A run whose job is still queued or running is left to it."""
-    import submitit
+    submitit = require("submitit")
 
     store = RunStore(own_folder(out / layout.REPRODUCTION_RUNS))
     jobs_dir = own_folder(out / layout.JOBS, private=True)
@@ -435,7 +436,7 @@ def _job_alive(jobs_dir: Path, job_id: str, cluster: str) -> bool:
     """Whether a SLURM job is still queued or running (sacct through submitit)."""
     if cluster != "slurm":
         return False
-    import submitit
+    submitit = require("submitit")
 
     try:
         state = submitit.SlurmJob(folder=jobs_dir, job_id=job_id).state
