@@ -27,14 +27,32 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
-    """``(python, folder, env)``: the fresh environment's interpreter, an empty working folder, the environment."""
-    tmp = tmp_path_factory.mktemp("install")
+HIDDEN = ("panel", "holoviews", "pyviz_comms", "param", "jupyterlab", "IPython", "ipywidgets", "diffusers",
+          "torchmetrics", "torch_fidelity", "submitit", "umap", "pynndescent")
+"""What only the extras install: a core install (``pip install residual-lab``, no extras) has none of it."""
+
+BLOCKER = """import importlib.abc, sys
+
+
+class _NotInstalled(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {hidden!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+
+
+sys.meta_path.insert(0, _NotInstalled())
+"""
+
+
+def _environment(tmp_path_factory, name: str, hidden: tuple[str, ...] = ()) -> tuple[Path, Path, dict[str, str]]:
+    """``(python, folder, env)``: a fresh environment's interpreter with the wheel installed, an empty working
+    folder, the environment. ``hidden``: top-level modules that environment behaves as not having installed (the
+    test environment's packages are shared with it; these are made to fail to import as missing ones do)."""
+    tmp = tmp_path_factory.mktemp(name)
     src = tmp / "src"  # built from a copy: the build leaves nothing in the checkout
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
+    for file in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / file, src / file)
     shutil.copytree(ROOT / "lab", src / "lab", ignore=shutil.ignore_patterns("__pycache__"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp / "dist"), str(src)],
@@ -48,11 +66,26 @@ def installed(tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
                           check=True, capture_output=True, text=True).stdout.strip()
     ours = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
     Path(site, "dependencies.pth").write_text("\n".join(sorted(ours)) + "\n")
+    if hidden:
+        Path(site, "_not_installed.py").write_text(BLOCKER.format(hidden=set(hidden)))
+        Path(site, "zz_not_installed.pth").write_text("import _not_installed\n")  # after dependencies.pth
     subprocess.run([*pip, "--python", str(python), "install", "--no-deps", str(wheel)], check=True, cwd=tmp)
     folder = tmp / "empty"
     folder.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "LAB_RUNS_DIR")}
     return python, folder, env
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
+    """The wheel with every extra's packages: today's whole lab."""
+    return _environment(tmp_path_factory, "install")
+
+
+@pytest.fixture(scope="module")
+def core(tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
+    """The wheel without extras: no Panel, JupyterLab, diffusers, submitit or UMAP."""
+    return _environment(tmp_path_factory, "core", HIDDEN)
 
 
 def _run(installed, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -104,3 +137,24 @@ def test_residual_lab_serve_answers_and_stops_on_sigterm(installed):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_the_core_trains_and_reproduces_without_any_extra_and_names_the_extra_a_command_needs(core):
+    """``pip install residual-lab`` with no extra: training and a reproduction run from an empty folder; the pages,
+    a notebook's ``lab.ui`` and cluster submission each say which extra to install, never a traceback."""
+    hidden = _run(core, "-c", "import panel")
+    assert hidden.returncode != 0 and "No module named 'panel'" in hidden.stderr, "the environment has Panel"
+    out = _run(core, "-m", "lab", "train", "spiral", "model.depth=2", "model.width=4", "data.n=512",
+               "train.epochs=1", "--runs-dir", "runs", "--no-progress")
+    assert out.returncode == 0 and "completed" in out.stderr, out.stderr[-2000:]
+    out = _run(core, "-m", "lab", "reproduce", "--budget", "smoke", "--paper", "alignment", "--out", "rep",
+               "--no-progress")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "pipeline only" in (core[1] / "rep" / "report.md").read_text()
+    for args, extra in ((("-m", "lab", "serve", "--port", "0", "--runs-dir", "runs"), "ui"),
+                        (("-m", "lab", "submit", "spiral", "--executor", "local", "--runs-dir", "runs"), "cluster")):
+        out = _run(core, *args, timeout=120)
+        assert out.returncode == 2 and f'pip install "residual-lab[{extra}]"' in out.stderr, out.stderr[-2000:]
+        assert "Traceback" not in out.stderr
+    out = _run(core, "-c", "import lab.ui")
+    assert 'pip install "residual-lab[ui]"' in out.stderr.splitlines()[-1]
