@@ -1,4 +1,4 @@
-"""The steps of "How to add a model" (docs/ARCHITECTURE.md), done once: a new family — a small ConvNeXt-style network
+"""The steps of "How to add a model" (docs/extending.md), done once: a new family — a small ConvNeXt-style network
 with decayed shortcuts — written as one module would be, registered, then trained from a config and analysed like
 any lab model, with no other file touched."""
 

@@ -1,4 +1,4 @@
-"""A new live view, added as "How to add a live view" (docs/ARCHITECTURE.md) says: one module — a builder, a view and
+"""A new live view, added as "How to add a live view" (docs/extending.md) says: one module — a builder, a view and
 one :func:`~lab.ui.views.replays.register` call — and nothing else touched. Its kind is then built and drawn live on
 the Playground, written to the run folder, replayed on the Runs page and shown in a notebook."""
 
