@@ -17,7 +17,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 
@@ -79,9 +79,21 @@ class _Terminate(Callback):
             trainer.should_stop = True
 
 
+def _option(*args: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """A parent parser holding one option that several commands share (``parents=[...]``)."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(*args, **kwargs)
+    return parent
+
+
+RUNS_DIR = _option("--runs-dir", default=None, help="runs folder (default: $LAB_RUNS_DIR or ./runs)")
+NO_PROGRESS = _option("--no-progress", action="store_true", help="no progress bar")
+DEVICE = _option("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:i]")
+
+
 def _sampling_arguments(parser: argparse.ArgumentParser) -> None:
     """What every command that samples a diffusion run takes besides its sampler: guidance, the checkpoint and its
-    weights, the noise's seed, the device and the progress bar."""
+    weights and the noise's seed (the device and the progress bar are :data:`DEVICE` and :data:`NO_PROGRESS`)."""
     parser.add_argument("--guidance", type=float, default=0.0,
                         help="classifier-free guidance scale w of a class-conditional run (default 0: none)")
     parser.add_argument("--checkpoint", default=Checkpoint.LAST, metavar="last|best|step-N",
@@ -91,32 +103,29 @@ def _sampling_arguments(parser: argparse.ArgumentParser) -> None:
                          help="the weights' moving average (default when the run kept one)")
     weights.add_argument("--no-ema", dest="ema", action="store_false", help="the trained weights themselves")
     parser.add_argument("--seed", type=int, default=0, help="seed of the samples' noise (default 0)")
-    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:i]")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _train_arguments(sub: argparse._SubParsersAction) -> None:
     """The arguments of ``train`` and ``resume`` (one run trained now, from the start or from a checkpoint)."""
-    train = sub.add_parser("train", help="train a config into a new run folder")
+    train = sub.add_parser("train", parents=[NO_PROGRESS], help="train a config into a new run folder")
     train.add_argument("config", help="YAML config, e.g. configs/spiral.yaml")
     train.add_argument("overrides", nargs="*", help="dotted overrides such as model.depth=16 train.lr=0.01")
     where = train.add_mutually_exclusive_group()
     where.add_argument("--runs-dir", default=None, help="runs folder (default: $LAB_RUNS_DIR or ./runs)")
     where.add_argument("--run-dir", default=None, help="write into this existing run folder instead")
     train.add_argument("--name", default=None, help="run name (default: the config's name)")
-    resume = sub.add_parser("resume", help="continue a run from its last checkpoint (or --checkpoint best, or "
+    resume = sub.add_parser("resume", parents=[RUNS_DIR, NO_PROGRESS],
+                            help="continue a run from its last checkpoint (or --checkpoint best, or "
                                            "--restart); what it sets aside is kept under <run>/history/")
     resume.add_argument("run", help="run id (in the runs folder) or the path of a run folder")
     resume.add_argument("overrides", nargs="*", help="settings to change from here on (recorded in config.json), "
                                                     f"e.g. train.lr=0.001; allowed: {', '.join(RESUME_KEYS)}")
-    resume.add_argument("--runs-dir", default=None)
     source = resume.add_mutually_exclusive_group()
     source.add_argument("--checkpoint", default=Checkpoint.LAST, choices=list(Checkpoint),
                         help="continue from last.pt (default) or best.pt")
     source.add_argument("--restart", action="store_true",
                         help="train again from step 0 with the run's config; the earlier attempt moves to history/")
     for p in (train, resume):
-        p.add_argument("--no-progress", action="store_true", help="no progress bar")
         p.add_argument("--steps", type=int, default=None, metavar="N",
                        help="train at most N steps now, then stop with a checkpoint (continue with `resume`)")
         p.add_argument("--snapshot-every", type=int, default=0, metavar="N",
@@ -126,12 +135,11 @@ def _train_arguments(sub: argparse._SubParsersAction) -> None:
 
 def _analyze_arguments(sub: argparse._SubParsersAction) -> None:
     """The arguments of ``analyze alignment RUN``."""
-    analyze = sub.add_parser("analyze", help="analyse a run's checkpoint into <run>/analysis/")
+    analyze = sub.add_parser("analyze", parents=[RUNS_DIR], help="analyse a run's checkpoint into <run>/analysis/")
     analyze.add_argument("analysis", choices=["alignment", "collapse"],
                          help="alignment: RA1-RA4 and NC1-NC4; collapse: NC1-NC4 of the last layer at every checkpoint "
                               "kept by train.save_every and at last (neural collapse over training)")
     analyze.add_argument("run", help="run id (in the runs folder) or a run folder's path")
-    analyze.add_argument("--runs-dir", default=None)
     analyze.add_argument("--inputs", type=int, default=64, help="test inputs analysed (default 64)")
     analyze.add_argument("--k", type=int, default=None, help="singular triplets per block (default 30, the paper's "
                                                             "Fig. 2; its K ranges from 10 to 30)")
@@ -143,10 +151,10 @@ def _analyze_arguments(sub: argparse._SubParsersAction) -> None:
 
 def _probe_arguments(sub: argparse._SubParsersAction) -> None:
     """The arguments of ``probe RUN``."""
-    probe = sub.add_parser("probe", help="linear probe on a run's frozen features into <run>/analysis/probe.json "
+    probe = sub.add_parser("probe", parents=[RUNS_DIR, DEVICE, NO_PROGRESS],
+                           help="linear probe on a run's frozen features into <run>/analysis/probe.json "
                                          "(a diffusion run's: analysis/diffusion_probe.json)")
     probe.add_argument("run", help="run id (in the runs folder) or a run folder's path")
-    probe.add_argument("--runs-dir", default=None)
     probe.add_argument("--layer", default="bottleneck",
                        help="bottleneck (the model's features, default) or blocks.N (block N's output, pooled)")
     probe.add_argument("--checkpoint", default=Checkpoint.LAST, choices=list(Checkpoint))
@@ -164,16 +172,14 @@ def _probe_arguments(sub: argparse._SubParsersAction) -> None:
     probe.add_argument("--lr", type=float, default=1e-2, help="peak learning rate, cosine-decayed to 0 (1e-2)")
     probe.add_argument("--batch-size", type=int, default=1024, help="probe batch size (default 1024)")
     probe.add_argument("--limit", type=int, default=None, metavar="N", help="at most N samples of each split")
-    probe.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:i]")
-    probe.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _sample_arguments(sub: argparse._SubParsersAction) -> None:
     """The arguments of ``sample RUN``."""
-    sample = sub.add_parser("sample", help="draw images from a diffusion run into <run>/analysis/samples-*.png and "
+    sample = sub.add_parser("sample", parents=[RUNS_DIR, DEVICE, NO_PROGRESS],
+                            help="draw images from a diffusion run into <run>/analysis/samples-*.png and "
                                            ".npz")
     sample.add_argument("run", help="run id (in the runs folder) or a run folder's path")
-    sample.add_argument("--runs-dir", default=None)
     sample.add_argument("--num", type=int, default=64, help="how many samples (default 64)")
     sample.add_argument("--steps", type=int, default=50, help="sampler steps (default 50)")
     sample.add_argument("--sampler", default=None, choices=SAMPLERS,
@@ -185,10 +191,10 @@ def _sample_arguments(sub: argparse._SubParsersAction) -> None:
 
 def _fid_arguments(sub: argparse._SubParsersAction) -> None:
     """The arguments of ``fid RUN``."""
-    fid = sub.add_parser("fid", help="Fréchet distance of a diffusion run's samples from reference images (FID, or "
+    fid = sub.add_parser("fid", parents=[RUNS_DIR, DEVICE, NO_PROGRESS],
+                         help="Fréchet distance of a diffusion run's samples from reference images (FID, or "
                                      "digits-FD) appended to <run>/analysis/fid.json")
     fid.add_argument("run", help="run id (in the runs folder) or a run folder's path")
-    fid.add_argument("--runs-dir", default=None)
     fid.add_argument("--reference", required=True, metavar="DIR|digits",
                      help="digits: the run's training digits; or a folder of image files (e.g. CIFAR-100's training "
                           "images)")
@@ -214,13 +220,12 @@ def _fid_arguments(sub: argparse._SubParsersAction) -> None:
 
 def _sweep_arguments(sub: argparse._SubParsersAction) -> None:
     """The arguments of ``sweep CONFIG key=v1,v2 …``."""
-    sweep = sub.add_parser("sweep", help="train a sweep (comma lists; two lists sweep their product) into one "
+    sweep = sub.add_parser("sweep", parents=[RUNS_DIR, NO_PROGRESS],
+                           help="train a sweep (comma lists; two lists sweep their product) into one "
                                          "folder of ordinary run folders, as few ensembles as possible")
     sweep.add_argument("config", help="YAML config of a residual_mlp, e.g. configs/spiral.yaml")
     sweep.add_argument("overrides", nargs="*", help="dotted overrides; a comma list is swept, e.g. "
                                                    "model.alpha_min=1.0,0.8,0.6,0.5 train.seed=0,1")
-    sweep.add_argument("--runs-dir", default=None, help="runs folder (default: $LAB_RUNS_DIR or ./runs)")
-    sweep.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _cluster_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -234,7 +239,8 @@ def _cluster_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup
 
 def _submit_arguments(sub: argparse._SubParsersAction) -> None:
     """The arguments of ``submit CONFIG …`` (SLURM, or local)."""
-    submit = sub.add_parser("submit", help="send a sweep (comma lists) or one run to a SLURM cluster, one job per "
+    submit = sub.add_parser("submit", parents=[RUNS_DIR],
+                            help="send a sweep (comma lists) or one run to a SLURM cluster, one job per "
                                            "member writing into one sweep folder; --executor local runs the jobs "
                                            "here")
     submit.add_argument("config", help="YAML config of any model, e.g. configs/mae_vit_base_in1k.yaml")
@@ -254,12 +260,12 @@ def _submit_arguments(sub: argparse._SubParsersAction) -> None:
                          help="wait for every job and report each member (default with --executor local)")
     waiting.add_argument("--no-wait", dest="wait", action="store_false", help="return once submitted (default with "
                                                                               "--executor slurm)")
-    submit.add_argument("--runs-dir", default=None, help="the shared runs folder (default: $LAB_RUNS_DIR or ./runs)")
 
 
 def _latents_arguments(sub: argparse._SubParsersAction) -> None:
     """The arguments of ``latents IMAGES``."""
-    latents = sub.add_parser("latents", help="encode an image folder with a local VAE into a latent folder "
+    latents = sub.add_parser("latents", parents=[DEVICE, NO_PROGRESS],
+                             help="encode an image folder with a local VAE into a latent folder "
                                              "(data.name=latent_folder); under torchrun each process encodes its share")
     latents.add_argument("images", help="the image folder: IMAGES/<class>/* or IMAGES/train|val/<class>/*")
     latents.add_argument("--vae", required=True, metavar="DIR",
@@ -274,13 +280,12 @@ def _latents_arguments(sub: argparse._SubParsersAction) -> None:
                          help="share kept for training, for a folder without train/val (default 0.8)")
     latents.add_argument("--seed", type=int, default=0, help="seeds that split (default 0)")
     latents.add_argument("--batch-size", type=int, default=32, help="images encoded at once (default 32)")
-    latents.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:i]")
-    latents.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def _reproduce_arguments(sub: argparse._SubParsersAction) -> None:
     """The arguments of ``reproduce``."""
-    reproduce = sub.add_parser("reproduce", help="measure the papers' claims and write OUT/report.html, report.md "
+    reproduce = sub.add_parser("reproduce", parents=[RUNS_DIR, NO_PROGRESS],
+                               help="measure the papers' claims and write OUT/report.html, report.md "
                                                  "and claims.json")
     reproduce.add_argument("--paper", action="append", choices=list(PAPERS), default=None,
                            help="a paper to reproduce (repeatable; default all): " +
@@ -293,8 +298,6 @@ def _reproduce_arguments(sub: argparse._SubParsersAction) -> None:
                                                                   "gpu-test 1)")
     reproduce.add_argument("--out", default=None, help="report folder (default: RUNS_DIR/reproduce-<time>); at full "
                                                       "scale, the same folder again continues its runs")
-    reproduce.add_argument("--runs-dir", default=None)
-    reproduce.add_argument("--no-progress", action="store_true", help="no progress bar")
     scale = reproduce.add_argument_group("full scale (gpu, gpu1, gpu-test)")
     scale.add_argument("--data", action="append", default=[], metavar="NAME=DIR",
                        help="a local data set (repeatable): " + "; ".join(f"{d.name} = {d.what}"
@@ -319,11 +322,11 @@ def _reproduce_arguments(sub: argparse._SubParsersAction) -> None:
 
 def _serve_arguments(sub: argparse._SubParsersAction) -> None:
     """The arguments of ``serve``."""
-    serve = sub.add_parser("serve", help="serve the lab's pages at http://127.0.0.1:PORT/apps (as `panel serve apps/` "
+    serve = sub.add_parser("serve", parents=[RUNS_DIR],
+                           help="serve the lab's pages at http://127.0.0.1:PORT/apps (as `panel serve apps/` "
                                          "does from a checkout) until Ctrl-C")
     serve.add_argument("--port", type=int, default=5006, help="port (default 5006; 0: a free one)")
     serve.add_argument("--address", default="127.0.0.1", help="interface to listen on (default: loopback only)")
-    serve.add_argument("--runs-dir", default=None, help="runs folder (default: $LAB_RUNS_DIR or ./runs)")
     serve.add_argument("--max-jobs", type=int, default=2, help="training jobs at once (default 2)")
     serve.add_argument("--threads", action="store_true", help="train the pages' runs in the server's threads "
                                                              "instead of child processes")
