@@ -11,7 +11,7 @@ import lab
 # Lowest first; a package may import from its own layer's other packages only where the pair is listed below.
 LAYERS: list[set[str]] = [
     {"runfolder"},  # the run-folder format: no other lab package, no torch (tests/runfolder/test_import_cost.py)
-    {"shortcuts", "hooks", "seeds", "viz", "strict", "extras"},
+    {"shortcuts", "hooks", "seeds", "viz", "strict", "extras", "plugins"},
     {"nn", "data"},
     {"config"},
     {"analysis"},

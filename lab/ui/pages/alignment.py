@@ -33,6 +33,7 @@ from lab.data.roots import resolve_data_path
 from lab.jobs.builders import alignment_builder
 from lab.jobs.kinds import ALIGNMENT
 from lab.jobs.manager import JobManager
+from lab.nn.registry import list_models, model_info, model_parameters
 from lab.train.build import build_data, build_model
 from lab.ui.follower import JobFollower
 from lab.ui.pages.knobs import Knob, config_overrides, knob_class, view_names
@@ -40,7 +41,23 @@ from lab.ui.pages.training import Export, TrainingPage
 from lab.ui.views.live_alignment import VIEWS, AlignmentViews
 from lab.ui.views.live_curves import LiveCurves
 
-MODEL_TYPES = {"fc": "fc_resnet", "conv": "conv_resnet", "conv_two_stage": "conv_resnet"}
+CONV_TYPES = {"conv": "conv_resnet", "conv_two_stage": "conv_resnet"}
+"""The convolutional presets: ``depth`` and ``width`` set their stages' blocks and channels."""
+
+
+def model_types() -> dict[str, str]:
+    """Choice → registered model: ``fc`` (Types 1 and 4), the convolutional presets, then every other classifier of
+    the ``resnet`` family whose builder takes ``depth`` and ``width`` (the paper's types, a plugin's models)."""
+    choices = {"fc": "fc_resnet", **CONV_TYPES}
+    for name in list_models():
+        info = model_info(name)
+        if info.family == "resnet" and info.task == "classify" and name not in choices.values() and \
+                {"depth", "width"} <= set(model_parameters(name)[0]):
+            choices[name] = name
+    return choices
+
+
+MODEL_TYPES = model_types()
 
 KNOBS: dict[str, Knob] = {
     "dataset": Knob(param.Selector(default="digits", objects=list(IMAGE_DATASETS),
@@ -54,7 +71,8 @@ KNOBS: dict[str, Knob] = {
     "max_per_class": Knob(param.Integer(default=0, bounds=(0, 100_000), doc="at most N training images per class "
                                                                            "(0 = all)"), "Data", "data.max_per_class"),
     "model_type": Knob(param.Selector(default="fc", objects=list(MODEL_TYPES),
-                                      doc="fc: Types 1 and 4; conv: Types 2 and 5; conv_two_stage: Type 3"), "Model",
+                                      doc="fc: Types 1 and 4; conv: Types 2 and 5; conv_two_stage: Type 3; "
+                                          "then the resnet family's other registered models"), "Model",
                        "model.name", to_config=lambda v, page: MODEL_TYPES[v]),
     "depth": Knob(param.Integer(default=8, bounds=(1, 32), doc="residual blocks L (two stages: half each)"),
                   "Model"),
@@ -147,7 +165,7 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
         values = config_overrides(self, KNOBS)
         skips = self.skips != twin
         values["model.shortcut"] = "identity" if skips else "none"
-        if self.model_type == "fc":
+        if self.model_type not in CONV_TYPES:  # depth blocks of width features
             values.update({"model.depth": self.depth, "model.width": self.width})
         else:  # conv blocks work at the input's resolution: digits stay 8 x 8
             stages = (self.depth,) if self.model_type == "conv" else (max(1, self.depth // 2),

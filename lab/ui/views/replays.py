@@ -6,9 +6,10 @@ live beside their own views.
 view (:func:`lab.ui.display.snapshot_view`); a page named in ``live_on`` (the Playground) lays the view out beside its
 own, has its job build the kind's snapshots at the kind's cadence, and draws each one that lands.
 
-A new live view is one module in :mod:`lab.ui.views.kind_views` (every module there is imported with this one): the
-builder, the view (a class with ``panes()`` and ``show()``) and one :func:`register` call with the
-:class:`~lab.jobs.kinds.Kind` record.
+A new live view is one module in :mod:`lab.ui.views.kind_views` (every module there is imported with this one), or
+in another package as a plugin (entry-point group ``residual_lab.kinds``, :mod:`lab.plugins`): the builder, the view
+(a class with ``panes()`` and ``show()``) and one :func:`register` call with the :class:`~lab.jobs.kinds.Kind`
+record.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Protocol
 import numpy as np
 import panel as pn
 
+from lab import plugins
 from lab.jobs import kinds
 from lab.jobs.kinds import KINDS, Kind
 
@@ -72,3 +74,5 @@ def live_kinds(page: str) -> list[Kind]:
 
 
 from lab.ui.views import kind_views  # noqa: E402,F401  (registers the lab's views; its modules import register)
+
+plugins.load(plugins.KINDS)  # kinds of other packages, with their views

@@ -1,0 +1,55 @@
+"""Models, snapshot kinds and claims from outside ``lab/``: plugins, loaded in every process the lab starts.
+
+A researcher's own model lives in their own package, not in ``lab/``. The lab imports it wherever it builds
+models: an installed package that declares an entry point in group :data:`MODELS` (``residual_lab.models``) or
+:data:`KINDS` (``residual_lab.kinds``), and any module named in ``$LAB_PLUGINS`` (comma-separated, importable from
+the process's path). The groups are loaded by the registries themselves: :mod:`lab.nn` loads the models' group at the
+end of its import, :mod:`lab.ui.views.replays` the kinds' (a kind brings its view), so a page's child process (its
+fork server imports the lab afresh), every ``torchrun`` rank and a SLURM job know the same models as the process that
+started them. ``pyproject.toml`` of such a package::
+
+    [project.entry-points."residual_lab.models"]
+    gated = "my_lab_models.gated"      # a module whose @register_model builders register on import
+
+A plugin that fails to import is named with its error, and the lab goes on without it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from importlib.metadata import entry_points
+
+log = logging.getLogger(__name__)
+
+MODELS = "residual_lab.models"
+"""Entry-point group of modules that register models (``@register_model``)."""
+KINDS = "residual_lab.kinds"
+"""Entry-point group of modules that register snapshot kinds and their views (``register(Kind(...), View)``)."""
+ENV = "LAB_PLUGINS"
+"""The environment variable naming plugin modules (comma-separated), loaded with the models' group."""
+
+_loaded: dict[str, list[str]] = {}
+FAILED: dict[str, str] = {}
+"""Plugin → why it could not be loaded (shown by ``lab plugins`` and logged once)."""
+
+
+def load(group: str) -> list[str]:
+    """Import the plugin modules of entry-point ``group`` (with :data:`MODELS`, also those named in ``$LAB_PLUGINS``),
+    once per process; returns the modules imported."""
+    if group in _loaded:
+        return _loaded[group]
+    _loaded[group] = names = []
+    targets = [(ep.name, ep.value.split(":")[0]) for ep in entry_points(group=group)]
+    if group == MODELS:
+        targets += [(name, name) for name in (n.strip() for n in os.environ.get(ENV, "").split(",")) if name]
+    for name, module in targets:
+        try:
+            importlib.import_module(module)
+        except Exception as err:  # a broken plugin is named; the lab works without it
+            FAILED[name] = f"{module}: {type(err).__name__}: {err}"
+            log.warning("plugin %s (%s) could not be loaded: %s", name, module, err)
+            continue
+        names.append(module)
+    return names
