@@ -1,8 +1,8 @@
 """Rich notebook display of the lab's objects: a run folder, a snapshot, node maps.
 
 Each object shows as a small table and its view: a run as its settings, state and curves (and its latest
-node maps); a snapshot as its arrays and the view of its kind (a static figure for the Playground's kinds, else the
-view its kind registered: :mod:`lab.ui.views.replays`); node maps as the TFMeter grid. The library objects
+node maps); a snapshot as its arrays and the view its kind registered (:mod:`lab.ui.views.replays`, the one kind →
+view table, which the Runs page replays through too); node maps as the TFMeter grid. The library objects
 know nothing of this: :func:`register` (called by :func:`lab.ui.extension`) adds IPython formatters for them.
 """
 
@@ -15,13 +15,13 @@ import numpy as np
 import panel as pn
 
 from lab.analysis.node_maps import NodeMaps
-from lab.jobs.kinds import NODES, SIMILARITY, SnapshotError, check_snapshot
+from lab.jobs.kinds import NODES, SnapshotError, check_snapshot
 from lab.runfolder import layout
 from lab.runs.snapshot import Snapshot
 from lab.runs.store import Run
 from lab.ui.text import html_text
 from lab.ui.views.replays import REPLAYS
-from lab.viz.node_grid import node_grid, similarity_heatmaps
+from lab.viz.node_grid import node_grid
 from lab.viz.toy2d import training_curves
 
 
@@ -44,19 +44,11 @@ def _arrays(arrays: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-_KIND_VIEWS: dict[str, Callable[[Snapshot], Any]] = {
-    NODES: node_grid,
-    SIMILARITY: lambda s: similarity_heatmaps(s["distance"], s["cka"]),
-}
-
-
 def snapshot_view(snapshot: Snapshot) -> pn.viewable.Viewable:
     """A snapshot's arrays (dtype, shape, range) and the view of its kind, where the lab has one."""
     snapshot = snapshot.float32()
     parts = [_table(_arrays(snapshot), f"{snapshot.kind} snapshot at step {snapshot.step}")]
-    if snapshot.kind in _KIND_VIEWS:
-        parts.append(pn.pane.HoloViews(_KIND_VIEWS[snapshot.kind](snapshot)))
-    elif snapshot.kind in REPLAYS:
+    if snapshot.kind in REPLAYS:  # the one kind → view table (lab.ui.views.replays)
         try:
             check_snapshot(snapshot.kind, snapshot)
         except SnapshotError as err:

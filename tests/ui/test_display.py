@@ -37,7 +37,8 @@ def test_snapshot_shows_its_arrays_and_its_kinds_view(run):
     assert snap["maps"].dtype == np.float16 and snap.float32()["maps"].dtype == np.float32  # stored compact
     view = snapshot_view(snap)
     assert "maps" in view[0].object and "[5, 8, 50, 50]" in view[0].object
-    assert type(view[1].object).__name__ == "Overlay"
+    assert [type(p).__name__ for p in view[1:]] == ["Bokeh", "Bokeh"]  # the Runs page's replay: grid, decision map
+    assert view[1].object is not None and view[2].object is not None
     unknown = snapshot_view(Snapshot("custom", {"x": np.arange(3, dtype=np.float32), "step": np.int64(2)}))
     assert len(unknown) == 1 and "custom snapshot at step 2" in unknown[0].object
 

@@ -108,3 +108,24 @@ def test_a_served_replay_reads_and_checks_its_snapshot_off_the_event_loop(tmp_pa
         for tick in session.ticks:
             tick()
     assert "at step 10" in saved.title.object and not saved.problem.visible
+
+
+def test_the_similarity_snapshots_every_playground_job_writes_replay_on_the_runs_page(tmp_path):
+    """Every Playground job writes ``similarity`` snapshots beside its node maps; they replay as the Playground's
+    layer-similarity view, at their step."""
+    from lab.jobs.builders import similarity_snapshot
+    from lab.jobs.kinds import KINDS, SIMILARITY
+    from lab.nn import ResidualMLP
+    from lab.runs.store import RunStore
+    from lab.ui.views.kind_views.similarity import SimilarityReplay
+    from lab.ui.views.saved_snapshots import SavedSnapshots
+
+    run = RunStore(tmp_path).create("playground")
+    run.write_config({"model": {"name": "residual_mlp", "depth": 3, "width": 4}})
+    run.save_snapshot(SIMILARITY, 40, similarity_snapshot(ResidualMLP(depth=3, width=4, in_dim=2), resolution=12))
+    saved = SavedSnapshots()
+    saved.open(run)
+    assert saved.layout.visible and saved.kind.options == {KINDS[SIMILARITY].title: SIMILARITY}
+    assert not saved.problem.visible and "at step 40" in saved.title.object
+    view = saved.views[SIMILARITY]
+    assert isinstance(view, SimilarityReplay) and view.pane.object is not None
