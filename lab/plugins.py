@@ -1,15 +1,21 @@
 """Models, snapshot kinds and claims from outside ``lab/``: plugins, loaded in every process the lab starts.
 
 A researcher's own model lives in their own package, not in ``lab/``. The lab imports it wherever it builds
-models: an installed package that declares an entry point in group :data:`MODELS` (``residual_lab.models``) or
-:data:`KINDS` (``residual_lab.kinds``), and any module named in ``$LAB_PLUGINS`` (comma-separated, importable from
+models: an installed package that declares an entry point in group :data:`MODELS` (``residual_lab.models``),
+:data:`KINDS` (``residual_lab.kinds``: snapshot kinds, their records and builders) or :data:`VIEWS`
+(``residual_lab.views``: their views), and any module named in ``$LAB_PLUGINS`` (comma-separated, importable from
 the process's path). The groups are loaded by the registries themselves: :mod:`lab.nn` loads the models' group at the
-end of its import, :mod:`lab.ui.views.replays` the kinds' (a kind brings its view), so a page's child process (its
-fork server imports the lab afresh), every ``torchrun`` rank and a SLURM job know the same models as the process that
-started them. ``pyproject.toml`` of such a package::
+end of its import, :mod:`lab.jobs.kinds` the kinds' (below the pages: a training child builds them without Panel),
+:mod:`lab.ui.views.replays` the views', so a page's child process (its fork server imports the lab afresh), every
+``torchrun`` rank and a SLURM job know the same models and kinds as the process that started them.
+``pyproject.toml`` of such a package::
 
     [project.entry-points."residual_lab.models"]
     gated = "my_lab_models.gated"      # a module whose @register_model builders register on import
+    [project.entry-points."residual_lab.kinds"]
+    norms = "my_lab_models.norms"      # lab.jobs.kinds.register(Kind(...)) with its builder
+    [project.entry-points."residual_lab.views"]
+    norms = "my_lab_models.norms_view" # lab.ui.views.replays.register("norms", View, live_on=("Playground",))
 
 A plugin that fails to import is named with its error, and the lab goes on without it.
 """
@@ -26,7 +32,9 @@ log = logging.getLogger(__name__)
 MODELS = "residual_lab.models"
 """Entry-point group of modules that register models (``@register_model``)."""
 KINDS = "residual_lab.kinds"
-"""Entry-point group of modules that register snapshot kinds and their views (``register(Kind(...), View)``)."""
+"""Entry-point group of modules that register snapshot kinds (``lab.jobs.kinds.register(Kind(...))``)."""
+VIEWS = "residual_lab.views"
+"""Entry-point group of modules that register a kind's view (``lab.ui.views.replays.register(kind, View)``)."""
 ENV = "LAB_PLUGINS"
 """The environment variable naming plugin modules (comma-separated), loaded with the models' group."""
 

@@ -1,6 +1,7 @@
-"""A model from a package outside ``lab/``, installed with an entry point (or named in ``$LAB_PLUGINS``), is known
-to every process the lab starts: ``lab train``, a page's child process (whose fork server imports the lab afresh)
-and each ``torchrun`` rank; it appears in the Alignment page's choices of its family."""
+"""A model or a snapshot kind from a package outside ``lab/``, installed with an entry point (or, a model, named in
+``$LAB_PLUGINS``), is known to every process the lab starts: ``lab train``, a page's child process (whose fork
+server imports the lab afresh) and each ``torchrun`` rank; a model appears in the Alignment page's choices of its
+family, a kind draws live on the Playground and replays on the Runs page."""
 
 import json
 import os
@@ -37,6 +38,50 @@ def my_fc_resnet(**kwargs):
 '''
 
 
+NORMS = '''
+"""A snapshot kind of one's own: the norm of every weight matrix (below the pages: a child builds it without Panel)."""
+
+import numpy as np
+
+from lab.jobs.kinds import Kind, register
+
+
+def weight_norms(model):
+    return {"norms": np.array([float(p.detach().norm()) for p in model.parameters() if p.ndim == 2], np.float32)}
+
+
+register(Kind("weight_norms", "Weight norms per matrix", {"norms": 1}, weight_norms, (2, 0.0)))
+'''
+
+NORMS_VIEW = '''
+"""Its view, drawn live on the Playground and in the Runs page's replays."""
+
+import panel as pn
+from bokeh.models import ColumnDataSource
+from bokeh.plotting import figure
+
+from lab.ui.views.replays import register
+
+
+class WeightNormBars:
+    def __init__(self):
+        self.source = ColumnDataSource({"layer": [], "norm": []})
+        self.figure = figure(title="Weight norms", frame_width=300, frame_height=160)
+        self.figure.vbar(x="layer", top="norm", width=0.8, source=self.source)
+        self.steps = []
+
+    def panes(self):
+        return [pn.pane.Bokeh(self.figure)]
+
+    def show(self, snapshot, step, points):
+        self.source.data = {"layer": list(range(len(snapshot["norms"]))), "norm": snapshot["norms"].tolist()}
+        self.steps.append(step)
+
+
+register("weight_norms", WeightNormBars, live_on=("Playground",))
+'''
+
+
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     """A folder on the path holding the package ``my_lab_models`` installed as pip would: its module and its
@@ -44,10 +89,14 @@ def site(tmp_path_factory) -> Path:
     site = tmp_path_factory.mktemp("site")
     (site / "my_lab_models").mkdir()
     (site / "my_lab_models" / "__init__.py").write_text(PLUGIN)
+    (site / "my_lab_models" / "norms.py").write_text(NORMS)
+    (site / "my_lab_models" / "norms_view.py").write_text(NORMS_VIEW)
     info = site / "my_lab_models-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: my-lab-models\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[residual_lab.models]\nmine = my_lab_models\n")
+    (info / "entry_points.txt").write_text("[residual_lab.models]\nmine = my_lab_models\n\n"
+                                           "[residual_lab.kinds]\nnorms = my_lab_models.norms\n\n"
+                                           "[residual_lab.views]\nnorms = my_lab_models.norms_view\n")
     return site
 
 
@@ -104,3 +153,35 @@ def test_an_installed_model_trains_under_torchrun(site, tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     (run,) = (tmp_path / "runs").iterdir()
     assert json.loads((run / layout.STATUS).read_text())["state"] == "completed"
+
+
+def test_an_installed_kind_draws_live_on_the_playground_from_a_child_and_replays_on_the_runs_page(site, tmp_path):
+    script = textwrap.dedent(f"""
+        import sys
+
+        from lab.jobs.kinds import KINDS
+        assert "weight_norms" in KINDS and "panel" not in sys.modules, "a kind is known below the pages"
+        from lab.jobs.child import ChildJob
+        from lab.jobs.manager import JobManager
+        from lab.ui.pages.playground import PlaygroundPage
+        from lab.ui.views.saved_snapshots import SavedSnapshots
+        from tests.jobs.helpers import wait_for
+        from tests.ui.driving import poll_until
+
+        manager = JobManager({str(tmp_path / 'runs')!r}, max_jobs=1, processes=True)
+        page = PlaygroundPage(manager=manager, depth=3, width=4, n=200)
+        view = page.live_views["weight_norms"]
+        page.param.trigger("play")
+        assert isinstance(page.job, ChildJob)
+        assert poll_until(page, lambda: len(view.steps) >= 2 and view.steps[-1] >= 4), view.steps
+        job, run = page.job, page.job.run
+        job.stop()
+        assert wait_for(lambda: not job.is_alive(), timeout=60) and run.snapshot_versions("weight_norms")
+        saved = SavedSnapshots()
+        saved.open(run)
+        saved.kind.value = "weight_norms"
+        print("replayed", saved.views["weight_norms"].steps[-1] == run.snapshot_versions("weight_norms")[-1])
+        manager.shutdown()
+    """)
+    out = _run([sys.executable, "-c", script], tmp_path, site)
+    assert out.returncode == 0 and "replayed True" in out.stdout, out.stdout + out.stderr[-3000:]

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from lab import plugins
 from lab.jobs.builders import Builder, nodes_snapshot, similarity_snapshot
 
 NODES, SIMILARITY, ALIGNMENT, RANK = "nodes", "similarity", "alignment", "rank"
@@ -111,3 +112,6 @@ def _check_nodes(snapshot: Mapping[str, np.ndarray], model: Mapping[str, Any]) -
         if shape != (layers, width):
             raise SnapshotError(f"the snapshot's {name!r} holds {shape[0]} layers of {shape[1]} nodes; the run's model "
                                 f"has {layers} layers (h_0 … h_{layers - 1}) of {width}")
+
+
+plugins.load(plugins.KINDS)  # other packages' kinds, known to every process that trains or draws them

@@ -7,7 +7,8 @@ view (:func:`lab.ui.display.snapshot_view`); a page named in ``live_on`` (the Pl
 own, has its job build the kind's snapshots at the kind's cadence, and draws each one that lands.
 
 A new live view is one module in :mod:`lab.ui.views.kind_views` (every module there is imported with this one), or
-in another package as a plugin (entry-point group ``residual_lab.kinds``, :mod:`lab.plugins`): the builder, the view
+in another package as a plugin (entry-point groups ``residual_lab.kinds`` and ``residual_lab.views``,
+:mod:`lab.plugins`): the builder, the view
 (a class with ``panes()`` and ``show()``) and one :func:`register` call with the :class:`~lab.jobs.kinds.Kind`
 record.
 """
@@ -75,4 +76,4 @@ def live_kinds(page: str) -> list[Kind]:
 
 from lab.ui.views import kind_views  # noqa: E402,F401  (registers the lab's views; its modules import register)
 
-plugins.load(plugins.KINDS)  # kinds of other packages, with their views
+plugins.load(plugins.VIEWS)  # the views of other packages' kinds
