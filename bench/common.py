@@ -22,9 +22,7 @@ def median(xs: Sequence[float]) -> float:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    """A plain-text table with right-aligned columns."""
-    cells = [list(map(str, headers))] + [[f"{c:.3f}" if isinstance(c, float) else str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    """A plain-text table with right-aligned columns (:func:`lab.reproduce.throughput.text_table`)."""
+    from lab.reproduce.throughput import text_table
+
+    return text_table(headers, rows)

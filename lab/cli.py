@@ -314,7 +314,7 @@ def _reproduce_arguments(sub: argparse._SubParsersAction) -> None:
                        help="judge the claims of the reproduction in DIR from its finished runs and write its report")
     scale.add_argument("--throughput", default=None, metavar="FILE",
                        help="the throughput records the estimates read (default RUNS_DIR/throughput.jsonl; "
-                            "bench/mae_throughput.py --record FILE writes them)")
+                            "`lab throughput mae|uvit --record FILE` writes them)")
     scale.add_argument("--device-kind", default=None, metavar="NAME",
                        help="estimate for this device (default: this machine's first GPU, else cpu)")
     _cluster_arguments(scale)
@@ -333,11 +333,49 @@ def _serve_arguments(sub: argparse._SubParsersAction) -> None:
     serve.add_argument("--show", action="store_true", help="open a browser tab")
 
 
+def _throughput_arguments(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``throughput mae|uvit``."""
+    throughput = sub.add_parser("throughput", help="images per second of the MAE or the U-ViT's training step on this "
+                                                   "device; --record FILE feeds `reproduce --dry-run`'s GPU-hours")
+    throughput.add_argument("what", choices=["mae", "uvit"])
+    throughput.add_argument("--model", default=None, help="registered model (default: the paper's on CUDA, a tiny "
+                                                          "one on a CPU)")
+    throughput.add_argument("--batch", type=int, default=None)
+    throughput.add_argument("--steps", type=int, default=None, help="steps per timing")
+    throughput.add_argument("--repeats", type=int, default=3, help="timings (their median is reported)")
+    throughput.add_argument("--compile", action="store_true", help="add a torch.compile row")
+    throughput.add_argument("--record", default=None, metavar="FILE",
+                            help="append the engine's fastest rate to FILE (`reproduce --dry-run --throughput FILE`)")
+    throughput.add_argument("--data", default=None, help="MAE: an ImageFolder root, for a data-loading row")
+    throughput.add_argument("--workers", type=int, default=8)
+
+
+def _throughput(args: argparse.Namespace) -> int:
+    """``throughput``: prints the table; 2 for bad input."""
+    from lab.reproduce.throughput import Settings, defaults, measure, text_table
+
+    if min(v for v in (args.batch, args.steps, args.repeats, args.workers) if v is not None) < 1:
+        print("error: --batch, --steps, --repeats and --workers must be >= 1", file=sys.stderr)
+        return 2
+    base = defaults(args.what)
+    settings = Settings(args.model or base.model, args.batch or base.batch, args.steps or base.steps, args.repeats,
+                        args.compile, args.data, args.workers)
+    try:
+        head, rows = measure(args.what, settings, args.record)
+    except (ConfigError, ValueError) as err:  # an unknown model, a model of another kind
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(head)
+    print(text_table(["what", "images/s", "× plain"], rows))
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lab", description="Residual Lab experiments.")
     sub = parser.add_subparsers(dest="command", required=True)
     for arguments in (_train_arguments, _analyze_arguments, _probe_arguments, _sample_arguments, _fid_arguments,
-                      _sweep_arguments, _submit_arguments, _latents_arguments, _reproduce_arguments, _serve_arguments):
+                      _sweep_arguments, _submit_arguments, _latents_arguments, _reproduce_arguments, _serve_arguments,
+                      _throughput_arguments):
         arguments(sub)
     return parser
 
@@ -648,7 +686,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-_FOLDERLESS: dict[str, Callable[[argparse.Namespace], int]] = {"latents": _latents, "serve": _serve}
+_FOLDERLESS: dict[str, Callable[[argparse.Namespace], int]] = {"latents": _latents, "serve": _serve,
+                                                              "throughput": _throughput}
 """Commands that open no runs folder."""
 _COMMANDS: dict[str, Callable[[argparse.Namespace, RunStore], int]] = {
     "analyze": _analyze, "probe": _probe, "sample": _sample, "fid": _fid, "sweep": _sweep, "submit": _submit,

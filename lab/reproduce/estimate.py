@@ -1,11 +1,12 @@
 """GPU-hour estimates of a full-scale plan, from training throughput measured on the device that will run it.
 
-``bench/mae_throughput.py --record FILE`` and ``bench/uvit_throughput.py --record FILE`` append what they measured
-to a JSON-lines file, one record per measurement: the device (``torch.cuda.get_device_name``, or ``cpu``), the bench
-key (``model@image size``) and the engine's images per second on one device. A planned run that names a bench key
-(:attr:`~lab.reproduce.full_scale.PlannedRun.bench`) is estimated as its training images over that rate — the
-GPU-hours, whatever the number of GPUs it is spread over (perfect scaling; its wall time is that over its GPUs).
-Runs no bench measures, or a device with no record, are "unknown": the plan says so rather than guess.
+``lab throughput mae --record FILE`` and ``lab throughput uvit --record FILE`` (:mod:`lab.reproduce.throughput`)
+append what they measured to a JSON-lines file, one record per measurement: the device
+(``torch.cuda.get_device_name``, or ``cpu``), the bench key (``model@image size``) and the engine's images per
+second on one device. A planned run that names a bench key (:attr:`~lab.reproduce.full_scale.PlannedRun.bench`) is
+estimated as its training images over that rate — the GPU-hours, whatever the number of GPUs it is spread over
+(perfect scaling; its wall time is that over its GPUs). Runs no bench measures, or a device with no record, are
+"unknown": the plan says so rather than guess.
 """
 
 from __future__ import annotations

@@ -188,7 +188,7 @@ def plan_text(plan: Plan, rates: dict[str, float], device: str) -> str:
         lines += [f"{run.key}  [{', '.join(run.data)}; {run.processes} process(es); GPU-hours {_hours(hours)}]",
                   *(f"    {line}" for line in run.commands())]
     lines += ["", f"{len(plan.runs)} runs; {total:,.1f} GPU-hours estimated" + (f", {unknown} run(s) unknown (run "
-              "bench/mae_throughput.py and bench/uvit_throughput.py with --record on this device)" if unknown else ""),
+              "`lab throughput mae` and `lab throughput uvit` with --record on this device)" if unknown else ""),
               ""]
     if plan.not_measurable:
         lines.append("Not measurable with this plan:")
