@@ -1,4 +1,4 @@
-"""Models, snapshot kinds and claims from outside ``lab/``: plugins, loaded in every process the lab starts.
+"""Models and snapshot kinds from outside ``lab/``: plugins, loaded in every process the lab starts.
 
 A researcher's own model lives in their own package, not in ``lab/``. The lab imports it wherever it builds
 models: an installed package that declares an entry point in group :data:`MODELS` (``residual_lab.models``),
@@ -40,7 +40,7 @@ ENV = "LAB_PLUGINS"
 
 _loaded: dict[str, list[str]] = {}
 FAILED: dict[str, str] = {}
-"""Plugin → why it could not be loaded (shown by ``lab plugins`` and logged once)."""
+"""Plugin → why it could not be loaded (each logged once, as a warning)."""
 
 
 def load(group: str) -> list[str]:
