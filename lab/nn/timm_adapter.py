@@ -23,7 +23,7 @@ from lab.nn.droppath import DropPath
 from lab.nn.intermediates import check_format, collect, last_state
 from lab.nn.registry import register_model, signature_of
 
-__all__ = ["TimmBlock", "TimmBranch", "TimmResNet", "set_drop_path", "timm_resnet"]
+__all__ = ["TimmBlock", "TimmBranch", "TimmResNet", "TorchvisionResNet", "set_drop_path", "timm_resnet"]
 
 
 class TimmBranch(nn.Module):
@@ -37,17 +37,27 @@ class TimmBranch(nn.Module):
     def __init__(self, block: nn.Module) -> None:
         super().__init__()
         bottleneck = hasattr(block, "conv3")
-        names = (("conv1", "bn1", "act1", "conv2", "bn2", "drop_block", "act2", "aa", "conv3", "bn3") if bottleneck
-                 else ("conv1", "bn1", "drop_block", "act1", "aa", "conv2", "bn2"))
+        if torchvision_block(block):  # one ReLU module, used after each norm but the last
+            names = (("conv1", "bn1", "relu", "conv2", "bn2", "relu", "conv3", "bn3") if bottleneck
+                     else ("conv1", "bn1", "relu", "conv2", "bn2"))
+        else:
+            names = (("conv1", "bn1", "act1", "conv2", "bn2", "drop_block", "act2", "aa", "conv3", "bn3")
+                     if bottleneck else ("conv1", "bn1", "drop_block", "act1", "aa", "conv2", "bn2"))
         self.path = nn.Sequential(*(getattr(block, n) for n in names))
-        self.se = block.se if block.se is not None else nn.Identity()
+        self.se = getattr(block, "se", None) or nn.Identity()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.se(self.path(x))
 
 
+def torchvision_block(block: nn.Module) -> bool:
+    """Whether ``block`` is a torchvision ``BasicBlock`` or ``Bottleneck`` (one ``relu`` module) rather than timm's."""
+    return hasattr(block, "relu") and not hasattr(block, "act1")
+
+
 class TimmBlock(nn.Module):
-    """A timm residual block seen as ``post_act(shortcut(x) + drop_path(F(x)))``, with the lab's named parts.
+    """A timm (or torchvision) residual block seen as ``post_act(shortcut(x) + drop_path(F(x)))``, with the lab's
+    named parts.
 
     Args:
         block: a timm ``BasicBlock`` or ``Bottleneck`` (not copied: the view and the timm model share it).
@@ -60,7 +70,10 @@ class TimmBlock(nn.Module):
         super().__init__()
         self.block = block
         self.branch = TimmBranch(block)
-        self.post_act = block.act3 if hasattr(block, "act3") else block.act2
+        self.post_act = block.relu if torchvision_block(block) else block.act3 if hasattr(block, "act3") \
+            else block.act2
+        if not hasattr(block, "drop_path"):  # torchvision's blocks have none; the lab's can be set
+            block.drop_path = None
 
     @property
     def has_projection(self) -> bool:
@@ -100,7 +113,7 @@ class TimmResNet(nn.Module):
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
-        self.num_classes = model.num_classes
+        self.num_classes = model.fc.out_features if isinstance(model.fc, nn.Linear) else model.num_classes
         stages = [getattr(model, f"layer{s}") for s in range(1, 5)]
         self._views = [TimmBlock(b) for stage in stages for b in stage]  # a list, so not registered as children
 
@@ -119,6 +132,10 @@ class TimmResNet(nn.Module):
         """``[B, in_chans, H, W]`` → h_0 ``[B, C, H/4, W/4]`` (conv, norm, act, max-pool)."""
         m = self.model
         return m.maxpool(m.act1(m.bn1(m.conv1(x))))
+
+    def pool(self, h: torch.Tensor) -> torch.Tensor:
+        """h_L ``[B, C, H, W]`` → pooled features ``[B, C]`` (timm's pre-logits)."""
+        return self.model.forward_head(h, pre_logits=True)
 
     def no_weight_decay(self) -> set[str]:
         """What the timm model's ``no_weight_decay()`` names (none for timm's ResNets), under ``model.``."""
@@ -154,12 +171,11 @@ class TimmResNet(nn.Module):
         """
         check_format(output_fmt, ("NCHW",))
         states, last = collect(self._stream(x), len(self._views) + 1, indices, stop_early and intermediates_only)
-        return states if intermediates_only else (self.model.forward_head(last, pre_logits=True), states)
+        return states if intermediates_only else (self.pool(last), states)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, in_chans, H, W]`` → pooled features ``[B, F]`` (timm's pre-logits)."""
-        h = last_state(self._stream(x))
-        return self.model.forward_head(h, pre_logits=True)
+        return self.pool(last_state(self._stream(x)))
 
     def forward_head(self, features: torch.Tensor) -> torch.Tensor:
         """``[B, F] -> [B, classes]``."""
@@ -167,6 +183,24 @@ class TimmResNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.forward_head(self.forward_features(x))
+
+
+class TorchvisionResNet(TimmResNet):
+    """A torchvision ResNet (``resnet18`` … ``resnet152``, ``resnext``, ``wide_resnet``) with the lab's model surface,
+    as :class:`TimmResNet` gives timm's: the same block views over torchvision's ``BasicBlock`` and ``Bottleneck``
+    (whose ReLU after the sum is ``post_act``), the stem ``conv1 → bn1 → relu → maxpool`` and the head ``avgpool →
+    fc``. ``self.model`` owns every parameter under torchvision's own keys.
+
+    Args:
+        model: a ``torchvision.models.ResNet``.
+    """
+
+    def stem(self, x: torch.Tensor) -> torch.Tensor:
+        m = self.model
+        return m.maxpool(m.relu(m.bn1(m.conv1(x))))
+
+    def pool(self, h: torch.Tensor) -> torch.Tensor:
+        return torch.flatten(self.model.avgpool(h), 1)
 
 
 def set_drop_path(model: nn.Module, rate: float, *, schedule: str = "linear") -> list[float]:

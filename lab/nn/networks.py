@@ -1,0 +1,84 @@
+"""Any residual network by name, with weights from a file: the lab's own models, and timm's and torchvision's, seen
+through the block views the lab's analyses take.
+
+``timm:<arch>`` and ``torchvision:<arch>`` build that library's network (never pretrained: nothing is downloaded),
+a registered name builds the lab's model (:func:`~lab.nn.registry.create_model`). Weights are read by
+:func:`~lab.nn.weights.load_weights` into the library's own module, under its own keys, before it is wrapped; then
+:func:`residual_view` finds the residual blocks: a lab model has them already, a timm or torchvision ResNet gets
+:class:`~lab.nn.timm_adapter.TimmResNet` / :class:`~lab.nn.timm_adapter.TorchvisionResNet` (every block with its
+branch and shortcut, projection shortcuts marked). A network whose blocks the lab cannot find is refused with the
+modules it has, by name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch import nn
+
+from lab.nn.registry import create_model, list_models
+from lab.nn.timm_adapter import TimmResNet, TorchvisionResNet
+from lab.nn.weights import LoadReport, load_weights
+
+LIBRARIES = ("timm", "torchvision")
+"""The prefixes of a network that comes from a library rather than the lab's registry."""
+
+
+def build_network(name: str, **kwargs) -> nn.Module:
+    """The network ``name`` (``timm:resnet50``, ``torchvision:resnet18``, or a registered lab model), untrained,
+    as the library builds it (not yet wrapped).
+
+    Raises:
+        ValueError: an unknown library or model (the message lists what is known).
+    """
+    library, sep, arch = name.partition(":")
+    if not sep:
+        if name not in list_models():
+            raise ValueError(f"unknown model {name!r}: a registered one ({', '.join(list_models())}) or "
+                             f"{' / '.join(f'{lib}:<name>' for lib in LIBRARIES)}")
+        return create_model(name, **kwargs)
+    if library == "timm":
+        import timm
+
+        if not timm.is_model(arch):
+            raise ValueError(f"timm has no model {arch!r}")
+        return timm.create_model(arch, pretrained=False, **kwargs)
+    if library == "torchvision":
+        import torchvision
+
+        if arch not in torchvision.models.list_models():
+            raise ValueError(f"torchvision has no model {arch!r}")
+        return torchvision.models.get_model(arch, weights=None, **kwargs)
+    raise ValueError(f"unknown library {library!r} in {name!r}; known: {', '.join(LIBRARIES)}")
+
+
+def residual_view(model: nn.Module) -> nn.Module:
+    """``model`` with the lab's model surface (``iter_blocks``, per-block ``forward_intermediates``).
+
+    Raises:
+        ValueError: the lab cannot find its residual blocks; the message names the modules it has.
+    """
+    if hasattr(model, "iter_blocks") and hasattr(model, "forward_intermediates"):
+        return model
+    kind = f"{type(model).__module__}.{type(model).__name__}"
+    if kind == "timm.models.resnet.ResNet":
+        return TimmResNet(model)
+    if kind == "torchvision.models.resnet.ResNet":
+        return TorchvisionResNet(model)
+    found = ", ".join(f"{n} ({type(m).__name__})" for n, m in list(model.named_children())[:12])
+    raise ValueError(f"the lab cannot find the residual blocks of {kind}: it knows its own models and timm's and "
+                     f"torchvision's ResNets; this network's modules are {found or 'none'}")
+
+
+def open_network(name: str, weights: str | Path | None = None, *, strict: bool = True, **kwargs
+                 ) -> tuple[nn.Module, LoadReport | None]:
+    """The network ``name`` (:func:`build_network`) with the weights file ``weights`` (none: as initialised), seen
+    through :func:`residual_view`, in eval mode; and how the file's keys matched.
+
+    Raises:
+        ValueError: see :func:`build_network` and :func:`residual_view`; :class:`~lab.nn.weights.WeightsError` (a
+            ValueError) for a file that cannot be loaded; FileNotFoundError: no such file.
+    """
+    model = build_network(name, **kwargs)
+    report = load_weights(model, weights, strict=strict) if weights is not None else None
+    return residual_view(model).eval(), report

@@ -1,0 +1,45 @@
+"""Any residual network by name and weights file: timm's and torchvision's ResNets seen block by block, exactly as
+they compute, and a network whose blocks the lab cannot find refused by name."""
+
+import pytest
+import torch
+import torchvision
+
+from lab.analysis.residual_alignment import residual_alignment
+from lab.nn.networks import build_network, open_network, residual_view
+from lab.nn.weights import WeightsError
+
+
+@pytest.mark.parametrize("name", ["torchvision:resnet18", "torchvision:resnet50", "timm:resnet18"])
+def test_a_library_resnet_is_seen_block_by_block_and_computes_as_the_library_does(name, tmp_path):
+    torch.manual_seed(0)
+    raw = build_network(name, num_classes=5).eval()
+    torch.save({"model": {f"module.{k}": v for k, v in raw.state_dict().items()}}, tmp_path / "w.pt")
+    view, report = open_network(name, tmp_path / "w.pt", num_classes=5)
+    assert report.exact and report.loaded == len(raw.state_dict())
+    x = torch.randn(3, 3, 64, 64)
+    with torch.no_grad():
+        assert torch.allclose(view(x), raw(x), atol=1e-5), "the view computes what the library's network does"
+        states = view.forward_intermediates(x, intermediates_only=True)
+    blocks = [b for _, b in view.iter_blocks()]
+    assert len(states) == len(blocks) + 1 == {"resnet18": 8, "resnet50": 16}[name.split(":")[1]] + 1
+    assert [b.has_projection for b in blocks][:2] == ([False, False] if name.endswith("resnet18") else [True, False])
+
+
+def test_alignment_is_measured_on_a_torchvision_resnet():
+    view, _ = open_network("torchvision:resnet18", num_classes=4)
+    x, y = torch.randn(8, 3, 32, 32), torch.arange(8) % 4
+    out = residual_alignment(view, x, y, 3, nc_x=x, nc_y=y, num_classes=4, fit_start=0, seed=0)
+    assert out["sigma"].shape[0] == 8 and torch.isfinite(torch.as_tensor(out["inv_sigma"])).any()
+
+
+def test_unknown_names_networks_without_blocks_and_weights_that_do_not_fit_are_refused_by_name(tmp_path):
+    for name, words in (("torchvision:resnet_nine", "torchvision has no model"), ("timm:not_a_net", "timm has no"),
+                        ("keras:resnet50", "unknown library"), ("no_such", "unknown model 'no_such'")):
+        with pytest.raises(ValueError, match=words):
+            build_network(name)
+    with pytest.raises(ValueError, match=r"cannot find the residual blocks .*features \(Sequential\)"):
+        residual_view(torchvision.models.vgg11(weights=None))
+    torch.save(torchvision.models.resnet34(weights=None).state_dict(), tmp_path / "r34.pt")
+    with pytest.raises(WeightsError, match="unexpected in the file: layer1.2"):
+        open_network("torchvision:resnet18", tmp_path / "r34.pt")
