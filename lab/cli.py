@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
+import yaml
 
 from lab.analysis.residual_alignment import RA4_FIT_START
 from lab.config import ConfigError, ExperimentConfig, load_config
@@ -35,6 +36,7 @@ from lab.nn.diffusion import SAMPLERS
 from lab.reports.alignment import alignment_report, collapse_report, format_alignment
 from lab.reports.diffusion_probe import diffusion_probe_report, format_diffusion_probe
 from lab.reports.fid import fid_report, fid_select_best, format_fid
+from lab.reports.imported import import_weights
 from lab.reports.probe import format_probe, probe_report
 from lab.reports.samples import format_samples, sample_report
 from lab.reproduce import BUDGETS, PAPERS, TOY_BUDGETS, reproduce, reproduce_at_scale
@@ -86,6 +88,25 @@ def _option(*args: str, **kwargs: Any) -> argparse.ArgumentParser:
     return parent
 
 
+def _network_source() -> argparse.ArgumentParser:
+    """The options that analyse a network the lab did not train (:mod:`lab.reports.imported`) instead of a run."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("a network of your own, instead of RUN")
+    group.add_argument("--model", default=None, metavar="NAME",
+                       help="timm:<arch>, torchvision:<arch> (ResNets) or a registered model")
+    group.add_argument("--weights", default=None, metavar="FILE",
+                       help="its weights: .safetensors or a PyTorch file of tensors (a release's {'model': ...}, "
+                            "DDP's module. prefix)")
+    group.add_argument("--data", default="digits", metavar="NAME[=DIR]",
+                       help="the data it is analysed on (default digits; e.g. cifar10=/data/cifar)")
+    group.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="another setting of the analysed experiment, e.g. data.image_size=32 (repeatable)")
+    group.add_argument("--strict", default="true", choices=["true", "false"],
+                       help="false: load the keys that fit, keep the model's own values for the rest (named)")
+    return parent
+
+
+NETWORK = _network_source()
 RUNS_DIR = _option("--runs-dir", default=None, help="runs folder (default: $LAB_RUNS_DIR or ./runs)")
 NO_PROGRESS = _option("--no-progress", action="store_true", help="no progress bar")
 DEVICE = _option("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:i]")
@@ -135,11 +156,13 @@ def _train_arguments(sub: argparse._SubParsersAction) -> None:
 
 def _analyze_arguments(sub: argparse._SubParsersAction) -> None:
     """The arguments of ``analyze alignment RUN``."""
-    analyze = sub.add_parser("analyze", parents=[RUNS_DIR], help="analyse a run's checkpoint into <run>/analysis/")
+    analyze = sub.add_parser("analyze", parents=[RUNS_DIR, NETWORK],
+                             help="analyse a run's checkpoint into <run>/analysis/ (or a network of your own: "
+                                  "--model and --weights, imported as a run first)")
     analyze.add_argument("analysis", choices=["alignment", "collapse"],
                          help="alignment: RA1-RA4 and NC1-NC4; collapse: NC1-NC4 of the last layer at every checkpoint "
                               "kept by train.save_every and at last (neural collapse over training)")
-    analyze.add_argument("run", help="run id (in the runs folder) or a run folder's path")
+    analyze.add_argument("run", nargs="?", help="run id (in the runs folder) or a run folder's path")
     analyze.add_argument("--inputs", type=int, default=64, help="test inputs analysed (default 64)")
     analyze.add_argument("--k", type=int, default=None, help="singular triplets per block (default 30, the paper's "
                                                             "Fig. 2; its K ranges from 10 to 30)")
@@ -151,10 +174,10 @@ def _analyze_arguments(sub: argparse._SubParsersAction) -> None:
 
 def _probe_arguments(sub: argparse._SubParsersAction) -> None:
     """The arguments of ``probe RUN``."""
-    probe = sub.add_parser("probe", parents=[RUNS_DIR, DEVICE, NO_PROGRESS],
+    probe = sub.add_parser("probe", parents=[RUNS_DIR, DEVICE, NO_PROGRESS, NETWORK],
                            help="linear probe on a run's frozen features into <run>/analysis/probe.json "
                                          "(a diffusion run's: analysis/diffusion_probe.json)")
-    probe.add_argument("run", help="run id (in the runs folder) or a run folder's path")
+    probe.add_argument("run", nargs="?", help="run id (in the runs folder) or a run folder's path")
     probe.add_argument("--layer", default="bottleneck",
                        help="bottleneck (the model's features, default) or blocks.N (block N's output, pooled)")
     probe.add_argument("--checkpoint", default=Checkpoint.LAST, choices=list(Checkpoint))
@@ -489,7 +512,7 @@ def _report(args: argparse.Namespace, store: RunStore, measure: Callable[[Run], 
     """Run a report on the run ``args.run`` names: ``measure(run)`` returns its result line (printed) and what it
     wrote (to stderr); a bad run, checkpoint or setting is an error line and exit status 2, with nothing written."""
     try:
-        run = find_run(args.run, store)
+        run = _source(args, store)
         result, wrote = measure(run)
     except (ConfigError, FileNotFoundError, CheckpointError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -497,6 +520,30 @@ def _report(args: argparse.Namespace, store: RunStore, measure: Callable[[Run], 
     print(result)
     print(wrote, file=sys.stderr)
     return 0
+
+
+def _source(args: argparse.Namespace, store: RunStore) -> Run:
+    """The run a report reads: ``args.run``, or the network ``--model`` with ``--weights``, imported as a run first.
+
+    Raises:
+        ValueError: neither or both, or a bad setting; and what :func:`~lab.reports.imported.import_weights` raises.
+    """
+    if (args.run is None) == (args.model is None):
+        raise ValueError("name a run, or a network with --model NAME --weights FILE (not both)")
+    if args.run is not None:
+        return find_run(args.run, store)
+    if args.weights is None:
+        raise ValueError("--model needs --weights FILE (the lab downloads nothing)")
+    name, _, folder = args.data.partition("=")
+    settings: dict[str, object] = {"data.name": name, **({"data.root": folder} if folder else {})}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or "." not in key:
+            raise ValueError(f"--set takes KEY=VALUE with a dotted key (data.image_size=32), got {item!r}")
+        settings[key] = yaml.safe_load(value)  # as a config file reads it: 32 is a number
+    run, report = import_weights(store, args.model, args.weights, settings, strict=args.strict == "true")
+    print(f"imported {args.model} from {args.weights} into {run.path} ({report.text()})", file=sys.stderr)
+    return run
 
 
 def _analyze(args: argparse.Namespace, store: RunStore) -> int:

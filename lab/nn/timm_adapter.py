@@ -250,9 +250,41 @@ def timm_resnet(arch: str = "resnet18", num_classes: int = 1000, in_chans: int =
     """
     import timm  # imported here: it takes seconds, and only these builders need it
 
+    if arch not in timm.list_models(module="resnet"):
+        raise ValueError(f"timm's {arch!r} is no ResNet: the lab sees timm's and torchvision's ResNets block by block")
     model = timm.create_model(arch, pretrained=False, num_classes=num_classes, in_chans=in_chans,
                               zero_init_last=zero_init, **timm_kwargs)
     adapter = TimmResNet(model)
+    if drop_path_rate > 0:
+        set_drop_path(adapter, drop_path_rate)
+    return adapter
+
+
+@register_model(family="torchvision_resnet", example={"num_classes": 3, "arch": "resnet18"}, input_shape=(3, 32, 32))
+def torchvision_resnet(arch: str = "resnet18", num_classes: int = 1000, in_chans: int = 3,
+                       drop_path_rate: float = 0.0) -> TorchvisionResNet:
+    """A torchvision ResNet by name (``resnet18`` … ``resnet152``, ``resnext50_32x4d``, ``wide_resnet50_2``), never
+    pretrained: what a weights file written by torchvision's training loads into (its keys, under ``model.``).
+
+    Args:
+        arch: a torchvision ResNet architecture name.
+        num_classes: classifier outputs.
+        in_chans: input channels (torchvision's stem takes 3; another count gets a stem convolution of its own).
+        drop_path_rate: stochastic depth, timm's linear rule (:func:`set_drop_path`).
+
+    Raises:
+        ValueError: ``arch`` is not a torchvision ResNet.
+    """
+    import torchvision
+
+    model = torchvision.models.get_model(arch, weights=None, num_classes=num_classes)
+    if type(model).__name__ != "ResNet":
+        raise ValueError(f"torchvision's {arch!r} is no ResNet")
+    if in_chans != 3:
+        conv = model.conv1
+        model.conv1 = nn.Conv2d(in_chans, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+                                bias=False)
+    adapter = TorchvisionResNet(model)
     if drop_path_rate > 0:
         set_drop_path(adapter, drop_path_rate)
     return adapter

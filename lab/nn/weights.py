@@ -73,10 +73,10 @@ def read_state_dict(path: str | Path) -> dict[str, torch.Tensor]:
     else:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as err:
+        except pickle.UnpicklingError:
             raise WeightsError(f"{path} holds pickled objects, not only tensors: the lab does not load it, as that "
                                "would run code from the file. Save the model's state_dict() (or safetensors) "
-                               f"instead ({str(err).splitlines()[0]})") from None
+                               "instead") from None
         except (RuntimeError, EOFError, OSError) as err:
             raise WeightsError(f"{path} is not a readable PyTorch file ({err})") from None
     return _prefix_stripped(_unwrapped(state, path))

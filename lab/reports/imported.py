@@ -1,0 +1,64 @@
+"""A network the lab did not train, brought in as an ordinary run folder so every analysis and page takes it.
+
+``lab analyze alignment --model torchvision:resnet18 --weights FILE --data cifar10=DIR`` (and ``lab probe`` the same
+way) first writes an *imported* run: ``config.json`` describes the network and the data it is analysed on, with the
+weights file's path, its SHA-256 and how its keys matched; ``checkpoints/last.pt`` holds those weights under the
+lab model's keys; ``status.json`` reads ``completed`` at step 0 ("imported …; nothing trained"). The analyses then
+read it as they read any run (:func:`~lab.reports.alignment.alignment_report`, the probe), and the Runs page lists
+and opens it. The weights are read by :func:`~lab.nn.weights.load_weights`: tensors only, every key checked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from lab.config import ExperimentConfig, ModelConfig, apply_overrides, to_dict
+from lab.nn.weights import LoadReport, load_weights
+from lab.runfolder.layout import Checkpoint, RunState
+from lab.runs.store import Run, RunStore
+from lab.train.build import build_data, build_model
+
+LIBRARY_BUILDERS = {"timm": "timm_resnet", "torchvision": "torchvision_resnet"}
+"""``<library>:<arch>`` → the registered builder that takes ``arch``."""
+
+
+def network_overrides(spec: str) -> dict[str, str]:
+    """The model settings of ``spec``: ``timm:<arch>``, ``torchvision:<arch>`` or a registered model's name."""
+    library, sep, arch = spec.partition(":")
+    if not sep:
+        return {"model.name": spec}
+    if library not in LIBRARY_BUILDERS or not arch:
+        raise ValueError(f"{spec!r} names no network: use {' or '.join(f'{k}:<arch>' for k in LIBRARY_BUILDERS)} "
+                         "or a registered model")
+    return {"model.name": LIBRARY_BUILDERS[library], "model.arch": arch}
+
+
+def import_weights(store: RunStore, spec: str, weights: str | Path, settings: dict[str, object] | None = None, *,
+                   strict: bool = True) -> tuple[Run, LoadReport]:
+    """Write the imported run of the network ``spec`` with the weights file ``weights``, analysed on the data
+    ``settings`` describe (dotted keys, as overrides: ``data.name``, ``data.root``, ``data.image_size`` …; digits by
+    default).
+
+    Raises:
+        ConfigError, ValueError: an unknown network or setting; :class:`~lab.nn.weights.WeightsError` (a
+            ValueError): a file that holds pickled objects, or keys that do not fit (when ``strict``);
+            FileNotFoundError: no such file or data folder. Nothing is written then.
+    """
+    path = Path(weights).expanduser().resolve()
+    name = spec.replace(":", "-")
+    base = ExperimentConfig(name=f"imported-{name}", model=ModelConfig(name="residual_mlp"))
+    cfg = apply_overrides(base, {"data.name": "digits", "train.engine": "tensor", **network_overrides(spec),
+                                 **(settings or {})})
+    data = build_data(cfg)
+    model = build_model(cfg, data)
+    target = getattr(model, "model", model) if cfg.model.name in LIBRARY_BUILDERS.values() else model
+    report = load_weights(target, path, strict=strict)  # before any folder exists: a refusal writes nothing
+    run = store.create(cfg.name)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    run.write_config(to_dict(cfg), imported={"network": spec, "weights": str(path), "sha256": digest,
+                                             "keys": report.text(), "strict": strict})
+    run.save_checkpoint({"model": model.state_dict(), "step": 0}, Checkpoint.LAST)
+    run.write_status(RunState.COMPLETED, f"imported {spec} from {path.name} ({report.text()}); nothing trained",
+                     step=0, total_steps=0)
+    return run, report

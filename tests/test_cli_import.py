@@ -1,0 +1,72 @@
+"""A network the lab did not train, analysed from its weights file: ``lab analyze alignment --model NAME --weights
+FILE`` imports it as an ordinary run folder and measures it as it measures the lab's own runs."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from lab.cli import main
+from lab.runfolder import layout
+from lab.runs.store import RunStore
+
+pytestmark = pytest.mark.slow
+ANALYSE = ["--inputs", "8", "--k", "3", "--nc-inputs", "40"]
+DATA = ["--set", "data.image_size=16", "--set", "data.train_fraction=0.8", "--set", "data.seed=0"]
+
+
+def _alignment(run_path) -> dict:
+    return json.loads((run_path / layout.ANALYSIS / layout.ALIGNMENT).read_text())
+
+
+def test_a_trained_timm_resnet_analysed_from_its_weights_file_gives_its_runs_numbers(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    assert main(["train", "ra_fc_digits", "model.name=timm_resnet18", "data.image_size=16", "train.epochs=1",
+                 "--runs-dir", str(runs), "--no-progress"]) == 0
+    (trained,) = runs.iterdir()
+    assert main(["analyze", "alignment", trained.name, *ANALYSE, "--runs-dir", str(runs)]) == 0
+    expected = _alignment(trained)
+    # the weights as timm writes them, from elsewhere: a release's {"model": ...} with DDP's prefix, and safetensors
+    state = {k.removeprefix("model."): v for k, v in torch.load(trained / layout.CHECKPOINTS / "last.pt",
+                                                                 weights_only=True)["model"].items()}
+    torch.save({"model": {f"module.{k}": v for k, v in state.items()}, "epoch": 1}, tmp_path / "release.pt")
+    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp_path / "weights.safetensors"))
+    capsys.readouterr()
+    for weights in ("release.pt", "weights.safetensors"):
+        assert main(["analyze", "alignment", "--model", "timm:resnet18", "--weights", str(tmp_path / weights),
+                     *DATA, *ANALYSE, "--runs-dir", str(runs)]) == 0
+        imported = max((p for p in runs.iterdir() if "imported" in p.name), key=lambda p: p.stat().st_mtime_ns)
+        got = _alignment(imported)
+        for key in ("align_offdiag", "baseline_mean", "inv_sigma", "nc1"):
+            assert got[key] == pytest.approx(expected[key], rel=1e-4, abs=1e-6), key
+        status = json.loads((imported / layout.STATUS).read_text())
+        assert status["state"] == "completed" and "every key matched" in status["message"]
+        assert json.loads((imported / layout.CONFIG).read_text())["imported"]["network"] == "timm:resnet18"
+    assert len([p for p in RunStore(runs).root.iterdir() if "imported" in p.name]) == 2
+
+
+def test_a_torchvision_resnet_is_analysed_and_bad_sources_are_refused_before_anything_is_written(tmp_path, capsys):
+    import torchvision
+
+    runs = tmp_path / "runs"
+    net = torchvision.models.resnet18(num_classes=10)
+    net.conv1 = torch.nn.Conv2d(1, 64, 7, 2, 3, bias=False)  # digits are grey
+    torch.save(net.state_dict(), tmp_path / "tv.pt")
+    assert main(["analyze", "alignment", "--model", "torchvision:resnet18", "--weights", str(tmp_path / "tv.pt"),
+                 *DATA, *ANALYSE, "--runs-dir", str(runs)]) == 0
+    (imported,) = runs.iterdir()
+    assert len(_alignment(imported)["inv_sigma"]) == 8
+    torch.save(net, tmp_path / "whole.pt")  # a pickled model object
+    torch.save(torchvision.models.resnet34(num_classes=10).state_dict(), tmp_path / "r34.pt")
+    for args, words in (
+            (["--model", "torchvision:resnet18", "--weights", str(tmp_path / "whole.pt")], "pickled objects"),
+            (["--model", "torchvision:resnet18", "--weights", str(tmp_path / "r34.pt")], "unexpected in the file"),
+            (["--model", "torchvision:resnet18"], "needs --weights"),
+            (["--model", "keras:resnet18", "--weights", str(tmp_path / "tv.pt")], "names no network"),
+            (["--model", "timm:vit_tiny_patch16_224", "--weights", str(tmp_path / "tv.pt")], "no ResNet"),
+            ([imported.name, "--model", "torchvision:resnet18"], "not both")):
+        capsys.readouterr()
+        assert main(["analyze", "alignment", *args, *DATA, "--runs-dir", str(runs)]) == 2
+        assert words in capsys.readouterr().err
+    assert [p.name for p in runs.iterdir()] == [imported.name], "a refused source writes no folder"
