@@ -528,7 +528,8 @@ def _source(args: argparse.Namespace, store: RunStore) -> Run:
     Raises:
         ValueError: neither or both, or a bad setting; and what :func:`~lab.reports.imported.import_weights` raises.
     """
-    if (args.run is None) == (args.model is None):
+    model = getattr(args, "model", None)  # the commands that sample (sample, fid) take runs only
+    if (args.run is None) == (model is None):
         raise ValueError("name a run, or a network with --model NAME --weights FILE (not both)")
     if args.run is not None:
         return find_run(args.run, store)
