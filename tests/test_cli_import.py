@@ -64,9 +64,21 @@ def test_a_torchvision_resnet_is_analysed_and_bad_sources_are_refused_before_any
             (["--model", "torchvision:resnet18", "--weights", str(tmp_path / "r34.pt")], "unexpected in the file"),
             (["--model", "torchvision:resnet18"], "needs --weights"),
             (["--model", "keras:resnet18", "--weights", str(tmp_path / "tv.pt")], "names no network"),
-            (["--model", "timm:vit_tiny_patch16_224", "--weights", str(tmp_path / "tv.pt")], "no ResNet"),
+            (["--model", "timm:convnext_atto", "--weights", str(tmp_path / "tv.pt")], "no ResNet (nor a ViT)"),
             ([imported.name, "--model", "torchvision:resnet18"], "not both")):
         capsys.readouterr()
         assert main(["analyze", "alignment", *args, *DATA, "--runs-dir", str(runs)]) == 2
         assert words in capsys.readouterr().err
     assert [p.name for p in runs.iterdir()] == [imported.name], "a refused source writes no folder"
+
+
+def test_a_timm_vit_is_analysed_step_by_step_from_its_weights_file(tmp_path):
+    import timm
+
+    runs = tmp_path / "runs"
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=16, in_chans=1, num_classes=10)
+    torch.save(vit.state_dict(), tmp_path / "vit.pt")  # digits are grey and, here, 16 × 16: one patch
+    assert main(["analyze", "alignment", "--model", "timm:vit_tiny_patch16_224", "--weights", str(tmp_path / "vit.pt"),
+                 *DATA, *ANALYSE, "--runs-dir", str(runs)]) == 0
+    (imported,) = runs.iterdir()
+    assert len(_alignment(imported)["inv_sigma"]) == 24  # attention and MLP of each of 12 blocks

@@ -6,7 +6,8 @@ a registered name builds the lab's model (:func:`~lab.nn.registry.create_model`)
 :func:`~lab.nn.weights.load_weights` into the library's own module, under its own keys, before it is wrapped; then
 :func:`residual_view` finds the residual blocks: a lab model has them already, a timm or torchvision ResNet gets
 :class:`~lab.nn.timm_adapter.TimmResNet` / :class:`~lab.nn.timm_adapter.TorchvisionResNet` (every block with its
-branch and shortcut, projection shortcuts marked). A network whose blocks the lab cannot find is refused with the
+branch and shortcut, projection shortcuts marked), a timm ViT :class:`~lab.nn.timm_vit.TimmViT` (attention and MLP
+as two residual steps per block). A network whose blocks the lab cannot find is refused with the
 modules it has, by name.
 """
 
@@ -18,6 +19,7 @@ from torch import nn
 
 from lab.nn.registry import create_model, list_models
 from lab.nn.timm_adapter import TimmResNet, TorchvisionResNet
+from lab.nn.timm_vit import TimmViT
 from lab.nn.weights import LoadReport, load_weights
 
 LIBRARIES = ("timm", "torchvision")
@@ -65,9 +67,11 @@ def residual_view(model: nn.Module) -> nn.Module:
         return TimmResNet(model)
     if kind == "torchvision.models.resnet.ResNet":
         return TorchvisionResNet(model)
+    if kind == "timm.models.vision_transformer.VisionTransformer":
+        return TimmViT(model)
     found = ", ".join(f"{n} ({type(m).__name__})" for n, m in list(model.named_children())[:12])
-    raise ValueError(f"the lab cannot find the residual blocks of {kind}: it knows its own models and timm's and "
-                     f"torchvision's ResNets; this network's modules are {found or 'none'}")
+    raise ValueError(f"the lab cannot find the residual blocks of {kind}: it knows its own models, timm's and "
+                     f"torchvision's ResNets and timm's ViTs; this network's modules are {found or 'none'}")
 
 
 def open_network(name: str, weights: str | Path | None = None, *, strict: bool = True, **kwargs

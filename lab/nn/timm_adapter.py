@@ -251,7 +251,8 @@ def timm_resnet(arch: str = "resnet18", num_classes: int = 1000, in_chans: int =
     import timm  # imported here: it takes seconds, and only these builders need it
 
     if arch not in timm.list_models(module="resnet"):
-        raise ValueError(f"timm's {arch!r} is no ResNet: the lab sees timm's and torchvision's ResNets block by block")
+        raise ValueError(f"timm's {arch!r} is no ResNet (nor a ViT): the lab sees timm's and torchvision's ResNets "
+                         "and timm's ViTs block by block")
     model = timm.create_model(arch, pretrained=False, num_classes=num_classes, in_chans=in_chans,
                               zero_init_last=zero_init, **timm_kwargs)
     adapter = TimmResNet(model)

@@ -20,7 +20,9 @@ from lab.runs.store import Run, RunStore
 from lab.train.build import build_data, build_model
 
 LIBRARY_BUILDERS = {"timm": "timm_resnet", "torchvision": "torchvision_resnet"}
-"""``<library>:<arch>`` → the registered builder that takes ``arch``."""
+"""``<library>:<arch>`` → the registered builder that takes ``arch`` (timm's ViTs: ``timm_vit``)."""
+WRAPPED = ("timm_resnet", "torchvision_resnet", "timm_vit")
+"""The builders whose model wraps the library's network as ``.model`` (the weights file's keys are that network's)."""
 
 
 def network_overrides(spec: str) -> dict[str, str]:
@@ -31,6 +33,11 @@ def network_overrides(spec: str) -> dict[str, str]:
     if library not in LIBRARY_BUILDERS or not arch:
         raise ValueError(f"{spec!r} names no network: use {' or '.join(f'{k}:<arch>' for k in LIBRARY_BUILDERS)} "
                          "or a registered model")
+    if library == "timm":
+        import timm
+
+        if arch in timm.list_models(module="vision_transformer"):
+            return {"model.name": "timm_vit", "model.arch": arch}
     return {"model.name": LIBRARY_BUILDERS[library], "model.arch": arch}
 
 
@@ -52,7 +59,7 @@ def import_weights(store: RunStore, spec: str, weights: str | Path, settings: di
                                  **(settings or {})})
     data = build_data(cfg)
     model = build_model(cfg, data)
-    target = getattr(model, "model", model) if cfg.model.name in LIBRARY_BUILDERS.values() else model
+    target = model.model if cfg.model.name in WRAPPED else model
     report = load_weights(target, path, strict=strict)  # before any folder exists: a refusal writes nothing
     run = store.create(cfg.name)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()

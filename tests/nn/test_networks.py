@@ -43,3 +43,20 @@ def test_unknown_names_networks_without_blocks_and_weights_that_do_not_fit_are_r
     torch.save(torchvision.models.resnet34(weights=None).state_dict(), tmp_path / "r34.pt")
     with pytest.raises(WeightsError, match="unexpected in the file: layer1.2"):
         open_network("torchvision:resnet18", tmp_path / "r34.pt")
+
+
+def test_a_timm_vit_is_seen_as_two_residual_steps_per_block_and_computes_as_timm_does(tmp_path):
+    torch.manual_seed(0)
+    raw = build_network("timm:vit_tiny_patch16_224", img_size=32, num_classes=4).eval()
+    torch.save(raw.state_dict(), tmp_path / "vit.pt")
+    view, report = open_network("timm:vit_tiny_patch16_224", tmp_path / "vit.pt", img_size=32, num_classes=4)
+    x, y = torch.randn(6, 3, 32, 32), torch.arange(6) % 4
+    with torch.no_grad():
+        assert report.exact and torch.allclose(view(x), raw(x), atol=1e-5)
+        states = view.forward_intermediates(x, intermediates_only=True)
+    steps = [b for _, b in view.iter_blocks()]
+    first = view.model.blocks[0]
+    assert len(steps) == 2 * 12 and steps[0].branch[1] is first.attn and steps[1].branch[1] is first.mlp
+    assert len(states) == 25 and states[0].shape == (6, 5, 192)  # 4 patches and the class token
+    out = residual_alignment(view, x, y, 3, nc_x=x, nc_y=y, num_classes=4, fit_start=0, seed=0)
+    assert out["sigma"].shape[0] == 24
