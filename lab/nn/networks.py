@@ -22,8 +22,29 @@ from lab.nn.timm_adapter import TimmResNet, TorchvisionResNet
 from lab.nn.timm_vit import TimmViT
 from lab.nn.weights import LoadReport, load_weights
 
-LIBRARIES = ("timm", "torchvision")
+LIBRARY_BUILDERS = {"timm": "timm_resnet", "torchvision": "torchvision_resnet"}
+"""``<library>:<arch>`` → the registered builder that takes ``arch`` (timm's ViTs: ``timm_vit``)."""
+LIBRARIES = tuple(LIBRARY_BUILDERS)
 """The prefixes of a network that comes from a library rather than the lab's registry."""
+WRAPPED = ("timm_resnet", "torchvision_resnet", "timm_vit")
+"""The builders whose model wraps the library's network as ``.model`` (the weights file's keys are that network's)."""
+
+
+def network_overrides(spec: str) -> dict[str, str]:
+    """The config's model settings for ``spec`` (``timm:<arch>``, ``torchvision:<arch>`` or a registered model's
+    name, as :func:`build_network` takes): the registered builder that wraps that network, and its ``arch``."""
+    library, sep, arch = spec.partition(":")
+    if not sep:
+        return {"model.name": spec}
+    if library not in LIBRARY_BUILDERS or not arch:
+        raise ValueError(f"{spec!r} names no network: use {' or '.join(f'{k}:<arch>' for k in LIBRARY_BUILDERS)} "
+                         "or a registered model")
+    if library == "timm":
+        import timm
+
+        if arch in timm.list_models(module="vision_transformer"):
+            return {"model.name": "timm_vit", "model.arch": arch}
+    return {"model.name": LIBRARY_BUILDERS[library], "model.arch": arch}
 
 
 def build_network(name: str, **kwargs) -> nn.Module:

@@ -14,31 +14,11 @@ import hashlib
 from pathlib import Path
 
 from lab.config import ExperimentConfig, ModelConfig, apply_overrides, to_dict
+from lab.nn.networks import WRAPPED, network_overrides
 from lab.nn.weights import LoadReport, load_weights
 from lab.runfolder.layout import Checkpoint, RunState
 from lab.runs.store import Run, RunStore
 from lab.train.build import build_data, build_model
-
-LIBRARY_BUILDERS = {"timm": "timm_resnet", "torchvision": "torchvision_resnet"}
-"""``<library>:<arch>`` → the registered builder that takes ``arch`` (timm's ViTs: ``timm_vit``)."""
-WRAPPED = ("timm_resnet", "torchvision_resnet", "timm_vit")
-"""The builders whose model wraps the library's network as ``.model`` (the weights file's keys are that network's)."""
-
-
-def network_overrides(spec: str) -> dict[str, str]:
-    """The model settings of ``spec``: ``timm:<arch>``, ``torchvision:<arch>`` or a registered model's name."""
-    library, sep, arch = spec.partition(":")
-    if not sep:
-        return {"model.name": spec}
-    if library not in LIBRARY_BUILDERS or not arch:
-        raise ValueError(f"{spec!r} names no network: use {' or '.join(f'{k}:<arch>' for k in LIBRARY_BUILDERS)} "
-                         "or a registered model")
-    if library == "timm":
-        import timm
-
-        if arch in timm.list_models(module="vision_transformer"):
-            return {"model.name": "timm_vit", "model.arch": arch}
-    return {"model.name": LIBRARY_BUILDERS[library], "model.arch": arch}
 
 
 def import_weights(store: RunStore, spec: str, weights: str | Path, settings: dict[str, object] | None = None, *,
