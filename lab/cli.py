@@ -1,8 +1,9 @@
 """Command line: ``python -m lab train CONFIG [section.key=value ...] [--runs-dir DIR]``, ``resume RUN``,
-``analyze alignment RUN [--inputs N] [--k K]``, ``probe RUN [--layer bottleneck|blocks.N] [--epochs N]`` (linear
-probing on frozen features), ``sample RUN`` and ``fid RUN --reference DIR|digits`` (diffusion runs), ``sweep CONFIG
-key=v1,v2,... [section.key=value ...]``, ``submit CONFIG [...] --executor slurm|local`` (a sweep as cluster jobs)
-``reproduce`` and ``serve`` (the lab's pages, as ``panel serve apps/`` serves them from a checkout).
+``analyze alignment|collapse|retransformation RUN [--inputs N] [--k K]``, ``probe RUN [--layer bottleneck|blocks.N]
+[--epochs N]`` (linear probing on frozen features), ``sample RUN`` and ``fid RUN --reference DIR|digits``
+(diffusion runs), ``sweep CONFIG key=v1,v2,... [section.key=value ...]``, ``submit CONFIG [...] --executor
+slurm|local`` (a sweep as cluster jobs), ``reproduce`` and ``serve`` (the lab's pages, as ``panel serve apps/``
+serves them from a checkout).
 
 ``train`` and ``resume`` also run as the processes of ``torchrun --nproc_per_node=N -m lab train CONFIG``
 (data-parallel, the loader engine); ``--steps N`` trains a slice of a run and stops with a checkpoint."""
@@ -20,7 +21,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-import yaml
 
 from lab.analysis.residual_alignment import RA4_FIT_START
 from lab.config import ConfigError, ExperimentConfig, load_config
@@ -36,8 +36,9 @@ from lab.nn.diffusion import SAMPLERS
 from lab.reports.alignment import alignment_report, collapse_report, format_alignment
 from lab.reports.diffusion_probe import diffusion_probe_report, format_diffusion_probe
 from lab.reports.fid import fid_report, fid_select_best, format_fid
-from lab.reports.imported import import_weights
+from lab.reports.imported import data_settings, import_weights
 from lab.reports.probe import format_probe, probe_report
+from lab.reports.retransformation import format_retransformation, retransformation_report
 from lab.reports.samples import format_samples, sample_report
 from lab.reproduce import BUDGETS, PAPERS, TOY_BUDGETS, reproduce, reproduce_at_scale
 from lab.reproduce.claims import ERROR, MAX_SEEDS, Result
@@ -155,13 +156,15 @@ def _train_arguments(sub: argparse._SubParsersAction) -> None:
 
 
 def _analyze_arguments(sub: argparse._SubParsersAction) -> None:
-    """The arguments of ``analyze alignment RUN``."""
-    analyze = sub.add_parser("analyze", parents=[RUNS_DIR, NETWORK],
+    """The arguments of ``analyze alignment|collapse|retransformation RUN``."""
+    analyze = sub.add_parser("analyze", parents=[RUNS_DIR, DEVICE, NO_PROGRESS, NETWORK],
                              help="analyse a run's checkpoint into <run>/analysis/ (or a network of your own: "
                                   "--model and --weights, imported as a run first)")
-    analyze.add_argument("analysis", choices=["alignment", "collapse"],
+    analyze.add_argument("analysis", choices=["alignment", "collapse", "retransformation"],
                          help="alignment: RA1-RA4 and NC1-NC4; collapse: NC1-NC4 of the last layer at every checkpoint "
-                              "kept by train.save_every and at last (neural collapse over training)")
+                              "kept by train.save_every and at last (neural collapse over training); "
+                              "retransformation: each residual step's distance to the input and to the step before, "
+                              "and CKA between layers (ResidualDroppath's Figure 3)")
     analyze.add_argument("run", nargs="?", help="run id (in the runs folder) or a run folder's path")
     analyze.add_argument("--inputs", type=int, default=64, help="test inputs analysed (default 64)")
     analyze.add_argument("--k", type=int, default=None, help="singular triplets per block (default 30, the paper's "
@@ -535,13 +538,7 @@ def _source(args: argparse.Namespace, store: RunStore) -> Run:
         return find_run(args.run, store)
     if args.weights is None:
         raise ValueError("--model needs --weights FILE (the lab downloads nothing)")
-    name, _, folder = args.data.partition("=")
-    settings: dict[str, object] = {"data.name": name, **({"data.root": folder} if folder else {})}
-    for item in args.set:
-        key, sep, value = item.partition("=")
-        if not sep or "." not in key:
-            raise ValueError(f"--set takes KEY=VALUE with a dotted key (data.image_size=32), got {item!r}")
-        settings[key] = yaml.safe_load(value)  # as a config file reads it: 32 is a number
+    settings = data_settings(args.data, args.set)
     run, report = import_weights(store, args.model, args.weights, settings, strict=args.strict == "true")
     print(f"imported {args.model} from {args.weights} into {run.path} ({report.text()})", file=sys.stderr)
     return run
@@ -559,8 +556,12 @@ def _analyze(args: argparse.Namespace, store: RunStore) -> int:
                                                                                     "nc2_maxangle", "nc3", "nc4")
                                                          if c[k] is not None) for c in curve]
             return "\n".join(lines), f"wrote {run.analysis_path(layout.COLLAPSE)}"
+        if args.analysis == "retransformation":
+            summary = retransformation_report(run, inputs=args.inputs, checkpoint=args.checkpoint)
+            return format_retransformation(summary), f"wrote {run.analysis_path(layout.RETRANSFORMATION)}"
         summary = alignment_report(run, inputs=args.inputs, k=args.k, nc_inputs=args.nc_inputs,
-                                   checkpoint=args.checkpoint, fit_start=args.ra4_from - 1)
+                                   checkpoint=args.checkpoint, fit_start=args.ra4_from - 1, device=args.device,
+                                   progress=not args.no_progress)
         return format_alignment(summary), (f"wrote {run.analysis_path(layout.ALIGNMENT)} and "
                                            f"{layout.ALIGNMENT_ARRAYS}")
 

@@ -1,5 +1,6 @@
 """A network the lab did not train, analysed from its weights file: ``lab analyze alignment --model NAME --weights
-FILE`` imports it as an ordinary run folder and measures it as it measures the lab's own runs."""
+FILE`` imports it as an ordinary run folder and measures it as it measures the lab's own runs; ``lab.analyze`` gives
+a notebook the same numbers."""
 
 import json
 
@@ -7,6 +8,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+import lab
 from lab.cli import main
 from lab.runfolder import layout
 from lab.runs.store import RunStore
@@ -18,6 +20,14 @@ DATA = ["--set", "data.image_size=16", "--set", "data.train_fraction=0.8", "--se
 
 def _alignment(run_path) -> dict:
     return json.loads((run_path / layout.ANALYSIS / layout.ALIGNMENT).read_text())
+
+
+def _retransformation(run_path) -> dict:
+    return json.loads((run_path / layout.ANALYSIS / layout.RETRANSFORMATION).read_text())
+
+
+def _newest_import(runs):
+    return max((p for p in runs.iterdir() if "imported" in p.name), key=lambda p: p.stat().st_mtime_ns)
 
 
 def test_a_trained_timm_resnet_analysed_from_its_weights_file_gives_its_runs_numbers(tmp_path, capsys):
@@ -36,7 +46,7 @@ def test_a_trained_timm_resnet_analysed_from_its_weights_file_gives_its_runs_num
     for weights in ("release.pt", "weights.safetensors"):
         assert main(["analyze", "alignment", "--model", "timm:resnet18", "--weights", str(tmp_path / weights),
                      *DATA, *ANALYSE, "--runs-dir", str(runs)]) == 0
-        imported = max((p for p in runs.iterdir() if "imported" in p.name), key=lambda p: p.stat().st_mtime_ns)
+        imported = _newest_import(runs)
         got = _alignment(imported)
         for key in ("align_offdiag", "baseline_mean", "inv_sigma", "nc1"):
             assert got[key] == pytest.approx(expected[key], rel=1e-4, abs=1e-6), key
@@ -44,6 +54,17 @@ def test_a_trained_timm_resnet_analysed_from_its_weights_file_gives_its_runs_num
         assert status["state"] == "completed" and "every key matched" in status["message"]
         assert json.loads((imported / layout.CONFIG).read_text())["imported"]["network"] == "timm:resnet18"
     assert len([p for p in RunStore(runs).root.iterdir() if "imported" in p.name]) == 2
+    # a notebook: lab.analyze on the same file gives the same numbers, and the arrays the Alignment page draws
+    result = lab.analyze("timm:resnet18", weights=tmp_path / "weights.safetensors", settings=DATA[1::2],
+                         inputs=8, k=3, nc_inputs=40, runs_dir=runs)
+    for key in ("align_offdiag", "baseline_mean", "inv_sigma", "nc1"):
+        assert result.summary[key] == pytest.approx(expected[key], rel=1e-4, abs=1e-6), key
+    assert result.alignment["grid"].shape == (1, 8, 8, 3, 3) and result.alignment["scores"].shape == (8, 8)
+    # re-transformation of the run and of its weights file agree too
+    assert main(["analyze", "retransformation", trained.name, "--inputs", "8", "--runs-dir", str(runs)]) == 0
+    own = _retransformation(trained)
+    assert result.retransformation["to_input"] == pytest.approx(own["to_input"], rel=1e-4, abs=1e-6)
+    assert len(own["to_input"]) == 9 and own["stage_start"] == [0, 0, 0, 3, 3, 5, 5, 7, 7]  # projections start stages
 
 
 def test_a_torchvision_resnet_is_analysed_and_bad_sources_are_refused_before_anything_is_written(tmp_path, capsys):
@@ -82,3 +103,23 @@ def test_a_timm_vit_is_analysed_step_by_step_from_its_weights_file(tmp_path):
                  *DATA, *ANALYSE, "--runs-dir", str(runs)]) == 0
     (imported,) = runs.iterdir()
     assert len(_alignment(imported)["inv_sigma"]) == 24  # attention and MLP of each of 12 blocks
+
+
+def test_the_labs_mae_trained_and_exported_is_analysed_sublayer_by_sublayer_with_its_runs_numbers(tmp_path):
+    runs = tmp_path / "runs"
+    assert main(["train", "mae_tiny", "data.name=digits", "data.image_size=8", "data.workers=0", "model.depth=2",
+                 "train.epochs=1", "train.batch_size=64", "train.lr_schedule=constant", "--runs-dir", str(runs),
+                 "--no-progress"]) == 0
+    (trained,) = runs.iterdir()
+    for analysis in ("alignment", "retransformation"):
+        assert main(["analyze", analysis, trained.name, *ANALYSE, "--runs-dir", str(runs)]) == 0
+    expected, moved = _alignment(trained), _retransformation(trained)
+    assert len(expected["inv_sigma"]) == 4 and moved["steps"] == ["blocks.0", "blocks.1", "blocks.2", "blocks.3"]
+    state = torch.load(trained / layout.CHECKPOINTS / "last.pt", weights_only=True)["model"]
+    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp_path / "mae.safetensors"))
+    settings = ["data.image_size=8", "model.depth=2", "model.alpha_min=0.6", "data.train_fraction=0.8"]
+    result = lab.analyze("mae_vit_tiny_patch4_32", weights=tmp_path / "mae.safetensors", settings=settings,
+                         inputs=8, k=3, nc_inputs=40, runs_dir=runs)
+    for key in ("align_offdiag", "baseline_mean", "inv_sigma", "nc1"):
+        assert result.summary[key] == pytest.approx(expected[key], rel=1e-4, abs=1e-6), key
+    assert result.retransformation["to_input"] == pytest.approx(moved["to_input"], rel=1e-4, abs=1e-6)

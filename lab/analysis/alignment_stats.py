@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
+from tqdm.auto import tqdm
 
 from lab.analysis.alignment import alignment_score, haar_bases
 from lab.analysis.jacobian import jacobian_operator, jacobian_shapes, residual_jacobians
@@ -146,7 +147,7 @@ def _operator_chunks(model: nn.Module, x: Tensor, blocks: list[int], shape: tupl
 
 
 def alignment_stats(model: nn.Module, x: Tensor, k: int, *, grid_inputs: int = 1, baseline_trials: int = 8,
-                    dense_max_dim: int = 2048, seed: int = 0) -> dict[str, Tensor]:
+                    dense_max_dim: int = 2048, seed: int = 0, progress: bool = False) -> dict[str, Tensor]:
     """σ, alignment scores, alignment matrices and random baseline of every block at every input of a batch.
 
     Runs in eval mode (BatchNorm running statistics, no drop path; every module's training flag is restored) and
@@ -166,6 +167,7 @@ def alignment_stats(model: nn.Module, x: Tensor, k: int, *, grid_inputs: int = 1
         dense_max_dim: largest max(D_out, D_in) whose Jacobians are formed densely; larger blocks use jvp / vjp
             operators, one input at a time.
         seed: seed of the baseline's bases and of the Krylov start block.
+        progress: show a progress bar of the (input, block) Jacobians done (tqdm, on stderr).
 
     Returns:
         float32 CPU tensors: ``sigma [N, L, k]`` (descending), ``scores [N, L, L]`` (row i = Jacobian, column j =
@@ -198,7 +200,8 @@ def alignment_stats(model: nn.Module, x: Tensor, k: int, *, grid_inputs: int = 1
     scores = torch.full((N, L, L), nan)
     grid = torch.full((grid_inputs, L, L, k, k), nan)
     trial_scores = torch.empty(baseline_trials, L)
-    with eval_mode(model), torch.no_grad():
+    bar = tqdm(total=N * L, unit="Jacobian", desc="Residual Alignment", disable=not progress, leave=False)
+    with eval_mode(model), torch.no_grad(), bar:
         for (m, n), blocks in groups.items():
             bases = haar_bases(m, n, k, baseline_trials, seed=seed)  # as random_baseline draws them
             path = _dense_chunks if max(m, n) <= dense_max_dim else _operator_chunks
@@ -211,6 +214,7 @@ def alignment_stats(model: nn.Module, x: Tensor, k: int, *, grid_inputs: int = 1
                     grid[g, rows, cols] = chunk.tiles[g - chunk.start].float().cpu()
                 for t, s in chunk.trials.items():
                     trial_scores[t, blocks] = s.float().cpu()
+                bar.update(len(chunk.S) * len(blocks))
     std = trial_scores.double().std(dim=0) if baseline_trials > 1 else torch.zeros(L, dtype=torch.float64)
     return {"sigma": sigma, "scores": scores, "grid": grid, "baseline": trial_scores.double().mean(dim=0).float(),
             "baseline_std": std.float()}

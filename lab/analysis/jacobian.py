@@ -42,6 +42,8 @@ from lab.hooks import eval_mode, iter_blocks
 __all__ = ["block_jacobians", "block_svds", "jacobian_operator", "jacobian_shapes", "residual_jacobians"]
 
 _CHUNK_ELEMENTS = 2**24  # auto chunk: about 64 MB of float32 Jacobian entries per vmapped batch
+_OPERATOR_ELEMENTS = 2**26  # an operator's vmapped call: its tangents hold at most ~256 MB of float32 (a ResNet-50's
+# first stage at 224 px, D = 256 × 56 × 56, takes 83 columns at a time; its activations cost a few times that)
 
 # torch's forward-mode AD loads its decompositions with torch.jit.script on the first jvp, which warns that
 # torch.jit.script is deprecated: torch's own business, printed into every notebook cell and page log that first
@@ -186,7 +188,8 @@ def jacobian_operator(model: nn.Module, x: Tensor, i: int) -> LinearOperator:
     """Block i's residual Jacobian J_i at input x as a matrix-free operator (never materialised).
 
     ``matmat(X [D_in, k])`` = J_i X by k vmapped ``jvp`` calls; ``rmatmat(Y [D_out, k])`` = J_iᵀ Y by k vmapped
-    calls of one ``vjp`` (the forward pass is recorded once, when the operator is built). Each product runs with
+    calls of one ``vjp`` (the forward pass is recorded once, when the operator is built); the k columns go through
+    vmap in chunks of at most 2²⁶ / D, so memory stays bounded for any k and D. Each product runs with
     the model in eval mode and restores the training flags, so the operator stays valid while the model trains.
 
     Args:
@@ -212,17 +215,23 @@ def jacobian_operator(model: nn.Module, x: Tensor, i: int) -> LinearOperator:
             _, pullback = vjp(lambda v: fn(v, skip), h)
     in_shape, out_shape = h.shape, skip.shape
 
+    cols = max(1, _OPERATOR_ELEMENTS // max(h.numel(), skip.numel()))  # columns per vmapped call
+
     def matmat(X: Tensor) -> Tensor:  # [D_in, k] -> [D_out, k]
-        tangents = X.mT.reshape(-1, *in_shape)
-        with eval_mode(model), torch.no_grad():
-            Y = vmap(lambda t: jvp(lambda v: fn(v, skip), (h,), (t,))[1])(tangents)
-        return Y.reshape(len(Y), -1).mT
+        out = []
+        for tangents in X.mT.reshape(-1, *in_shape).split(cols):
+            with eval_mode(model), torch.no_grad():
+                Y = vmap(lambda t: jvp(lambda v: fn(v, skip), (h,), (t,))[1])(tangents)
+            out.append(Y.reshape(len(Y), -1))
+        return torch.cat(out).mT
 
     def rmatmat(Y: Tensor) -> Tensor:  # [D_out, k] -> [D_in, k]
-        cotangents = Y.mT.reshape(-1, *out_shape)
-        with torch.no_grad():
-            (X,) = vmap(pullback)(cotangents)
-        return X.reshape(len(X), -1).mT
+        out = []
+        for cotangents in Y.mT.reshape(-1, *out_shape).split(cols):
+            with torch.no_grad():
+                (X,) = vmap(pullback)(cotangents)
+            out.append(X.reshape(len(X), -1))
+        return torch.cat(out).mT
 
     return LinearOperator((skip.numel(), h.numel()), matmat, rmatmat, dtype=h.dtype, device=h.device)
 

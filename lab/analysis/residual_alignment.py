@@ -79,7 +79,7 @@ def collapse_of(model: nn.Module, x: Tensor, y: Tensor) -> dict[str, np.ndarray]
 def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: Tensor | None = None,
                        nc_y: Tensor | None = None, num_classes: int | None = None, grid_inputs: int = 1,
                        baseline_trials: int = 8, fit_start: int = RA4_FIT_START,
-                       seed: int = 0) -> dict[str, np.ndarray]:
+                       seed: int = 0, progress: bool = False) -> dict[str, np.ndarray]:
     """RA1–RA4 at the inputs ``x`` and NC1–NC4 at ``nc_x``, in eval mode (the training flags are restored).
 
     Args:
@@ -95,6 +95,7 @@ def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: 
         fit_start: first block (0-based) in the 1/σ₁ fit (default 4: from block 5, as the paper's Fig. 4b); a
             model with fewer blocks fits its last two.
         seed: seed of the randomized parts (baseline, Gaussian directions).
+        progress: show a progress bar of the Jacobians done.
 
     Returns:
         float numpy arrays: ``sigma [L, K]`` (mean over inputs), ``scores [L, L]``, ``grid [G, L, L, K, K]``,
@@ -106,7 +107,8 @@ def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: 
         Pairs (i, j) whose Jacobians differ in shape (different conv stages) are NaN.
     """
     C = int(num_classes or getattr(model, "num_classes", 0) or int(y.max()) + 1)
-    stats = alignment_stats(model, x, k, grid_inputs=grid_inputs, baseline_trials=baseline_trials, seed=seed)
+    stats = alignment_stats(model, x, k, grid_inputs=grid_inputs, baseline_trials=baseline_trials, seed=seed,
+                            progress=progress)
     sigma = stats["sigma"].double().mean(dim=0)  # [L, K]
     scores = stats["scores"].double().nanmean(dim=0)  # [L, L]
     L = len(sigma)

@@ -17,9 +17,11 @@ from pathlib import Path
 
 from torch import nn
 
+from lab.nn.mae import MaskedAutoencoderViT
 from lab.nn.registry import create_model, list_models
 from lab.nn.timm_adapter import TimmResNet, TorchvisionResNet
 from lab.nn.timm_vit import TimmViT
+from lab.nn.vit_steps import SublayerSteps
 from lab.nn.weights import LoadReport, load_weights
 
 LIBRARY_BUILDERS = {"timm": "timm_resnet", "torchvision": "torchvision_resnet"}
@@ -93,6 +95,13 @@ def residual_view(model: nn.Module) -> nn.Module:
     found = ", ".join(f"{n} ({type(m).__name__})" for n, m in list(model.named_children())[:12])
     raise ValueError(f"the lab cannot find the residual blocks of {kind}: it knows its own models, timm's and "
                      f"torchvision's ResNets and timm's ViTs; this network's modules are {found or 'none'}")
+
+
+def residual_steps(model: nn.Module) -> nn.Module:
+    """``model`` as the residual steps the Residual Alignment and re-transformation analyses take: the lab's MAE
+    with each encoder block's attention and MLP as two steps (:class:`~lab.nn.vit_steps.SublayerSteps`), as timm's
+    ViTs are seen (:class:`~lab.nn.timm_vit.TimmViT`); every other model as it is."""
+    return SublayerSteps(model) if isinstance(model, MaskedAutoencoderViT) else model
 
 
 def open_network(name: str, weights: str | Path | None = None, *, strict: bool = True, **kwargs

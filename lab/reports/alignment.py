@@ -11,16 +11,19 @@ import math
 from typing import Any
 
 import numpy as np
+import torch
 from torch import nn
 
 from lab.analysis.residual_alignment import NC_KEYS, PAPER_K, RA4_FIT_START, SCALARS, collapse_of, residual_alignment
 from lab.config import ExperimentConfig
 from lab.data.toy2d import ToyData
+from lab.nn.networks import residual_steps
 from lab.runfolder import layout
 from lab.runfolder.layout import Checkpoint
 from lab.runfolder.writes import atomic_write_bytes, atomic_write_json
 from lab.runs.store import CheckpointError, Run, config_of_run
 from lab.train.build import build_data, build_model, loader_data
+from lab.train.core import resolve_device
 from lab.train.loader import LoaderData
 
 
@@ -54,17 +57,17 @@ def load_trained(run: Run, checkpoint: str = Checkpoint.LAST, *, loader: bool = 
     return cfg, model.eval(), data, int(state.get("step", 0))
 
 
-def _plain(value: np.ndarray) -> Any:
+def plain(value: np.ndarray) -> Any:
     """JSON value of a result array: numbers (NaN as null) or nested lists."""
     if value.ndim == 0:
         v = value.item()
         return None if isinstance(v, float) and not math.isfinite(v) else v
-    return [_plain(v) for v in value]
+    return [plain(v) for v in value]
 
 
 def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inputs: int = 500,
-                     checkpoint: str = Checkpoint.LAST, fit_start: int = RA4_FIT_START, seed: int = 0
-                     ) -> dict[str, Any]:
+                     checkpoint: str = Checkpoint.LAST, fit_start: int = RA4_FIT_START, seed: int = 0,
+                     device: str = "cpu", progress: bool = False) -> dict[str, Any]:
     """RA1–RA4 and NC1–NC4 of a run's checkpoint, written to ``analysis/alignment.json`` and ``alignment.npz``.
 
     Args:
@@ -75,6 +78,8 @@ def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inp
         checkpoint: which checkpoint (``last`` or ``best``).
         fit_start: first block (0-based) of RA4's 1/σ₁ fit (default 4: from block 5, as the paper's Fig. 4b).
         seed: seed of the random baseline and directions.
+        device: where the Jacobians are computed: ``cpu``, ``cuda[:i]`` or ``auto`` (CUDA when present).
+        progress: show a progress bar of the Jacobians done.
 
     Returns:
         What ``alignment.json`` holds: the scalars of :data:`~lab.analysis.residual_alignment.SCALARS`, then per
@@ -83,16 +88,23 @@ def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inp
         ``ra4_fit_from`` (the first fitted block, 1-based).
     """
     _, model, data, step = load_trained(run, checkpoint)
+    try:
+        dev = resolve_device(device)
+    except RuntimeError as err:  # an unknown name, or CUDA asked for where there is none
+        raise ValueError(f"device {device!r}: {err}") from None
+    model = residual_steps(model).to(dev)  # a ViT's attention and MLP: one residual step each
     C = data.num_classes
-    x, y = data.x_test[:inputs], data.y_test[:inputs]
-    width = min(v.numel() for v in model.forward_intermediates(x[:1], intermediates_only=True))
+    x, y = data.x_test[:inputs].to(dev), data.y_test[:inputs].to(dev)
+    with torch.no_grad():
+        width = min(v.numel() for v in model.forward_intermediates(x[:1], intermediates_only=True))
     k = min(k or PAPER_K, width)
-    out = residual_alignment(model, x, y, k, nc_x=data.x_train[:nc_inputs], nc_y=data.y_train[:nc_inputs],
-                             num_classes=C, fit_start=fit_start, seed=seed)
-    summary: dict[str, Any] = {key: _plain(out[key]) for key in SCALARS}
-    summary.update(sigma1=_plain(out["sigma"][:, 0]), inv_sigma=_plain(out["inv_sigma"]),
-                   inv_sigma_fit=_plain(out["inv_sigma_fit"]), baseline=_plain(out["baseline"]),
-                   **{key: _plain(out[key]) for key in NC_KEYS},
+    out = residual_alignment(model, x, y, k, nc_x=data.x_train[:nc_inputs].to(dev),
+                             nc_y=data.y_train[:nc_inputs].to(dev), num_classes=C, fit_start=fit_start, seed=seed,
+                             progress=progress)
+    summary: dict[str, Any] = {key: plain(out[key]) for key in SCALARS}
+    summary.update(sigma1=plain(out["sigma"][:, 0]), inv_sigma=plain(out["inv_sigma"]),
+                   inv_sigma_fit=plain(out["inv_sigma_fit"]), baseline=plain(out["baseline"]),
+                   **{key: plain(out[key]) for key in NC_KEYS},
                    step=step, inputs=len(x), k=k, num_classes=C, checkpoint=checkpoint,
                    ra4_fit_from=int(out["fit_start"]) + 1)
     atomic_write_json(run.analysis_path(layout.ALIGNMENT), summary)
@@ -119,7 +131,7 @@ def collapse_report(run: Run, *, nc_inputs: int = 500) -> dict[str, Any]:
     x, y = data.x_train[:nc_inputs], data.y_train[:nc_inputs]
 
     def point(model: nn.Module, step: int) -> dict[str, Any]:
-        return {"step": step, **{key: _plain(values[-1]) for key, values in collapse_of(model.eval(), x, y).items()}}
+        return {"step": step, **{key: plain(values[-1]) for key, values in collapse_of(model.eval(), x, y).items()}}
 
     curve = {0: point(build_model(cfg, data), 0)}  # the network at initialisation (cfg.model.seed), where it starts
     for name in [*run.saved_checkpoints(), Checkpoint.LAST]:

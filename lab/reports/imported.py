@@ -11,10 +11,14 @@ and opens it. The weights are read by :func:`~lab.nn.weights.load_weights`: tens
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
+
+import yaml
 
 from lab.config import ExperimentConfig, ModelConfig, apply_overrides, to_dict
 from lab.nn.networks import WRAPPED, network_overrides
+from lab.nn.registry import model_info
 from lab.nn.weights import LoadReport, load_weights
 from lab.runfolder.layout import Checkpoint, RunState
 from lab.runs.store import Run, RunStore
@@ -35,7 +39,10 @@ def import_weights(store: RunStore, spec: str, weights: str | Path, settings: di
     path = Path(weights).expanduser().resolve()
     name = spec.replace(":", "-")
     base = ExperimentConfig(name=f"imported-{name}", model=ModelConfig(name="residual_mlp"))
-    cfg = apply_overrides(base, {"data.name": "digits", "train.engine": "tensor", **network_overrides(spec),
+    network = network_overrides(spec)
+    task = model_info(network["model.name"]).task  # what the network's forward serves: classify, mae, diffusion
+    cfg = apply_overrides(base, {"data.name": "digits", "train.task": task,
+                                 "train.engine": "tensor" if task == "classify" else "loader", **network,
                                  **(settings or {})})
     data = build_data(cfg)
     model = build_model(cfg, data)
@@ -49,3 +56,21 @@ def import_weights(store: RunStore, spec: str, weights: str | Path, settings: di
     run.write_status(RunState.COMPLETED, f"imported {spec} from {path.name} ({report.text()}); nothing trained",
                      step=0, total_steps=0)
     return run, report
+
+
+def data_settings(data: str = "digits", sets: Sequence[str] = ()) -> dict[str, object]:
+    """The settings :func:`import_weights` takes, from ``--data NAME[=DIR]`` and ``--set KEY=VALUE`` as typed:
+    ``{"data.name": NAME, "data.root": DIR, KEY: VALUE …}``, each value read as a config file reads it (32 is a
+    number).
+
+    Raises:
+        ValueError: a ``--set`` item without ``=`` or without a dotted key.
+    """
+    name, _, folder = data.partition("=")
+    settings: dict[str, object] = {"data.name": name, **({"data.root": folder} if folder else {})}
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep or "." not in key:
+            raise ValueError(f"--set takes KEY=VALUE with a dotted key (data.image_size=32), got {item!r}")
+        settings[key] = yaml.safe_load(value)
+    return settings

@@ -64,6 +64,9 @@ ALIGNMENT = "alignment.json"
 """``lab analyze alignment``: RA1–RA4 and NC1–NC4 summaries (:mod:`lab.reports.alignment`)."""
 ALIGNMENT_ARRAYS = "alignment.npz"
 """The same analysis's arrays."""
+RETRANSFORMATION = "retransformation.json"
+"""``lab analyze retransformation``: each residual step's distance to the input and to the step before, and CKA
+between layers (:mod:`lab.reports.retransformation`)."""
 COLLAPSE = "collapse.json"
 """``lab analyze collapse``: NC1–NC4 of the last layer at every kept checkpoint, over training
 (:mod:`lab.reports.alignment`)."""

@@ -6,7 +6,8 @@ import torch
 import torchvision
 
 from lab.analysis.residual_alignment import residual_alignment
-from lab.nn.networks import build_network, open_network, residual_view
+from lab.nn import create_model
+from lab.nn.networks import build_network, open_network, residual_steps, residual_view
 from lab.nn.weights import WeightsError
 
 
@@ -60,3 +61,27 @@ def test_a_timm_vit_is_seen_as_two_residual_steps_per_block_and_computes_as_timm
     assert len(states) == 25 and states[0].shape == (6, 5, 192)  # 4 patches and the class token
     out = residual_alignment(view, x, y, 3, nc_x=x, nc_y=y, num_classes=4, fit_start=0, seed=0)
     assert out["sigma"].shape[0] == 24
+
+
+def test_the_labs_mae_is_seen_as_two_decayed_residual_steps_per_block_computing_its_own_stream():
+    torch.manual_seed(0)
+    mae = create_model("mae_vit_tiny_patch4_32", depth=3, alpha_min=0.6, zero_init=False).eval()
+    view = residual_steps(mae)
+    x = torch.randn(4, 3, 32, 32)
+    with torch.no_grad():
+        blocks = mae.forward_intermediates(x, intermediates_only=True)
+        steps = view.forward_intermediates(x, intermediates_only=True)
+    assert len(steps) == 2 * 3 + 1
+    for i, state in enumerate(blocks):  # every block's output is the state after its MLP step
+        assert torch.equal(steps[2 * i], state)
+    named = [b for _, b in view.iter_blocks()]
+    for i, block in enumerate(mae.blocks):  # each step keeps its own decayed α, and the block's β
+        attn, mlp = named[2 * i], named[2 * i + 1]
+        assert (attn.alpha, mlp.alpha, attn.beta) == (block.alpha_attn, block.alpha_mlp, block.beta)
+        assert attn.branch[1] is block.attn and mlp.branch[1] is block.mlp
+        with torch.no_grad():  # the attention step alone is α_attn h + β attn(norm1(h))
+            h = blocks[i]
+            assert torch.allclose(attn(h), block.alpha_attn * h + block.beta * block.attn(block.norm1(h)), atol=1e-6)
+    assert named[0].alpha > named[-1].alpha == pytest.approx(0.6)  # the sublayer schedule falls to α_min
+    other = create_model("fc_resnet", depth=2, width=8, in_dim=4, num_classes=3)
+    assert residual_steps(other) is other

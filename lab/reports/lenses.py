@@ -1,0 +1,112 @@
+"""The three papers' lenses on one network, from a notebook: ``lab.analyze(...)``.
+
+The same analyses ``lab analyze`` and ``lab probe`` run, on a run the lab trained or on a network of your own with its
+weights file (imported as a run folder first, :mod:`lab.reports.imported`), returning the arrays the pages draw::
+
+    result = lab.analyze("timm:resnet18", weights="resnet18.safetensors", data="cifar10=/data/cifar")
+    views = AlignmentViews(); views.show(result.alignment)      # the Alignment page's figures
+    result.summary["align_offdiag"], result.retransformation["backtrack"]
+
+Everything is written into the run's ``analysis/`` folder as the command line writes it, so the Runs page lists the
+network and its numbers, and a notebook's result and a terminal's are the same files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lab.reports.alignment import alignment_report
+from lab.reports.imported import data_settings, import_weights
+from lab.reports.probe import probe_report
+from lab.reports.retransformation import retransformation_report
+from lab.runfolder import layout
+from lab.runfolder.layout import Checkpoint
+from lab.runs.resume import find_run
+from lab.runs.store import Run, RunStore, default_runs_dir
+
+__all__ = ["ANALYSES", "Analysis", "analyze"]
+
+ANALYSES = ("alignment", "retransformation", "probe")
+"""What :func:`analyze` can run; the first two by default (the probe trains a linear head)."""
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What :func:`analyze` measured on one network.
+
+    Attributes:
+        run: the run folder the results were written to (the imported run for a weights file).
+        summary: ``analysis/alignment.json`` (RA1–RA4 scalars, 1/σ₁ and NC by layer), or None.
+        alignment: ``analysis/alignment.npz``'s arrays — what :meth:`lab.ui.views.live_alignment.AlignmentViews.show`
+            draws (RA mosaic, trajectories, spectra, RA4 fit, NC) — or None.
+        retransformation: ``analysis/retransformation.json`` (distance to the input and to the previous step,
+            CKA between layers), or None.
+        probe: ``analysis/probe.json`` (linear probe accuracy and feature rank), or None.
+    """
+
+    run: Run
+    summary: dict[str, Any] | None = None
+    alignment: dict[str, np.ndarray] | None = field(default=None, repr=False)
+    retransformation: dict[str, Any] | None = None
+    probe: dict[str, Any] | None = None
+
+
+def analyze(source: str | Path | Run, *, weights: str | Path | None = None, data: str = "digits",
+            settings: Sequence[str] = (), analyses: Sequence[str] = ANALYSES[:2], inputs: int = 64,
+            k: int | None = None, nc_inputs: int = 500, checkpoint: str = Checkpoint.LAST, strict: bool = True,
+            device: str = "cpu", runs_dir: str | Path | None = None, probe: dict[str, Any] | None = None
+            ) -> Analysis:
+    """Residual Alignment, re-transformation and (on request) the linear probe of a run or of a network of your own.
+
+    Args:
+        source: a run (its id in ``runs_dir``, its folder, or a :class:`Run`), or a network with ``weights``:
+            ``timm:<arch>``, ``torchvision:<arch>`` or a registered lab model.
+        weights: the network's weights file (``.safetensors`` or a PyTorch file of tensors); only with a network.
+        data: the data it is analysed on, ``NAME`` or ``NAME=FOLDER`` (as ``--data``; digits ships with the lab).
+        settings: further config settings ``KEY=VALUE`` (as ``--set``: ``data.image_size=32``,
+            ``model.num_classes=10``).
+        analyses: which of :data:`ANALYSES` to run.
+        inputs: test inputs of the alignment and re-transformation analyses.
+        k: singular triplets per block (default: the paper's 30, capped at the Jacobians' size).
+        nc_inputs: training inputs for neural collapse.
+        checkpoint: which checkpoint of a run (``last`` or ``best``).
+        device: where the alignment's Jacobians (and the probe) run: ``cpu``, ``cuda[:i]`` or ``auto``.
+        strict: refuse a weights file whose keys do not fit the network (else load what fits and name the rest).
+        runs_dir: where runs are (and an imported network's run is written; default ``$LAB_RUNS_DIR`` or ``./runs``).
+        probe: keyword arguments of :func:`~lab.reports.probe.probe_report` (``layer``, ``epochs``, ``protocol`` …).
+
+    Returns:
+        An :class:`Analysis`, whose values are the files the analyses wrote.
+
+    Raises:
+        ValueError: an unknown analysis, a weights file without a network (or a network without one), a bad setting,
+            a file with pickled objects or keys that do not fit; FileNotFoundError: no such file, run or data folder;
+            CheckpointError: a run's checkpoint that cannot be read.
+    """
+    unknown = set(analyses) - set(ANALYSES)
+    if unknown:
+        raise ValueError(f"unknown analyses {sorted(unknown)}; known: {', '.join(ANALYSES)}")
+    store = RunStore(Path(runs_dir) if runs_dir is not None else default_runs_dir())
+    if isinstance(source, Run):
+        run = source
+    elif weights is not None:
+        run, _ = import_weights(store, str(source), weights, data_settings(data, settings), strict=strict)
+    else:
+        run = find_run(str(source), store)
+    results: dict[str, Any] = {}
+    if "alignment" in analyses:
+        results["summary"] = alignment_report(run, inputs=inputs, k=k, nc_inputs=nc_inputs, checkpoint=checkpoint,
+                                              device=device)
+        with np.load(run.analysis_path(layout.ALIGNMENT_ARRAYS)) as arrays:
+            results["alignment"] = {key: arrays[key] for key in arrays.files}
+    if "retransformation" in analyses:
+        results["retransformation"] = retransformation_report(run, inputs=inputs, checkpoint=checkpoint)
+    if "probe" in analyses:
+        results["probe"] = probe_report(run, checkpoint=checkpoint, **{"progress": False, "device": device,
+                                                                       **(probe or {})})
+    return Analysis(run, **results)
