@@ -37,7 +37,6 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from lab.analysis.alignment import alignment_score, haar_bases
 from lab.analysis.jacobian import jacobian_operator, jacobian_shapes, residual_jacobians
@@ -147,7 +146,8 @@ def _operator_chunks(model: nn.Module, x: Tensor, blocks: list[int], shape: tupl
 
 
 def alignment_stats(model: nn.Module, x: Tensor, k: int, *, grid_inputs: int = 1, baseline_trials: int = 8,
-                    dense_max_dim: int = 2048, seed: int = 0, progress: bool = False) -> dict[str, Tensor]:
+                    dense_max_dim: int = 2048, seed: int = 0,
+                    progress: Callable[[int, int], None] | None = None) -> dict[str, Tensor]:
     """σ, alignment scores, alignment matrices and random baseline of every block at every input of a batch.
 
     Runs in eval mode (BatchNorm running statistics, no drop path; every module's training flag is restored) and
@@ -167,7 +167,8 @@ def alignment_stats(model: nn.Module, x: Tensor, k: int, *, grid_inputs: int = 1
         dense_max_dim: largest max(D_out, D_in) whose Jacobians are formed densely; larger blocks use jvp / vjp
             operators, one input at a time.
         seed: seed of the baseline's bases and of the Krylov start block.
-        progress: show a progress bar of the (input, block) Jacobians done (tqdm, on stderr).
+        progress: called as ``progress(done, total)`` after each chunk with the (input, block) Jacobians done out
+            of N · L (a progress bar's feed).
 
     Returns:
         float32 CPU tensors: ``sigma [N, L, k]`` (descending), ``scores [N, L, L]`` (row i = Jacobian, column j =
@@ -200,8 +201,8 @@ def alignment_stats(model: nn.Module, x: Tensor, k: int, *, grid_inputs: int = 1
     scores = torch.full((N, L, L), nan)
     grid = torch.full((grid_inputs, L, L, k, k), nan)
     trial_scores = torch.empty(baseline_trials, L)
-    bar = tqdm(total=N * L, unit="Jacobian", desc="Residual Alignment", disable=not progress, leave=False)
-    with eval_mode(model), torch.no_grad(), bar:
+    done = 0
+    with eval_mode(model), torch.no_grad():
         for (m, n), blocks in groups.items():
             bases = haar_bases(m, n, k, baseline_trials, seed=seed)  # as random_baseline draws them
             path = _dense_chunks if max(m, n) <= dense_max_dim else _operator_chunks
@@ -214,7 +215,9 @@ def alignment_stats(model: nn.Module, x: Tensor, k: int, *, grid_inputs: int = 1
                     grid[g, rows, cols] = chunk.tiles[g - chunk.start].float().cpu()
                 for t, s in chunk.trials.items():
                     trial_scores[t, blocks] = s.float().cpu()
-                bar.update(len(chunk.S) * len(blocks))
+                done += len(chunk.S) * len(blocks)
+                if progress is not None:
+                    progress(done, N * L)
     std = trial_scores.double().std(dim=0) if baseline_trials > 1 else torch.zeros(L, dtype=torch.float64)
     return {"sigma": sigma, "scores": scores, "grid": grid, "baseline": trial_scores.double().mean(dim=0).float(),
             "baseline_std": std.float()}

@@ -24,6 +24,7 @@ classifier's view of them); the last layer uses the model's pooled features, whe
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -79,7 +80,8 @@ def collapse_of(model: nn.Module, x: Tensor, y: Tensor) -> dict[str, np.ndarray]
 def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: Tensor | None = None,
                        nc_y: Tensor | None = None, num_classes: int | None = None, grid_inputs: int = 1,
                        baseline_trials: int = 8, fit_start: int = RA4_FIT_START,
-                       seed: int = 0, progress: bool = False) -> dict[str, np.ndarray]:
+                       seed: int = 0, progress: Callable[[int, int], None] | None = None
+                       ) -> dict[str, np.ndarray]:
     """RA1–RA4 at the inputs ``x`` and NC1–NC4 at ``nc_x``, in eval mode (the training flags are restored).
 
     Args:
@@ -95,7 +97,7 @@ def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: 
         fit_start: first block (0-based) in the 1/σ₁ fit (default 4: from block 5, as the paper's Fig. 4b); a
             model with fewer blocks fits its last two.
         seed: seed of the randomized parts (baseline, Gaussian directions).
-        progress: show a progress bar of the Jacobians done.
+        progress: ``progress(done, total)`` of the Jacobians (:func:`~lab.analysis.alignment_stats.alignment_stats`).
 
     Returns:
         float numpy arrays: ``sigma [L, K]`` (mean over inputs), ``scores [L, L]``, ``grid [G, L, L, K, K]``,

@@ -38,3 +38,28 @@ def resolve_data_path(text: str, roots: list[Path] | None = None) -> Path:
         if c.is_dir():
             return c
     raise FileNotFoundError(f"no folder {text!r} in the data folders ({', '.join(map(str, roots))})")
+
+
+def resolve_data_file(text: str, roots: list[Path]) -> Path:
+    """The file ``text`` names (a weights file typed into a page), inside one of ``roots``, as
+    :func:`resolve_data_path` resolves folders: a relative path is looked up in each root in turn, links are
+    resolved first.
+
+    Raises:
+        PermissionError: no roots, or the path lies outside all of them.
+        FileNotFoundError: it lies inside but is no file.
+    """
+    roots = [Path(r).resolve() for r in roots]
+    where = ", ".join(map(str, roots))
+    if not text.strip():
+        raise FileNotFoundError("no file named")
+    path = Path(text.strip()).expanduser()
+    candidates = [path.resolve()] if path.is_absolute() else [(root / path).resolve() for root in roots]
+    inside = [c for c in candidates if any(r in c.parents for r in roots)]
+    if not inside:
+        raise PermissionError(f"{text.strip()!r} is outside the folders this server reads ({where or 'none'}); "
+                              "start it with LAB_DATA_DIRS=/path/to/folder to add one")
+    for c in inside:
+        if c.is_file():
+            return c
+    raise FileNotFoundError(f"no file {text.strip()!r} in the folders this server reads ({where})")

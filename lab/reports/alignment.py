@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from lab.analysis.residual_alignment import NC_KEYS, PAPER_K, RA4_FIT_START, SCALARS, collapse_of, residual_alignment
 from lab.config import ExperimentConfig
@@ -67,7 +69,7 @@ def plain(value: np.ndarray) -> Any:
 
 def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inputs: int = 500,
                      checkpoint: str = Checkpoint.LAST, fit_start: int = RA4_FIT_START, seed: int = 0,
-                     device: str = "cpu", progress: bool = False) -> dict[str, Any]:
+                     device: str = "cpu", progress: bool | Callable[[int, int], None] = False) -> dict[str, Any]:
     """RA1–RA4 and NC1–NC4 of a run's checkpoint, written to ``analysis/alignment.json`` and ``alignment.npz``.
 
     Args:
@@ -79,7 +81,7 @@ def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inp
         fit_start: first block (0-based) of RA4's 1/σ₁ fit (default 4: from block 5, as the paper's Fig. 4b).
         seed: seed of the random baseline and directions.
         device: where the Jacobians are computed: ``cpu``, ``cuda[:i]`` or ``auto`` (CUDA when present).
-        progress: show a progress bar of the Jacobians done.
+        progress: a progress bar of the Jacobians done (tqdm, on stderr), or ``progress(done, total)`` to feed one.
 
     Returns:
         What ``alignment.json`` holds: the scalars of :data:`~lab.analysis.residual_alignment.SCALARS`, then per
@@ -98,9 +100,14 @@ def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inp
     with torch.no_grad():
         width = min(v.numel() for v in model.forward_intermediates(x[:1], intermediates_only=True))
     k = min(k or PAPER_K, width)
-    out = residual_alignment(model, x, y, k, nc_x=data.x_train[:nc_inputs].to(dev),
-                             nc_y=data.y_train[:nc_inputs].to(dev), num_classes=C, fit_start=fit_start, seed=seed,
-                             progress=progress)
+    with tqdm(unit="Jacobian", desc="Residual Alignment", disable=progress is not True, leave=False) as bar:
+        def feed(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+        out = residual_alignment(model, x, y, k, nc_x=data.x_train[:nc_inputs].to(dev),
+                                 nc_y=data.y_train[:nc_inputs].to(dev), num_classes=C, fit_start=fit_start,
+                                 seed=seed, progress=progress if callable(progress) else feed)
     summary: dict[str, Any] = {key: plain(out[key]) for key in SCALARS}
     summary.update(sigma1=plain(out["sigma"][:, 0]), inv_sigma=plain(out["inv_sigma"]),
                    inv_sigma_fit=plain(out["inv_sigma_fit"]), baseline=plain(out["baseline"]),

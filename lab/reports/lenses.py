@@ -13,13 +13,14 @@ network and its numbers, and a notebook's result and a terminal's are the same f
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from lab.nn.registry import list_models
 from lab.reports.alignment import alignment_report
 from lab.reports.imported import data_settings, import_weights
 from lab.reports.probe import probe_report
@@ -41,6 +42,7 @@ class Analysis:
 
     Attributes:
         run: the run folder the results were written to (the imported run for a weights file).
+        network: the network analysed from a weights file (``timm:resnet18`` …), or None for a run.
         summary: ``analysis/alignment.json`` (RA1–RA4 scalars, 1/σ₁ and NC by layer), or None.
         alignment: ``analysis/alignment.npz``'s arrays — what :meth:`lab.ui.views.live_alignment.AlignmentViews.show`
             draws (RA mosaic, trajectories, spectra, RA4 fit, NC) — or None.
@@ -50,6 +52,7 @@ class Analysis:
     """
 
     run: Run
+    network: str | None = None
     summary: dict[str, Any] | None = None
     alignment: dict[str, np.ndarray] | None = field(default=None, repr=False)
     retransformation: dict[str, Any] | None = None
@@ -59,8 +62,8 @@ class Analysis:
 def analyze(source: str | Path | Run, *, weights: str | Path | None = None, data: str = "digits",
             settings: Sequence[str] = (), analyses: Sequence[str] = ANALYSES[:2], inputs: int = 64,
             k: int | None = None, nc_inputs: int = 500, checkpoint: str = Checkpoint.LAST, strict: bool = True,
-            device: str = "cpu", runs_dir: str | Path | None = None, probe: dict[str, Any] | None = None
-            ) -> Analysis:
+            device: str = "cpu", runs_dir: str | Path | None = None, probe: dict[str, Any] | None = None,
+            progress: bool | Callable[[int, int], None] = False) -> Analysis:
     """Residual Alignment, re-transformation and (on request) the linear probe of a run or of a network of your own.
 
     Args:
@@ -78,6 +81,7 @@ def analyze(source: str | Path | Run, *, weights: str | Path | None = None, data
         device: where the alignment's Jacobians (and the probe) run: ``cpu``, ``cuda[:i]`` or ``auto``.
         strict: refuse a weights file whose keys do not fit the network (else load what fits and name the rest).
         runs_dir: where runs are (and an imported network's run is written; default ``$LAB_RUNS_DIR`` or ``./runs``).
+        progress: a progress bar of the alignment's Jacobians, or ``progress(done, total)`` to feed one.
         probe: keyword arguments of :func:`~lab.reports.probe.probe_report` (``layer``, ``epochs``, ``protocol`` …).
 
     Returns:
@@ -92,16 +96,22 @@ def analyze(source: str | Path | Run, *, weights: str | Path | None = None, data
     if unknown:
         raise ValueError(f"unknown analyses {sorted(unknown)}; known: {', '.join(ANALYSES)}")
     store = RunStore(Path(runs_dir) if runs_dir is not None else default_runs_dir())
-    if isinstance(source, Run):
+    network = None
+    if weights is not None:
+        if isinstance(source, Run):
+            raise ValueError("weights= goes with a network (timm:<arch>, torchvision:<arch> or a lab model), not a run")
+        network = str(source)
+        run, _ = import_weights(store, network, weights, data_settings(data, settings), strict=strict)
+    elif isinstance(source, Run):
         run = source
-    elif weights is not None:
-        run, _ = import_weights(store, str(source), weights, data_settings(data, settings), strict=strict)
+    elif ":" in str(source) or str(source) in list_models():
+        raise ValueError(f"{source!r} is a network: give its weights file as weights= (the lab downloads nothing)")
     else:
         run = find_run(str(source), store)
-    results: dict[str, Any] = {}
+    results: dict[str, Any] = {"network": network}
     if "alignment" in analyses:
         results["summary"] = alignment_report(run, inputs=inputs, k=k, nc_inputs=nc_inputs, checkpoint=checkpoint,
-                                              device=device)
+                                              device=device, progress=progress)
         with np.load(run.analysis_path(layout.ALIGNMENT_ARRAYS)) as arrays:
             results["alignment"] = {key: arrays[key] for key in arrays.files}
     if "retransformation" in analyses:

@@ -11,6 +11,11 @@ thread between steps) only after the page has drawn the last and at least ``ever
 The analysis starts from the paper's choices: K = 30 singular triplets per block (its Fig. 2; fewer when a block
 is narrower), the 1/σ₁ line fitted from block 5 on (its Fig. 4b), and trajectories projected on two random
 Gaussian directions. Each view is one row: the network with skips beside the one without, at fixed sizes.
+
+**Analyse a checkpoint** (the sidebar's last card) puts a network of your own under the same lens: a timm or
+torchvision ResNet or ViT, or a lab model, with its weights file from the server's folders
+(:class:`~lab.ui.views.checkpoint_source.CheckpointSource`). Its analysis replaces the left column's views until
+**Reset**; its run folder stays on disk, where the Runs page lists it.
 """
 
 from __future__ import annotations
@@ -34,10 +39,12 @@ from lab.jobs.builders import alignment_builder
 from lab.jobs.kinds import ALIGNMENT
 from lab.jobs.manager import JobManager
 from lab.nn.registry import list_models, model_info, model_parameters
+from lab.reports.lenses import Analysis
 from lab.train.build import build_data, build_model
 from lab.ui.follower import JobFollower
 from lab.ui.pages.knobs import Knob, config_overrides, knob_class, view_names
 from lab.ui.pages.training import Export, TrainingPage
+from lab.ui.views.checkpoint_source import CheckpointSource
 from lab.ui.views.live_alignment import VIEWS, AlignmentViews
 from lab.ui.views.live_curves import LiveCurves
 
@@ -150,6 +157,7 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
         self.twin_follower.on_metrics(self.twin_curves.extend)
         self._twin_parts: list[pn.viewable.Viewable] = []  # what the contrast switch shows or hides
         self._views = pn.Column(*self._rows(), self._downloads())
+        self.checkpoint = CheckpointSource(self.follower.manager.store.root, on_result=self._show_checkpoint)
         self.follower.add_views(self._views)
         self.twin_follower.add_views(self._views)
         self._rebuild()
@@ -219,6 +227,13 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
             part.visible = self.contrast
         if self.k > k:
             self.say("info", f"K = {self.k} is more than the smallest block's size; using K = {k}.")
+
+    def _show_checkpoint(self, result: Analysis) -> None:
+        """A checkpoint's analysis in the left column, alone (the twin's column hides until **Reset**)."""
+        self.main.set_label(f"checkpoint {result.network or result.run.id}")
+        self.main.show({**result.alignment, "step": np.int64(result.summary["step"])})
+        for part in self._twin_parts:
+            part.visible = False
 
     # -- actions ----------------------------------------------------------------------------------------------
     def _start(self, paused: bool) -> bool:
@@ -302,6 +317,11 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
                  *(pair(self.main.panes[name], self.twin.panes[name]) for name in rest)]
         curves = [pair(a, b) for a, b in zip(self.curves.pane, self.twin_curves.pane, strict=True)]
         return [heads, *views, *curves]
+
+    def controls(self) -> pn.viewable.Viewable:
+        """The training page's sidebar, then the checkpoint source's card."""
+        return pn.Column(super().controls(), pn.Card(self.checkpoint, title="Analyse a checkpoint", collapsed=True,
+                                                     sizing_mode="stretch_width"), sizing_mode="stretch_width")
 
     def views(self) -> pn.viewable.Viewable:
         """RA1–RA4, neural collapse and the curves of each run (the served page's main area)."""

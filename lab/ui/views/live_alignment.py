@@ -177,7 +177,7 @@ class AlignmentViews:
     def set_label(self, label: str) -> None:
         """Name the run these views draw (the column's heading)."""
         self.label = label
-        self.heading.object, self.heading.visible = f"### {label}", bool(label)
+        self.heading.object, self.heading.visible = f"### {md(label, one_line=True)}", bool(label)
 
     # -- drawing ----------------------------------------------------------------------------------------------
     def show(self, snapshot: dict[str, np.ndarray]) -> None:

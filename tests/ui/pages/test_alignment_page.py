@@ -159,3 +159,43 @@ def test_a_pair_trained_in_a_child_process_is_reported_failed_when_the_child_is_
         kill_child_then_start_again(page, jobs)
     finally:
         manager.shutdown()
+
+
+def test_a_checkpoint_from_the_servers_folders_is_analysed_into_the_left_column_and_others_are_refused(
+        manager2, tmp_path):
+    import torch
+    import torchvision
+
+    page = AlignmentPage(manager=manager2, **SMALL)
+    source = page.checkpoint
+    assert source.roots[0] == (tmp_path / "runs").resolve()
+    net = torchvision.models.resnet18(num_classes=10)
+    net.conv1 = torch.nn.Conv2d(1, 64, 7, 2, 3, bias=False)  # digits are grey
+    weights = tmp_path / "runs" / "mine" / "resnet18.pt"
+    weights.parent.mkdir(parents=True)
+    torch.save(net.state_dict(), weights)
+    (tmp_path / "outside.pt").write_bytes(weights.read_bytes())
+    (tmp_path / "runs" / "link.pt").symlink_to(tmp_path / "outside.pt")
+    torch.save(net, tmp_path / "runs" / "pickled.pt")
+    source.network, source.settings, source.inputs, source.k = "torchvision:resnet18", "data.image_size=16", 4, 3
+    for typed, words in ((str(tmp_path / "outside.pt"), "is outside the folders this server reads"),
+                         ("link.pt", "is outside the folders this server reads"),
+                         ("../outside.pt", "is outside the folders this server reads"),
+                         ("mine/none.pt", "no file 'mine/none.pt'")):
+        source.weights = typed
+        assert not source.start() and source.alert.visible
+        assert words in shown(source.alert), (typed, shown(source.alert))
+    source.weights = "pickled.pt"  # inside, but a pickled model: the analysis refuses it, the page says why
+    assert source.start() and source.wait(60) is False
+    assert "pickled objects" in shown(source.alert)
+    source.weights = "mine/resnet18.pt"
+    assert source.start()
+    assert source.wait(300) and not source.alert.visible
+    assert shown(page.main.heading) == "checkpoint torchvision:resnet18"
+    assert _all_views_have_data(page.main)
+    assert page.main.snapshot["scores"].shape == (8, 8)  # the ResNet-18's eight blocks
+    assert not any(part.visible for part in page._twin_parts)
+    assert "imported-torchvision-resnet18" in source.result.run.path.name
+    page.reset = True  # Reset: the untrained pair again, both columns
+    poll_until(page, lambda: all(part.visible for part in page._twin_parts), timeout=30)
+    assert all(part.visible for part in page._twin_parts)

@@ -1,0 +1,137 @@
+"""Time and peak memory of analysing a network from its weights file: Residual Alignment, rank and re-transformation.
+
+What ``lab analyze alignment --model torchvision:resnet50 --weights FILE`` and ``lab.analyze`` cost on this machine,
+for torchvision's ResNet-18 and ResNet-50 at 64 and 224 px. Each case runs in its own process (so its peak resident
+memory is its own): the network is built, its weights written as safetensors and read back through
+:func:`lab.nn.networks.open_network` (the importer's path), then
+
+- **RA**: :func:`lab.analysis.residual_alignment.residual_alignment` at ``--inputs`` inputs, top ``--k`` triplets of
+  every block's residual Jacobian (dense up to D = 2,048, else the chunked jvp/vjp operators with the block Krylov
+  SVD), 8 random-baseline trials, NC1–NC4 at the same inputs;
+- **rank**: the paper's Eq. 6 rank (:func:`lab.analysis.rank.feature_rank`, entropy) of every state's pooled
+  features and :func:`lab.analysis.retransformation.retransformation` of the stream, at ``--rank-inputs`` inputs.
+
+Run: ``python bench/analyze_checkpoint.py [--inputs 2] [--k 10] [--rank-inputs 64] [--cases resnet18@64,...]``.
+The table gives seconds and peak MB of each part, the ratio of each case's total time to the reference case
+(ResNet-18 at 64 px, measured in the same run), the largest Jacobian (D), and the numbers themselves: RA2's mean
+off-diagonal alignment score beside its random baseline, and the last state's rank.
+
+The inputs are Gaussian noise images and the networks untrained (nothing is downloaded; no ImageNet here): the
+figures are the cost of the analysis, which does not depend on what the weights learned, except through the
+Krylov SVD's iterations (flat spectra, as here, are its worst case).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.common import table  # noqa: E402
+
+CASES = ("resnet18@64", "resnet50@64", "resnet18@224", "resnet50@224")
+REFERENCE = CASES[0]
+
+
+def _peak_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_case(case: str, inputs: int, k: int, rank_inputs: int) -> dict:
+    """One case, in this process: the numbers and costs as a dict."""
+    import torch
+    from safetensors.torch import save_file
+
+    from lab.analysis.jacobian import jacobian_shapes
+    from lab.analysis.rank import feature_rank
+    from lab.analysis.residual_alignment import residual_alignment
+    from lab.analysis.retransformation import retransformation
+    from lab.hooks import eval_mode
+    from lab.nn.networks import build_network, open_network
+
+    arch, px = case.split("@")
+    torch.manual_seed(0)
+    with tempfile.TemporaryDirectory() as tmp:
+        weights = Path(tmp) / f"{arch}.safetensors"
+        save_file(build_network(f"torchvision:{arch}", num_classes=10).state_dict(), str(weights))
+        start = time.perf_counter()
+        view, report = open_network(f"torchvision:{arch}", weights, num_classes=10)
+        load_s = time.perf_counter() - start
+    size = int(px)
+    x = torch.randn(max(inputs, rank_inputs), 3, size, size)
+    y = torch.arange(len(x)) % 10
+    d_max = max(max(s) for s in jacobian_shapes(view, x[:1]))
+
+    start = time.perf_counter()
+    ra = residual_alignment(view, x[:inputs], y[:inputs], k, nc_x=x[:inputs], nc_y=y[:inputs], num_classes=10,
+                            fit_start=0, seed=0)
+    ra_s, ra_peak = time.perf_counter() - start, _peak_mb()
+
+    start = time.perf_counter()
+    with torch.no_grad(), eval_mode(view):
+        states = view.forward_intermediates(x[:rank_inputs], intermediates_only=True)
+        pooled = [h.mean(dim=(2, 3)) if h.ndim == 4 else h.flatten(1) for h in states]
+        ranks = [float(feature_rank(p.double(), measure="entropy")) for p in pooled]
+        moved = retransformation(states)
+    rank_s, peak = time.perf_counter() - start, _peak_mb()
+    return {"case": case, "blocks": len(states) - 1, "d_max": d_max, "load_s": load_s, "keys": report.text(),
+            "ra_s": ra_s, "ra_peak_mb": ra_peak, "rank_s": rank_s, "peak_mb": peak,
+            "align": float(ra["align_offdiag"]), "baseline": float(ra["baseline_mean"]),
+            "sigma1_first_last": [float(ra["sigma"][0, 0]), float(ra["sigma"][-1, 0])],
+            "rank_last": ranks[-1], "rank_first": ranks[0], "backtrack": float(moved["backtrack"])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--inputs", type=int, default=2, help="inputs of the RA analysis (default 2)")
+    parser.add_argument("--k", type=int, default=10, help="singular triplets per block (default 10, the paper's "
+                                                          "smallest K)")
+    parser.add_argument("--rank-inputs", type=int, default=64, help="inputs of the rank analysis (default 64)")
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma list of arch@px (default {','.join(CASES)})")
+    parser.add_argument("--case", default=None, help=argparse.SUPPRESS)  # one case, in a child process
+    args = parser.parse_args()
+    if args.case:
+        print(json.dumps(run_case(args.case, args.inputs, args.k, args.rank_inputs)))
+        return
+    cases = args.cases.split(",")
+    if REFERENCE not in cases:
+        cases.insert(0, REFERENCE)
+    print(f"torchvision ResNets, untrained, Gaussian inputs; RA at {args.inputs} inputs, K = {args.k}; rank at "
+          f"{args.rank_inputs} inputs; {os.cpu_count()} CPUs", flush=True)
+    results = {}
+    for case in cases:
+        child = subprocess.run([sys.executable, __file__, "--case", case, "--inputs", str(args.inputs), "--k",
+                                str(args.k), "--rank-inputs", str(args.rank_inputs)],
+                               capture_output=True, text=True, cwd=ROOT)
+        if child.returncode:
+            print(f"{case}: failed\n{child.stderr[-2000:]}", flush=True)
+            continue
+        results[case] = json.loads(child.stdout.strip().splitlines()[-1])
+        print(f"{case}: done in {results[case]['ra_s'] + results[case]['rank_s']:.1f} s", flush=True)
+    ref = results.get(REFERENCE)
+    rows = []
+    for case, r in results.items():
+        total = r["ra_s"] + r["rank_s"]
+        ratio = f"{total / (ref['ra_s'] + ref['rank_s']):.1f}" if ref else "n/a"
+        rows.append([case, r["blocks"], f"{r['d_max']:,}", f"{r['ra_s']:.1f}", f"{r['rank_s']:.1f}", ratio,
+                     f"{r['peak_mb']:,.0f}", f"{r['align']:.3f} / {r['baseline']:.3f}",
+                     f"{r['rank_first']:.2f} / {r['rank_last']:.2f}", f"{r['backtrack']:.3f}"])
+    print(table(["case", "blocks", "max D", "RA s", "rank s", "total / ref", "peak MB", "RA2 / baseline",
+                 "rank first / last", "backtrack"], rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""``lab.analyze``: a run or a network with its weights file, under Residual Alignment, re-transformation and the
+probe, returning what the analyses wrote."""
+
+import json
+
+import numpy as np
+import pytest
+
+import lab
+from lab.cli import main
+from lab.runfolder import layout
+from lab.runs.store import RunStore
+
+
+def test_a_run_is_analysed_by_id_or_folder_and_bad_requests_are_refused_by_name(tmp_path):
+    runs = tmp_path / "runs"
+    assert main(["train", "configs/ra_fc_digits.yaml", "train.max_steps=2", "model.depth=3", "model.width=16",
+                 "--runs-dir", str(runs), "--no-progress"]) == 0
+    (folder,) = runs.iterdir()
+    fed = []
+    result = lab.analyze(folder.name, analyses=("alignment", "retransformation", "probe"), inputs=8, k=4,
+                         nc_inputs=40, runs_dir=runs, probe={"epochs": 2, "limit": 64},
+                         progress=lambda done, total: fed.append((done, total)))
+    assert result.network is None and result.run.path == folder
+    assert result.summary == json.loads((folder / layout.ANALYSIS / layout.ALIGNMENT).read_text())
+    assert result.retransformation == json.loads((folder / layout.ANALYSIS / layout.RETRANSFORMATION).read_text())
+    assert result.probe == json.loads((folder / layout.ANALYSIS / layout.PROBE).read_text())
+    with np.load(folder / layout.ANALYSIS / layout.ALIGNMENT_ARRAYS) as arrays:
+        assert np.array_equal(result.alignment["scores"], arrays["scores"], equal_nan=True)
+    assert fed[-1] == (8 * 3, 8 * 3) and all(a[0] < b[0] for a, b in zip(fed, fed[1:], strict=False))
+    assert len(result.retransformation["to_input"]) == 4 and result.retransformation["steps"][0] == "blocks.0"
+    again = lab.analyze(RunStore(runs).open(folder.name), analyses=("alignment",), inputs=8, k=4, nc_inputs=40)
+    assert again.summary["align_offdiag"] == result.summary["align_offdiag"]
+    for kwargs, words in (({"analyses": ("rank_by_magic",)}, "unknown analyses"),
+                          ({"weights": tmp_path / "w.pt"}, "not a run")):
+        with pytest.raises(ValueError, match=words):
+            lab.analyze(RunStore(runs).open(folder.name), **kwargs)
+    with pytest.raises(ValueError, match="give its weights file"):
+        lab.analyze("timm:resnet18", runs_dir=runs)
+    with pytest.raises(ValueError, match="no run"):
+        lab.analyze("no-such-run", runs_dir=runs)
+    assert [p.name for p in runs.iterdir()] == [folder.name], "a refused request writes no run folder"
