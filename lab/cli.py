@@ -1,5 +1,5 @@
 """Command line: ``python -m lab train CONFIG [section.key=value ...] [--runs-dir DIR]``, ``resume RUN``,
-``analyze alignment|collapse|retransformation RUN [--inputs N] [--k K]``, ``probe RUN [--layer bottleneck|blocks.N]
+``analyze alignment|collapse|retransformation|rank RUN [--inputs N] [--k K]``, ``probe RUN [--layer bottleneck|blocks.N]
 [--epochs N]`` (linear probing on frozen features), ``sample RUN`` and ``fid RUN --reference DIR|digits``
 (diffusion runs), ``sweep CONFIG key=v1,v2,... [section.key=value ...]``, ``submit CONFIG [...] --executor
 slurm|local`` (a sweep as cluster jobs), ``reproduce`` and ``serve`` (the lab's pages, as ``panel serve apps/``
@@ -37,6 +37,7 @@ from lab.reports.alignment import alignment_report, collapse_report, format_alig
 from lab.reports.diffusion_probe import diffusion_probe_report, format_diffusion_probe
 from lab.reports.fid import fid_report, fid_select_best, format_fid
 from lab.reports.imported import data_settings, import_weights
+from lab.reports.layer_rank import format_layer_rank, layer_rank_report
 from lab.reports.probe import format_probe, probe_report
 from lab.reports.retransformation import format_retransformation, retransformation_report
 from lab.reports.samples import format_samples, sample_report
@@ -160,11 +161,12 @@ def _analyze_arguments(sub: argparse._SubParsersAction) -> None:
     analyze = sub.add_parser("analyze", parents=[RUNS_DIR, DEVICE, NO_PROGRESS, NETWORK],
                              help="analyse a run's checkpoint into <run>/analysis/ (or a network of your own: "
                                   "--model and --weights, imported as a run first)")
-    analyze.add_argument("analysis", choices=["alignment", "collapse", "retransformation"],
+    analyze.add_argument("analysis", choices=["alignment", "collapse", "retransformation", "rank"],
                          help="alignment: RA1-RA4 and NC1-NC4; collapse: NC1-NC4 of the last layer at every checkpoint "
                               "kept by train.save_every and at last (neural collapse over training); "
                               "retransformation: each residual step's distance to the input and to the step before, "
-                              "and CKA between layers (ResidualDroppath's Figure 3)")
+                              "and CKA between layers (ResidualDroppath's Figure 3); rank: feature rank (Eq. 6) and a "
+                              "ridge probe's accuracy at every layer, on --inputs training and test inputs")
     analyze.add_argument("run", nargs="?", help="run id (in the runs folder) or a run folder's path")
     analyze.add_argument("--inputs", type=int, default=64, help="test inputs analysed (default 64)")
     analyze.add_argument("--k", type=int, default=None, help="singular triplets per block (default 30, the paper's "
@@ -556,6 +558,9 @@ def _analyze(args: argparse.Namespace, store: RunStore) -> int:
                                                                                     "nc2_maxangle", "nc3", "nc4")
                                                          if c[k] is not None) for c in curve]
             return "\n".join(lines), f"wrote {run.analysis_path(layout.COLLAPSE)}"
+        if args.analysis == "rank":
+            summary = layer_rank_report(run, points=args.inputs, checkpoint=args.checkpoint)
+            return format_layer_rank(summary), f"wrote {run.analysis_path(layout.LAYER_RANK)}"
         if args.analysis == "retransformation":
             summary = retransformation_report(run, inputs=args.inputs, checkpoint=args.checkpoint)
             return format_retransformation(summary), f"wrote {run.analysis_path(layout.RETRANSFORMATION)}"

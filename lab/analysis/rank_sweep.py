@@ -39,7 +39,8 @@ from torch import Tensor, nn
 from lab.analysis.embed import pca
 from lab.analysis.rank import effective_rank, feature_rank
 
-__all__ = ["few_label_probe_accuracy", "member_features", "pearson_r", "ridge_probe_accuracy", "sweep_rank_metrics"]
+__all__ = ["few_label_probe_accuracy", "layer_rank_metrics", "member_features", "pearson_r", "ridge_probe_accuracy",
+           "sweep_rank_metrics"]
 
 FEW_LABELS = 5
 """Labelled training points per class of the few-label probe."""
@@ -239,3 +240,35 @@ def sweep_rank_metrics(train_features: Tensor, train_labels: Tensor, test_featur
         "labels": test_labels.cpu().numpy().astype(np.int64),
         "layer": np.int64(layer),
     }
+
+
+def layer_rank_metrics(train_features: Sequence[Tensor], train_labels: Tensor, test_features: Sequence[Tensor],
+                       test_labels: Tensor, *, ridge: float = 1e-3,
+                       num_classes: int | None = None) -> dict[str, np.ndarray]:
+    """:func:`sweep_rank_metrics`' per-layer measures for one network whose layers may differ in width (a conv net's
+    stages, a ViT's tokens): each layer measured on its own, exactly as a one-member sweep measures it.
+
+    Args:
+        train_features: L+1 tensors ``[n, H_l]``, the probe's training points at each depth.
+        train_labels: [n].
+        test_features: L+1 tensors ``[m, H_l]``, held-out points.
+        test_labels: [m].
+        ridge: the probe's relative ridge penalty.
+        num_classes: C; by default 1 + the largest label seen.
+
+    Returns:
+        ``effective_rank``, ``eq6_entropy``, ``probe_acc`` [L+1] float32 (NaN for a layer that is not finite) and
+        ``width`` [L+1] int64.
+    """
+    if len(train_features) != len(test_features) or not train_features:
+        raise ValueError(f"need the same layers of training and held-out features, got {len(train_features)} and "
+                         f"{len(test_features)}")
+    keys = ("effective_rank", "eq6_entropy", "probe_acc")
+    out: dict[str, list[float]] = {key: [] for key in keys}
+    for tr, te in zip(train_features, test_features, strict=True):
+        one = sweep_rank_metrics(tr[None, None], train_labels, te[None, None], test_labels, ridge=ridge,
+                                 num_classes=num_classes)
+        for key in keys:
+            out[key].append(float(one[key][0, 0]))
+    return {**{key: np.asarray(v, np.float32) for key, v in out.items()},
+            "width": np.asarray([f.shape[-1] for f in train_features], np.int64)}

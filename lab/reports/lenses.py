@@ -23,6 +23,7 @@ import numpy as np
 from lab.nn.registry import list_models
 from lab.reports.alignment import alignment_report
 from lab.reports.imported import data_settings, import_weights
+from lab.reports.layer_rank import layer_rank_report
 from lab.reports.probe import probe_report
 from lab.reports.retransformation import retransformation_report
 from lab.runfolder import layout
@@ -32,8 +33,8 @@ from lab.runs.store import Run, RunStore, default_runs_dir
 
 __all__ = ["ANALYSES", "Analysis", "analyze"]
 
-ANALYSES = ("alignment", "retransformation", "probe")
-"""What :func:`analyze` can run; the first two by default (the probe trains a linear head)."""
+ANALYSES = ("alignment", "retransformation", "rank", "probe")
+"""What :func:`analyze` can run; the first three by default (the probe trains a linear head)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class Analysis:
             draws (RA mosaic, trajectories, spectra, RA4 fit, NC) — or None.
         retransformation: ``analysis/retransformation.json`` (distance to the input and to the previous step,
             CKA between layers), or None.
+        rank: ``analysis/layer_rank.json`` (Eq. 6 rank, effective rank and a ridge probe's accuracy by layer), or
+            None.
         probe: ``analysis/probe.json`` (linear probe accuracy and feature rank), or None.
     """
 
@@ -56,11 +59,12 @@ class Analysis:
     summary: dict[str, Any] | None = None
     alignment: dict[str, np.ndarray] | None = field(default=None, repr=False)
     retransformation: dict[str, Any] | None = None
+    rank: dict[str, Any] | None = None
     probe: dict[str, Any] | None = None
 
 
 def analyze(source: str | Path | Run, *, weights: str | Path | None = None, data: str = "digits",
-            settings: Sequence[str] = (), analyses: Sequence[str] = ANALYSES[:2], inputs: int = 64,
+            settings: Sequence[str] = (), analyses: Sequence[str] = ANALYSES[:3], inputs: int = 64,
             k: int | None = None, nc_inputs: int = 500, checkpoint: str = Checkpoint.LAST, strict: bool = True,
             device: str = "cpu", runs_dir: str | Path | None = None, probe: dict[str, Any] | None = None,
             progress: bool | Callable[[int, int], None] = False) -> Analysis:
@@ -74,7 +78,8 @@ def analyze(source: str | Path | Run, *, weights: str | Path | None = None, data
         settings: further config settings ``KEY=VALUE`` (as ``--set``: ``data.image_size=32``,
             ``model.num_classes=10``).
         analyses: which of :data:`ANALYSES` to run.
-        inputs: test inputs of the alignment and re-transformation analyses.
+        inputs: test inputs of the alignment and re-transformation analyses; training and test inputs each of
+            the rank analysis.
         k: singular triplets per block (default: the paper's 30, capped at the Jacobians' size).
         nc_inputs: training inputs for neural collapse.
         checkpoint: which checkpoint of a run (``last`` or ``best``).
@@ -116,6 +121,8 @@ def analyze(source: str | Path | Run, *, weights: str | Path | None = None, data
             results["alignment"] = {key: arrays[key] for key in arrays.files}
     if "retransformation" in analyses:
         results["retransformation"] = retransformation_report(run, inputs=inputs, checkpoint=checkpoint)
+    if "rank" in analyses:
+        results["rank"] = layer_rank_report(run, points=inputs, checkpoint=checkpoint)
     if "probe" in analyses:
         results["probe"] = probe_report(run, checkpoint=checkpoint, **{"progress": False, "device": device,
                                                                        **(probe or {})})

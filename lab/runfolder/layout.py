@@ -67,6 +67,9 @@ ALIGNMENT_ARRAYS = "alignment.npz"
 RETRANSFORMATION = "retransformation.json"
 """``lab analyze retransformation``: each residual step's distance to the input and to the step before, and CKA
 between layers (:mod:`lab.reports.retransformation`)."""
+LAYER_RANK = "layer_rank.json"
+"""``lab analyze rank``: feature rank (the paper's Eq. 6 and Roy & Vetterli's) and a ridge probe's accuracy at every
+layer (:mod:`lab.reports.layer_rank`)."""
 COLLAPSE = "collapse.json"
 """``lab analyze collapse``: NC1–NC4 of the last layer at every kept checkpoint, over training
 (:mod:`lab.reports.alignment`)."""

@@ -189,3 +189,24 @@ def test_the_few_label_probe_reads_what_a_few_labels_can_separate():
     assert torch.equal(few, again)  # the draws are seeded
     with pytest.raises(ValueError, match="fewer than 500 training points"):
         few_label_probe_accuracy(feats[:, :400], y[:400], feats[:, 400:], y[400:], per_class=500)
+
+
+def test_layer_rank_metrics_measure_layers_of_any_width_as_a_one_member_sweep_does():
+    from lab.analysis.rank_sweep import layer_rank_metrics
+
+    g = torch.Generator().manual_seed(0)
+    y_tr, y_te = torch.arange(60) % 3, torch.arange(45) % 3
+    widths = (4, 9, 6)
+    tr = [torch.randn(60, w, generator=g) + y_tr[:, None].float() for w in widths]
+    te = [torch.randn(45, w, generator=g) + y_te[:, None].float() for w in widths]
+    out = layer_rank_metrics(tr, y_tr, te, y_te)
+    assert list(out["width"]) == list(widths)
+    for i in range(len(widths)):
+        one = sweep_rank_metrics(tr[i][None, None], y_tr, te[i][None, None], y_te)
+        for key in ("effective_rank", "eq6_entropy", "probe_acc"):
+            assert out[key][i] == pytest.approx(float(one[key][0, 0]), rel=1e-6), key
+    rank_one = [torch.randn(60, 1, generator=g) @ torch.ones(1, 5), torch.randn(45, 1, generator=g) @ torch.ones(1, 5)]
+    low = layer_rank_metrics([rank_one[0]], y_tr, [rank_one[1]], y_te)
+    assert low["effective_rank"][0] == pytest.approx(1.0, abs=1e-3)  # a rank-one layer has effective rank 1
+    with pytest.raises(ValueError, match="same layers"):
+        layer_rank_metrics(tr, y_tr, te[:2], y_te)

@@ -18,12 +18,14 @@ def test_a_run_is_analysed_by_id_or_folder_and_bad_requests_are_refused_by_name(
                  "--runs-dir", str(runs), "--no-progress"]) == 0
     (folder,) = runs.iterdir()
     fed = []
-    result = lab.analyze(folder.name, analyses=("alignment", "retransformation", "probe"), inputs=8, k=4,
+    result = lab.analyze(folder.name, analyses=("alignment", "retransformation", "rank", "probe"), inputs=8, k=4,
                          nc_inputs=40, runs_dir=runs, probe={"epochs": 2, "limit": 64},
                          progress=lambda done, total: fed.append((done, total)))
     assert result.network is None and result.run.path == folder
     assert result.summary == json.loads((folder / layout.ANALYSIS / layout.ALIGNMENT).read_text())
     assert result.retransformation == json.loads((folder / layout.ANALYSIS / layout.RETRANSFORMATION).read_text())
+    assert result.rank == json.loads((folder / layout.ANALYSIS / layout.LAYER_RANK).read_text())
+    assert len(result.rank["probe_acc"]) == 4 and result.rank["width"] == [16] * 4
     assert result.probe == json.loads((folder / layout.ANALYSIS / layout.PROBE).read_text())
     with np.load(folder / layout.ANALYSIS / layout.ALIGNMENT_ARRAYS) as arrays:
         assert np.array_equal(result.alignment["scores"], arrays["scores"], equal_nan=True)

@@ -318,10 +318,8 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
         curves = [pair(a, b) for a, b in zip(self.curves.pane, self.twin_curves.pane, strict=True)]
         return [heads, *views, *curves]
 
-    def controls(self) -> pn.viewable.Viewable:
-        """The training page's sidebar, then the checkpoint source's card."""
-        return pn.Column(super().controls(), pn.Card(self.checkpoint, title="Analyse a checkpoint", collapsed=True,
-                                                     sizing_mode="stretch_width"), sizing_mode="stretch_width")
+    def _cards(self) -> list[pn.viewable.Viewable]:
+        return [self.checkpoint.card()]
 
     def views(self) -> pn.viewable.Viewable:
         """RA1–RA4, neural collapse and the curves of each run (the served page's main area)."""

@@ -11,6 +11,11 @@ decoder blocks keep α = 1, U-Net skips join them, and the probes read the encod
 Table 3a's ablation (the same model without the skips) and ``no_decoder`` the residual MLP decaying to its output.
 Before a sweep starts, the untrained members are drawn. A member that diverges or does not learn is named, never
 plotted as if it had.
+
+**Analyse a checkpoint** (the sidebar's last card) measures a network of your own layer by layer — rank (Eq. 6 and
+effective rank), a ridge probe's accuracy and its re-transformation — from its weights file on the server
+(:class:`~lab.ui.views.checkpoint_source.CheckpointSource`), drawn above the sweep's views
+(:class:`~lab.ui.views.layer_profile.LayerProfileViews`).
 """
 
 from __future__ import annotations
@@ -29,12 +34,15 @@ from lab.config import PIXEL_TASKS, ConfigError, ExperimentConfig, apply_overrid
 from lab.jobs.kinds import RANK
 from lab.jobs.manager import JobManager
 from lab.nn.mlp import ACTIVATIONS
+from lab.reports.lenses import Analysis
 from lab.reports.sweep_snapshot import rank_snapshot
 from lab.runfolder.layout import RunState
 from lab.train.build import build_data, build_model, build_task
 from lab.ui.pages.knobs import Knob, config_overrides, knob_class, toy_data_knobs
 from lab.ui.pages.training import Export, TrainingPage
 from lab.ui.text import md
+from lab.ui.views.checkpoint_source import CheckpointSource
+from lab.ui.views.layer_profile import LayerProfileViews
 from lab.ui.views.live_rank import MEASURES, RankViews
 
 SCHEDULES = ("linear", "paper_eq5", "scaled_both", "scaled_branch")
@@ -131,7 +139,10 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
         self.rank = RankViews()
         self._umap: Future | None = None
         self.follower.on_snapshot(RANK, self._new_snapshot)
-        self._main = pn.Column(self.rank.layout, self._downloads())
+        self.layers = LayerProfileViews()
+        self.checkpoint = CheckpointSource(self.follower.manager.store.root, on_result=self._show_checkpoint,
+                                           analyses=("rank", "retransformation"))
+        self._main = pn.Column(self.layers.layout, self.rank.layout, self._downloads())
         self.follower.add_views(self._main)
         self._rebuild()
 
@@ -198,6 +209,9 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
         changed = super().poll()
         return self._draw_umap() or changed
 
+    def _show_checkpoint(self, result: Analysis) -> None:
+        self.layers.show(result.network or result.run.id, result.rank, result.retransformation)
+
     @param.depends("measure", watch=True)
     def _measure_changed(self) -> None:
         self.rank.set_measure(self.measure)
@@ -252,6 +266,8 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
         return [("Snapshot npz", self.snapshot_npz, "rank.npz"), ("Config YAML", self.config_yaml, "sweep.yaml")]
 
     # -- layout -----------------------------------------------------------------------------------------------
+    def _cards(self) -> list[pn.viewable.Viewable]:
+        return [self.checkpoint.card()]
 
     def views(self) -> pn.viewable.Viewable:
         """Rank, probe accuracy, their correlation, embeddings and accuracies (the served page's main area)."""

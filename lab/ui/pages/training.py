@@ -178,4 +178,8 @@ class TrainingPage(Page):
                     for g, names in groups(self.knobs).items()]
         return pn.Column(buttons, *self._messages(),
                          pn.Accordion(*sections, active=list(self.open_groups), sizing_mode="stretch_width"),
-                         sizing_mode="stretch_width")
+                         *self._cards(), sizing_mode="stretch_width")
+
+    def _cards(self) -> list[pn.viewable.Viewable]:
+        """What the sidebar shows below the settings (a page's checkpoint source)."""
+        return []

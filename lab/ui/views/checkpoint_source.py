@@ -159,5 +159,9 @@ class CheckpointSource(pn.viewable.Viewer):
     def _poll_failed(self, err: Exception) -> None:
         self._error(f"The page could not show the analysis: {err}")
 
+    def card(self) -> pn.Card:
+        """The form as a page's sidebar shows it: a card, "Analyse a checkpoint", closed until opened."""
+        return pn.Card(self._layout, title="Analyse a checkpoint", collapsed=True, sizing_mode="stretch_width")
+
     def __panel__(self) -> pn.viewable.Viewable:
         return self._layout

@@ -144,3 +144,25 @@ def test_the_sweep_trains_in_a_child_process_and_a_killed_one_is_reported(tmp_pa
         kill_child_then_start_again(page, [page.job])
     finally:
         manager.shutdown()
+
+
+def test_a_checkpoint_is_measured_layer_by_layer_above_the_sweep(manager, tmp_path):
+    import timm
+    import torch
+
+    page = RankPage(manager=manager, depth=4, width=8, alpha_mins="1.0, 0.5", n=400)
+    assert not page.layers.layout.visible
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=16, in_chans=1, num_classes=10)
+    (tmp_path / "runs").mkdir(exist_ok=True)
+    torch.save(vit.state_dict(), tmp_path / "runs" / "vit.pt")
+    source = page.checkpoint
+    source.network, source.weights, source.inputs = "timm:vit_tiny_patch16_224", "vit.pt", 64
+    source.settings = "data.image_size=16"
+    assert source.start() and source.wait(300), shown(source.alert)
+    assert page.layers.layout.visible
+    assert page.layers.points() == {key: 25 for key in ("eq6_entropy", "effective_rank", "probe_acc", "to_input",
+                                                        "cka_to_input")}  # h_0 and 2 × 12 residual steps
+    assert shown(page.layers.heading).startswith("Layers of timm:vit_tiny_patch16_224: 24 residual steps")
+    rank = source.result.rank
+    assert rank["steps"][:2] == ["blocks.0", "blocks.1"] and rank["width"] == [192] * 25
+    assert all(0.0 <= a <= 1.0 for a in rank["probe_acc"])
