@@ -8,8 +8,11 @@ memory is its own): the network is built, its weights written as safetensors and
 - **RA**: :func:`lab.analysis.residual_alignment.residual_alignment` at ``--inputs`` inputs, top ``--k`` triplets of
   every block's residual Jacobian (dense up to D = 2,048, else the chunked jvp/vjp operators with the block Krylov
   SVD), 8 random-baseline trials, NC1–NC4 at the same inputs;
-- **rank**: the paper's Eq. 6 rank (:func:`lab.analysis.rank.feature_rank`, entropy) of every state's pooled
-  features and :func:`lab.analysis.retransformation.retransformation` of the stream, at ``--rank-inputs`` inputs.
+- **rank**: what ``lab analyze rank`` and ``retransformation`` compute: every layer's pooled features
+  (:func:`lab.reports.layer_rank.layer_features`) at ``--rank-inputs`` training and as many test inputs, their
+  rank (the paper's Eq. 6 and effective rank) and a ridge probe's accuracy
+  (:func:`lab.analysis.rank_sweep.layer_rank_metrics`), and
+  :func:`lab.analysis.retransformation.retransformation` of the stream at ``--rank-inputs`` inputs.
 
 Run: ``python bench/analyze_checkpoint.py [--inputs 2] [--k 10] [--rank-inputs 64] [--cases resnet18@64,...]``.
 The table gives seconds and peak MB of each part, the ratio of each case's total time to the reference case
@@ -56,11 +59,12 @@ def run_case(case: str, inputs: int, k: int, rank_inputs: int) -> dict:
     from safetensors.torch import save_file
 
     from lab.analysis.jacobian import jacobian_shapes
-    from lab.analysis.rank import feature_rank
+    from lab.analysis.rank_sweep import layer_rank_metrics
     from lab.analysis.residual_alignment import residual_alignment
     from lab.analysis.retransformation import retransformation
     from lab.hooks import eval_mode
     from lab.nn.networks import build_network, open_network
+    from lab.reports.layer_rank import layer_features
 
     arch, px = case.split("@")
     torch.manual_seed(0)
@@ -71,7 +75,7 @@ def run_case(case: str, inputs: int, k: int, rank_inputs: int) -> dict:
         view, report = open_network(f"torchvision:{arch}", weights, num_classes=10)
         load_s = time.perf_counter() - start
     size = int(px)
-    x = torch.randn(max(inputs, rank_inputs), 3, size, size)
+    x = torch.randn(max(inputs, 2 * rank_inputs), 3, size, size)
     y = torch.arange(len(x)) % 10
     d_max = max(max(s) for s in jacobian_shapes(view, x[:1]))
 
@@ -81,17 +85,19 @@ def run_case(case: str, inputs: int, k: int, rank_inputs: int) -> dict:
     ra_s, ra_peak = time.perf_counter() - start, _peak_mb()
 
     start = time.perf_counter()
+    n = rank_inputs
+    layers = layer_rank_metrics(layer_features(view, x[:n]), y[:n], layer_features(view, x[n:2 * n]), y[n:2 * n],
+                                num_classes=10)
     with torch.no_grad(), eval_mode(view):
-        states = view.forward_intermediates(x[:rank_inputs], intermediates_only=True)
-        pooled = [h.mean(dim=(2, 3)) if h.ndim == 4 else h.flatten(1) for h in states]
-        ranks = [float(feature_rank(p.double(), measure="entropy")) for p in pooled]
-        moved = retransformation(states)
+        moved = retransformation(view.forward_intermediates(x[:n], intermediates_only=True))
     rank_s, peak = time.perf_counter() - start, _peak_mb()
-    return {"case": case, "blocks": len(states) - 1, "d_max": d_max, "load_s": load_s, "keys": report.text(),
+    ranks = layers["eq6_entropy"]
+    return {"case": case, "blocks": len(ranks) - 1, "d_max": d_max, "load_s": load_s, "keys": report.text(),
             "ra_s": ra_s, "ra_peak_mb": ra_peak, "rank_s": rank_s, "peak_mb": peak,
             "align": float(ra["align_offdiag"]), "baseline": float(ra["baseline_mean"]),
             "sigma1_first_last": [float(ra["sigma"][0, 0]), float(ra["sigma"][-1, 0])],
-            "rank_last": ranks[-1], "rank_first": ranks[0], "backtrack": float(moved["backtrack"])}
+            "rank_last": float(ranks[-1]), "rank_first": float(ranks[0]), "probe_last": float(layers["probe_acc"][-1]),
+            "backtrack": float(moved["backtrack"])}
 
 
 def main() -> None:
@@ -99,7 +105,8 @@ def main() -> None:
     parser.add_argument("--inputs", type=int, default=2, help="inputs of the RA analysis (default 2)")
     parser.add_argument("--k", type=int, default=10, help="singular triplets per block (default 10, the paper's "
                                                           "smallest K)")
-    parser.add_argument("--rank-inputs", type=int, default=64, help="inputs of the rank analysis (default 64)")
+    parser.add_argument("--rank-inputs", type=int, default=64, help="training (and test) inputs of the rank analysis "
+                                                                     "(default 64)")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma list of arch@px (default {','.join(CASES)})")
     parser.add_argument("--case", default=None, help=argparse.SUPPRESS)  # one case, in a child process
     args = parser.parse_args()

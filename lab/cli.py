@@ -103,6 +103,9 @@ def _network_source() -> argparse.ArgumentParser:
                        help="the data it is analysed on (default digits; e.g. cifar10=/data/cifar)")
     group.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="another setting of the analysed experiment, e.g. data.image_size=32 (repeatable)")
+    group.add_argument("--blocks", default=None, metavar="PATTERN",
+                       help="the residual blocks of a timm/torchvision network the lab has no adapter for, by module "
+                            "name (fnmatch: 'stages.*.blocks.*'); each must compute h + F(h)")
     group.add_argument("--strict", default="true", choices=["true", "false"],
                        help="false: load the keys that fit, keep the model's own values for the rest (named)")
     return parent
@@ -541,7 +544,8 @@ def _source(args: argparse.Namespace, store: RunStore) -> Run:
     if args.weights is None:
         raise ValueError("--model needs --weights FILE (the lab downloads nothing)")
     settings = data_settings(args.data, args.set)
-    run, report = import_weights(store, args.model, args.weights, settings, strict=args.strict == "true")
+    run, report = import_weights(store, args.model, args.weights, settings, strict=args.strict == "true",
+                                 blocks=args.blocks)
     print(f"imported {args.model} from {args.weights} into {run.path} ({report.text()})", file=sys.stderr)
     return run
 

@@ -4,11 +4,13 @@ Serves the lab's app on a free port of 127.0.0.1 with a temporary runs folder an
 (Playwright). The Playground (with the settings of ``--query``) trains for ``--seconds`` and pauses; its picture shows
 the sidebar's controls and status, the grid, the decision map, the α chart and the curves. With ``--pages`` more
 pages follow, in the same server: Alignment, Rank and Diffusion each train for ``--seconds`` and pause; Data trains
-its default model; Runs opens the Playground's run. Each picture is written to ``OUT/<page>.png`` (the Playground's
-to ``--out``). Prints, per page, the status line it was taken at.
+its default model; Runs opens the Playground's run; Checkpoint trains a timm ResNet-18 on the digits with ``lab
+train``, writes its weights as a safetensors file into the server's runs folder, and analyses that file through the
+Alignment page's "Analyse a checkpoint" card (``alignment-checkpoint.png``). Each picture is written to
+``OUT/<page>.png`` (the Playground's to ``--out``). Prints, per page, the status line it was taken at.
 
     python scripts/screenshot.py [--seconds 25] [--query "depth=12&width=12"] [--out docs/playground.png]
-    python scripts/screenshot.py --pages Alignment,Rank,Diffusion,Data,Runs --pictures docs/pages
+    python scripts/screenshot.py --pages Alignment,Rank,Diffusion,Data,Runs,Checkpoint --pictures docs/pages
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ JS_TITLE = """() => { let last = null; for (const doc of Bokeh.documents) for (c
 JS_STATUS = """() => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
     if (typeof m.text === 'string' && m.css_classes && m.css_classes.includes('lab-status')) return m.text;
     return null; }"""
+JS_HAS_TEXT = """(needle) => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
+    if (typeof m.text === 'string' && m.text.includes(needle)) return true; return false; }"""
 JS_CURVE_POINTS = """() => { let n = 0; for (const doc of Bokeh.documents) for (const m of doc.all_models)
     if (m.name === "accuracy:test_acc") n = m.get_length(); return n; }"""
 
@@ -65,7 +69,9 @@ def save_png(png: bytes, out: Path, max_bytes: int) -> int:
     return len(data)
 
 
-PAGES = ("Alignment", "Rank", "Diffusion", "Data", "Runs")
+PAGES = ("Alignment", "Rank", "Diffusion", "Data", "Runs", "Checkpoint")
+FILES = {"Checkpoint": "alignment-checkpoint.png"}
+"""A page's picture's file name, where it is not ``<page>.png``."""
 """The pages ``--pages`` may name, besides the Playground (always first: the Runs page opens its run)."""
 
 
@@ -94,8 +100,38 @@ def _train_and_pause(page, seconds: float, until_gone: str | None = None) -> Non
                            timeout=300_000)
 
 
-def _other_page(page, url: str, name: str, seconds: float, run_id: str) -> None:
+def _checkpoint(page, url: str, runs: Path) -> None:
+    """Train a timm ResNet-18 on the digits, save its weights (timm's keys) into the runs folder and analyse that file
+    on the Alignment page's checkpoint card."""
+    import torch
+    from safetensors.torch import save_file
+
+    from lab.cli import main as lab
+
+    folder = runs / "trained"
+    if lab(["train", "ra_fc_digits", "model.name=timm_resnet18", "data.image_size=16", "train.epochs=10",
+            "train.lr=0.05", "--runs-dir", str(folder), "--no-progress"]):
+        raise RuntimeError("training the ResNet-18 failed")
+    (trained,) = folder.iterdir()
+    state = torch.load(trained / "checkpoints" / "last.pt", weights_only=True)["model"]
+    save_file({k.removeprefix("model."): v.contiguous() for k, v in state.items()}, str(runs / "resnet18.safetensors"))
+    page.goto(f"{url}/apps?page=Alignment", timeout=120_000)
+    page.wait_for_function(f"() => ({JS_STATUS})() !== null", timeout=120_000)
+    page.get_by_text("Analyse a checkpoint").click()
+    for placeholder, value in (("timm:resnet18", "timm:resnet18"), ("resnet18.safetensors", "resnet18.safetensors"),
+                               ("data.image_size=32", "data.image_size=16")):
+        page.get_by_placeholder(placeholder).fill(value)
+        page.get_by_placeholder(placeholder).press("Enter")
+    page.get_by_role("button", name="Analyse").click()
+    page.wait_for_function(JS_HAS_TEXT, arg="checkpoint timm:resnet18", timeout=900_000)
+
+
+def _other_page(page, url: str, name: str, seconds: float, run_id: str, runs: Path) -> None:
     """Bring page ``name`` to the state its picture shows."""
+    if name == "Checkpoint":
+        _checkpoint(page, url, runs)
+        time.sleep(2.0)
+        return
     query = f"&run={run_id}" if name == "Runs" else ""
     page.goto(f"{url}/apps?page={name}{query}", timeout=120_000)
     page.wait_for_function(f"() => ({JS_STATUS})() !== null || document.querySelector('.tabulator') !== null",
@@ -169,14 +205,14 @@ def main(argv: list[str] | None = None) -> int:
             pictures["Playground"] = (page.screenshot(clip=clip), clip, status)
             run_id = next(runs.iterdir()).name
             for name in pages:
-                _other_page(page, url, name, args.seconds, run_id)
+                _other_page(page, url, name, args.seconds, run_id, runs)
                 clip = _clip(page, args.width, args.height)
                 pictures[name] = (page.screenshot(clip=clip), clip, _status(page))
             browser.close()
     finally:
         shutil.rmtree(runs, ignore_errors=True)
     for name, (png, clip, status) in pictures.items():
-        out = args.out if name == "Playground" else args.pictures / f"{name.lower()}.png"
+        out = args.out if name == "Playground" else args.pictures / FILES.get(name, f"{name.lower()}.png")
         size = save_png(png, out, args.max_kb * 1024)
         print(f"{name}: saved {out} ({clip['width']:.0f} x {clip['height']:.0f} px, {size / 1024:.0f} KB); "
               f"status: {status}")

@@ -86,11 +86,31 @@ def test_a_torchvision_resnet_is_analysed_and_bad_sources_are_refused_before_any
             (["--model", "torchvision:resnet18"], "needs --weights"),
             (["--model", "keras:resnet18", "--weights", str(tmp_path / "tv.pt")], "names no network"),
             (["--model", "timm:convnext_atto", "--weights", str(tmp_path / "tv.pt")], "no ResNet (nor a ViT)"),
+            (["--model", "timm:resnet18", "--weights", str(tmp_path / "tv.pt"), "--blocks", "nothing.*"],
+             "no module of ResNet matches --blocks 'nothing.*'"),
+            (["--model", "torchvision:resnet18", "--weights", str(tmp_path / "tv.pt"), "--blocks", "layer*.*"],
+             "torchvision's networks take 3 input channels, not 1"),
             ([imported.name, "--model", "torchvision:resnet18"], "not both")):
         capsys.readouterr()
         assert main(["analyze", "alignment", *args, *DATA, "--runs-dir", str(runs)]) == 2
         assert words in capsys.readouterr().err
     assert [p.name for p in runs.iterdir()] == [imported.name], "a refused source writes no folder"
+
+
+def test_a_network_without_an_adapter_is_analysed_through_the_blocks_its_user_names(tmp_path):
+    import timm
+
+    runs = tmp_path / "runs"
+    net = timm.create_model("convnext_atto", pretrained=False, in_chans=1, num_classes=10)
+    torch.save({"state_dict": net.state_dict()}, tmp_path / "convnext.pt")
+    for analysis in ("alignment", "retransformation"):
+        assert main(["analyze", analysis, "--model", "timm:convnext_atto", "--weights", str(tmp_path / "convnext.pt"),
+                     "--blocks", "stages.*.blocks.*", *DATA, *ANALYSE, "--runs-dir", str(runs)]) == 0
+    imported = _newest_import(runs)
+    assert len(_retransformation(imported)["to_input"]) == 13  # h_0 and twelve blocks (2, 2, 6, 2)
+    (aligned,) = [p for p in runs.iterdir() if (p / layout.ANALYSIS / layout.ALIGNMENT).exists()]
+    assert len(_alignment(aligned)["inv_sigma"]) == 12
+    assert json.loads((imported / layout.CONFIG).read_text())["imported"]["blocks"] == "stages.*.blocks.*"
 
 
 def test_a_timm_vit_is_analysed_step_by_step_from_its_weights_file(tmp_path):

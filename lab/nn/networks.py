@@ -28,14 +28,19 @@ LIBRARY_BUILDERS = {"timm": "timm_resnet", "torchvision": "torchvision_resnet"}
 """``<library>:<arch>`` → the registered builder that takes ``arch`` (timm's ViTs: ``timm_vit``)."""
 LIBRARIES = tuple(LIBRARY_BUILDERS)
 """The prefixes of a network that comes from a library rather than the lab's registry."""
-WRAPPED = ("timm_resnet", "torchvision_resnet", "timm_vit")
+WRAPPED = ("timm_resnet", "torchvision_resnet", "timm_vit", "named_blocks")
 """The builders whose model wraps the library's network as ``.model`` (the weights file's keys are that network's)."""
 
 
-def network_overrides(spec: str) -> dict[str, str]:
+def network_overrides(spec: str, blocks: str | None = None) -> dict[str, str]:
     """The config's model settings for ``spec`` (``timm:<arch>``, ``torchvision:<arch>`` or a registered model's
-    name, as :func:`build_network` takes): the registered builder that wraps that network, and its ``arch``."""
+    name, as :func:`build_network` takes): the registered builder that wraps that network, and its ``arch``; with
+    ``blocks``, the library network whose residual blocks that pattern names (:mod:`lab.nn.named_blocks`)."""
     library, sep, arch = spec.partition(":")
+    if blocks:
+        if library not in LIBRARY_BUILDERS or not arch:
+            raise ValueError(f"--blocks names the blocks of a timm:<arch> or torchvision:<arch> network, not {spec!r}")
+        return {"model.name": "named_blocks", "model.network": spec, "model.blocks": blocks}
     if not sep:
         return {"model.name": spec}
     if library not in LIBRARY_BUILDERS or not arch:
@@ -94,7 +99,8 @@ def residual_view(model: nn.Module) -> nn.Module:
         return TimmViT(model)
     found = ", ".join(f"{n} ({type(m).__name__})" for n, m in list(model.named_children())[:12])
     raise ValueError(f"the lab cannot find the residual blocks of {kind}: it knows its own models, timm's and "
-                     f"torchvision's ResNets and timm's ViTs; this network's modules are {found or 'none'}")
+                     f"torchvision's ResNets and timm's ViTs; this network's modules are {found or 'none'} — name "
+                     "its residual blocks with --blocks PATTERN (e.g. 'stages.*.blocks.*')")
 
 
 def residual_steps(model: nn.Module) -> nn.Module:

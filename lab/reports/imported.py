@@ -26,10 +26,11 @@ from lab.train.build import build_data, build_model
 
 
 def import_weights(store: RunStore, spec: str, weights: str | Path, settings: dict[str, object] | None = None, *,
-                   strict: bool = True) -> tuple[Run, LoadReport]:
+                   strict: bool = True, blocks: str | None = None) -> tuple[Run, LoadReport]:
     """Write the imported run of the network ``spec`` with the weights file ``weights``, analysed on the data
     ``settings`` describe (dotted keys, as overrides: ``data.name``, ``data.root``, ``data.image_size`` …; digits by
-    default).
+    default). ``blocks``: the residual blocks of a library network the lab has no adapter for, by name pattern
+    (:mod:`lab.nn.named_blocks`).
 
     Raises:
         ConfigError, ValueError: an unknown network or setting; :class:`~lab.nn.weights.WeightsError` (a
@@ -39,7 +40,7 @@ def import_weights(store: RunStore, spec: str, weights: str | Path, settings: di
     path = Path(weights).expanduser().resolve()
     name = spec.replace(":", "-")
     base = ExperimentConfig(name=f"imported-{name}", model=ModelConfig(name="residual_mlp"))
-    network = network_overrides(spec)
+    network = network_overrides(spec, blocks)
     task = model_info(network["model.name"]).task  # what the network's forward serves: classify, mae, diffusion
     cfg = apply_overrides(base, {"data.name": "digits", "train.task": task,
                                  "train.engine": "tensor" if task == "classify" else "loader", **network,
@@ -51,7 +52,7 @@ def import_weights(store: RunStore, spec: str, weights: str | Path, settings: di
     run = store.create(cfg.name)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     run.write_config(to_dict(cfg), imported={"network": spec, "weights": str(path), "sha256": digest,
-                                             "keys": report.text(), "strict": strict})
+                                             "keys": report.text(), "strict": strict, "blocks": blocks})
     run.save_checkpoint({"model": model.state_dict(), "step": 0}, Checkpoint.LAST)
     run.write_status(RunState.COMPLETED, f"imported {spec} from {path.name} ({report.text()}); nothing trained",
                      step=0, total_steps=0)

@@ -67,7 +67,7 @@ def analyze(source: str | Path | Run, *, weights: str | Path | None = None, data
             settings: Sequence[str] = (), analyses: Sequence[str] = ANALYSES[:3], inputs: int = 64,
             k: int | None = None, nc_inputs: int = 500, checkpoint: str = Checkpoint.LAST, strict: bool = True,
             device: str = "cpu", runs_dir: str | Path | None = None, probe: dict[str, Any] | None = None,
-            progress: bool | Callable[[int, int], None] = False) -> Analysis:
+            progress: bool | Callable[[int, int], None] = False, blocks: str | None = None) -> Analysis:
     """Residual Alignment, re-transformation and (on request) the linear probe of a run or of a network of your own.
 
     Args:
@@ -84,6 +84,8 @@ def analyze(source: str | Path | Run, *, weights: str | Path | None = None, data
         nc_inputs: training inputs for neural collapse.
         checkpoint: which checkpoint of a run (``last`` or ``best``).
         device: where the alignment's Jacobians (and the probe) run: ``cpu``, ``cuda[:i]`` or ``auto``.
+        blocks: the residual blocks of a library network the lab has no adapter for, by module-name pattern
+            (``stages.*.blocks.*``; :mod:`lab.nn.named_blocks`).
         strict: refuse a weights file whose keys do not fit the network (else load what fits and name the rest).
         runs_dir: where runs are (and an imported network's run is written; default ``$LAB_RUNS_DIR`` or ``./runs``).
         progress: a progress bar of the alignment's Jacobians, or ``progress(done, total)`` to feed one.
@@ -106,7 +108,7 @@ def analyze(source: str | Path | Run, *, weights: str | Path | None = None, data
         if isinstance(source, Run):
             raise ValueError("weights= goes with a network (timm:<arch>, torchvision:<arch> or a lab model), not a run")
         network = str(source)
-        run, _ = import_weights(store, network, weights, data_settings(data, settings), strict=strict)
+        run, _ = import_weights(store, network, weights, data_settings(data, settings), strict=strict, blocks=blocks)
     elif isinstance(source, Run):
         run = source
     elif ":" in str(source) or str(source) in list_models():

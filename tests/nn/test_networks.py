@@ -85,3 +85,37 @@ def test_the_labs_mae_is_seen_as_two_decayed_residual_steps_per_block_computing_
     assert named[0].alpha > named[-1].alpha == pytest.approx(0.6)  # the sublayer schedule falls to α_min
     other = create_model("fc_resnet", depth=2, width=8, in_dim=4, num_classes=3)
     assert residual_steps(other) is other
+
+
+def test_blocks_named_by_pattern_are_seen_as_the_network_runs_them_with_exact_residual_jacobians(tmp_path):
+    from lab.analysis.jacobian import residual_jacobians
+    from lab.nn.named_blocks import NamedBlocks
+
+    torch.manual_seed(0)
+    raw = build_network("timm:convnext_atto", num_classes=4).eval()
+    view = NamedBlocks(raw, "stages.*.blocks.*")
+    names = [b.name for _, b in view.iter_blocks()]
+    assert names[:3] == ["stages.0.blocks.0", "stages.0.blocks.1", "stages.1.blocks.0"] and len(names) == 12
+    x = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(view(x), raw(x))
+        states = view.forward_intermediates(x, intermediates_only=True)
+        stage0 = raw.stages[0].blocks
+        h0 = raw.stages[0].downsample(raw.stem(x))
+        assert torch.allclose(states[0], h0) and torch.allclose(states[1], stage0[0](h0))
+        assert torch.allclose(states[-1], raw.stages[3].blocks[-1](states[-2]))
+    J = residual_jacobians(view, x[0], blocks=[0])[0]  # the branch's Jacobian: ∂block/∂h − I
+    h = states[0][:1]
+    full = torch.autograd.functional.jacobian(lambda v: stage0[0](v.reshape(h.shape)).flatten(), h.flatten())
+    assert torch.allclose(J, full - torch.eye(h.numel()), atol=1e-4)
+    out = residual_alignment(view, x, torch.arange(3), 3, fit_start=0)
+    assert out["sigma"].shape == (12, 3)
+    with pytest.raises(ValueError, match="matches --blocks 'layers.*'.*stem"):
+        NamedBlocks(raw, "layers.*")
+    with pytest.raises(ValueError, match="stages.1 is no residual block"):
+        NamedBlocks(raw, "stages.*").forward_intermediates(x)  # a stage downsamples: no h + F(h)
+    with pytest.raises(ValueError, match="--blocks PATTERN"):
+        residual_view(raw)
+    built = create_model("named_blocks", network="timm:convnext_atto", blocks="stages.*.blocks.*", num_classes=4,
+                         in_chans=1)
+    assert len(list(built.iter_blocks())) == 12

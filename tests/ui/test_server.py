@@ -430,3 +430,37 @@ def test_browser_runs_page_lists_runs_and_follows_the_opened_one(server, tmp_pat
         ranks = [p for p in _pixels(page, "Sweep rank views") if p["title"].startswith(("Rank by layer", "α_min"))]
         assert len(ranks) == 1 + 2, ranks
     assert not seen.errors and not seen.external, seen
+
+
+@needs_chromium
+def test_browser_alignment_page_analyses_a_checkpoint_from_the_servers_folder_and_refuses_one_outside(server,
+                                                                                                     tmp_path):
+    import torch
+    import torchvision
+
+    net = torchvision.models.resnet18(num_classes=10)
+    net.conv1 = torch.nn.Conv2d(1, 64, 7, 2, 3, bias=False)  # digits are grey
+    (tmp_path / "runs").mkdir(exist_ok=True)
+    torch.save(net.state_dict(), tmp_path / "runs" / "resnet18.pt")
+    torch.save(net.state_dict(), tmp_path / "elsewhere.pt")
+    url = server
+    with browser_page(1600, 1200) as (page, seen):
+        page.goto(f"{url}/apps?page=Alignment&depth=3&width=32&inputs=16&k=12", timeout=60_000)
+        page.wait_for_function(JS_HAS_TEXT, arg="Step 0.", timeout=120_000)
+        page.get_by_text("Analyse a checkpoint").click()
+        for placeholder, value in (("timm:resnet18", "torchvision:resnet18"),
+                                   ("resnet18.safetensors", str(tmp_path / "elsewhere.pt")),
+                                   ("data.image_size=32", "data.image_size=16")):
+            page.get_by_placeholder(placeholder).fill(value)
+            page.get_by_placeholder(placeholder).press("Enter")
+        page.get_by_role("button", name="Analyse").click()
+        _wait_for_text(page, "is outside the folders this server reads", 30_000)
+        page.get_by_placeholder("resnet18.safetensors").fill("resnet18.pt")
+        page.get_by_placeholder("resnet18.safetensors").press("Enter")
+        page.get_by_role("button", name="Analyse").click()
+        _wait_for_text(page, "checkpoint torchvision:resnet18", 300_000)
+        plots = [p for p in _plots(page) if p["title"] not in ("Loss", "Accuracy")]
+        assert sum(p["title"].startswith("RA2") for p in plots) >= 1
+        assert not plots_off_their_data(plots), plots_off_their_data(plots)
+    assert not seen.errors and not seen.external, seen
+    assert any("imported-torchvision-resnet18" in p.name for p in (tmp_path / "runs").iterdir())

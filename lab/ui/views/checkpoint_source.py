@@ -48,6 +48,8 @@ class CheckpointSource(pn.viewable.Viewer):
     network = param.String(default="", doc="timm:<arch>, torchvision:<arch> or a registered lab model")
     weights = param.String(default="", doc="its weights file (.safetensors or a PyTorch file of tensors), inside "
                                            "the server's folders")
+    blocks = param.String(default="", doc="for a network the lab has no adapter for: its residual blocks by module "
+                                          "name (stages.*.blocks.*), each computing h + F(h)")
     dataset = param.Selector(default="digits", objects=list(IMAGE_DATASETS), doc="the data it is analysed on")
     data_folder = param.String(default="", doc="that data set's folder, inside the server's data folders")
     settings = param.String(default="", doc="further settings KEY=VALUE, separated by spaces (data.image_size=32 "
@@ -74,10 +76,11 @@ class CheckpointSource(pn.viewable.Viewer):
                                           margin=(0, 10))
         self.alert = alert_pane("", alert_type="danger", visible=False, margin=(5, 10))
         widgets = {"network": {"placeholder": "timm:resnet18"}, "weights": {"placeholder": "resnet18.safetensors"},
+                   "blocks": {"placeholder": "(found for ResNets and ViTs)"},
+                   "data_folder": {"placeholder": "cifar10"}, "settings": {"placeholder": "data.image_size=32"},
                    "analyse": {"color": "primary"}}
-        self.form = pn.Param(self.param, parameters=["network", "weights", "dataset", "data_folder", "settings",
-                                                     "inputs", "k", "analyse"],
-                             widgets=widgets, show_name=False, width=300)
+        fields = ["network", "weights", "blocks", "dataset", "data_folder", "settings", "inputs", "k", "analyse"]
+        self.form = pn.Param(self.param, parameters=fields, widgets=widgets, show_name=False, width=300)
         self._layout = pn.Column(self.form, self.status, self.bar, self.alert, width=330)
 
     @property
@@ -113,7 +116,7 @@ class CheckpointSource(pn.viewable.Viewer):
 
         self._future = _ANALYSES.submit(analyze, network, weights=weights, data=data, settings=settings,
                                         analyses=self.analyses, inputs=self.inputs, k=self.k, runs_dir=self.runs_dir,
-                                        progress=progress)
+                                        progress=progress, blocks=self.blocks.strip() or None)
         if can_schedule() and self._ticker is None:
             self._ticker = weak_periodic(self, CheckpointSource.poll, TICK_MS, CheckpointSource._poll_failed)
         return True

@@ -1,0 +1,182 @@
+"""Any network whose residual blocks you name: ``--blocks "stages.*.blocks.*"``.
+
+The lab's adapters know the blocks of ResNets and ViTs (:mod:`lab.nn.networks`); for any other network (a ConvNeXt,
+a Swin, your own), :class:`NamedBlocks` takes the modules whose names match a pattern (``fnmatch``: ``*`` also
+crosses dots; the outermost match wins) as its residual blocks, and reads the stream by running the network itself:
+forward hooks record each block's input h_i and the last block's output h_L, so everything between blocks (a
+ConvNeXt's downsampling, a Swin's patch merging) runs as the network runs it.
+
+A named block must compute ``block(h) = h + F(h)``, an identity shortcut around its whole body, with its output
+shaped as its input (checked): its branch is then ``F(h) = block(h) − h`` and its residual Jacobian ``∂F/∂h`` (the
+lab's convention: the skip excluded). That holds for pre-norm blocks (ViT, ConvNeXt, Swin, pre-activation ResNets);
+a block with a projection or an activation after the sum (post-activation ResNets) is not of this form — the
+dedicated adapters see those exactly. The view has no separate head: its features are the network's output.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import nn
+
+from lab.nn.intermediates import check_format, collect
+from lab.nn.registry import register_model
+
+__all__ = ["NamedBlock", "NamedBlocks", "match_blocks", "named_blocks"]
+
+
+def match_blocks(model: nn.Module, pattern: str) -> list[tuple[str, nn.Module]]:
+    """The modules of ``model`` whose names match ``pattern``, outermost matches only, in registration order.
+
+    Raises:
+        ValueError: nothing matches (the message names the network's modules, two levels deep).
+    """
+    found: list[tuple[str, nn.Module]] = []
+    for name, module in model.named_modules():
+        if name and fnmatch.fnmatchcase(name, pattern) and not any(name.startswith(f"{n}.") for n, _ in found):
+            found.append((name, module))
+    if not found:
+        names = [n for n, _ in model.named_modules() if n and n.count(".") <= 1][:30]
+        raise ValueError(f"no module of {type(model).__name__} matches --blocks {pattern!r}; its modules include "
+                         f"{', '.join(names) or 'none'}")
+    return found
+
+
+class _Branch(nn.Module):
+    """``F(h) = block(h) − h``: the body of an identity-shortcut block (a view; owns nothing)."""
+
+    def __init__(self, block: nn.Module) -> None:
+        super().__init__()
+        self._block = [block]  # a list, not a submodule: the network owns the block
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self._block[0](h) - h
+
+
+class NamedBlock(nn.Module):
+    """One named module seen as a residual block ``h + F(h)`` (α = β = 1, no post-activation)."""
+
+    alpha = 1.0
+    beta = 1.0
+    post_act = None
+
+    def __init__(self, name: str, block: nn.Module) -> None:
+        super().__init__()
+        self.name = name
+        self.branch = _Branch(block)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.branch._block[0](h)
+
+
+class NamedBlocks(nn.Module):
+    """``model`` with the lab's model surface, its residual blocks named by ``pattern``.
+
+    Args:
+        model: any network taking images ``[B, C, H, W]``.
+        pattern: the blocks' module names, as an ``fnmatch`` pattern (``layer*.*``, ``stages.*.blocks.*``).
+
+    Raises:
+        ValueError: no module matches.
+    """
+
+    def __init__(self, model: nn.Module, pattern: str) -> None:
+        super().__init__()
+        self.model = model
+        self.pattern = pattern
+        self._blocks = [(f"blocks.{i}", NamedBlock(name, m))
+                        for i, (name, m) in enumerate(match_blocks(model, pattern))]  # a list: not registered twice
+        self.num_classes = getattr(model, "num_classes", None)
+
+    def train(self, mode: bool = True) -> NamedBlocks:
+        super().train(mode)
+        for _, block in self._blocks:
+            block.train(mode)
+        return self
+
+    def iter_blocks(self) -> Iterator[tuple[str, NamedBlock]]:
+        """``("blocks.{i}", block)`` in the network's registration order (its forward order for sequential stacks);
+        ``block.name`` is the module's own name."""
+        yield from self._blocks
+
+    def _run(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The network's output and its stream: every named block's input, then the last one's output.
+
+        Raises:
+            ValueError: a block did not run exactly once, ran out of order, or changed its input's shape.
+        """
+        seen: list[tuple[int, torch.Tensor, torch.Tensor]] = []
+
+        def hook(i: int):
+            def record(module: nn.Module, args: tuple, output: torch.Tensor) -> None:
+                seen.append((i, args[0], output))
+            return record
+
+        handles = [block.branch._block[0].register_forward_hook(hook(i)) for i, (_, block) in enumerate(self._blocks)]
+        try:
+            out = self.model(x)
+        finally:
+            for handle in handles:
+                handle.remove()
+        order = [i for i, _, _ in seen]
+        if order != list(range(len(self._blocks))):
+            raise ValueError(f"the blocks --blocks {self.pattern!r} names must each run once, in order; they ran as "
+                             f"{order[:20]}")
+        for i, h, y in seen:
+            if not isinstance(h, torch.Tensor) or not isinstance(y, torch.Tensor) or h.shape != y.shape:
+                raise ValueError(f"{self._blocks[i][1].name} is no residual block h + F(h): it maps "
+                                 f"{tuple(getattr(h, 'shape', ()))} to {tuple(getattr(y, 'shape', ()))}")
+        return out, [h for _, h, _ in seen] + [seen[-1][2]]
+
+    def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] | None = None, norm: bool = False,
+                              stop_early: bool = False, output_fmt: str = "NCHW", intermediates_only: bool = False
+                              ) -> list[torch.Tensor] | tuple[torch.Tensor, list[torch.Tensor]]:
+        """The stream h_0 … h_L (each block's input, then the last block's output) as the network computes it
+        (:mod:`lab.nn.intermediates`; the whole network runs, so ``stop_early`` saves nothing; ``norm`` is not
+        defined for an arbitrary network and must be False)."""
+        check_format(output_fmt, ("NCHW", "NLC"))
+        if norm:
+            raise ValueError("a network seen through --blocks has no final norm to apply")
+        out, states = self._run(x)
+        picked, _ = collect(iter(states), len(states), indices, False)
+        return picked if intermediates_only else (out, picked)
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The network's output (the view cannot tell its head from its body)."""
+        return self.model(x)
+
+    def forward_head(self, features: torch.Tensor) -> torch.Tensor:
+        return features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
+
+    def no_weight_decay(self) -> set[str]:
+        own = dict(self.named_parameters())
+        inner = self.model.no_weight_decay() if hasattr(self.model, "no_weight_decay") else set()
+        return {f"model.{n}" for n in inner} & own.keys()
+
+
+@register_model(family="named_blocks", example={"network": "timm:convnext_atto", "blocks": "stages.*.blocks.*",
+                                                "num_classes": 3}, input_shape=(3, 32, 32))
+def named_blocks(network: str = "timm:convnext_atto", blocks: str = "stages.*.blocks.*", num_classes: int = 1000,
+                 in_chans: int = 3) -> NamedBlocks:
+    """timm's or torchvision's ``network`` (never pretrained) with the residual blocks ``blocks`` names.
+
+    Raises:
+        ValueError: an unknown network, one torchvision builds for other than 3 channels, or no module matching.
+    """
+    from lab.nn.networks import build_network  # networks sees these views; this builder builds its networks
+
+    library = network.partition(":")[0]
+    if library == "timm":
+        model = build_network(network, num_classes=num_classes, in_chans=in_chans)
+    elif library == "torchvision":
+        if in_chans != 3:
+            raise ValueError(f"torchvision's networks take 3 input channels, not {in_chans}: analyse them on RGB data")
+        model = build_network(network, num_classes=num_classes)
+    else:
+        raise ValueError(f"--blocks names the blocks of a timm:<arch> or torchvision:<arch> network, not {network!r}")
+    return NamedBlocks(model, blocks)
