@@ -122,7 +122,7 @@ def _checkpoint(page, url: str, runs: Path) -> None:
                                ("data.image_size=32", "data.image_size=16")):
         page.get_by_placeholder(placeholder).fill(value)
         page.get_by_placeholder(placeholder).press("Enter")
-    page.get_by_role("button", name="Analyse").click()
+    page.get_by_role("button", name="Analyse", exact=True).click()
     page.wait_for_function(JS_HAS_TEXT, arg="checkpoint timm:resnet18", timeout=900_000)
 
 

@@ -32,6 +32,7 @@ here, which is why the 10 s target of that case is not met.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
@@ -39,7 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from lab.analysis.alignment import alignment_score, haar_bases
-from lab.analysis.jacobian import jacobian_operator, jacobian_shapes, residual_jacobians
+from lab.analysis.jacobian import jacobian_layouts, jacobian_operator, residual_jacobians
 from lab.analysis.svd import LinearOperator, block_krylov_svd
 from lab.hooks import eval_mode
 
@@ -174,7 +175,8 @@ def alignment_stats(model: nn.Module, x: Tensor, k: int, *, grid_inputs: int = 1
         float32 CPU tensors: ``sigma [N, L, k]`` (descending), ``scores [N, L, L]`` (row i = Jacobian, column j =
         basis, as :func:`~lab.analysis.alignment.alignment_grid`; the diagonal is 1), ``grid [grid_inputs, L, L,
         k, k]`` (U_{j,k}ᵀ J_i V_{j,k}), ``baseline [L]`` and ``baseline_std [L]`` (mean and sample std over the
-        trials; std 0 for one trial). Pairs of blocks whose Jacobians differ in shape are NaN in ``scores`` and
+        trials; std 0 for one trial). Pairs of blocks whose Jacobians act on different spaces (their input or
+        output layouts differ, as between conv stages, even where the sizes agree) are NaN in ``scores`` and
         ``grid``.
 
     Raises:
@@ -187,14 +189,14 @@ def alignment_stats(model: nn.Module, x: Tensor, k: int, *, grid_inputs: int = 1
         raise ValueError(f"grid_inputs must be in 0 … {N} (the number of inputs), got {grid_inputs}")
     if baseline_trials < 1:
         raise ValueError(f"baseline_trials must be >= 1, got {baseline_trials}")
-    shapes = jacobian_shapes(model, x)
-    L = len(shapes)
-    smallest = min(min(s) for s in shapes)
+    layouts = jacobian_layouts(model, x)
+    L = len(layouts)
+    smallest = min(math.prod(s) for layout in layouts for s in layout)
     if not 1 <= k <= smallest:
         raise ValueError(f"k={k} must satisfy 1 <= k <= {smallest}, the smallest dimension of a block's Jacobian")
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i, shape in enumerate(shapes):
-        groups.setdefault(shape, []).append(i)
+    groups: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}  # blocks acting on the same spaces
+    for i, layout in enumerate(layouts):
+        groups.setdefault(layout, []).append(i)
 
     nan = float("nan")
     sigma = torch.empty(N, L, k)
@@ -203,7 +205,8 @@ def alignment_stats(model: nn.Module, x: Tensor, k: int, *, grid_inputs: int = 1
     trial_scores = torch.empty(baseline_trials, L)
     done = 0
     with eval_mode(model), torch.no_grad():
-        for (m, n), blocks in groups.items():
+        for (out_shape, in_shape), blocks in groups.items():
+            m, n = math.prod(out_shape), math.prod(in_shape)
             bases = haar_bases(m, n, k, baseline_trials, seed=seed)  # as random_baseline draws them
             path = _dense_chunks if max(m, n) <= dense_max_dim else _operator_chunks
             rows, cols = torch.tensor(blocks)[:, None], torch.tensor(blocks)[None, :]

@@ -28,6 +28,7 @@ products are batched ``jvp`` / ``vjp`` calls, for :func:`~lab.analysis.svd.rando
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -39,7 +40,8 @@ from lab.analysis.alignment import SVDTriplet, jacobian_svds
 from lab.analysis.svd import LinearOperator
 from lab.hooks import eval_mode, iter_blocks
 
-__all__ = ["block_jacobians", "block_svds", "jacobian_operator", "jacobian_shapes", "residual_jacobians"]
+__all__ = ["block_jacobians", "block_svds", "jacobian_layouts", "jacobian_operator", "jacobian_shapes",
+           "residual_jacobians"]
 
 _CHUNK_ELEMENTS = 2**24  # auto chunk: about 64 MB of float32 Jacobian entries per vmapped batch
 _OPERATOR_ELEMENTS = 2**26  # an operator's vmapped call: its tangents hold at most ~256 MB of float32 (a ResNet-50's
@@ -89,6 +91,22 @@ def _states(model: nn.Module, x: Tensor) -> list[Tensor]:
         return model.forward_intermediates(x, intermediates_only=True)
 
 
+def jacobian_layouts(model: nn.Module, x: Tensor) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """``(output shape, input shape)`` of every block's residual Jacobian for inputs shaped like x, per input
+    (``(C, H, W)``, ``(tokens, D)`` or ``(D,)``; one forward pass, eval mode).
+
+    Two blocks' Jacobians act on the same space only when their layouts match: a conv net's stages can have equal
+    sizes D in different layouts (128 × 2 × 2 and 512 × 1 × 1), which :func:`jacobian_shapes` cannot tell apart.
+    """
+    xb, _ = _as_batch(x)
+    named = [b for _, b in iter_blocks(model)]
+    with eval_mode(model):
+        states = _states(model, xb[:1])
+        with torch.no_grad():
+            return [(tuple(_skip(block, states[i]).shape[1:]), tuple(states[i].shape[1:]))
+                    for i, block in enumerate(named)]
+
+
 def jacobian_shapes(model: nn.Module, x: Tensor) -> list[tuple[int, int]]:
     """``(D_out, D_in)`` of every block's residual Jacobian for inputs shaped like x (one forward pass, eval mode).
 
@@ -100,12 +118,7 @@ def jacobian_shapes(model: nn.Module, x: Tensor) -> list[tuple[int, int]]:
         One ``(D_out, D_in)`` per block, in forward order (equal for the square blocks of the lab's ResNets; conv
         stages differ in D, projection blocks are rectangular).
     """
-    xb, _ = _as_batch(x)
-    named = [b for _, b in iter_blocks(model)]
-    with eval_mode(model):
-        states = _states(model, xb[:1])
-        with torch.no_grad():
-            return [(_skip(block, states[i]).numel(), states[i].numel()) for i, block in enumerate(named)]
+    return [(math.prod(out), math.prod(inp)) for out, inp in jacobian_layouts(model, x)]
 
 
 def residual_jacobians(model: nn.Module, x: Tensor, *, blocks: Sequence[int] | None = None,

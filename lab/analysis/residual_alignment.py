@@ -106,7 +106,7 @@ def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: 
         ``traj_gauss [T, N, 2]``, ``labels [N]``, ``class_of_means [C']`` with ``traj_means_pca`` and
         ``traj_means_gauss [T, C', 2]`` (class means of the projected trajectories), ``straightness_per_input
         [N]``, the NC keys ``[L+1]``, and 0-d arrays for the scalars in :data:`SCALARS` and ``num_classes``.
-        Pairs (i, j) whose Jacobians differ in shape (different conv stages) are NaN.
+        Pairs (i, j) whose Jacobians act on different spaces (different conv stages) are NaN.
     """
     C = int(num_classes or getattr(model, "num_classes", 0) or int(y.max()) + 1)
     stats = alignment_stats(model, x, k, grid_inputs=grid_inputs, baseline_trials=baseline_trials, seed=seed,

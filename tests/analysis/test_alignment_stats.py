@@ -16,7 +16,7 @@ from lab.analysis.alignment import (
     random_baseline,
 )
 from lab.analysis.alignment_stats import alignment_stats
-from lab.analysis.jacobian import residual_jacobians
+from lab.analysis.jacobian import jacobian_layouts, residual_jacobians
 from lab.nn.mlp import ResidualMLP
 from lab.nn.resnets import ConvResNet, FCResNet
 
@@ -211,3 +211,23 @@ def test_cuda_model_matches_cpu():
     assert ((gpu["sigma"] - cpu["sigma"]).abs() / cpu["sigma"]).max() <= TOL
     assert (gpu["scores"] - cpu["scores"]).abs().max() <= TOL
     torch.testing.assert_close(gpu["baseline"], cpu["baseline"], atol=1e-4, rtol=0)
+
+
+def test_blocks_of_equal_size_in_different_layouts_are_not_compared():
+    """A conv net's stages can share a size D in different layouts (here 8 × 2 × 2 and 32 × 1 × 1 = 32): their
+    Jacobians act on different spaces, so their pairs are NaN, as pairs of different sizes are."""
+    from lab.nn.networks import build_network, residual_view
+
+    torch.manual_seed(0)
+    view = residual_view(build_network("torchvision:resnet18", num_classes=3)).eval()
+    x = torch.randn(2, 3, 16, 16)
+    layouts = jacobian_layouts(view, x)
+    sizes = [math.prod(layout[1]) for layout in layouts]
+    same_size = [(i, j) for i in range(8) for j in range(8) if i != j and sizes[i] == sizes[j]
+                 and layouts[i] != layouts[j]]
+    assert same_size, (layouts, "the test needs two blocks of one size in two layouts")
+    stats = alignment_stats(view, x, 3, baseline_trials=2)
+    for i, j in same_size:
+        assert torch.isnan(stats["scores"][:, i, j]).all(), (i, j)
+    i, j = next((i, j) for i in range(8) for j in range(8) if i != j and layouts[i] == layouts[j])
+    assert torch.isfinite(stats["scores"][:, i, j]).all()

@@ -453,11 +453,11 @@ def test_browser_alignment_page_analyses_a_checkpoint_from_the_servers_folder_an
                                    ("data.image_size=32", "data.image_size=16")):
             page.get_by_placeholder(placeholder).fill(value)
             page.get_by_placeholder(placeholder).press("Enter")
-        page.get_by_role("button", name="Analyse").click()
+        page.get_by_role("button", name="Analyse", exact=True).click()
         _wait_for_text(page, "is outside the folders this server reads", 30_000)
         page.get_by_placeholder("resnet18.safetensors").fill("resnet18.pt")
         page.get_by_placeholder("resnet18.safetensors").press("Enter")
-        page.get_by_role("button", name="Analyse").click()
+        page.get_by_role("button", name="Analyse", exact=True).click()
         _wait_for_text(page, "checkpoint torchvision:resnet18", 300_000)
         plots = [p for p in _plots(page) if p["title"] not in ("Loss", "Accuracy")]
         assert sum(p["title"].startswith("RA2") for p in plots) >= 1

@@ -4,7 +4,8 @@ The form takes a network (``timm:<arch>``, ``torchvision:<arch>`` or a registere
 data it is analysed on and any further settings, as ``lab analyze --model NAME --weights FILE`` takes them. The file
 and the data folder resolve only inside the folders the server was started with (its runs folders and
 ``LAB_DATA_DIRS``): a path typed into a page never reads anywhere else on disk. **Analyse** runs
-:func:`lab.reports.lenses.analyze` in the background, one analysis at a time per server, which writes an imported
+:func:`lab.reports.lenses.analyze` in the background, one analysis at a time per server (a second is refused while
+one runs, never queued), which writes an imported
 run folder (the Runs page lists it) and hands the page its :class:`~lab.reports.lenses.Analysis` on the session's
 thread; meanwhile a status line and a progress bar follow the Jacobians done. Everything typed and every error is
 shown as text.
@@ -30,7 +31,8 @@ from lab.ui.text import alert_pane, code, markdown_pane, md
 
 __all__ = ["CheckpointSource"]
 
-_ANALYSES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lab-checkpoint")  # one at a time per server
+_ANALYSES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lab-checkpoint")
+_SLOT = threading.BoundedSemaphore(1)  # one analysis at a time per server, none queued behind it
 TICK_MS = 300
 """How often a served page looks at the running analysis's progress."""
 
@@ -106,6 +108,9 @@ class CheckpointSource(pn.viewable.Viewer):
             self._error(f"Cannot analyse: {err}")
             return False
         network = self.network.strip()
+        if not _SLOT.acquire(blocking=False):
+            self._error("Another checkpoint is being analysed on this server: try again when it has finished.")
+            return False
         self._done = (0, 0)
         self.bar.value, self.bar.visible = 0, True
         self.status.object = f"Analysing {code(network)} from {code(weights.name)} …"
@@ -114,9 +119,17 @@ class CheckpointSource(pn.viewable.Viewer):
             with self._lock:
                 self._done = (done, total)
 
-        self._future = _ANALYSES.submit(analyze, network, weights=weights, data=data, settings=settings,
-                                        analyses=self.analyses, inputs=self.inputs, k=self.k, runs_dir=self.runs_dir,
-                                        progress=progress, blocks=self.blocks.strip() or None)
+        kwargs = {"weights": weights, "data": data, "settings": settings, "analyses": self.analyses,
+                  "inputs": self.inputs, "k": self.k, "runs_dir": self.runs_dir, "progress": progress,
+                  "blocks": self.blocks.strip() or None}  # the form as it was when Analyse was pressed
+
+        def run() -> Analysis:
+            try:
+                return analyze(network, **kwargs)
+            finally:
+                _SLOT.release()
+
+        self._future = _ANALYSES.submit(run)
         if can_schedule() and self._ticker is None:
             self._ticker = weak_periodic(self, CheckpointSource.poll, TICK_MS, CheckpointSource._poll_failed)
         return True
@@ -143,7 +156,7 @@ class CheckpointSource(pn.viewable.Viewer):
             self._error(f"The analysis failed: {future.exception()}")
             return False
         self.result = future.result()
-        self.status.object = f"Analysed {code(self.network.strip())}: run {code(self.result.run.path.name)}"
+        self.status.object = f"Analysed {code(self.result.network)}: run {code(self.result.run.path.name)}"
         if self.on_result is not None:
             self.on_result(self.result)
         return True

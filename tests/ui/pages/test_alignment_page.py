@@ -190,6 +190,9 @@ def test_a_checkpoint_from_the_servers_folders_is_analysed_into_the_left_column_
     assert "pickled objects" in shown(source.alert)
     source.weights = "mine/resnet18.pt"
     assert source.start()
+    other = AlignmentPage(manager=manager2, **SMALL).checkpoint  # a second session, while the first analyses
+    other.network, other.weights = "torchvision:resnet18", "mine/resnet18.pt"
+    assert not other.start() and "Another checkpoint is being analysed" in shown(other.alert)
     assert source.wait(300) and not source.alert.visible
     assert shown(page.main.heading) == "checkpoint torchvision:resnet18"
     assert _all_views_have_data(page.main)
