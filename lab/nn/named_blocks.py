@@ -16,13 +16,14 @@ dedicated adapters see those exactly. The view has no separate head: its feature
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
 from lab.nn.intermediates import check_format, collect
 from lab.nn.registry import register_model
+from lab.nn.steps_view import StepsView
 
 __all__ = ["NamedBlock", "NamedBlocks", "match_blocks", "named_blocks"]
 
@@ -71,7 +72,7 @@ class NamedBlock(nn.Module):
         return self.branch._block[0](h)
 
 
-class NamedBlocks(nn.Module):
+class NamedBlocks(StepsView):
     """``model`` with the lab's model surface, its residual blocks named by ``pattern``.
 
     Args:
@@ -83,23 +84,9 @@ class NamedBlocks(nn.Module):
     """
 
     def __init__(self, model: nn.Module, pattern: str) -> None:
-        super().__init__()
-        self.model = model
+        super().__init__(model, [NamedBlock(name, m) for name, m in match_blocks(model, pattern)])
         self.pattern = pattern
-        self._blocks = [(f"blocks.{i}", NamedBlock(name, m))
-                        for i, (name, m) in enumerate(match_blocks(model, pattern))]  # a list: not registered twice
         self.num_classes = getattr(model, "num_classes", None)
-
-    def train(self, mode: bool = True) -> NamedBlocks:
-        super().train(mode)
-        for _, block in self._blocks:
-            block.train(mode)
-        return self
-
-    def iter_blocks(self) -> Iterator[tuple[str, NamedBlock]]:
-        """``("blocks.{i}", block)`` in the network's registration order (its forward order for sequential stacks);
-        ``block.name`` is the module's own name."""
-        yield from self._blocks
 
     def _run(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The network's output and its stream: every named block's input, then the last one's output.
@@ -114,19 +101,19 @@ class NamedBlocks(nn.Module):
                 seen.append((i, args[0], output))
             return record
 
-        handles = [block.branch._block[0].register_forward_hook(hook(i)) for i, (_, block) in enumerate(self._blocks)]
+        handles = [block.branch._block[0].register_forward_hook(hook(i)) for i, (_, block) in enumerate(self._steps)]
         try:
             out = self.model(x)
         finally:
             for handle in handles:
                 handle.remove()
         order = [i for i, _, _ in seen]
-        if order != list(range(len(self._blocks))):
+        if order != list(range(len(self._steps))):
             raise ValueError(f"the blocks --blocks {self.pattern!r} names must each run once, in order; they ran as "
                              f"{order[:20]}")
         for i, h, y in seen:
             if not isinstance(h, torch.Tensor) or not isinstance(y, torch.Tensor) or h.shape != y.shape:
-                raise ValueError(f"{self._blocks[i][1].name} is no residual block h + F(h): it maps "
+                raise ValueError(f"{self._steps[i][1].name} is no residual block h + F(h): it maps "
                                  f"{tuple(getattr(h, 'shape', ()))} to {tuple(getattr(y, 'shape', ()))}")
         return out, [h for _, h, _ in seen] + [seen[-1][2]]
 

@@ -18,6 +18,7 @@ from torch import nn
 
 from lab.nn.intermediates import check_format, collect, last_state
 from lab.nn.registry import register_model
+from lab.nn.steps_view import StepsView
 
 __all__ = ["TimmViT", "ViTStep", "timm_vit"]
 
@@ -39,7 +40,7 @@ class ViTStep(nn.Module):
         return x + self.drop_path(self.branch(x))
 
 
-class TimmViT(nn.Module):
+class TimmViT(StepsView):
     """A timm ``VisionTransformer`` with the lab's model surface: ``iter_blocks`` over its 2 × depth residual steps,
     per-step ``forward_intermediates``.
 
@@ -48,22 +49,9 @@ class TimmViT(nn.Module):
     """
 
     def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
+        super().__init__(model, [ViTStep(*parts) for b in model.blocks for parts in (
+            (b.norm1, b.attn, b.ls1, b.drop_path1), (b.norm2, b.mlp, b.ls2, b.drop_path2))])  # even j: attention
         self.num_classes = model.num_classes
-        steps = [ViTStep(*parts) for b in model.blocks
-                 for parts in ((b.norm1, b.attn, b.ls1, b.drop_path1), (b.norm2, b.mlp, b.ls2, b.drop_path2))]
-        self._steps = [(f"blocks.{j}", step) for j, step in enumerate(steps)]  # a list: not registered twice
-
-    def train(self, mode: bool = True) -> TimmViT:
-        super().train(mode)
-        for _, step in self._steps:
-            step.train(mode)
-        return self
-
-    def iter_blocks(self) -> Iterator[tuple[str, ViTStep]]:
-        """``("blocks.{j}", step)`` in forward order: even j an attention step, odd j an MLP step."""
-        yield from self._steps
 
     def no_weight_decay(self) -> set[str]:
         """What timm's ``no_weight_decay()`` names (position embedding, class token), under ``model.``."""

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from lab.nn.intermediates import check_format, collect
+from lab.nn.steps_view import StepsView
 from lab.nn.vit_block import DecayedBlock
 
 __all__ = ["SublayerStep", "SublayerSteps"]
@@ -37,7 +38,7 @@ class SublayerStep(nn.Module):
         return self.alpha * h + self.beta * self.branch(h)
 
 
-class SublayerSteps(nn.Module):
+class SublayerSteps(StepsView):
     """A lab MAE (``MaskedAutoencoderViT``) with its 2 × depth encoder sub-layers as the residual blocks.
 
     Args:
@@ -45,24 +46,11 @@ class SublayerSteps(nn.Module):
     """
 
     def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
         blocks = [b for _, b in model.iter_blocks()]
         if not blocks or not all(isinstance(b, DecayedBlock) for b in blocks):
             raise TypeError(f"{type(model).__name__}'s blocks are not all DecayedBlocks")
-        steps = [SublayerStep(a, b.beta, norm, fn) for b in blocks
-                 for a, norm, fn in ((b.alpha_attn, b.norm1, b.attn), (b.alpha_mlp, b.norm2, b.mlp))]
-        self._steps = [(f"blocks.{j}", step) for j, step in enumerate(steps)]  # a list: not registered twice
-
-    def train(self, mode: bool = True) -> SublayerSteps:
-        super().train(mode)
-        for _, step in self._steps:
-            step.train(mode)
-        return self
-
-    def iter_blocks(self) -> Iterator[tuple[str, SublayerStep]]:
-        """``("blocks.{j}", step)`` in forward order: even j an attention step, odd j an MLP step."""
-        yield from self._steps
+        super().__init__(model, [SublayerStep(a, b.beta, norm, fn) for b in blocks for a, norm, fn in (
+            (b.alpha_attn, b.norm1, b.attn), (b.alpha_mlp, b.norm2, b.mlp))])  # even j: attention, odd j: MLP
 
     def _stream(self, x: torch.Tensor) -> Iterator[torch.Tensor]:
         h = self.model.forward_intermediates(x, indices=[0], stop_early=True, intermediates_only=True)[0]

@@ -1,0 +1,33 @@
+"""The base of the lab's views of a network as residual steps that share its modules (timm's ViTs, the lab's MAE as
+sub-layers, a network's blocks named by pattern): the network under ``.model``, its steps named ``blocks.{j}``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from torch import nn
+
+__all__ = ["StepsView"]
+
+
+class StepsView(nn.Module):
+    """``model`` seen through ``steps`` (modules built on ``model``'s own, owning nothing new).
+
+    The steps are kept in a list, not registered: their parameters are ``model``'s, under its keys, so the view's
+    state dict is ``model.``'s. :meth:`train` reaches them as it reaches ``model``.
+    """
+
+    def __init__(self, model: nn.Module, steps: Sequence[nn.Module]) -> None:
+        super().__init__()
+        self.model = model
+        self._steps = [(f"blocks.{j}", step) for j, step in enumerate(steps)]
+
+    def train(self, mode: bool = True) -> StepsView:
+        super().train(mode)
+        for _, step in self._steps:
+            step.train(mode)
+        return self
+
+    def iter_blocks(self) -> Iterator[tuple[str, nn.Module]]:
+        """``("blocks.{j}", step)`` in forward order."""
+        yield from self._steps
