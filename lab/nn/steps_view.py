@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 
-from torch import nn
+from torch import Tensor, nn
 
 __all__ = ["StepsView"]
 
@@ -31,3 +31,15 @@ class StepsView(nn.Module):
     def iter_blocks(self) -> Iterator[tuple[str, nn.Module]]:
         """``("blocks.{j}", step)`` in forward order."""
         yield from self._steps
+
+    def stem(self, x: Tensor) -> Tensor:
+        """The stream's first state h_0, for a view whose steps follow each other directly (:meth:`_stream`)."""
+        raise NotImplementedError(f"{type(self).__name__} reads its stream otherwise")
+
+    def _stream(self, x: Tensor) -> Iterator[Tensor]:
+        """h_0 = :meth:`stem`, then each step's output in turn."""
+        h = self.stem(x)
+        yield h
+        for _, step in self._steps:
+            h = step(h)
+            yield h

@@ -11,7 +11,7 @@ after the embedding (h_0) and after every step.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -62,13 +62,6 @@ class TimmViT(StepsView):
         """``[B, C, H, W]`` → h_0 ``[B, tokens, D]``: patches, class token and positions, as timm's forward."""
         m = self.model
         return m.norm_pre(m.patch_drop(m._pos_embed(m.patch_embed(x))))
-
-    def _stream(self, x: torch.Tensor) -> Iterator[torch.Tensor]:
-        h = self.stem(x)
-        yield h
-        for _, step in self._steps:
-            h = step(h)
-            yield h
 
     def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] | None = None, norm: bool = False,
                               stop_early: bool = False, output_fmt: str = "NLC", intermediates_only: bool = False

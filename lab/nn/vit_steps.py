@@ -12,7 +12,7 @@ encoder computes (the same modules, no copies).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -52,12 +52,9 @@ class SublayerSteps(StepsView):
         super().__init__(model, [SublayerStep(a, b.beta, norm, fn) for b in blocks for a, norm, fn in (
             (b.alpha_attn, b.norm1, b.attn), (b.alpha_mlp, b.norm2, b.mlp))])  # even j: attention, odd j: MLP
 
-    def _stream(self, x: torch.Tensor) -> Iterator[torch.Tensor]:
-        h = self.model.forward_intermediates(x, indices=[0], stop_early=True, intermediates_only=True)[0]
-        yield h
-        for _, step in self._steps:
-            h = step(h)
-            yield h
+    def stem(self, x: torch.Tensor) -> torch.Tensor:
+        """h_0 ``[B, 1+N, D]``: the encoder's patch and position embeddings with the cls token, on every patch."""
+        return self.model.forward_intermediates(x, indices=[0], stop_early=True, intermediates_only=True)[0]
 
     def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] | None = None, norm: bool = False,
                               stop_early: bool = False, output_fmt: str = "NLC", intermediates_only: bool = False
