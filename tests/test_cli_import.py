@@ -130,13 +130,15 @@ def test_a_network_without_an_adapter_is_analysed_through_the_blocks_its_user_na
     runs = tmp_path / "runs"
     net = timm.create_model("convnext_atto", pretrained=False, in_chans=1, num_classes=10)
     torch.save({"state_dict": net.state_dict()}, tmp_path / "convnext.pt")
-    for analysis in ("alignment", "retransformation"):
+    for analysis in ("rank", "retransformation"):  # its alignment: tests/nn/test_networks.py (minutes through the CLI)
         assert main(["analyze", analysis, "--model", "timm:convnext_atto", "--weights", str(tmp_path / "convnext.pt"),
-                     "--blocks", "stages.*.blocks.*", *DATA, *ANALYSE, "--runs-dir", str(runs)]) == 0
+                     "--blocks", "stages.*.blocks.*", *DATA, "--set", "data.image_size=32", *ANALYSE,
+                     "--runs-dir", str(runs)]) == 0  # a ConvNeXt takes 32 px at least: it downsamples 32 times
     imported = _newest_import(runs)
     assert len(_retransformation(imported)["to_input"]) == 13  # h_0 and twelve blocks (2, 2, 6, 2)
-    (aligned,) = [p for p in runs.iterdir() if (p / layout.ANALYSIS / layout.ALIGNMENT).exists()]
-    assert len(_alignment(aligned)["inv_sigma"]) == 12
+    (ranked,) = [p for p in runs.iterdir() if (p / layout.ANALYSIS / layout.LAYER_RANK).exists()]
+    ranks = json.loads((ranked / layout.ANALYSIS / layout.LAYER_RANK).read_text())
+    assert ranks["width"] == [40] * 2 + [80] * 2 + [160] * 6 + [320] * 3  # pooled: each stage's channels
     assert json.loads((imported / layout.CONFIG).read_text())["imported"]["blocks"] == "stages.*.blocks.*"
 
 

@@ -142,7 +142,7 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
         self.layers = LayerProfileViews()
         self.checkpoint = CheckpointSource(self.follower.manager.store.root, on_result=self._show_checkpoint,
                                            analyses=("rank", "retransformation"))
-        self._main = pn.Column(self.layers.layout, self.rank.layout, self._downloads())
+        self._main = pn.Column(self.rank.layout, self._downloads())  # a checkpoint's layers go on top once analysed
         self.follower.add_views(self._main)
         self._rebuild()
 
@@ -210,6 +210,8 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
         return self._draw_umap() or changed
 
     def _show_checkpoint(self, result: Analysis) -> None:
+        if self.layers.layout not in self._main.objects:  # figures join the page with their data, never empty
+            self._main.insert(0, self.layers.layout)
         self.layers.show(result.network or result.run.id, result.rank, result.retransformation)
 
     @param.depends("measure", watch=True)

@@ -5,10 +5,9 @@ data it is analysed on and any further settings, as ``lab analyze --model NAME -
 and the data folder resolve only inside the folders the server was started with (its runs folders and
 ``LAB_DATA_DIRS``): a path typed into a page never reads anywhere else on disk. **Analyse** runs
 :func:`lab.reports.lenses.analyze` in the background, one analysis at a time per server (a second is refused while
-one runs, never queued), which writes an imported
-run folder (the Runs page lists it) and hands the page its :class:`~lab.reports.lenses.Analysis` on the session's
-thread; meanwhile a status line and a progress bar follow the Jacobians done. Everything typed and every error is
-shown as text.
+one runs, never queued), which writes an imported run folder (the Runs page lists it) and hands the page its
+:class:`~lab.reports.lenses.Analysis` on the session's thread; meanwhile a status line and a progress bar follow the
+Jacobians done. Everything typed and every error is shown as text.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ class LayerProfileViews:
             self.figures[name] = fig
         self.heading = markdown_pane("", margin=(0, 10), visible=False)
         self.panes = {name: pn.pane.Bokeh(fig) for name, fig in self.figures.items()}
-        self.layout = pn.Column(self.heading, pn.Row(*self.panes.values()), visible=False)
+        self.layout = pn.Column(self.heading, pn.Row(*self.panes.values()))
 
     def show(self, label: str, rank: dict[str, Any], moves: dict[str, Any]) -> None:
         """Draw ``rank`` (``layer_rank.json``) and ``moves`` (``retransformation.json``) of the network ``label``."""
@@ -81,7 +81,7 @@ class LayerProfileViews:
             set_range(fig.y_range, finite_range(*drawn, floor=0.0))
         self.heading.object = (f"#### Layers of {md(label, one_line=True)}: {md(len(steps) - 1)} residual steps, "
                                f"last layer's probe accuracy {_values(rank['probe_acc'])[-1]:.3f}")
-        self.heading.visible = self.layout.visible = True
+        self.heading.visible = True
 
     def points(self) -> dict[str, int]:
         """Points drawn per line (tests)."""

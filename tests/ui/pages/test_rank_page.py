@@ -151,7 +151,7 @@ def test_a_checkpoint_is_measured_layer_by_layer_above_the_sweep(manager, tmp_pa
     import torch
 
     page = RankPage(manager=manager, depth=4, width=8, alpha_mins="1.0, 0.5", n=400)
-    assert not page.layers.layout.visible
+    assert page.layers.layout not in page.views().objects  # no empty figures before a checkpoint is analysed
     vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=16, in_chans=1, num_classes=10)
     (tmp_path / "runs").mkdir(exist_ok=True)
     torch.save(vit.state_dict(), tmp_path / "runs" / "vit.pt")
@@ -159,7 +159,7 @@ def test_a_checkpoint_is_measured_layer_by_layer_above_the_sweep(manager, tmp_pa
     source.network, source.weights, source.inputs = "timm:vit_tiny_patch16_224", "vit.pt", 64
     source.settings = "data.image_size=16"
     assert source.start() and source.wait(300), shown(source.alert)
-    assert page.layers.layout.visible
+    assert page.views().objects[0] is page.layers.layout
     assert page.layers.points() == {key: 25 for key in ("eq6_entropy", "effective_rank", "probe_acc", "to_input",
                                                         "cka_to_input")}  # h_0 and 2 × 12 residual steps
     assert shown(page.layers.heading).startswith("Layers of timm:vit_tiny_patch16_224: 24 residual steps")
