@@ -103,6 +103,9 @@ class CheckpointSource(pn.viewable.Viewer):
             if self.data_folder.strip():
                 data = f"{data}={resolve_data_path(self.data_folder)}"
             settings = self.settings.split()
+            if any(item.partition("=")[0].strip() == "data.root" for item in settings):
+                raise PermissionError("the data folder goes in its own field, which reads only inside the server's "
+                                      "data folders, not in the settings")
         except (ValueError, PermissionError, FileNotFoundError) as err:
             self._error(f"Cannot analyse: {err}")
             return False

@@ -185,6 +185,9 @@ def test_a_checkpoint_from_the_servers_folders_is_analysed_into_the_left_column_
         source.weights = typed
         assert not source.start() and source.alert.visible
         assert words in shown(source.alert), (typed, shown(source.alert))
+    source.weights, source.settings = "mine/resnet18.pt", f"data.image_size=16 data.root={tmp_path}"
+    assert not source.start() and "the data folder goes in its own field" in shown(source.alert)
+    source.settings = "data.image_size=16"
     source.weights = "pickled.pt"  # inside, but a pickled model: the analysis refuses it, the page says why
     assert source.start() and source.wait(60) is False
     assert "pickled objects" in shown(source.alert)
