@@ -67,6 +67,27 @@ def test_a_trained_timm_resnet_analysed_from_its_weights_file_gives_its_runs_num
     assert len(own["to_input"]) == 9 and own["stage_start"] == [0, 0, 0, 3, 3, 5, 5, 7, 7]  # projections start stages
 
 
+@pytest.mark.parametrize(("settings", "network"), [
+    (["model.name=torchvision_resnet", "model.arch=resnet18"], "torchvision:resnet18"),
+    (["model.name=timm_vit", "model.arch=vit_tiny_patch16_224"], "timm:vit_tiny_patch16_224")],
+    ids=["torchvision", "vit"])
+def test_a_torchvision_resnet_and_a_timm_vit_trained_and_exported_give_their_runs_numbers(settings, network, tmp_path):
+    runs = tmp_path / "runs"
+    assert main(["train", "ra_fc_digits", *settings, "data.image_size=16", "train.epochs=1", "--runs-dir", str(runs),
+                 "--no-progress"]) == 0
+    (trained,) = runs.iterdir()
+    assert main(["analyze", "alignment", trained.name, *ANALYSE, "--runs-dir", str(runs)]) == 0
+    expected = _alignment(trained)
+    state = torch.load(trained / layout.CHECKPOINTS / "last.pt", weights_only=True)["model"]
+    torch.save({k.removeprefix("model."): v for k, v in state.items()}, tmp_path / "weights.pt")  # the library's keys
+    assert main(["analyze", "alignment", "--model", network, "--weights", str(tmp_path / "weights.pt"), *DATA,
+                 *ANALYSE, "--runs-dir", str(runs)]) == 0
+    got = _alignment(_newest_import(runs))
+    assert len(got["inv_sigma"]) == (8 if "resnet" in network else 24)
+    for key in ("align_offdiag", "baseline_mean", "inv_sigma", "nc1"):
+        assert got[key] == pytest.approx(expected[key], rel=1e-4, abs=1e-6), key
+
+
 def test_alignment_emerges_with_training_in_a_resnet_analysed_from_its_weights_file(tmp_path):
     """*Residual Alignment*: "no alignment exists between the Jacobians at initialization, and the alignment emerges
     during training". A timm ResNet-18 trained four epochs on the digits (about 95 % test accuracy) and the same
