@@ -160,7 +160,7 @@ def _train_arguments(sub: argparse._SubParsersAction) -> None:
 
 
 def _analyze_arguments(sub: argparse._SubParsersAction) -> None:
-    """The arguments of ``analyze alignment|collapse|retransformation RUN``."""
+    """The arguments of ``analyze alignment|collapse|retransformation|rank RUN``."""
     analyze = sub.add_parser("analyze", parents=[RUNS_DIR, DEVICE, NO_PROGRESS, NETWORK],
                              help="analyse a run's checkpoint into <run>/analysis/ (or a network of your own: "
                                   "--model and --weights, imported as a run first)")

@@ -68,8 +68,13 @@ class NamedBlock(nn.Module):
         self.name = name
         self.branch = _Branch(block)
 
+    @property
+    def module(self) -> nn.Module:
+        """The network's own module this block views."""
+        return self.branch._block[0]
+
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.branch._block[0](h)
+        return self.module(h)
 
 
 class NamedBlocks(StepsView):
@@ -101,7 +106,7 @@ class NamedBlocks(StepsView):
                 seen.append((i, args[0], output))
             return record
 
-        handles = [block.branch._block[0].register_forward_hook(hook(i)) for i, (_, block) in enumerate(self._steps)]
+        handles = [block.module.register_forward_hook(hook(i)) for i, (_, block) in enumerate(self._steps)]
         try:
             out = self.model(x)
         finally:

@@ -32,14 +32,13 @@ BATCH = 128
 
 def layer_features(model: nn.Module, x: Tensor, batch: int = BATCH) -> list[Tensor]:
     """Every state h_0 … h_L at inputs ``x`` as a linear rule reads it, ``[N, width_l]`` each (eval mode, no grad)."""
-    parts: list[list[Tensor]] = []
+    batches = []  # per batch, its pooled states
     with torch.no_grad(), eval_mode(model):
         for start in range(0, len(x), batch):
             states = model.forward_intermediates(x[start:start + batch], intermediates_only=True)
-            pooled = [h.mean(dim=(2, 3)) if h.ndim == 4 else h.mean(dim=1) if h.ndim == 3 else h.flatten(1)
-                      for h in states]
-            parts = [[p] for p in pooled] if not parts else [acc + [p] for acc, p in zip(parts, pooled, strict=True)]
-    return [torch.cat(p) for p in parts]
+            batches.append([h.mean(dim=(2, 3)) if h.ndim == 4 else h.mean(dim=1) if h.ndim == 3 else h.flatten(1)
+                            for h in states])
+    return [torch.cat(layer) for layer in zip(*batches, strict=True)]
 
 
 def layer_rank_report(run: Run, *, points: int = 512, checkpoint: str = Checkpoint.LAST) -> dict[str, Any]:

@@ -68,7 +68,8 @@ def analyze(source: str | Path | Run, *, weights: str | Path | None = None, data
             k: int | None = None, nc_inputs: int = 500, checkpoint: str = Checkpoint.LAST, strict: bool = True,
             device: str = "cpu", runs_dir: str | Path | None = None, probe: dict[str, Any] | None = None,
             progress: bool | Callable[[int, int], None] = False, blocks: str | None = None) -> Analysis:
-    """Residual Alignment, re-transformation and (on request) the linear probe of a run or of a network of your own.
+    """Residual Alignment, re-transformation, rank by layer and (on request) the linear probe of a run or of a network
+    of your own.
 
     Args:
         source: a run (its id in ``runs_dir``, its folder, or a :class:`Run`), or a network with ``weights``:
