@@ -46,6 +46,9 @@ class Claim:
         paper_scale: the setting the paper measured it in (model, data, training).
         relative: the paper's effect relative to its baseline (``(83.6 − 76.5) / 76.5``), None for a claim without
             a size.
+        extension: the lab's own extension of the paper (a claim the paper does not make, such as neural collapse
+            in a conv net where the paper shows it for FC ones): judged in a Holm family of its own
+            (:func:`family_of`), so it neither weakens nor borrows the paper's.
     """
 
     id: str
@@ -56,6 +59,18 @@ class Claim:
     measure: str
     paper_scale: str = ""
     relative: float | None = None
+    extension: bool = False
+
+
+def family_of(claim: Claim) -> str:
+    """The Holm family a claim is judged in: its paper's key, or ``<paper>+extensions`` for the lab's extensions."""
+    return f"{claim.paper}+extensions" if claim.extension else claim.paper
+
+
+def family_name(key: str) -> str:
+    """A family's name in words (:func:`family_of`)."""
+    paper, _, extension = key.partition("+")
+    return PAPERS[paper] + (" (the lab's extensions)" if extension else "")
 
 
 @dataclass(frozen=True)
@@ -140,18 +155,22 @@ def mean(values: list[float]) -> float:
 
 
 def adjust_for_multiplicity(results: list[Result]) -> dict[str, int]:
-    """Holm's correction within each paper's family of judged claims (:func:`~lab.reproduce.verdict.holm`), in place:
-    each judged verdict is re-decided on its adjusted p-values (:meth:`~lab.reproduce.verdict.Verdict.adjusted`).
+    """Holm's correction within each family of judged claims (:func:`family_of`: a paper's claims, and apart from
+    them the lab's extensions of it; :func:`~lab.reproduce.verdict.holm`), in place: each judged verdict is re-decided
+    on its adjusted p-values, and its power and seeds sized at its family's level
+    (:meth:`~lab.reproduce.verdict.Verdict.adjusted`).
 
     Returns:
-        Per paper key, the family's size: its claims that a test decided (holds, inconclusive or differs; a
-        missing p counts as 1). Claims still pending at full scale are not in it yet.
+        Per family key (:func:`family_of`), the family's size: its claims that a test decided (holds, inconclusive
+        or differs; a missing p counts as 1). Claims still pending at full scale are not in it yet. Every paper's
+        key is present; an extensions family only where it has a claim.
     """
+    keys = list(dict.fromkeys([*PAPERS, *(family_of(r.claim) for r in results)]))
     sizes = {}
-    for paper in PAPERS:
-        family = [r for r in results if r.claim.paper == paper and r.judged is not None
+    for key in keys:
+        family = [r for r in results if family_of(r.claim) == key and r.judged is not None
                   and r.judged.verdict in JUDGED]
-        sizes[paper] = len(family)
+        sizes[key] = len(family)
 
         def known(p: float) -> float:  # a test without a p (one seed, a part without one) is no evidence: 1
             return p if math.isfinite(p) else 1.0
@@ -163,10 +182,14 @@ def adjust_for_multiplicity(results: list[Result]) -> dict[str, int]:
 
 
 def family_words(sizes: dict[str, int]) -> str:
-    """The scope's sentence on multiplicity."""
-    return ("Multiplicity: p-values are Holm-adjusted within each paper's family of judged claims ("
-            + ", ".join(f"{PAPERS[k]}: {n}" for k, n in sizes.items()) + "); a verdict stands on the adjusted p. "
-            "A claim still pending is not in its family yet: a verdict can change as more claims are judged.")
+    """The scope's sentence on multiplicity and power."""
+    return ("Multiplicity: p-values are Holm-adjusted within each family of judged claims ("
+            + ", ".join(f"{family_name(k)}: {n}" for k, n in sizes.items()) + "); a verdict stands on the adjusted "
+            "p. A claim still pending is not in its family yet: a verdict can change as more claims are judged. "
+            "Power: each row gives the chance that its claim holds at this budget's seeds and this noise if the "
+            "effect it plans for is true (the paper's effect in the lab's units where the lab's metric can show it, "
+            "else the effect observed here), every part significant at the family's worst-case Holm level "
+            "0.05 / m, and the seeds that would give 0.8.")
 
 
 def not_at_this_budget(claim: Claim, commands: list[str], why: str, scale: str = "") -> Result:

@@ -41,7 +41,16 @@ def _numbers(n: dict[str, Any]) -> dict[str, str]:
             "p (Holm)": _number(n["p_value"]) + ("" if holm is None else f" ({_number(holm)})"),
             "p against (Holm)": _number(n["p_against"]) + ("" if n.get("p_against_holm") is None
                                                            else f" ({_number(n['p_against_holm'])})"),
-            "target": _target(n["target"]), "seeds": str(n["seeds"])}
+            "target": _target(n["target"]), "seeds": str(n["seeds"]), "power (seeds for 0.8)": _power(n)}
+
+
+def _power(n: dict[str, Any]) -> str:
+    """The power cell: the chance the claim holds at this budget if its planned effect is true, and the seeds that
+    would give 0.8 (:meth:`lab.reproduce.verdict.Verdict.sized`)."""
+    if n.get("power") is None:
+        return "—"
+    needed = n.get("seeds_needed")
+    return f"{n['power']:.2f} ({needed if needed is not None else '> 10,000'})"
 
 
 def table_rows(results: list[Result]) -> list[dict[str, str]]:
@@ -54,7 +63,7 @@ def table_rows(results: list[Result]) -> list[dict[str, str]]:
         decided = f" (decided by {n['decided_by']})" if n["decided_by"] and n["parts"] else ""
         rows.append({
             "id": r.claim.id, "where": r.claim.where, "claim": r.claim.statement,
-            "paper's number": r.claim.paper_value, "lab": r.lab_value, "verdict": r.verdict + decided,
+            "paper's number": r.claim.paper_value, "lab": r.lab_value, "verdict": _verdict(r) + decided,
             **_numbers(n),
             "floor": "—" if floor is None else f"{floor['name']}: {_number(floor['value'])}"
                                                 + (" (cleared)" if floor["cleared"] else " (not cleared)"),
@@ -68,6 +77,24 @@ def table_rows(results: list[Result]) -> list[dict[str, str]]:
     return rows
 
 
+def _verdict(r: Result) -> str:
+    """The verdict cell: an "inconclusive" claim that this budget could not have decided says so, with its power and
+    the seeds it needs, never a bare "inconclusive"."""
+    v = r.judged
+    if v is None or v.verdict != "inconclusive" or not v.underpowered:
+        return r.verdict
+    need = f"needs {v.needed} seeds" if v.needed is not None else "no seed count suffices"
+    power = f"power {v.power:.2f}" if math.isfinite(v.power) else "power unknown"
+    return f"inconclusive: underpowered at this budget ({power}, {need})"
+
+
+def seeds_words(seeds: int | dict[str, int]) -> str:
+    """``3 seed(s)``, or per experiment ``seeds: alignment.fc 10, …`` where experiments differ."""
+    if isinstance(seeds, dict):
+        return "seeds: " + ", ".join(f"{key} {n}" for key, n in seeds.items())
+    return f"{seeds} seed(s)"
+
+
 def _md_cell(text: str) -> str:
     return html.escape(text, quote=False).replace("|", "\\|").replace("\n", " ")
 
@@ -78,7 +105,8 @@ VERDICT_WORDS = (
     "or below the paper's own effect where the lab measures it in the paper's metric and setting, capped by the "
     "headroom that metric has here; 'p against' is that test's one-sided p, below 0.025, Holm-adjusted) / "
     "inconclusive (neither; "
-    "the reason says how many seeds this noise would need) / not measurable (a precondition failed: named) / "
+    "where the budget could not have decided it, the row says 'underpowered at this budget' with its power and the "
+    "seeds it needs) / not measurable (a precondition failed: named) / "
     "pipeline only (smoke) / pending (runs not finished: how far) / error (the experiment failed). A combined claim "
     "holds when every part holds and differs when a part differs after Bonferroni over its parts: its row gives the "
     "deciding part's effect and interval, the largest part's p and the smallest part's p against times the parts, "
@@ -91,7 +119,7 @@ def markdown(results: list[Result], meta: dict[str, Any]) -> str:
     """``report.md``: what the budget can show, the table, then each claim's measure, reason and commands."""
     rows = table_rows(results)
     head = list(rows[0]) if rows else []
-    lines = [f"# Reproduction ({meta['budget']} budget, {meta['seeds']} seed(s), {meta['seconds']:.0f} s)", "",
+    lines = [f"# Reproduction ({meta['budget']} budget, {seeds_words(meta['seeds'])}, {meta['seconds']:.0f} s)", "",
              meta.get("scope", ""), "", VERDICT_WORDS, "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(_md_cell(row[k]) for k in head) + " |" for row in rows]
@@ -140,7 +168,7 @@ def html_page(results: list[Result], meta: dict[str, Any]) -> str:
               + "".join(f"<script>{js}</script>" for js in INLINE.js_raw))
 
     def cell(row: dict[str, str], key: str) -> str:
-        verdict = row["verdict"].removeprefix("part (unadjusted): ").split(" (")[0]  # a part's, "holds (decided…)"
+        verdict = row["verdict"].removeprefix("part (unadjusted): ").split(" (")[0].split(":")[0]  # "holds (decided…)"
         css = verdict.replace(" ", "-") if key == "verdict" else ""
         return f"<td class='{esc(css)}'>{esc(row[key])}</td>"
 
@@ -162,7 +190,8 @@ def html_page(results: list[Result], meta: dict[str, Any]) -> str:
              "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}")
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Residual Lab reproduction</title>"
             f"<style>{style}</style>{inline}{script}</head><body>"
-            f"<h1>Reproduction: {esc(meta['budget'])} budget, {meta['seeds']} seed(s), {meta['seconds']:.0f} s</h1>"
+            f"<h1>Reproduction: {esc(meta['budget'])} budget, {esc(seeds_words(meta['seeds']))}, "
+            f"{meta['seconds']:.0f} s</h1>"
             f"<p><b>{esc(meta.get('scope', ''))}</b></p><p>{esc(VERDICT_WORDS)}</p>{table}<h2>Figures</h2>{plots}"
             f"<h2>Claims</h2>{details}</body></html>")
 

@@ -111,10 +111,19 @@ class Target:
         return cls(points, source, headroom)
 
     @classmethod
-    def note(cls, relative: float, baseline: Sequence[float], source: str) -> Target:
-        """The paper's relative effect times the lab's baseline, in a metric that is not the paper's: a note."""
-        finite = [abs(v) for v in baseline if math.isfinite(v)]
-        return cls(relative * float(np.mean(finite)) if finite else math.nan, source, same_metric=False)
+    def note(cls, relative: float, baseline: Sequence[float], source: str, ceiling: float | None = None) -> Target:
+        """The paper's relative effect times the lab's baseline, in a metric that is not the paper's: a note. With a
+        ``ceiling`` (a probe's 1), the note's headroom is the ceiling less the baseline: a note beyond it is an effect
+        no value of the metric can show, and the row says so instead of sizing seeds for it."""
+        finite = [v for v in baseline if math.isfinite(v)]
+        base = float(np.mean(finite)) if finite else math.nan
+        headroom = math.inf if ceiling is None else ceiling - base
+        return cls(relative * abs(base), source, headroom, same_metric=False)
+
+    @property
+    def reachable(self) -> bool:
+        """The paper's effect (a rule's or a note's) lies within what the lab's metric can show."""
+        return math.isfinite(self.value) and self.value <= self.headroom
 
     @property
     def reach(self) -> float:
@@ -194,11 +203,23 @@ def t_test(effects: Sequence[float]) -> Stats:
 def power(effect: float, sd: float, n: int, alpha: float = ALPHA) -> float:
     """Power of the one-sided one-sample t-test at ``alpha`` over ``n`` seeds to detect a mean ``effect`` against
     seed noise ``sd``: P(T > t_{1−α, n−1}) with T noncentral t of n − 1 degrees of freedom and noncentrality
-    effect √n / sd."""
+    effect √n / sd. With no spread (``sd`` 0) the test is the sign test, whose p over n seeds is 1/2ⁿ: power 1 once
+    1/2ⁿ < α (for a positive effect), else 0. NaN where the effect or the noise is unknown or n < 2."""
     from scipy import stats
 
+    if n < 2 or not (math.isfinite(effect) and math.isfinite(sd)):
+        return math.nan
+    if sd == 0:
+        return 1.0 if effect > 0 and 0.5 ** n < alpha else 0.0
     df = n - 1
     return float(stats.nct.sf(stats.t.ppf(1 - alpha, df), df, effect / sd * math.sqrt(n)))
+
+
+def power_all(parts: Sequence[tuple[float, float]], n: int, alpha: float = ALPHA) -> float:
+    """The chance that every part's one-sided test is significant at ``alpha`` over ``n`` seeds, each part
+    ``(effect, sd)`` tested on its own: the product of their :func:`power` (parts taken as independent; a combined
+    claim holds only when all its parts do, :func:`combine`)."""
+    return float(np.prod([power(effect, sd, n, alpha) for effect, sd in parts])) if parts else math.nan
 
 
 def seeds_needed(sd: float, target: float, alpha: float = ALPHA, power_: float = POWER) -> int | None:
@@ -206,21 +227,28 @@ def seeds_needed(sd: float, target: float, alpha: float = ALPHA, power_: float =
     against seed noise ``sd`` with probability ``power_`` (:func:`power`, the noncentral t; with no spread, the sign
     test's ⌈log₂(1/α)⌉); None when ``target`` is not positive, ``sd`` unknown, or more than :data:`MOST_SEEDS`
     would be needed."""
-    if not (math.isfinite(sd) and math.isfinite(target)) or target <= 0:
+    return seeds_needed_all([(target, sd)], alpha, power_)
+
+
+def seeds_needed_all(parts: Sequence[tuple[float, float]], alpha: float = ALPHA, power_: float = POWER
+                     ) -> int | None:
+    """The fewest seeds (at least 2) at which every part ``(effect, sd)`` is significant at ``alpha`` with
+    probability ``power_`` (:func:`power_all`); None when a part's effect is not positive or its noise unknown, or
+    more than :data:`MOST_SEEDS` would be needed. For a claim in a family of m judged claims under Holm, pass
+    ``alpha / m``: the threshold its p must clear when it is the family's smallest (the worst case)."""
+    if not parts or any(not (math.isfinite(sd) and math.isfinite(e)) or e <= 0 for e, sd in parts):
         return None
-    if sd == 0:  # no spread: the sign test, whose p with n seeds is 1/2ⁿ
-        return max(2, math.ceil(math.log2(1 / alpha)))
     high = 2
-    while power(target, sd, high, alpha) < power_:
+    while power_all(parts, high, alpha) < power_:
         if high > MOST_SEEDS:
             return None
         high *= 2
     low = max(2, high // 2)  # power grows with n: the answer lies in (low, high], or is 2
-    if power(target, sd, low, alpha) >= power_:
+    if power_all(parts, low, alpha) >= power_:
         return low
     while high - low > 1:
         mid = (low + high) // 2
-        low, high = (low, mid) if power(target, sd, mid, alpha) >= power_ else (mid, high)
+        low, high = (low, mid) if power_all(parts, mid, alpha) >= power_ else (mid, high)
     return high if high <= MOST_SEEDS else None
 
 
@@ -242,6 +270,39 @@ def _fmt(v: float | None) -> str:
     return "n/a" if v is None or not math.isfinite(v) else f"{v:.3g}"
 
 
+@dataclass(frozen=True)
+class Plan:
+    """The effect a test is sized for: the paper's, in the lab's units where the lab's metric can show it, else the
+    effect the lab observed (said as such).
+
+    Attributes:
+        effect: the effect, in the paper's direction (NaN: none to size for).
+        source: where it comes from, in words (``the paper's effect``, ``the effect observed here``).
+        unreachable: the paper's effect lies beyond what the lab's metric can show (a probe cannot pass 1), in words;
+            empty when it can.
+    """
+
+    effect: float
+    source: str
+    unreachable: str = ""
+
+
+def plan_for(stats: Stats, target: Target | None) -> Plan:
+    """The effect to size a test of ``stats`` for (:class:`Plan`): a rule's reach, a note's value when the metric can
+    show it, else the mean effect observed (when positive)."""
+    observed = Plan(stats.effect, "the effect observed here") if stats.effect > 0 else Plan(math.nan, "")
+    if target is None or not math.isfinite(target.value) or target.value <= 0:
+        return observed
+    if target.same_metric and math.isfinite(target.reach) and target.reach > 0:
+        capped = f", capped by the headroom {_fmt(target.headroom)}" if target.headroom < target.value else ""
+        return Plan(target.reach, f"the paper's effect ({target.source}){capped}")
+    if target.reachable:
+        return Plan(target.value, f"the paper's effect scaled to the lab's baseline ({target.source})")
+    beyond = (f"the paper's effect scaled to the lab's baseline, {_fmt(target.value)} ({target.source}), lies beyond "
+              f"what this metric can show (at most {_fmt(target.headroom)} more): no number of seeds detects it")
+    return replace(observed, unreachable=beyond)
+
+
 @dataclass
 class Verdict:
     """A claim's verdict and the numbers it rests on (:func:`judge`, :func:`combine`).
@@ -252,7 +313,9 @@ class Verdict:
         stats: the t-test of the effects (of the deciding part, for a combined verdict).
         floor: what the arms had to clear.
         target: the paper's effect, its headroom here, and whether it is a rule or a note.
-        needed: seeds this noise would need to detect the target.
+        needed: seeds this noise would need for :attr:`power` of :data:`POWER` at the planned effect, every part of
+            a combined claim significant at the family's worst-case Holm threshold α / m (None: no effect to plan
+            for, or more than :data:`MOST_SEEDS`).
         parts: the tests a combined verdict rests on.
         p: one-sided p in the paper's direction (a combined verdict: the largest of its parts').
         p_against: one-sided p of "effect < reach" (a combined verdict: the smallest part's times the parts).
@@ -260,6 +323,10 @@ class Verdict:
         family: the size of that family (0 before adjustment).
         decided_by: the part whose test decided a combined verdict (its ``what``).
         what: the effect in words.
+        plan: the effect a single test is sized for (:func:`plan_for`; a combined verdict's parts carry theirs).
+        power: the chance, at this seed count and this noise, that the claim holds if the planned effects are true:
+            every part significant at α / m (:func:`power_all`); NaN without a plan.
+        sizing: the sentence on power and seeds the reason ends with (empty where there is nothing to size).
     """
 
     verdict: str
@@ -276,16 +343,62 @@ class Verdict:
     family: int = 0
     decided_by: str = ""
     what: str = ""
+    plan: Plan = field(default_factory=lambda: Plan(math.nan, ""))
+    power: float = math.nan
+    sizing: str = ""
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict must be one of {VERDICTS}; got {self.verdict!r}")
 
+    @property
+    def underpowered(self) -> bool:
+        """A judged verdict whose power at its planned effect is below :data:`POWER` (or cannot be planned)."""
+        return self.verdict in JUDGED and not self.power >= POWER
+
+    @property
+    def plans(self) -> list[tuple[Plan, Stats]]:
+        """Per test (the parts of a combined verdict, else this one), its plan and its statistics."""
+        return [(q.plan, q.stats) for q in self.parts] if self.parts else [(self.plan, self.stats)]
+
+    def sized(self, family: int) -> Verdict:
+        """This verdict with its :attr:`power` and :attr:`needed` at the level α / ``family`` (Holm's threshold for
+        the smallest p of a family of that size: the worst case), every part included, and, for an "inconclusive"
+        one, the reason ending on the :attr:`sizing` sentence ("underpowered at this budget: power P, needs N
+        seeds")."""
+        level = ALPHA / max(1, family)
+        plans = self.plans
+        sized = [(plan.effect, stats.sd) for plan, stats in plans]
+        seeds = min((stats.seeds for _, stats in plans), default=0)
+        power_ = power_all(sized, seeds, level) if all(math.isfinite(e) for e, _ in sized) else math.nan
+        needed = seeds_needed_all(sized, level)
+        core = self.reason.removesuffix(f"; {self.sizing}") if self.sizing else self.reason
+        if self.verdict not in JUDGED:
+            return replace(self, power=power_, needed=needed, sizing="", reason=core)
+        level_words = f"{level:.2g}" + (f" (Holm over {family} claims, worst case)" if family > 1 else "")
+        at = "; ".join(dict.fromkeys(plan.source for plan, _ in plans if plan.source)) or "no effect to plan for"
+        beyond = "; ".join(dict.fromkeys(plan.unreachable for plan, _ in plans if plan.unreachable))
+        if not math.isfinite(power_):
+            text = f"power unknown at {seeds} seeds: {at}"
+        elif power_ >= POWER:
+            text = f"power {power_:.2f} at {at}, at level {level_words}"
+        else:
+            need = (f"needs {needed} seeds" if needed is not None else
+                    f"more than {MOST_SEEDS:,} seeds would be needed")
+            text = f"underpowered at this budget: power {power_:.2f}, {need} (at {at}, at level {level_words})"
+        if beyond:
+            text = f"{text}; {beyond}"
+        reason = f"{core}; {text}" if self.verdict == "inconclusive" else core
+        return replace(self, power=power_, needed=needed, sizing=text if self.verdict == "inconclusive" else "",
+                       reason=reason)
+
     def adjusted(self, p_holm: float, p_against_holm: float, family: int) -> Verdict:
         """This verdict re-decided on Holm-adjusted p-values within a paper's family of ``family`` judged claims, by
         the rules of :func:`judge`: a "holds" or "differs" that no longer clears its level reads what the adjusted
-        values say ("differs" or "inconclusive"), and says so."""
-        verdict, reason = self.verdict, self.reason
+        values say ("differs" or "inconclusive"), and says so; its power and seeds are sized at that family's
+        level (:meth:`sized`)."""
+        verdict = self.verdict
+        reason = self.reason.removesuffix(f"; {self.sizing}") if self.sizing else self.reason
         over = f"once Holm-adjusted over the paper's {family} judged claims"
         if verdict == "holds" and not p_holm < ALPHA:
             verdict = "differs" if p_against_holm < AGAINST else "inconclusive"
@@ -294,8 +407,8 @@ class Verdict:
                          if verdict == "differs" else ""))
         elif verdict == "differs" and not p_against_holm < AGAINST:
             verdict, reason = "inconclusive", f"{reason}; not significant {over} (p against = {_fmt(p_against_holm)})"
-        return replace(self, verdict=verdict, reason=reason, p_holm=p_holm, p_against_holm=p_against_holm,
-                       family=family)
+        return replace(self, verdict=verdict, reason=reason, sizing="", p_holm=p_holm, p_against_holm=p_against_holm,
+                       family=family).sized(family)
 
     def record(self) -> dict[str, Any]:
         """JSON-ready numbers (non-finite as None), the parts' included."""
@@ -308,6 +421,9 @@ class Verdict:
                 "p_against_holm": plain(self.p_against_holm), "family": self.family, "seeds": s.seeds,
                 "floor": self.floor.record() if self.floor else None,
                 "target": self.target.record() if self.target else None, "seeds_needed": self.needed,
+                "power": plain(self.power), "planned_effect": plain(self.plan.effect) if not self.parts else None,
+                "planned_from": (self.plan.source or None) if not self.parts else None,
+                "unreachable": (self.plan.unreachable or None) if not self.parts else None,
                 "decided_by": self.decided_by or None,
                 "parts": [{"what": p.what, "verdict": p.verdict, **{k: v for k, v in p.record().items()
                                                                     if k not in ("parts", "family")}}
@@ -317,6 +433,9 @@ class Verdict:
 def judge(effects: Sequence[float], *, what: str, target: Target | None = None, floor: Floor | None = None,
           preconditions: Sequence[str] = (), smoke: bool = False) -> Verdict:
     """The verdict of per-seed ``effects`` in the paper's direction (see the module docstring).
+
+    Its power and the seeds it needs are sized at α alone (:meth:`Verdict.sized`); :meth:`Verdict.adjusted` sizes
+    them again at the level of the paper's family.
 
     Args:
         effects: per seed, the effect (positive: as the paper says).
@@ -339,11 +458,11 @@ def judge(effects: Sequence[float], *, what: str, target: Target | None = None, 
     reach = target.reach if target is not None else math.nan
     size = math.isfinite(reach) and reach > 0
     p_against = stats.below(reach if size else 0.0)
-    wanted = reach if size else target.value if target is not None else math.nan
-    needed = seeds_needed(stats.sd, wanted)
+    plan = plan_for(stats, target)
 
     def verdict(name: str, reason: str) -> Verdict:
-        return Verdict(name, reason, stats, floor, target, needed, p=stats.p_value, p_against=p_against, what=what)
+        return Verdict(name, reason, stats, floor, target, None, p=stats.p_value, p_against=p_against, what=what,
+                       plan=plan).sized(1)
 
     if smoke:
         return verdict("pipeline only", "smoke budget: it checks that the measurement runs; its models are too small "
@@ -370,15 +489,14 @@ def judge(effects: Sequence[float], *, what: str, target: Target | None = None, 
                    else "the interval lies below zero: significantly the other way")
         return verdict("differs", f"{words} ({interval}): {against} (p against = {_fmt(p_against)}) over "
                        f"{stats.seeds} seeds")
-    more = (f"; this seed noise would need about {needed} seeds to detect {_fmt(wanted)}" if needed else "")
-    return verdict("inconclusive", f"{words} ({interval}): not significant over {stats.seeds} seeds{more}{note}")
+    return verdict("inconclusive", f"{words} ({interval}): not significant over {stats.seeds} seeds{note}")
 
 
 def combine(parts: Sequence[Verdict], what: str) -> Verdict:
     """One verdict from several tests of one claim (see the module docstring): pipeline only if any is; holds if all
     hold; differs if a part's p against, times the number of parts, is below :data:`AGAINST`; else not measurable if
     any part is; else inconclusive. Its effect and interval are the deciding part's, its p the largest part's and its
-    p against the smallest part's times the parts (Bonferroni)."""
+    p against the smallest part's times the parts (Bonferroni); its power is that of every part at once."""
     k = len(parts)
     p = max((q.p for q in parts), default=math.nan) if all(math.isfinite(q.p) for q in parts) else math.nan
     against = [q.p_against for q in parts if q.verdict in JUDGED and math.isfinite(q.p_against)]
@@ -401,5 +519,5 @@ def combine(parts: Sequence[Verdict], what: str) -> Verdict:
                   f" (each part's p below {ALPHA:g} is needed)" if verdict == "holds" and k > 1 else "")
     reason = (f"{what}: decided by {decider.what}{bonferroni}; "
               + "; ".join(dict.fromkeys(f"[{q.verdict}] {q.reason}" for q in parts)))
-    return Verdict(verdict, reason, decider.stats, decider.floor, decider.target, decider.needed, list(parts), p,
-                   p_against, decided_by=decider.what, what=what)
+    return Verdict(verdict, reason, decider.stats, decider.floor, decider.target, None, list(parts), p,
+                   p_against, decided_by=decider.what, what=what).sized(1)

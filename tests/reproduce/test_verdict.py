@@ -86,7 +86,8 @@ def test_each_rule_on_a_hand_made_case():
     assert clear.verdict == "holds" and clear.stats.p_value < ALPHA and "over 3 seeds" in clear.reason
     # the paper's sign in every seed, and noise that could give it by chance: not a verdict the numbers support
     agreeing = judge([0.01, 0.5, 0.02], what="gain", target=Target(0.05, "a paper's +5 points"))
-    assert agreeing.verdict == "inconclusive" and agreeing.needed is not None and "seeds to detect" in agreeing.reason
+    assert agreeing.verdict == "inconclusive" and agreeing.needed == seeds_needed(agreeing.stats.sd, 0.05)
+    assert f"underpowered at this budget: power {agreeing.power:.2f}, needs {agreeing.needed} seeds" in agreeing.reason
     assert judge([-0.05, -0.06, -0.055], what="gain").verdict == "differs"  # significant the other way
     # the paper's 7 points, in the paper's metric and with the headroom for them, lie above the whole interval
     ruled_out = judge([0.001, -0.002, 0.0015, 0.0005], what="gain", target=Target(0.07, "a paper's +7 points"))
