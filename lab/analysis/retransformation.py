@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["backtrack", "retransformation"]
+__all__ = ["backtrack", "retransformation", "standardised_distances"]
 
 
 def backtrack(curve: np.ndarray, segments: np.ndarray | None = None) -> float:
@@ -43,6 +43,26 @@ def backtrack(curve: np.ndarray, segments: np.ndarray | None = None) -> float:
     keep = (seg[1:] == seg[:-1]) & np.isfinite(delta)
     total = np.abs(delta[keep]).sum()
     return float(np.clip(-delta[keep], 0, None).sum() / total) if total > 0 else math.nan
+
+
+def standardised_distances(features: Tensor) -> np.ndarray:
+    """``[L+1]`` Euclidean distance of every layer's standardised features to layer 0's, a scale-free form of the
+    paper's Figure 3 distance.
+
+    Each layer's features ``[N, H]`` are centred over the N inputs and divided by their Frobenius norm (total
+    variance 1), so a layer that only grows or shrinks the stream (un-normalised residual blocks grow it hundreds of
+    times over 32 layers) does not move, and what remains is how the features' configuration differs from layer 0's:
+    d = ‖X̃_l − X̃_0‖_F = √(2 − 2⟨X̃_l, X̃_0⟩) in [0, 2]; √2 for features uncorrelated with layer 0's. A layer whose
+    features are constant over the inputs is NaN.
+
+    Args:
+        features: ``[L+1, N, H]``, each layer's features on the same N inputs (the 50 × 50 grid).
+    """
+    x = features.double().flatten(2)
+    x = x - x.mean(dim=1, keepdim=True)
+    norm = torch.linalg.vector_norm(x.flatten(1), dim=1)
+    x = x / torch.where(norm > 0, norm, torch.nan)[:, None, None]
+    return torch.linalg.vector_norm((x - x[:1]).flatten(1), dim=1).numpy()
 
 
 def _relative_distance(x: Tensor, ref: Tensor) -> float:

@@ -387,8 +387,8 @@ def _table1_collect(budget: str, runs: Runs, planned: list[PlannedRun]) -> list[
     values = {f"{name} {label}": v for name, arms in acc.items() for label, v in arms.items()}
     verdict = droppath.table1_verdict(acc, {name: TABLE1_ROWS[name] for name in sets}, budget == "gpu-test",
                                       paper_setting=budget == "gpu")
-    return [Result(claim, values, "; ".join(texts), verdict, _setting(planned, "table1-"),
-                   seed0_commands(planned, "table1-"))]
+    return [Result(claim, values, "; ".join([*texts, droppath.highest_mean(acc)]), verdict,
+                   _setting(planned, "table1-"), seed0_commands(planned, "table1-"))]
 
 
 # -- Residual Alignment: RA1–RA4 and neural collapse ---------------------------------------------------------------

@@ -15,7 +15,9 @@ from lab.data.toy2d import ToyData
 from lab.jobs.runner import resolved, train_and_evaluate
 from lab.runfolder.layout import RunState
 from lab.runs.store import Run, RunStore
+from lab.sweeps import SweepMember, SweepPlan, create_sweep, train_sweep
 from lab.train.core import Callback
+from lab.train.ensemble import EnsembleCallback, ensemble_groups
 
 
 class ReproductionError(RuntimeError):
@@ -55,3 +57,52 @@ def train(name: str, overrides: list[str], store: RunStore, run_name: str, *, ca
     if status["state"] != RunState.COMPLETED:
         raise ReproductionError(f"{run.path}: {status['state']}: {status['message']}")
     return run, command("train", f"configs/{name}.yaml", *overrides, "--name", run_name)
+
+
+def train_seeds(name: str, overrides: list[str], arms: dict[str, list[str]], seeds: int, store: RunStore, *,
+                callbacks: Sequence[EnsembleCallback] = (), complete: bool = True
+                ) -> tuple[dict[str, list[Run]], list[str]]:
+    """Train ``configs/<name>.yaml`` for every arm and seed as members of vectorised ensembles (the engine of ``lab
+    sweep``): seed k is ``model.seed=k train.seed=k``, each member an ordinary run folder in one sweep folder.
+
+    Members that can share an ensemble (:func:`~lab.train.ensemble.ensemble_groups`) train as one computation, so
+    S seeds cost far less than S runs (``bench/seeds.py``); each member is the run it would have been alone.
+
+    Args:
+        name, overrides: the config and the overrides every member shares.
+        arms: per arm, its own overrides (``{"standard": [], "ResidualDroppath": ["train.droppath=…"]}``).
+        seeds: seeds 0 … seeds − 1 of every arm.
+        store: where the sweep folder goes.
+        callbacks: subscribers to every ensemble's events.
+        complete: every member must complete; False where the caller judges members that diverged (their run
+            folders say so).
+
+    Returns:
+        Per arm, its runs in seed order; and the commands that train seed 0 of each arm alone.
+
+    Raises:
+        ReproductionError: a member did not complete (with ``complete``).
+    """
+    path = CONFIGS / f"{name}.yaml"
+    members, keys = [], []
+    for arm, extra in arms.items():
+        for seed in range(seeds):
+            texts = {"arm": arm, "seed": str(seed)}
+            cfg = load_config(path, [*overrides, *extra, f"model.seed={seed}", f"train.seed={seed}"])
+            members.append(SweepMember(f"{len(members):02d}-{arm}-s{seed}", texts, {"arm": arm, "seed": seed}, cfg))
+            keys.append(arm)
+    configs = [m.config for m in members]
+    plan = SweepPlan(configs[0].name, str(path), tuple(overrides), {"arm": list(arms), "seed": list(range(seeds))},
+                     members, ensemble_groups(configs))
+    folder, runs = create_sweep(plan, store)
+    statuses = train_sweep(plan, folder, runs, progress=False, callbacks=callbacks)
+    bad = [f"{r.path}: {s['state']}: {s.get('message', '')}" for r, s in zip(runs, statuses, strict=True)
+           if s["state"] != RunState.COMPLETED]
+    if bad and complete:
+        raise ReproductionError("ensemble members did not complete: " + "; ".join(bad))
+    out: dict[str, list[Run]] = {arm: [] for arm in arms}
+    for arm, run in zip(keys, runs, strict=True):
+        out[arm].append(run)
+    lines = [command("train", f"configs/{name}.yaml", *overrides, *extra, "model.seed=0", "train.seed=0")
+             for extra in arms.values()]
+    return out, lines

@@ -5,7 +5,6 @@ claims only), and the command says so."""
 import json
 import re
 
-import numpy as np
 import pytest
 
 from lab.cli import main
@@ -14,7 +13,6 @@ from lab.reproduce.alignment import claims_of
 from lab.reproduce.claims import PAPERS, Claim, Curves, Result, mean_sd
 from lab.reproduce.decayed import CLAIMS as DECAYED
 from lab.reproduce.droppath import CLAIMS as DROPPATH
-from lab.reproduce.droppath import _falls
 from lab.reproduce.report import html_page, markdown
 from lab.reproduce.toy_mae import CLAIMS as TOY_MAE
 from lab.reproduce.verdict import judge
@@ -120,8 +118,3 @@ def test_the_report_names_no_file_on_another_server_whatever_bokeh_lists(monkeyp
 def test_measures_and_summaries():
     assert mean_sd([1.0, 2.0, 3.0]) == "2 ± 1" and mean_sd([0.5]) == "0.5" and mean_sd([]) == "n/a"
     assert mean_sd([1.0, float("nan"), 3.0]) == "2 ± 1.41"
-    rising = np.abs(np.subtract.outer(np.arange(5.0), np.arange(5.0)))  # distance grows with the gap: monotonic
-    assert _falls(rising) == 0
-    detour = rising.copy()
-    detour[0, 3] = detour[3, 0] = 1.5  # layer 3 comes back towards layer 0
-    assert _falls(detour) == 1
