@@ -205,14 +205,14 @@ def power(effect: float, sd: float, n: int, alpha: float = ALPHA) -> float:
     seed noise ``sd``: P(T > t_{1−α, n−1}) with T noncentral t of n − 1 degrees of freedom and noncentrality
     effect √n / sd. With no spread (``sd`` 0) the test is the sign test, whose p over n seeds is 1/2ⁿ: power 1 once
     1/2ⁿ < α (for a positive effect), else 0. NaN where the effect or the noise is unknown or n < 2."""
-    from scipy import stats
+    from scipy import special  # the distributions' own functions: a power is asked for thousands of times
 
     if n < 2 or not (math.isfinite(effect) and math.isfinite(sd)):
         return math.nan
     if sd == 0:
         return 1.0 if effect > 0 and 0.5 ** n < alpha else 0.0
     df = n - 1
-    return float(stats.nct.sf(stats.t.ppf(1 - alpha, df), df, effect / sd * math.sqrt(n)))
+    return float(1.0 - special.nctdtr(df, effect / sd * math.sqrt(n), special.stdtrit(df, 1 - alpha)))
 
 
 def power_all(parts: Sequence[tuple[float, float]], n: int, alpha: float = ALPHA) -> float:

@@ -225,3 +225,65 @@ def test_the_paper_s_direction_wins_over_its_size_and_holm_re_decides_by_the_sam
     assert gap.verdict == "not measurable" and "1 of 3 seeds gave no number for gain" in gap.reason
     with pytest.raises(ValueError, match="at least one part"):
         combine([], "nothing")
+
+
+def test_power_and_seeds_account_for_holm_and_every_part_of_a_combined_claim():
+    """Sized at the family's worst-case Holm level α / m, a claim needs more seeds than alone: exactly the noncentral
+    t's answer at that level; a combined claim holds only when every part does, so its power is the product of its
+    parts' and it needs at least as many seeds as its hardest part. The issue's example: 2–3 seeds "needed" alone
+    where a family of 9 needs 5–6."""
+    from lab.reproduce.verdict import POWER, power_all, seeds_needed_all
+
+    alone = seeds_needed(1.0, 2.0)
+    in_nine = seeds_needed_all([(2.0, 1.0)], ALPHA / 9)
+    assert alone == 4 and in_nine == 7 > alone
+    assert power(2.0, 1.0, in_nine, ALPHA / 9) >= POWER > power(2.0, 1.0, in_nine - 1, ALPHA / 9)
+    assert power_all([(2.0, 1.0), (2.0, 1.0)], 5, ALPHA) == pytest.approx(power(2.0, 1.0, 5) ** 2)
+    both = seeds_needed_all([(2.0, 1.0), (1.0, 1.0)], ALPHA)
+    assert both >= seeds_needed(1.0, 1.0) and power_all([(2.0, 1.0), (1.0, 1.0)], both) >= POWER
+    assert power_all([(2.0, 1.0), (1.0, 1.0)], both - 1) < POWER
+    assert seeds_needed_all([(2.0, 1.0), (-1.0, 1.0)]) is None  # a part planned against the paper: no seed count
+    rng = np.random.default_rng(4)  # the product is what happens: simulated with independent parts
+    x = rng.normal(2.0, 1.0, (20_000, 2, 5))
+    t = x.mean(axis=2) / (x.std(axis=2, ddof=1) / math.sqrt(5))
+    simulated = float(np.mean((t > stats.t.ppf(1 - ALPHA, 4)).all(axis=1)))
+    assert simulated == pytest.approx(power_all([(2.0, 1.0), (2.0, 1.0)], 5), abs=0.015)
+
+
+def test_a_verdict_is_sized_again_in_its_family():
+    """judge sizes at α alone; adjusted re-sizes at α / m and rewrites the sentence it ends with (not appends a
+    second); a combined verdict's power is its parts' product; a well-powered inconclusive row does not say
+    underpowered, a holds row carries its power without a sentence."""
+    rng = np.random.default_rng(5)
+    effects = list(rng.normal(0.1, 0.2, 4))
+    alone = judge(effects, what="gain", target=Target(0.2, "a paper's +20 points"))
+    assert alone.verdict == "inconclusive" and alone.plan.effect == 0.2 and "paper's effect" in alone.plan.source
+    assert alone.power == pytest.approx(power(0.2, alone.stats.sd, 4))
+    assert alone.needed == seeds_needed(alone.stats.sd, 0.2)
+    nine = alone.adjusted(0.5, 1.0, 9)
+    assert nine.power == pytest.approx(power(0.2, alone.stats.sd, 4, ALPHA / 9)) and nine.power < alone.power
+    assert nine.needed == seeds_needed(alone.stats.sd, 0.2, ALPHA / 9) > alone.needed
+    assert nine.reason.count("underpowered at this budget") == 1 and f"needs {nine.needed} seeds" in nine.reason
+    assert f"needs {alone.needed} seeds" not in nine.reason.split("; underpowered")[1]
+    first, second = judge([1.0, 1.2, 0.9], what="a"), judge([0.5, 0.9, 0.3], what="b")
+    both = combine([first, second], "both")
+    assert both.power == pytest.approx(first.power * second.power)
+    assert both.plan.effect != both.plan.effect and [p.effect for p, _ in both.plans] == [first.stats.effect,
+                                                                                          second.stats.effect]
+    assert first.verdict == "holds" and first.sizing == "" and first.power > 0
+    sure = judge([0.05, -0.02, 0.01, 0.04, -0.03, 0.02], what="gain", target=Target(5.0, "a note", same_metric=False))
+    assert sure.verdict == "inconclusive" and sure.power > 0.99 and "underpowered" not in sure.reason
+    assert f"power {sure.power:.2f}" in sure.reason
+
+
+def test_a_note_beyond_the_metrics_reach_gets_no_seed_count():
+    """A note of 0.30 on a probe at 0.84 (ceiling 1: 0.16 of room) cannot be detected by any number of seeds: the row
+    says so, and sizes for the effect it observed instead."""
+    note = Target.note(0.36, [0.84, 0.83, 0.85], "Table 3a", ceiling=1.0)
+    assert note.headroom == pytest.approx(0.16) and not note.reachable
+    v = judge([0.01, 0.03, -0.01, 0.02], what="probe", target=note)
+    assert v.plan.effect == pytest.approx(v.stats.effect) and "observed" in v.plan.source
+    assert "lies beyond what this metric can show" in v.reason and "no number of seeds detects it" in v.reason
+    assert Target.note(0.1, [0.84], "x", ceiling=1.0).reachable
+    assert judge([0.01, 0.03, -0.01, 0.02], what="p", target=Target.note(0.1, [0.84], "x", ceiling=1.0)).plan.effect \
+        == pytest.approx(0.084)
