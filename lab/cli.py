@@ -325,8 +325,9 @@ def _reproduce_arguments(sub: argparse._SubParsersAction) -> None:
                            help="smoke (seconds), cpu (toy models, within 30 minutes on 2 cores; default); at full "
                                 "scale: gpu (the papers' settings), gpu1 (one GPU overnight, MNIST/CIFAR scale) or "
                                 "gpu-test (every full-scale run shrunk to seconds: the pipeline on a CPU)")
-    reproduce.add_argument("--seeds", type=int, default=None, help="seeds per measurement (default 3; smoke and "
-                                                                  "gpu-test 1)")
+    reproduce.add_argument("--seeds", type=int, default=None, help="seeds of every experiment (default: cpu each "
+                                                                  "experiment its own, 3 to 10, as its claims' power "
+                                                                  "needs; gpu 3; smoke and gpu-test 1)")
     reproduce.add_argument("--out", default=None, help="report folder (default: RUNS_DIR/reproduce-<time>); at full "
                                                       "scale, the same folder again continues its runs")
     scale = reproduce.add_argument_group("full scale (gpu, gpu1, gpu-test)")

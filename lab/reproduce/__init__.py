@@ -38,41 +38,66 @@ log = logging.getLogger(__name__)
 TOY_BUDGETS = ("smoke", "cpu")
 BUDGETS = (*TOY_BUDGETS, *FULL_BUDGETS)
 SEEDS = {"smoke": 1, "cpu": 3}
+"""The seeds of an experiment :data:`EXPERIMENT_SEEDS` does not list (and of every experiment given ``--seeds``)."""
+EXPERIMENT_SEEDS = {
+    "smoke": {},
+    "cpu": {"alignment.fc": 10, "alignment.conv": 6, "decayed.rank": 6, "decayed.toy_mae": 6, "decayed.mae": 3,
+            "decayed.diffusion": 3, "droppath.figure3": 10, "droppath.table1": 5},
+}
+"""Per budget, per experiment, its seeds: as many as the claims need for power 0.8 at their family's Holm level where
+the budget's 25 minutes allow (the power column of the report says where they do not). Seeds of the MLPs train as
+members of one vectorised ensemble (:func:`lab.reproduce.runs.train_seeds`); Table 1 keeps the paper's five."""
 SCOPE = {
     "smoke": "Smoke budget: models of a few units trained for a few steps, one seed. It checks that every measurement "
              "runs and writes its report; it cannot show any claim, and judges none (every row reads 'pipeline "
              "only').",
     "cpu": "CPU budget: toy models (residual MLPs on a 2-D spiral and on 8 × 8 digits, small ResNets, a tiny MAE and "
-           "a tiny U-ViT on digits), trained for minutes, over 3 seeds (Table 1: 5). It can show whether each "
+           "a tiny U-ViT on digits), trained for minutes, over 3 to 10 seeds per experiment (each row gives its "
+           "own). It can show whether each "
            "mechanism appears at this scale, beyond seed noise; it cannot show the papers' numbers, which come from "
            "ImageNet-scale models trained for days — each row names both settings. 'holds': the effect appears "
            "beyond seed noise; 'differs': the lab's numbers argue against the paper at this scale (significantly "
            "reversed; at this scale the papers' effect sizes are notes, as no toy model is the paper's setting); "
-           "'inconclusive': this noise hides the effect either way.",
+           "'inconclusive': this noise hides the effect either way, and the row says whether this budget had the "
+           "power to show it.",
 }
-TABLE1_SEEDS = 5  # the paper's Table 1 is over five seeds
 
 
-def _experiments(budget: str, seeds: int, store: RunStore, out: Path
-                 ) -> list[tuple[str, list[Claim], int, Callable[[Callable[[], None]], list[Result]]]]:
-    """``(paper, claims, trainings, run(tick))`` for every experiment, in report order."""
-    table_seeds = max(seeds, TABLE1_SEEDS) if budget == "cpu" else seeds
-    return [
-        ("alignment", alignment.claims_of("fc"), 2 * seeds,
-         lambda tick: alignment.measure("fc", budget, seeds, store, tick)),
-        ("alignment", alignment.claims_of("conv"), 2 * seeds,
-         lambda tick: alignment.measure("conv", budget, seeds, store, tick)),
-        ("decayed", [decayed.CLAIMS["rank"]], 3 * seeds, lambda tick: decayed.measure_rank(budget, seeds, store, tick)),
-        ("decayed", list(toy_mae.CLAIMS.values()), seeds, lambda tick: toy_mae.measure(budget, seeds, store, tick)),
-        ("decayed", [decayed.CLAIMS["mae"]], 2 * seeds,
-         lambda tick: decayed.measure_mae(budget, seeds, store, out, tick)),
-        ("decayed", [decayed.CLAIMS[k] for k in ("diffusion_fid", "diffusion_probe")], 2 * seeds,
-         lambda tick: decayed.measure_diffusion(budget, seeds, store, tick)),
-        ("droppath", [droppath.CLAIMS["figure3"]], 2 * seeds,
-         lambda tick: droppath.measure_figure3(budget, seeds, store, tick)),
-        ("droppath", [droppath.CLAIMS["table1"]], 3 * table_seeds,
-         lambda tick: droppath.measure_table1(budget, table_seeds, store, tick)),
-    ]
+def experiment_seeds(budget: str, seeds: int | None = None) -> dict[str, int]:
+    """Per experiment of :func:`_experiments`, its seeds at ``budget``: ``seeds`` for every one when given, else
+    :data:`EXPERIMENT_SEEDS` (the budget's :data:`SEEDS` where it lists none)."""
+    return {key: seeds or EXPERIMENT_SEEDS[budget].get(key, SEEDS[budget]) for key in EXPERIMENTS}
+
+
+EXPERIMENTS = ("alignment.fc", "alignment.conv", "decayed.rank", "decayed.toy_mae", "decayed.mae",
+               "decayed.diffusion", "droppath.figure3", "droppath.table1")
+"""The experiments of a toy budget, in report order (:func:`_experiments`)."""
+
+
+def _experiments(budget: str, seeds: dict[str, int], store: RunStore, out: Path
+                 ) -> list[tuple[str, str, list[Claim], int, Callable[[Callable[[], None]], list[Result]]]]:
+    """``(key, paper, claims, trainings, run(tick))`` for every experiment of :data:`EXPERIMENTS`, in report
+    order."""
+    n = seeds
+    return [(key, *experiment) for key, experiment in zip(EXPERIMENTS, [
+        ("alignment", alignment.claims_of("fc"), 2 * n["alignment.fc"],
+         lambda tick: alignment.measure("fc", budget, n["alignment.fc"], store, tick)),
+        ("alignment", alignment.claims_of("conv"), 2 * n["alignment.conv"],
+         lambda tick: alignment.measure("conv", budget, n["alignment.conv"], store, tick)),
+        ("decayed", [decayed.CLAIMS["rank"]], len(decayed.SIZES[budget]["depths"])
+         + len(decayed.SIZES[budget]["extension"]),
+         lambda tick: decayed.measure_rank(budget, n["decayed.rank"], store, tick)),
+        ("decayed", list(toy_mae.CLAIMS.values()), 1 + len(toy_mae.SIZES[budget]["widths"]),
+         lambda tick: toy_mae.measure(budget, n["decayed.toy_mae"], store, tick)),
+        ("decayed", [decayed.CLAIMS["mae"]], 2 * n["decayed.mae"],
+         lambda tick: decayed.measure_mae(budget, n["decayed.mae"], store, out, tick)),
+        ("decayed", [decayed.CLAIMS[k] for k in ("diffusion_fid", "diffusion_probe")], 2 * n["decayed.diffusion"],
+         lambda tick: decayed.measure_diffusion(budget, n["decayed.diffusion"], store, tick)),
+        ("droppath", [droppath.CLAIMS["figure3"]], 2 * n["droppath.figure3"],
+         lambda tick: droppath.measure_figure3(budget, n["droppath.figure3"], store, tick)),
+        ("droppath", [droppath.CLAIMS["table1"]], 3 * n["droppath.table1"],
+         lambda tick: droppath.measure_table1(budget, n["droppath.table1"], store, tick)),
+    ], strict=True)]
 
 
 def reproduce(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS), budget: str = "cpu",
@@ -86,7 +111,7 @@ def reproduce(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS), budget:
         out: the reproduction's folder (made if missing); runs go to ``out/runs``.
         papers: keys of :data:`PAPERS`.
         budget: one of :data:`TOY_BUDGETS`.
-        seeds: seeds per measurement (default 1 for smoke, 3 for cpu).
+        seeds: seeds of every experiment (default: :data:`EXPERIMENT_SEEDS`, each experiment its own).
         progress: a progress bar over the trainings.
 
     Returns:
@@ -100,17 +125,18 @@ def reproduce(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS), budget:
         raise ValueError(f"papers must be among {', '.join(PAPERS)}, budget one of {', '.join(TOY_BUDGETS)} (the "
                          f"full-scale ones: reproduce_at_scale) and seeds between 1 and {MAX_SEEDS}; got "
                          f"papers={list(papers)}, budget={budget!r}, seeds={seeds}")
-    seeds = seeds or SEEDS[budget]
+    per_experiment = experiment_seeds(budget, seeds)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     store = RunStore(own_folder(out / layout.REPRODUCTION_RUNS))
-    chosen = [e for e in _experiments(budget, seeds, store, out) if e[0] in papers]
-    total = sum(e[2] for e in chosen)
+    chosen = [e for e in _experiments(budget, per_experiment, store, out) if e[1] in papers]
+    used = {key: per_experiment[key] for key, *_ in chosen}
+    total = sum(e[3] for e in chosen)
     start = time.perf_counter()
     results: list[Result] = []
     with tqdm(total=total, desc=f"reproduce ({budget})", unit="run", disable=not progress or not total,
               dynamic_ncols=True) as bar:
-        for _, claims, _, run in chosen:
+        for _, _, claims, _, run in chosen:
             began = time.perf_counter()
             try:
                 results += run(lambda: bar.update(1))
@@ -118,7 +144,8 @@ def reproduce(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS), budget:
                 log.exception("an experiment of %s failed", ", ".join(c.id for c in claims))
                 results += [failed(c, err, time.perf_counter() - began) for c in claims]
     families = adjust_for_multiplicity(results)
-    meta = {"budget": budget, "seeds": seeds, "papers": list(papers), "seconds": time.perf_counter() - start,
+    meta = {"budget": budget, "seeds": used if len(set(used.values())) > 1 else next(iter(used.values()), 0),
+            "papers": list(papers), "seconds": time.perf_counter() - start,
             "started": time.strftime("%Y-%m-%d %H:%M:%S"), "scope": f"{SCOPE[budget]} {family_words(families)}",
             "families": families, **environment_info()}
     return results, write_report(results, out, meta)

@@ -77,8 +77,9 @@ def test_the_rank_over_training_is_eq6_of_each_members_last_layer():
         centred = features.double() - features.double().mean(dim=1, keepdim=True)
         s = torch.linalg.svdvals(centred @ centred.T)
         p = s / s.sum()
-        assert ranks[k] == pytest.approx(float(-(p * p.clamp_min(1e-300).log()).sum()), rel=1e-6)
-        assert ranks[k] == pytest.approx(float(feature_rank(features.double(), measure="entropy")), rel=1e-6)
+        member = (cfgs[k].model.alpha_min, cfgs[k].model.seed)  # each member named by its α_min and seed
+        assert ranks[member] == pytest.approx(float(-(p * p.clamp_min(1e-300).log()).sum()), rel=1e-6)
+        assert ranks[member] == pytest.approx(float(feature_rank(features.double(), measure="entropy")), rel=1e-6)
 
 
 def test_ra3_is_claimed_of_the_fully_connected_network_only():

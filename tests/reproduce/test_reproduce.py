@@ -44,14 +44,16 @@ def test_smoke_checks_every_pipeline_and_judges_no_claim(smoke):
     # every training is an ordinary run folder the Runs page can open
     folders = list((smoke / "runs").iterdir())
     runs = [p for p in folders if (p / "status.json").exists()]
-    sweeps = [p for p in folders if (p / "sweep.json").exists()]  # the rank sweep; the toy MAE's two
-    assert (len(runs), len(sweeps)) == (14, 3)
+    # ensembles of seeds: the rank sweep, the toy MAE's (its arms, and one more bottleneck width), Figure 3's
+    sweeps = [p for p in folders if (p / "sweep.json").exists()]
+    assert (len(runs), len(sweeps)) == (11, 4)
     assert all(json.loads((p / "status.json").read_text())["state"] == "completed" for p in runs)
     md = (smoke / "report.md").read_text()
     parts = sum(len(c["parts"]) for c in claims.values())  # a combined claim's parts, each on a row of its own
     assert parts >= 2 * 6 and all(p["what"] and p["verdict"] for c in claims.values() for p in c["parts"])
     assert "judges none" in md and md.count("\n| ") == 1 + 18 + parts  # header, one row per claim and per part
-    assert "| 95% CI | p (Holm) | p against (Holm) | target | seeds | floor | scale (lab / paper) |" in md
+    assert ("| 95% CI | p (Holm) | p against (Holm) | target | seeds | power (seeds for 0.8) | floor "
+            "| scale (lab / paper) |") in md
     page = (smoke / "report.html").read_text()
     assert not re.search(r"<(script|link)[^>]+(src|href)=['\"]?https?:", page)  # nothing fetched: opens offline
     assert page.count("class='pipeline-only'") == 18 + parts and "judges none" in page
