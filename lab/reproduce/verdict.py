@@ -273,7 +273,8 @@ def _fmt(v: float | None) -> str:
 @dataclass(frozen=True)
 class Plan:
     """The effect a test is sized for: the paper's, in the lab's units where the lab's metric can show it, else the
-    effect the lab observed (said as such).
+    size of the effect the lab observed, in the paper's direction (said as such: could this budget have told an
+    effect that large from none, whichever way the lab's own one points?).
 
     Attributes:
         effect: the effect, in the paper's direction (NaN: none to size for).
@@ -289,8 +290,10 @@ class Plan:
 
 def plan_for(stats: Stats, target: Target | None) -> Plan:
     """The effect to size a test of ``stats`` for (:class:`Plan`): a rule's reach, a note's value when the metric can
-    show it, else the mean effect observed (when positive)."""
-    observed = Plan(stats.effect, "the effect observed here") if stats.effect > 0 else Plan(math.nan, "")
+    show it, else the size of the mean effect observed (none when it is 0 or unknown)."""
+    size = abs(stats.effect)
+    observed = (Plan(size, f"the size of the effect observed here ({_fmt(size)})") if math.isfinite(size) and size > 0
+                else Plan(math.nan, ""))
     if target is None or not math.isfinite(target.value) or target.value <= 0:
         return observed
     if target.same_metric and math.isfinite(target.reach) and target.reach > 0:

@@ -278,12 +278,16 @@ def test_a_verdict_is_sized_again_in_its_family():
 
 def test_a_note_beyond_the_metrics_reach_gets_no_seed_count():
     """A note of 0.30 on a probe at 0.84 (ceiling 1: 0.16 of room) cannot be detected by any number of seeds: the row
-    says so, and sizes for the effect it observed instead."""
+    says so, and sizes for the size of the effect it observed instead; an effect observed against the paper is sized
+    by its size, in the paper's direction."""
     note = Target.note(0.36, [0.84, 0.83, 0.85], "Table 3a", ceiling=1.0)
     assert note.headroom == pytest.approx(0.16) and not note.reachable
     v = judge([0.01, 0.03, -0.01, 0.02], what="probe", target=note)
     assert v.plan.effect == pytest.approx(v.stats.effect) and "observed" in v.plan.source
     assert "lies beyond what this metric can show" in v.reason and "no number of seeds detects it" in v.reason
+    against = judge([-0.01, -0.03, 0.01, -0.02], what="probe")
+    assert against.plan.effect == pytest.approx(0.0125) and "size of the effect observed" in against.plan.source
+    assert against.power == pytest.approx(power(0.0125, against.stats.sd, 4))
     assert Target.note(0.1, [0.84], "x", ceiling=1.0).reachable
     assert judge([0.01, 0.03, -0.01, 0.02], what="p", target=Target.note(0.1, [0.84], "x", ceiling=1.0)).plan.effect \
         == pytest.approx(0.084)
