@@ -123,16 +123,17 @@ RANK_DATA = ["data.name=digits", "train.batch_size=64"]
 """Figure 9's ten-class task at toy scale: the residual MLP of configs/spiral.yaml classifying 8 × 8 digits."""
 
 
-def _sweep(depth: int, seeds: int, store: RunStore, sizes: dict) -> tuple[list[dict], list, list[str]]:
+def _sweep(depth: int, seeds: int, store: RunStore, sizes: dict) -> tuple[list[dict], list, str]:
     """Train the residual MLP classifying digits at ``depth`` for every α_min and seed, all as members of one
     ensemble; each member's α_min, seed, final Eq. 6 rank on the held-out digits, test accuracy and state, its rank
-    after every evaluation (:class:`RankOverTraining`) and the commands that train seed 0 alone."""
+    after every evaluation (:class:`RankOverTraining`) and the ``lab sweep`` command that trains seed 0's α_min
+    sweep."""
     args = [*RANK_DATA, f"train.epochs={sizes['epochs']}", f"model.width={sizes['width']}", "train.lr=0.003",
             f"model.depth={depth}", "model.shortcut=linear"]
     arms = {f"{a:g}": [f"model.alpha_min={a:g}"] for a in sizes["alphas"]}
     data = build_data(config("spiral", args))
     follow = RankOverTraining(data.x_test)
-    runs, lines = train_seeds("spiral", args, arms, seeds, store, callbacks=[follow], complete=False)
+    runs, _ = train_seeds("spiral", args, arms, seeds, store, callbacks=[follow], complete=False)
     members = []
     for arm, arm_runs in runs.items():
         for seed, run in enumerate(arm_runs):
@@ -146,7 +147,9 @@ def _sweep(depth: int, seeds: int, store: RunStore, sizes: dict) -> tuple[list[d
                 rank = float(feature_rank(features[None].double(), measure="entropy")[0])
             members.append({"model.alpha_min": float(arm), "seed": seed, "name": run.id, "rank": rank,
                             "test_acc": (status.get("metrics") or {}).get("test_acc"), "state": status["state"]})
-    return members, follow.curve, lines
+    alphas = ",".join(f"{a:g}" for a in sizes["alphas"])
+    return members, follow.curve, command("sweep", "configs/spiral.yaml", *args, f"model.alpha_min={alphas}",
+                                          "model.seed=0", "train.seed=0")
 
 
 def _learned(member: dict) -> bool:
@@ -190,8 +193,8 @@ def measure_rank(budget: str, seeds: int, store: RunStore, tick: Callable[[], No
     dropped: dict[int, list[str]] = {d: [] for d in depths}
     rho_training, accuracy, commands, first = [], {d: [] for d in depths}, [], {}
     for depth in depths:
-        members, curve, lines = _sweep(depth, seeds, store, sizes)
-        commands.append(lines[0])
+        members, curve, line = _sweep(depth, seeds, store, sizes)
+        commands.append(line)
         dropped[depth] += [f"{m['name']} ({m['state']}, test accuracy {float(m['test_acc'] or 0.0):.3g})"
                            for m in members if not _learned(m)]
         for seed in range(seeds):

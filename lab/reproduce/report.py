@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.reproduce.claims import PAPERS, Curves, Result
+from lab.reproduce.verdict import MOST_SEEDS
 from lab.runfolder.writes import atomic_write_bytes, json_text
 
 _COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
@@ -83,9 +84,10 @@ def _verdict(r: Result) -> str:
     v = r.judged
     if v is None or v.verdict != "inconclusive" or not v.underpowered:
         return r.verdict
-    need = f"needs {v.needed} seeds" if v.needed is not None else "no seed count suffices"
-    power = f"power {v.power:.2f}" if math.isfinite(v.power) else "power unknown"
-    return f"inconclusive: underpowered at this budget ({power}, {need})"
+    if not math.isfinite(v.power):
+        return "inconclusive: power unknown (no effect to plan for)"
+    need = f"needs {v.needed} seeds" if v.needed is not None else f"needs more than {MOST_SEEDS:,} seeds"
+    return f"inconclusive: underpowered at this budget (power {v.power:.2f}, {need})"
 
 
 def seeds_words(seeds: int | dict[str, int]) -> str:

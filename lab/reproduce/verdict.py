@@ -355,6 +355,11 @@ class Verdict:
             raise ValueError(f"verdict must be one of {VERDICTS}; got {self.verdict!r}")
 
     @property
+    def core(self) -> str:
+        """The reason without its :attr:`sizing` sentence."""
+        return self.reason.removesuffix(f"; {self.sizing}") if self.sizing else self.reason
+
+    @property
     def underpowered(self) -> bool:
         """A judged verdict whose power at its planned effect is below :data:`POWER` (or cannot be planned)."""
         return self.verdict in JUDGED and not self.power >= POWER
@@ -375,7 +380,7 @@ class Verdict:
         seeds = min((stats.seeds for _, stats in plans), default=0)
         power_ = power_all(sized, seeds, level) if all(math.isfinite(e) for e, _ in sized) else math.nan
         needed = seeds_needed_all(sized, level)
-        core = self.reason.removesuffix(f"; {self.sizing}") if self.sizing else self.reason
+        core = self.core
         if self.verdict not in JUDGED:
             return replace(self, power=power_, needed=needed, sizing="", reason=core)
         level_words = f"{level:.2g}" + (f" (Holm over {family} claims, worst case)" if family > 1 else "")
@@ -387,7 +392,7 @@ class Verdict:
             text = f"power {power_:.2f} at {at}, at level {level_words}"
         else:
             need = (f"needs {needed} seeds" if needed is not None else
-                    f"more than {MOST_SEEDS:,} seeds would be needed")
+                    f"needs more than {MOST_SEEDS:,} seeds")
             text = f"underpowered at this budget: power {power_:.2f}, {need} (at {at}, at level {level_words})"
         if beyond:
             text = f"{text}; {beyond}"
@@ -400,8 +405,7 @@ class Verdict:
         the rules of :func:`judge`: a "holds" or "differs" that no longer clears its level reads what the adjusted
         values say ("differs" or "inconclusive"), and says so; its power and seeds are sized at that family's
         level (:meth:`sized`)."""
-        verdict = self.verdict
-        reason = self.reason.removesuffix(f"; {self.sizing}") if self.sizing else self.reason
+        verdict, reason = self.verdict, self.core
         over = f"once Holm-adjusted over the paper's {family} judged claims"
         if verdict == "holds" and not p_holm < ALPHA:
             verdict = "differs" if p_against_holm < AGAINST else "inconclusive"
@@ -520,7 +524,7 @@ def combine(parts: Sequence[Verdict], what: str) -> Verdict:
         decider, verdict = next(q for q in parts if q.verdict != "holds"), "inconclusive"
     bonferroni = (f" (Bonferroni over {k} parts: p against = {_fmt(p_against)})" if verdict == "differs" else
                   f" (each part's p below {ALPHA:g} is needed)" if verdict == "holds" and k > 1 else "")
-    reason = (f"{what}: decided by {decider.what}{bonferroni}; "
-              + "; ".join(dict.fromkeys(f"[{q.verdict}] {q.reason}" for q in parts)))
+    reason = (f"{what}: decided by {decider.what}{bonferroni}; "  # the claim is sized as a whole, not part by part
+              + "; ".join(dict.fromkeys(f"[{q.verdict}] {q.core}" for q in parts)))
     return Verdict(verdict, reason, decider.stats, decider.floor, decider.target, None, list(parts), p,
                    p_against, decided_by=decider.what, what=what).sized(1)

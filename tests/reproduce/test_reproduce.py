@@ -120,3 +120,24 @@ def test_the_report_names_no_file_on_another_server_whatever_bokeh_lists(monkeyp
 def test_measures_and_summaries():
     assert mean_sd([1.0, 2.0, 3.0]) == "2 ± 1" and mean_sd([0.5]) == "0.5" and mean_sd([]) == "n/a"
     assert mean_sd([1.0, float("nan"), 3.0]) == "2 ± 1.41"
+
+
+def test_every_row_gives_its_power_and_an_underpowered_row_says_so():
+    """A row's power cell gives the power at its planned effect and the seeds for 0.8; an inconclusive claim the budget
+    could not have decided reads "underpowered at this budget" with both, never a bare "inconclusive"; one it could
+    have decided reads plainly; the header names the experiments' own seed counts."""
+    from lab.reproduce.verdict import Target
+
+    claim = Claim("x.y", "alignment", "Figure 1", "a claim", "1", "m")
+    weak = judge([0.01, 0.03, -0.01, 0.02], what="gain", target=Target(0.02, "the paper's +2 points"))
+    sure = judge([0.05, -0.02, 0.01, 0.04, -0.03, 0.02], what="gain", target=Target(5.0, "a note", same_metric=False))
+    held = judge([1.0, 1.1, 0.9], what="gain")
+    rows = [Result(claim, {}, "", v) for v in (weak, sure, held)]
+    meta = {"budget": "cpu", "seeds": {"alignment.fc": 10, "droppath.table1": 5}, "seconds": 3.0, "scope": ""}
+    md = markdown(rows, meta)
+    assert f"inconclusive: underpowered at this budget (power {weak.power:.2f}, needs {weak.needed} seeds)" in md
+    assert f"| {weak.power:.2f} ({weak.needed}) |" in md and weak.power < 0.8 and weak.needed > 4
+    assert f"| inconclusive | {sure.stats.effect:.3g} |" in md and f"| {sure.power:.2f} ({sure.needed}) |" in md
+    assert "| holds |" in md and "seeds: alignment.fc 10, droppath.table1 5" in md.splitlines()[0]
+    page = html_page(rows, meta)
+    assert page.count("<td class='inconclusive'>") == 2 and "seeds: alignment.fc 10" in page
