@@ -328,6 +328,8 @@ def _reproduce_arguments(sub: argparse._SubParsersAction) -> None:
     reproduce.add_argument("--seeds", type=int, default=None, help="seeds of every experiment (default: cpu each "
                                                                   "experiment its own, 3 to 10, as its claims' power "
                                                                   "needs; gpu 3; smoke and gpu-test 1)")
+    reproduce.add_argument("--workers", type=int, default=None, help="toy budgets: experiments measured at once, each "
+                           "in a process of its own (default: cpu 2, smoke 1; at most the machine's cores)")
     reproduce.add_argument("--out", default=None, help="report folder (default: RUNS_DIR/reproduce-<time>); at full "
                                                       "scale, the same folder again continues its runs")
     scale = reproduce.add_argument_group("full scale (gpu, gpu1, gpu-test)")
@@ -465,8 +467,11 @@ def _reproduce(args: argparse.Namespace, store: RunStore) -> int:
     if (out / "claims.json").exists():
         print(f"error: {out} holds a reproduction already; choose another --out", file=sys.stderr)
         return 2
+    if args.workers is not None and args.workers < 1:
+        print(f"error: --workers must be at least 1, got {args.workers}", file=sys.stderr)
+        return 2
     return _reproduce_report(*reproduce(out, papers=args.paper or list(PAPERS), budget=args.budget,
-                                        seeds=args.seeds, progress=not args.no_progress))
+                                        seeds=args.seeds, progress=not args.no_progress, workers=args.workers))
 
 
 def _reproduce_report(results: list[Result], paths: dict[str, Path]) -> int:

@@ -2,20 +2,23 @@
 
 Toy budgets (:data:`SCOPE` says what each can and cannot show), measured in this process by :func:`reproduce`:
 ``smoke`` (seconds; what the tests run: it checks the pipeline and judges nothing) and ``cpu`` (toy models on a
-2-core machine, 3 seeds; Table 1 5 seeds, as the paper). Full-scale budgets (``gpu``, ``gpu1``, ``gpu-test``:
-:mod:`lab.reproduce.full_scale`) are planned, launched and continued by :func:`reproduce_at_scale` and judged from
-their finished runs by :func:`lab.reproduce.collect.collect`. Every verdict comes from
-:mod:`lab.reproduce.verdict` (an effect, its interval, a test against seed noise, a floor). Every training goes into
-an ordinary run folder under ``OUT/runs`` (the Runs page opens them); the report is ``OUT/report.html``
-(self-contained), ``OUT/report.md`` and ``OUT/claims.json`` (:mod:`lab.reproduce.report`). An experiment that
-raises is an error, not a verdict: its claims say so, the others go on, and :func:`reproduce` reports the failures.
+2-core machine, each experiment over its own seeds, :data:`EXPERIMENT_SEEDS`). Full-scale budgets (``gpu``,
+``gpu1``, ``gpu-test``: :mod:`lab.reproduce.full_scale`) are planned, launched and continued by
+:func:`reproduce_at_scale` and judged from their finished runs by :func:`lab.reproduce.collect.collect`. Every
+verdict comes from :mod:`lab.reproduce.verdict` (an effect, its interval, a test against seed noise, a floor). Every
+training goes into an ordinary run folder under ``OUT/runs`` (the Runs page opens them); the report is
+``OUT/report.html`` (self-contained), ``OUT/report.md`` and ``OUT/claims.json`` (:mod:`lab.reproduce.report`). An
+experiment that raises is an error, not a verdict: its claims say so, the others go on, and :func:`reproduce`
+reports the failures.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +44,7 @@ SEEDS = {"smoke": 1, "cpu": 3}
 """The seeds of an experiment :data:`EXPERIMENT_SEEDS` does not list (and of every experiment given ``--seeds``)."""
 EXPERIMENT_SEEDS = {
     "smoke": {},
-    "cpu": {"alignment.fc": 10, "alignment.conv": 6, "decayed.rank": 6, "decayed.toy_mae": 6, "decayed.mae": 3,
+    "cpu": {"alignment.fc": 10, "alignment.conv": 12, "decayed.rank": 4, "decayed.toy_mae": 16, "decayed.mae": 3,
             "decayed.diffusion": 3, "droppath.figure3": 10, "droppath.table1": 5},
 }
 """Per budget, per experiment, its seeds: as many as the claims need for power 0.8 at their family's Holm level where
@@ -101,7 +104,8 @@ def _experiments(budget: str, seeds: dict[str, int], store: RunStore, out: Path
 
 
 def reproduce(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS), budget: str = "cpu",
-              seeds: int | None = None, progress: bool = True) -> tuple[list[Result], dict[str, Path]]:
+              seeds: int | None = None, progress: bool = True, workers: int | None = None
+              ) -> tuple[list[Result], dict[str, Path]]:
     """Measure every claim of ``papers`` at ``budget`` and write the report into ``out``.
 
     An experiment that fails (a run that diverges, data that cannot be read) reports its claims as ``error`` with
@@ -113,6 +117,8 @@ def reproduce(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS), budget:
         budget: one of :data:`TOY_BUDGETS`.
         seeds: seeds of every experiment (default: :data:`EXPERIMENT_SEEDS`, each experiment its own).
         progress: a progress bar over the trainings.
+        workers: experiments measured at once, each in a process of its own (default :data:`WORKERS`, at most the
+            machine's cores): every training runs on one thread, so a second core measures a second experiment.
 
     Returns:
         The results, and the paths of ``claims.json``, ``report.md`` and ``report.html``.
@@ -133,22 +139,65 @@ def reproduce(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS), budget:
     used = {key: per_experiment[key] for key, *_ in chosen}
     total = sum(e[3] for e in chosen)
     start = time.perf_counter()
-    results: list[Result] = []
+    workers = max(1, min(workers if workers is not None else WORKERS[budget], os.cpu_count() or 1, len(chosen)))
     with tqdm(total=total, desc=f"reproduce ({budget})", unit="run", disable=not progress or not total,
               dynamic_ncols=True) as bar:
-        for _, _, claims, _, run in chosen:
-            began = time.perf_counter()
-            try:
-                results += run(lambda: bar.update(1))
-            except Exception as err:  # one failed experiment does not lose the others' results
-                log.exception("an experiment of %s failed", ", ".join(c.id for c in claims))
-                results += [failed(c, err, time.perf_counter() - began) for c in claims]
+        if workers == 1:
+            results = [r for key, *_ in chosen
+                       for r in _measure(key, budget, per_experiment, store.root, out, lambda: bar.update(1))]
+        else:
+            results = _measure_in_parallel([key for key, *_ in chosen], budget, per_experiment, store.root, out,
+                                           workers, bar)
     families = adjust_for_multiplicity(results)
     meta = {"budget": budget, "seeds": used if len(set(used.values())) > 1 else next(iter(used.values()), 0),
             "papers": list(papers), "seconds": time.perf_counter() - start,
             "started": time.strftime("%Y-%m-%d %H:%M:%S"), "scope": f"{SCOPE[budget]} {family_words(families)}",
             "families": families, **environment_info()}
     return results, write_report(results, out, meta)
+
+
+WORKERS = {"smoke": 1, "cpu": 2}
+"""Experiments measured at once by default (:func:`reproduce`): the cpu budget's trainings each take one core, and the
+U-ViT's alone takes a third of the budget, so on two cores it runs beside the others (25.6 minutes one after another,
+measured on a 2-core machine; see docs/reproduce.md)."""
+
+
+def _measure(key: str, budget: str, seeds: dict[str, int], runs: Path, out: Path, tick: Callable[[], None]
+             ) -> list[Result]:
+    """Experiment ``key`` of :data:`EXPERIMENTS`, its runs in the folder ``runs``: its results, or its claims as
+    errors when it fails (a run that diverges, data that cannot be read), so that the others go on."""
+    _, _, claims, _, run = next(e for e in _experiments(budget, seeds, RunStore(runs), out) if e[0] == key)
+    began = time.perf_counter()
+    try:
+        return run(tick)
+    except Exception as err:  # one failed experiment does not lose the others' results
+        log.exception("an experiment of %s failed", ", ".join(c.id for c in claims))
+        return [failed(c, err, time.perf_counter() - began) for c in claims]
+
+
+def _measure_in_parallel(keys: list[str], budget: str, seeds: dict[str, int], runs: Path, out: Path, workers: int,
+                         bar: tqdm) -> list[Result]:
+    """:func:`_measure` for every experiment of ``keys`` on ``workers`` processes (spawned: torch's threads and
+    locks are not forked), the longest first (:data:`LONGEST`); the results in ``keys``' order, the bar ticked as
+    each process trains."""
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    context = multiprocessing.get_context("spawn")
+    with context.Manager() as manager, ProcessPoolExecutor(workers, mp_context=context) as pool:
+        ticks = manager.Queue()
+        order = sorted(keys, key=lambda k: k not in LONGEST)
+        futures = {key: pool.submit(_measure, key, budget, seeds, runs, out, partial(ticks.put, 1)) for key in order}
+        pending = set(futures.values())
+        while pending:
+            _, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+            while not ticks.empty():
+                bar.update(ticks.get())
+        return [r for key in keys for r in futures[key].result()]
+
+
+LONGEST = ("decayed.diffusion",)
+"""Experiments started first when several run at once: the U-ViT's trainings take a third of the cpu budget."""
 
 
 def reproduce_at_scale(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS), budget: str = "gpu",

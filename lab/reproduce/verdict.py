@@ -211,8 +211,13 @@ def power(effect: float, sd: float, n: int, alpha: float = ALPHA) -> float:
         return math.nan
     if sd == 0:
         return 1.0 if effect > 0 and 0.5 ** n < alpha else 0.0
-    df = n - 1
-    return float(1.0 - special.nctdtr(df, effect / sd * math.sqrt(n), special.stdtrit(df, 1 - alpha)))
+    df, nc = n - 1, effect / sd * math.sqrt(n)
+    p = float(1.0 - special.nctdtr(df, nc, special.stdtrit(df, 1 - alpha)))
+    if math.isfinite(p):
+        return p
+    from scipy import stats  # nctdtr gives NaN far in its tail (noncentrality 40 at 63 degrees of freedom)
+
+    return float(stats.nct.sf(special.stdtrit(df, 1 - alpha), df, nc))
 
 
 def power_all(parts: Sequence[tuple[float, float]], n: int, alpha: float = ALPHA) -> float:

@@ -141,3 +141,28 @@ def test_every_row_gives_its_power_and_an_underpowered_row_says_so():
     assert "| holds |" in md and "seeds: alignment.fc 10, droppath.table1 5" in md.splitlines()[0]
     page = html_page(rows, meta)
     assert page.count("<td class='inconclusive'>") == 2 and "seeds: alignment.fc 10" in page
+
+
+def test_experiments_measured_in_processes_of_their_own_report_as_one(tmp_path):
+    """``--workers 2`` from the command line (as a user runs it, ``python -m lab``): each experiment in a spawned
+    process, the report in the experiments' order with every run folder in it, and the progress bar ticked from
+    the processes; a bad count is refused before anything is made."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "lab", "reproduce", "--budget", "smoke", "--paper", "droppath",
+                           "--workers", "2", "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = json.loads((out / "claims.json").read_text())
+    assert [c["id"] for c in record["claims"]] == ["droppath.figure3", "droppath.table1"]
+    assert all(c["verdict"] == "pipeline only" for c in record["claims"])
+    folders = list((out / "runs").iterdir())
+    assert sum((p / "sweep.json").exists() for p in folders) == 1 and sum((p / "status.json").exists()
+                                                                           for p in folders) == 3
+    assert "5/5" in done.stderr  # Figure 3's two trainings and Table 1's three, ticked from the processes
+    refused = subprocess.run([sys.executable, "-m", "lab", "reproduce", "--budget", "smoke", "--workers", "0",
+                              "--out", str(tmp_path / "no")], capture_output=True, text=True, timeout=600)
+    assert refused.returncode == 2 and "--workers must be at least 1" in refused.stderr
+    assert not (tmp_path / "no").exists()

@@ -291,3 +291,12 @@ def test_a_note_beyond_the_metrics_reach_gets_no_seed_count():
     assert Target.note(0.1, [0.84], "x", ceiling=1.0).reachable
     assert judge([0.01, 0.03, -0.01, 0.02], what="p", target=Target.note(0.1, [0.84], "x", ceiling=1.0)).plan.effect \
         == pytest.approx(0.084)
+
+
+def test_power_far_in_the_noncentral_tail_is_a_number():
+    """The noncentral t's own function gives NaN far in its tail; power there is scipy.stats' (about 1), and the seeds
+    a combined claim needs are not cut short by it."""
+    assert power(0.4748, 0.093, 64, ALPHA / 7) == pytest.approx(1.0)
+    from lab.reproduce.verdict import seeds_needed_all
+
+    assert seeds_needed_all([(0.79, 0.15), (0.0007, 0.14), (0.47, 0.093)], ALPHA / 7) is None
