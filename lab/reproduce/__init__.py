@@ -158,8 +158,8 @@ def reproduce(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS), budget:
 
 WORKERS = {"smoke": 1, "cpu": 2}
 """Experiments measured at once by default (:func:`reproduce`): the cpu budget's trainings each take one core, and the
-U-ViT's alone takes a third of the budget, so on two cores it runs beside the others (25.6 minutes one after another,
-measured on a 2-core machine; see docs/reproduce.md)."""
+U-ViT's alone takes ten minutes, so on two cores it runs beside the others (measured on a 2-core machine: 18 minutes
+two at a time, where one at a time took 25.6 with fewer seeds; docs/reproduce.md)."""
 
 
 def _measure(key: str, budget: str, seeds: dict[str, int], runs: Path, out: Path, tick: Callable[[], None]
