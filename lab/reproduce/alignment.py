@@ -438,9 +438,8 @@ def ra4_verdict(slope: list[float], r2: list[float], r2_without: list[float], fi
                              preconditions=[*learned, *short], smoke=smoke)], "1/σ₁ rising linearly with depth")
     if exponent is None or verdict.verdict not in JUDGED:
         return verdict
-    core = verdict.reason.removesuffix(f"; {verdict.sizing}") if verdict.sizing else verdict.reason
     words = f"against the paper's {RA4_PAPER}: {exponent_words(exponent)}"
-    return replace(verdict, reason=f"{core}; {words}" + (f"; {verdict.sizing}" if verdict.sizing else ""))
+    return replace(verdict, reason=f"{verdict.core}; {words}" + (f"; {verdict.sizing}" if verdict.sizing else ""))
 
 
 def nc_verdict(early: dict[str, list[float]], late: dict[str, list[float]], a_with: list[float], base: list[float],

@@ -188,7 +188,7 @@ def family_words(sizes: dict[str, int]) -> str:
             "p. A claim still pending is not in its family yet: a verdict can change as more claims are judged. "
             "Power: each row gives the chance that its claim holds at this budget's seeds and this noise if the "
             "effect it plans for is true (the paper's effect in the lab's units where the lab's metric can show it, "
-            "else the effect observed here), every part significant at the family's worst-case Holm level "
+            "else the size of the effect observed here), every part significant at the family's worst-case Holm level "
             "0.05 / m, and the seeds that would give 0.8.")
 
 
