@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from lab.reproduce.claims import Result, adjust_for_multiplicity
-from lab.reproduce.verdict import Verdict
+from lab.reproduce.verdict import ALPHA, Verdict, power_all
 
 N = 300
 """Simulated experiments per scenario."""
@@ -66,22 +66,45 @@ def null_correlations(rng: np.random.Generator, n: int, points: int, *, spearman
     return ((x * y).sum(axis=1) / np.sqrt((x * x).sum(axis=1) * (y * y).sum(axis=1))).tolist()
 
 
+def detectable_scale(verdicts: Sequence[Verdict], power_: float = 0.9) -> float:
+    """How many times a claim's planned effects must grow for its budget to detect them with ``power_``, read off its
+    rows as a reproduction reports them (``verdicts``: at the paper's effect): each part's planned effect and seed
+    noise (medians over the experiments), its seeds, every part at its family's worst-case Holm level."""
+    rows = [v for v in verdicts if v.family]
+    parts = [(float(np.nanmedian([v.plans[i][0].effect for v in rows])),
+              float(np.nanmedian([v.plans[i][1].sd for v in rows]))) for i in range(len(rows[0].plans))]
+    seeds, level = rows[0].stats.seeds, ALPHA / max(v.family for v in rows)
+
+    def enough(k: float) -> bool:
+        return power_all([(k * effect, sd) for effect, sd in parts], seeds, level) >= power_
+
+    low, high = 1.0, 2.0
+    while not enough(high):
+        low, high = high, 2 * high
+    for _ in range(30):
+        mid = (low + high) / 2
+        low, high = (low, mid) if enough(mid) else (mid, high)
+    return high
+
+
 POWERED, UNDERPOWERED, UNMEASURED = "powered", "underpowered", "not measurable"
 """What a claim's budget gives it, as the ``test_power_*`` files expect it: power 0.8 at the paper's effect; less,
 and its row says so; or a floor the lab's network does not clear (its row says which)."""
 
 
 def check(claim: str, at_paper: list[Verdict], at_null: list[Verdict], at_opposite: list[Verdict], *,
-          expect: str, room: bool = True) -> None:
+          expect: str, room: bool = True, detectable: list[Verdict] | None = None) -> None:
     """The three checks of a claim's power (see the ``test_power_*`` files), printing its rates (``pytest -s``):
 
     - with no effect, "holds" and "differs" each in at most :data:`BOUND`, and under the opposite effect "holds" too;
     - :data:`POWERED`: at the paper's effect "holds" in at least :data:`POWER`, and (``room``: the metric can move
-      the other way) under the opposite effect "differs" in at least :data:`POWER`;
+      as far as needed) under the opposite effect "differs" in at least :data:`POWER`;
     - :data:`UNDERPOWERED`: the claim says so — every experiment at the paper's effect that ends "inconclusive" says
       "underpowered at this budget" with the seeds it needs, the power a row gives is below :data:`POWER`, and
       "holds" comes out at least as often as that power promises, less 0.1 (the power is sized at the family's
-      worst-case Holm level, so it may promise less than the family gives, never more);
+      worst-case Holm level, so it may promise less than the family gives, never more); and at an effect as many
+      times the paper's as its budget can detect (:func:`detectable_scale`, ``detectable``), "holds" in at least
+      :data:`POWER`: the rule decides where the seeds allow it;
     - :data:`UNMEASURED`: most experiments at the paper's effect are "not measurable", and say why.
     """
     holds, power_ = share(at_paper, "holds"), [v.power for v in at_paper if math.isfinite(v.power)]
@@ -103,7 +126,26 @@ def check(claim: str, at_paper: list[Verdict], at_null: list[Verdict], at_opposi
         assert inconclusive and len(said) >= 0.9 * len(inconclusive), f"{claim}: inconclusive without saying why"
         assert promised < POWER, f"{claim}: rows promise power {promised:.2f} but it is not powered"
         assert holds >= promised - 0.1, f"{claim}: holds in {holds:.3f}, rows promise {promised:.2f}"
+        if detectable is not None:
+            print(f"{claim}: at a detectable effect holds {share(detectable, 'holds'):.3f}")
+            assert share(detectable, "holds") >= POWER, f"{claim}: holds in {share(detectable, 'holds'):.3f} at an " \
+                                                        "effect this budget detects"
     else:
         unmeasured = [v for v in at_paper if v.verdict == "not measurable"]
         assert len(unmeasured) >= 0.5 * len(at_paper), f"{claim}: mostly measurable"
         assert all(v.reason for v in unmeasured)
+
+
+def decides(family: Family, claim: str, at_paper: dict[str, list[Verdict]], seed: int, *, expect: str,
+            room: bool = True) -> None:
+    """:func:`check` of ``claim`` in ``family``: the scenarios with no effect and the opposite one simulated from
+    ``seed`` (the family's other claims at the paper's effect), and for an underpowered claim one at an effect its
+    budget detects (:func:`detectable_scale`) where that effect is a multiple of the paper's in the lab's units, and
+    ``room`` (its metric can show it). A claim sized for the effect it observed has no such scale: its rows plan for
+    the size of a noisy estimate, not for the effect the simulation draws."""
+    detectable = None
+    if expect == UNDERPOWERED and room and all(
+            plan.source.startswith("the paper's effect") for v in at_paper[claim] for plan, _ in v.plans):
+        detectable = simulate(family, {claim: detectable_scale(at_paper[claim])}, seed + 100)[claim]
+    check(claim, at_paper[claim], simulate(family, {claim: 0.0}, seed)[claim],
+          simulate(family, {claim: -1.0}, seed + 50)[claim], expect=expect, room=room, detectable=detectable)

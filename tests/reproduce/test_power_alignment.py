@@ -18,7 +18,7 @@ from lab.reproduce import EXPERIMENT_SEEDS, alignment
 from lab.reproduce.claims import Result
 from lab.reproduce.verdict import JUDGED
 
-from .power import POWERED, UNDERPOWERED, UNMEASURED, check, simulate
+from .power import POWERED, UNDERPOWERED, UNMEASURED, decides, simulate
 
 SEEDS = {kind: EXPERIMENT_SEEDS["cpu"][f"alignment.{kind}"] for kind in ("fc", "conv")}
 BLOCKS = 12
@@ -105,8 +105,7 @@ def at_paper() -> dict:
 @pytest.mark.parametrize("claim", CLAIMS["fc"] + CLAIMS["conv"])
 def test_power(claim, at_paper):
     seed = 301 + (CLAIMS["fc"] + CLAIMS["conv"]).index(claim)
-    check(claim, at_paper[claim], simulate(family, {claim: 0.0}, seed)[claim],
-          simulate(family, {claim: -1.0}, seed + 50)[claim], expect=EXPECT[claim])
+    decides(family, claim, at_paper, seed, expect=EXPECT[claim])
 
 
 def test_the_extension_is_judged_apart_from_the_paper():

@@ -18,7 +18,7 @@ import pytest
 from lab.reproduce import EXPERIMENT_SEEDS, decayed, toy_mae
 from lab.reproduce.claims import Result
 
-from .power import POWERED, UNDERPOWERED, check, normal, null_correlations, paired, simulate
+from .power import POWERED, UNDERPOWERED, decides, normal, null_correlations, paired, simulate
 
 SEEDS = EXPERIMENT_SEEDS["cpu"]
 MEASURED = {"rank": {"8": (0.8857, 0.0933), "16": (0.8857, 0.0467), "training": (0.9029, 0.0466)},
@@ -34,9 +34,11 @@ EXPECT = {"decayed.rank": POWERED, "decayed.unet": POWERED, "decayed.controls": 
           "decayed.rank_probe": POWERED, "decayed.mae_probe": UNDERPOWERED, "decayed.diffusion_fid": POWERED,
           "decayed.diffusion_probe": UNDERPOWERED}
 """What the cpu budget's seeds give each claim at the paper's effect (``power.py``)."""
-ROOM = {"decayed.rank", "decayed.unet", "decayed.rank_probe"}
-"""The claims whose metric can move the other way as far as the paper's effect: digits-FD's note is 37 % of the lab's
-FD, which no decay can make worse by as much within the samples' "digits" precondition."""
+ROOM = {"decayed.rank", "decayed.unet", "decayed.rank_probe", "decayed.controls", "decayed.diffusion_probe"}
+"""The claims whose metric can show what their checks ask of it (``power.py``): the opposite effect, or an effect their
+budget detects. Not digits-FD's note, 37 % of the lab's FD, which no decay can make worse by as much within the
+samples' "digits" precondition; not Table 2's probe at 0.39, where the smallest effect 3 seeds detect at Holm's level
+(about 0.6) would take it past its ceiling of 0.99: there the row's "needs 87 seeds" is the whole answer."""
 
 
 def family(rng: np.random.Generator, scales: dict[str, float]) -> list[Result]:
@@ -98,5 +100,4 @@ def at_paper() -> dict:
 @pytest.mark.parametrize("claim", CLAIMS)
 def test_power(claim, at_paper):
     seed = 101 + CLAIMS.index(claim)
-    check(claim, at_paper[claim], simulate(family, {claim: 0.0}, seed)[claim],
-          simulate(family, {claim: -1.0}, seed + 50)[claim], expect=EXPECT[claim], room=claim in ROOM)
+    decides(family, claim, at_paper, seed, expect=EXPECT[claim], room=claim in ROOM)

@@ -14,7 +14,7 @@ import pytest
 from lab.reproduce import EXPERIMENT_SEEDS, droppath
 from lab.reproduce.claims import Result
 
-from .power import POWERED, UNDERPOWERED, check, paired, simulate
+from .power import POWERED, UNDERPOWERED, check, decides, paired, simulate
 
 SEEDS = EXPERIMENT_SEEDS["cpu"]
 MEASURED = {"figure3": {"initialisation": (0.0421, 0.0241), "effect": (0.0362, 0.0291)},
@@ -48,8 +48,7 @@ def at_paper() -> dict:
 @pytest.mark.parametrize("claim, expect", [("droppath.figure3", POWERED), ("droppath.table1", UNDERPOWERED)])
 def test_power(claim, expect, at_paper):
     seed = 201 if claim.endswith("figure3") else 202
-    check(claim, at_paper[claim], simulate(family, {claim: 0.0}, seed)[claim],
-          simulate(family, {claim: -1.0}, seed + 50)[claim], expect=expect, room=expect == POWERED)
+    decides(family, claim, at_paper, seed, expect=expect)
 
 
 def test_an_engine_that_never_decides_fails_the_power_check(monkeypatch):
