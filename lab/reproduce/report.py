@@ -51,7 +51,7 @@ def _power(n: dict[str, Any]) -> str:
     if n.get("power") is None:
         return "—"
     needed = n.get("seeds_needed")
-    return f"{n['power']:.2f} ({needed if needed is not None else '> 10,000'})"
+    return f"{n['power']:.2f} ({needed if needed is not None else f'> {MOST_SEEDS:,}'})"
 
 
 def table_rows(results: list[Result]) -> list[dict[str, str]]:
