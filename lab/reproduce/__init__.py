@@ -158,7 +158,7 @@ def reproduce(out: str | Path, *, papers: Sequence[str] = tuple(PAPERS), budget:
 
 WORKERS = {"smoke": 1, "cpu": 2}
 """Experiments measured at once by default (:func:`reproduce`): the cpu budget's trainings each take one core, and the
-U-ViT's alone takes ten minutes, so on two cores it runs beside the others (measured on a 2-core machine: 18 minutes
+U-ViT's alone takes ten minutes, so on two cores it runs beside the others (measured on a 2-core machine: 19 minutes
 two at a time, where one at a time took 25.6 with fewer seeds; docs/reproduce.md)."""
 
 
