@@ -4,8 +4,11 @@ A researcher's own model lives in their own package, not in ``lab/``. The lab im
 models: an installed package that declares an entry point in group :data:`MODELS` (``residual_lab.models``),
 :data:`KINDS` (``residual_lab.kinds``: snapshot kinds, their records and builders) or :data:`VIEWS`
 (``residual_lab.views``: their views), and any module named in ``$LAB_PLUGINS`` (comma-separated, importable from
-the process's path). The groups are loaded by the registries themselves: :mod:`lab.nn` loads the models' group at the
-end of its import, :mod:`lab.jobs.kinds` the kinds' (below the pages: a training child builds them without Panel),
+the process's path, never the current folder's). Entry points are read only from the distributions on ``sys.path``
+outside the current folder: ``python -m lab`` puts the folder it is started in on the path, and a ``.dist-info``
+planted in a run, data or reproduction folder must not run its code there (:func:`installed_entry_points`). The
+groups are loaded by the registries themselves: :mod:`lab.nn` loads the models' group at the end of its import,
+:mod:`lab.jobs.kinds` the kinds' (below the pages: a training child builds them without Panel),
 :mod:`lab.ui.views.replays` the views', so a page's child process (its fork server imports the lab afresh), every
 ``torchrun`` rank and a SLURM job know the same models and kinds as the process that started them.
 ``pyproject.toml`` of such a package::
@@ -25,7 +28,9 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from importlib.metadata import entry_points
+import sys
+from importlib.metadata import EntryPoint, distributions
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +54,7 @@ def load(group: str) -> list[str]:
     if group in _loaded:
         return _loaded[group]
     _loaded[group] = names = []
-    targets = [(ep.name, ep.value.split(":")[0]) for ep in entry_points(group=group)]
+    targets = [(ep.name, ep.value.split(":")[0]) for ep in installed_entry_points(group)]
     if group == MODELS:
         targets += [(name, name) for name in (n.strip() for n in os.environ.get(ENV, "").split(",")) if name]
     for name, module in targets:
@@ -61,3 +66,27 @@ def load(group: str) -> list[str]:
             continue
         names.append(module)
     return names
+
+
+def installed_entry_points(group: str) -> list[EntryPoint]:
+    """The entry points of ``group`` declared by the distributions on ``sys.path``, the current folder's excepted
+    (``""`` and any entry naming it): :func:`importlib.metadata.entry_points` would scan it too, and under
+    ``python -m`` it is the first entry of the path. Each distribution counts once (the first on the path)."""
+    here = Path.cwd().resolve()
+    path = [p for p in sys.path if p and _resolved(p) != here]
+    seen: set[str] = set()
+    found = []
+    for dist in distributions(path=path):
+        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        if name in seen:
+            continue
+        seen.add(name)
+        found += [ep for ep in dist.entry_points if ep.group == group]
+    return found
+
+
+def _resolved(entry: str) -> Path | None:
+    try:
+        return Path(entry).resolve()
+    except (OSError, RuntimeError):
+        return None

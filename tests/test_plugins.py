@@ -185,3 +185,29 @@ def test_an_installed_kind_draws_live_on_the_playground_from_a_child_and_replays
     """)
     out = _run([sys.executable, "-c", script], tmp_path, site)
     assert out.returncode == 0 and "replayed True" in out.stdout, out.stdout + out.stderr[-3000:]
+
+
+def _plant(folder: Path) -> Path:
+    """A ``.dist-info`` declaring a models plugin, and its module, planted in ``folder``: what a hostile run, data or
+    reproduction folder would hold. Its code, if it ever ran, leaves a marker file."""
+    marker = folder / "ran"
+    (folder / "evilmod.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    info = folder / "evilplug-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: evilplug\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[residual_lab.models]\nevil = evilmod\n\n[residual_lab.kinds]\n"
+                                           "evil = evilmod\n")
+    return marker
+
+
+def test_no_plugin_is_loaded_from_the_folder_the_lab_is_started_in(site, tmp_path):
+    marker = _plant(tmp_path)
+    collected = _run([sys.executable, "-m", "lab", "reproduce", "--collect", "."], tmp_path)
+    assert "Traceback" not in collected.stderr, collected.stderr[-2000:]
+    imported = _run([sys.executable, "-c", "import lab.nn, lab.jobs.kinds"], tmp_path)  # the path's "" entry
+    assert imported.returncode == 0, imported.stderr[-2000:]
+    assert not marker.exists()
+    loaded = "from lab import plugins; import lab.nn; print(plugins.load(plugins.MODELS))"
+    installed = _run([sys.executable, "-c", loaded], tmp_path, site)  # one installed on the path still loads
+    assert installed.returncode == 0 and "my_lab_models" in installed.stdout, installed.stderr[-2000:]
+    assert not marker.exists()
