@@ -25,15 +25,33 @@ from lab.nn.intermediates import check_format, collect
 from lab.nn.registry import register_model
 from lab.nn.steps_view import StepsView
 
-__all__ = ["NamedBlock", "NamedBlocks", "match_blocks", "named_blocks"]
+__all__ = ["MAX_PATTERN_CHARS", "NamedBlock", "NamedBlocks", "check_pattern", "match_blocks", "named_blocks"]
+
+MAX_PATTERN_CHARS = 256
+"""The longest ``--blocks`` pattern taken: module names are far shorter, and turning a pattern into a matcher costs
+time that grows with the square of its length (thousands of ``[`` take seconds to minutes)."""
+
+
+def check_pattern(pattern: str) -> str:
+    """``pattern``, once it is known to be short enough to match with.
+
+    Raises:
+        ValueError: longer than :data:`MAX_PATTERN_CHARS`.
+    """
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise ValueError(f"the --blocks pattern is {len(pattern):,} characters long; the lab takes at most "
+                         f"{MAX_PATTERN_CHARS}: name the blocks' modules with * and ? (e.g. 'stages.*.blocks.*')")
+    return pattern
 
 
 def match_blocks(model: nn.Module, pattern: str) -> list[tuple[str, nn.Module]]:
     """The modules of ``model`` whose names match ``pattern``, outermost matches only, in registration order.
 
     Raises:
-        ValueError: nothing matches (the message names the network's modules, two levels deep).
+        ValueError: nothing matches (the message names the network's modules, two levels deep), or a pattern longer
+            than :data:`MAX_PATTERN_CHARS`.
     """
+    check_pattern(pattern)
     found: list[tuple[str, nn.Module]] = []
     for name, module in model.named_modules():
         if name and fnmatch.fnmatchcase(name, pattern) and not any(name.startswith(f"{n}.") for n, _ in found):

@@ -18,6 +18,7 @@ from pathlib import Path
 from torch import nn
 
 from lab.nn.mae import MaskedAutoencoderViT
+from lab.nn.named_blocks import check_pattern
 from lab.nn.registry import create_model, list_models
 from lab.nn.timm_adapter import TimmResNet, TorchvisionResNet
 from lab.nn.timm_vit import TimmViT
@@ -35,9 +36,14 @@ WRAPPED = ("timm_resnet", "torchvision_resnet", "timm_vit", "named_blocks")
 def network_overrides(spec: str, blocks: str | None = None) -> dict[str, str]:
     """The config's model settings for ``spec`` (``timm:<arch>``, ``torchvision:<arch>`` or a registered model's
     name, as :func:`build_network` takes): the registered builder that wraps that network, and its ``arch``; with
-    ``blocks``, the library network whose residual blocks that pattern names (:mod:`lab.nn.named_blocks`)."""
+    ``blocks``, the library network whose residual blocks that pattern names (:mod:`lab.nn.named_blocks`).
+
+    Raises:
+        ValueError: no such network, or ``blocks`` with a network other than a library's, or a pattern longer than
+            :data:`~lab.nn.named_blocks.MAX_PATTERN_CHARS` (checked first: a long one is costly to match with)."""
     library, sep, arch = spec.partition(":")
     if blocks:
+        check_pattern(blocks)
         if library not in LIBRARY_BUILDERS or not arch:
             raise ValueError(f"--blocks names the blocks of a timm:<arch> or torchvision:<arch> network, not {spec!r}")
         return {"model.name": "named_blocks", "model.network": spec, "model.blocks": blocks}

@@ -2,17 +2,18 @@
 
 ``lab analyze alignment --model torchvision:resnet18 --weights FILE --data cifar10=DIR`` (and ``lab probe`` the same
 way) first writes an *imported* run: ``config.json`` describes the network and the data it is analysed on, with the
-weights file's path, its SHA-256 and how its keys matched; ``checkpoints/last.pt`` holds those weights under the
-lab model's keys; ``status.json`` reads ``completed`` at step 0 ("imported …; nothing trained"). The analyses then
-read it as they read any run (:func:`~lab.reports.alignment.alignment_report`, the probe), and the Runs page lists
-and opens it. The weights are read by :func:`~lab.nn.weights.load_weights`: tensors only, every key checked.
+weights file's path, the SHA-256 of the very bytes loaded and how its keys matched; ``checkpoints/last.pt`` holds
+those weights under the lab model's keys; ``status.json`` reads ``completed`` at step 0 ("imported …; nothing
+trained"). The analyses then read it as they read any run (:func:`~lab.reports.alignment.alignment_report`, the
+probe), and the Runs page lists and opens it. The weights are read by :func:`~lab.nn.weights.load_weights`: once,
+tensors only, every declared size checked before it is allocated, every key checked.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import yaml
 
@@ -25,19 +26,24 @@ from lab.runs.store import Run, RunStore
 from lab.train.build import build_data, build_model
 
 
-def import_weights(store: RunStore, spec: str, weights: str | Path, settings: dict[str, object] | None = None, *,
-                   strict: bool = True, blocks: str | None = None) -> tuple[Run, LoadReport]:
+def import_weights(store: RunStore, spec: str, weights: str | Path | BinaryIO,
+                   settings: dict[str, object] | None = None, *, strict: bool = True, blocks: str | None = None
+                   ) -> tuple[Run, LoadReport]:
     """Write the imported run of the network ``spec`` with the weights file ``weights``, analysed on the data
     ``settings`` describe (dotted keys, as overrides: ``data.name``, ``data.root``, ``data.image_size`` …; digits by
     default). ``blocks``: the residual blocks of a library network the lab has no adapter for, by name pattern
     (:mod:`lab.nn.named_blocks`).
+
+    ``weights`` is a path (expanded and resolved, then read once) or a binary file already open (a page opens it
+    inside its data folders; it is read from that descriptor, never reopened by name). Either way the file is read
+    once, and the SHA-256 recorded is that of the bytes loaded.
 
     Raises:
         ConfigError, ValueError: an unknown network or setting; :class:`~lab.nn.weights.WeightsError` (a
             ValueError): a file that holds pickled objects, or keys that do not fit (when ``strict``);
             FileNotFoundError: no such file or data folder. Nothing is written then.
     """
-    path = Path(weights).expanduser().resolve()
+    source = Path(weights).expanduser().resolve() if isinstance(weights, str | Path) else weights
     name = spec.replace(":", "-")
     base = ExperimentConfig(name=f"imported-{name}", model=ModelConfig(name="residual_mlp"))
     network = network_overrides(spec, blocks)
@@ -48,14 +54,13 @@ def import_weights(store: RunStore, spec: str, weights: str | Path, settings: di
     data = build_data(cfg)
     model = build_model(cfg, data)
     target = model.model if cfg.model.name in WRAPPED else model
-    report = load_weights(target, path, strict=strict)  # before any folder exists: a refusal writes nothing
+    report = load_weights(target, source, strict=strict)  # before any folder exists: a refusal writes nothing
     run = store.create(cfg.name)
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    run.write_config(to_dict(cfg), imported={"network": spec, "weights": str(path), "sha256": digest,
+    run.write_config(to_dict(cfg), imported={"network": spec, "weights": report.name, "sha256": report.sha256,
                                              "keys": report.text(), "strict": strict, "blocks": blocks})
     run.save_checkpoint({"model": model.state_dict(), "step": 0}, Checkpoint.LAST)
-    run.write_status(RunState.COMPLETED, f"imported {spec} from {path.name} ({report.text()}); nothing trained",
-                     step=0, total_steps=0)
+    run.write_status(RunState.COMPLETED, f"imported {spec} from {Path(report.name).name} ({report.text()}); "
+                     "nothing trained", step=0, total_steps=0)
     return run, report
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -63,7 +63,7 @@ class Analysis:
     probe: dict[str, Any] | None = None
 
 
-def analyze(source: str | Path | Run, *, weights: str | Path | None = None, data: str = "digits",
+def analyze(source: str | Path | Run, *, weights: str | Path | BinaryIO | None = None, data: str = "digits",
             settings: Sequence[str] = (), analyses: Sequence[str] = ANALYSES[:3], inputs: int = 64,
             k: int | None = None, nc_inputs: int = 500, checkpoint: str = Checkpoint.LAST, strict: bool = True,
             device: str = "cpu", runs_dir: str | Path | None = None, probe: dict[str, Any] | None = None,
@@ -74,7 +74,8 @@ def analyze(source: str | Path | Run, *, weights: str | Path | None = None, data
     Args:
         source: a run (its id in ``runs_dir``, its folder, or a :class:`Run`), or a network with ``weights``:
             ``timm:<arch>``, ``torchvision:<arch>`` or a registered lab model.
-        weights: the network's weights file (``.safetensors`` or a PyTorch file of tensors); only with a network.
+        weights: the network's weights file (``.safetensors`` or a PyTorch file of tensors): its path, or the file
+            already open in binary mode (read once from it, never reopened by name); only with a network.
         data: the data it is analysed on, ``NAME`` or ``NAME=FOLDER`` (as ``--data``; digits ships with the lab).
         settings: further config settings ``KEY=VALUE`` (as ``--set``: ``data.image_size=32``,
             ``model.num_classes=10``).

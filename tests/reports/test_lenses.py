@@ -1,13 +1,17 @@
 """``lab.analyze``: a run or a network with its weights file, under Residual Alignment, re-transformation and the
 probe, returning what the analyses wrote."""
 
+import hashlib
 import json
+import os
 
 import numpy as np
 import pytest
+import torch
 
 import lab
 from lab.cli import main
+from lab.nn.named_blocks import MAX_PATTERN_CHARS, match_blocks
 from lab.runfolder import layout
 from lab.runs.store import RunStore
 
@@ -42,3 +46,24 @@ def test_a_run_is_analysed_by_id_or_folder_and_bad_requests_are_refused_by_name(
     with pytest.raises(ValueError, match="no run"):
         lab.analyze("no-such-run", runs_dir=runs)
     assert [p.name for p in runs.iterdir()] == [folder.name], "a refused request writes no run folder"
+
+
+def test_weights_given_as_an_open_file_are_read_once_and_recorded_by_the_digest_of_what_was_loaded(tmp_path):
+    runs = tmp_path / "runs"
+    torch.save({"elsewhere.weight": torch.ones(2)}, tmp_path / "w.pt")
+    raw = (tmp_path / "w.pt").read_bytes()
+    with open(tmp_path / "w.pt", "rb") as f:
+        (tmp_path / "new.pt").write_bytes(b"swapped in after it was opened")
+        os.replace(tmp_path / "new.pt", tmp_path / "w.pt")  # another file under the name: never read
+        result = lab.analyze("residual_mlp", weights=f, analyses=(), strict=False, runs_dir=runs)
+    imported = json.loads((result.run.path / layout.CONFIG).read_text())["imported"]
+    assert imported["sha256"] == hashlib.sha256(raw).hexdigest() and imported["weights"] == str(tmp_path / "w.pt")
+    assert "1 unexpected in the file: elsewhere.weight" in imported["keys"]
+
+
+def test_a_huge_blocks_pattern_is_refused_before_it_is_matched(tmp_path):
+    with pytest.raises(ValueError, match=f"is 30,000 characters long; the lab takes at most {MAX_PATTERN_CHARS}"):
+        lab.analyze("timm:convnext_atto", weights=tmp_path / "w.pt", blocks="[" * 30_000, runs_dir=tmp_path / "runs")
+    with pytest.raises(ValueError, match=f"at most {MAX_PATTERN_CHARS}"):
+        match_blocks(torch.nn.Sequential(torch.nn.Linear(2, 2)), "[" * 30_000)  # as a config file may name it
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
