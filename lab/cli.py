@@ -52,12 +52,14 @@ from lab.reproduce.plan import make_plan, parse_data, plan_text
 from lab.runfolder import layout
 from lab.runfolder.entries import EntryError
 from lab.runfolder.layout import Checkpoint, RunState
-from lab.runfolder.lock import RunLocked
+from lab.runfolder.lock import RunLocked, guard_folder
+from lab.runs.fresh import check_fresh_run
 from lab.runs.resume import RESUME_KEYS, ResumePlan, ResumeRefused, find_run, plan_resume, resume_overrides
 from lab.runs.stop import StopFile
-from lab.runs.store import CheckpointError, Run, RunFolderError, RunStore, config_of_run, default_runs_dir
+from lab.runs.store import CheckpointError, Run, RunStore, config_of_run, default_runs_dir
+from lab.seeds import SEED_MAX
 from lab.sweeps import SweepPlan, create_sweep, plan_sweep, train_sweep
-from lab.train.core import Callback, TrainerView, resolve_device
+from lab.train.core import Callback, TrainerView, check_device, device_problem, resolve_device
 from lab.train.distributed import broadcast, close_world, init_world, launched_by_torchrun
 from lab.train.loader import ResumeMismatch
 from lab.train.pretrain_eval import PROBE_TIMES
@@ -81,6 +83,26 @@ class _Terminate(Callback):
     def on_step_end(self, trainer: TrainerView, loss: float) -> None:
         if self.requested:
             trainer.should_stop = True
+
+
+def _seed(text: str) -> int:
+    """A ``--seed`` value: an integer in [0, :data:`~lab.seeds.SEED_MAX`], the seeds every library the lab seeds
+    takes (a larger one failed deep inside numpy or torch)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer; got {text!r}") from None
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"must be in [0, {SEED_MAX}]; got {value}")
+    return value
+
+
+def _device(text: str) -> str:
+    """A ``--device`` value: a device this machine has (:func:`~lab.train.core.device_problem`)."""
+    problem = device_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def _option(*args: str, **kwargs: Any) -> argparse.ArgumentParser:
@@ -114,7 +136,7 @@ def _network_source() -> argparse.ArgumentParser:
 NETWORK = _network_source()
 RUNS_DIR = _option("--runs-dir", default=None, help="runs folder (default: $LAB_RUNS_DIR or ./runs)")
 NO_PROGRESS = _option("--no-progress", action="store_true", help="no progress bar")
-DEVICE = _option("--device", default="auto", help="auto (CUDA when present), cpu or cuda[:i]")
+DEVICE = _option("--device", default="auto", type=_device, help="auto (CUDA when present), cpu, cuda[:i] or mps")
 
 
 def _sampling_arguments(parser: argparse.ArgumentParser) -> None:
@@ -128,7 +150,7 @@ def _sampling_arguments(parser: argparse.ArgumentParser) -> None:
     weights.add_argument("--ema", dest="ema", action="store_true", default=None,
                          help="the weights' moving average (default when the run kept one)")
     weights.add_argument("--no-ema", dest="ema", action="store_false", help="the trained weights themselves")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the samples' noise (default 0)")
+    parser.add_argument("--seed", type=_seed, default=0, help="seed of the samples' noise (default 0)")
 
 
 def _train_arguments(sub: argparse._SubParsersAction) -> None:
@@ -309,7 +331,7 @@ def _latents_arguments(sub: argparse._SubParsersAction) -> None:
     latents.add_argument("--max-per-class", type=int, default=0, help="at most N images per class (default all)")
     latents.add_argument("--train-fraction", type=float, default=0.8,
                          help="share kept for training, for a folder without train/val (default 0.8)")
-    latents.add_argument("--seed", type=int, default=0, help="seeds that split (default 0)")
+    latents.add_argument("--seed", type=_seed, default=0, help="seeds that split (default 0)")
     latents.add_argument("--batch-size", type=int, default=32, help="images encoded at once (default 32)")
 
 
@@ -657,7 +679,13 @@ def _sweep(args: argparse.Namespace, store: RunStore) -> int:
     """``sweep``: 0 when no member failed and at least one completed or was stopped (a diverged member is a
     finding of the sweep: reported, not an error); 1 when every member diverged or one failed; 2 for bad input,
     with nothing written."""
-    plan = _checked(lambda: plan_sweep(args.config, args.overrides))
+    def checked() -> SweepPlan:
+        plan = plan_sweep(args.config, args.overrides)
+        for member in plan.members:
+            check_device(member.config.train.device)
+        return plan
+
+    plan = _checked(checked)
     if plan is None:
         return 2
     folder, runs = create_sweep(plan, store)
@@ -719,20 +747,7 @@ def _config(args: argparse.Namespace, store: RunStore) -> tuple[ExperimentConfig
     how it continues. Everything that can be refused is refused here, before anything is written."""
     if args.command == "train":
         cfg = load_config(args.config, args.overrides)
-        if not args.run_dir:
-            return cfg, None, None
-        run = Run(Path(args.run_dir))
-        if not run.path.is_dir():
-            raise FileNotFoundError(f"run folder {run.path} does not exist")
-        recorded = [p.name for p in run.path.iterdir()
-                    if p.name in (layout.CONFIG, layout.METRICS, layout.HISTORY)
-                    or (p.is_dir() and p.name not in layout.FOLDERS)]
-        recorded += [f"checkpoints/{p.name}" for p in (run.path / layout.CHECKPOINTS).glob("*.pt")]
-        if recorded:
-            raise RunFolderError(f"{run.path} is not a fresh run folder (it holds {', '.join(sorted(recorded))}): "
-                                 "--run-dir takes a folder made for this run; continue a run with `python -m lab "
-                                 "resume`")
-        return cfg, run, None
+        return cfg, check_fresh_run(args.run_dir) if args.run_dir else None, None
     run = find_run(args.run, store)
     cfg, changes = resume_overrides(config_of_run(run), args.overrides)
     return cfg, run, plan_resume(run, "restart" if args.restart else args.checkpoint, changes)
@@ -788,10 +803,13 @@ def _train(args: argparse.Namespace, store: RunStore) -> int:
             warnings.simplefilter("always", DeprecationWarning)
             cfg, run, plan = _config(args, store)
         cfg = resolved(cfg)  # the engine is decided once and saved with the run
+        check_device(cfg.train.device)
+        guard_folder()  # where taking over a stale lock is serialised: refused here, not once the folder exists
         if uses_loader(cfg):
             return _train_loader(args, cfg, run, plan, store)
         data = checked_data(cfg)
-    except (ConfigError, FileNotFoundError, ValueError) as err:  # RunFolderError, ResumeRefused, data errors
+    except (ConfigError, FileNotFoundError, ValueError, PermissionError) as err:
+        # RunFolderError, ResumeRefused, data errors, no folder of the user's own for lock guards: nothing written
         print(f"error: {err}", file=sys.stderr)
         return 2
     finally:

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from lab.data.toy2d import TOY_DATASETS
 from lab.nn.diffusion import SAMPLERS, SCHEDULE_SAMPLERS
 from lab.nn.mlp import ACTIVATIONS
 from lab.nn.registry import model_info, model_parameters
+from lab.seeds import SEED_MAX
 from lab.shortcuts import SCHEDULES
 from lab.strict import (
     RENAMED,
@@ -61,6 +63,9 @@ WEIGHT_DECAY_ON = ("weights", "all")
 AUGMENTS = ("none", "flip", "mae", "resized_crop", "crop_flip", "timm")
 NORMALIZE = ("imagenet", "symmetric")
 DATASETS = (*TOY_DATASETS, *IMAGE_DATASETS, LATENT_FOLDER)
+DEVICE_NAME = re.compile(r"auto|cpu|mps|cuda(:[0-9]{1,4})?")
+"""The devices ``train.device`` may name; a config from elsewhere naming any other would fail only once its run
+folder exists (torch refuses it when the model is moved)."""
 
 
 RENAMED.update({
@@ -98,7 +103,7 @@ class ModelConfig:
     in_dim: int | None = bounded(None, lo=1, doc="input features (default: from the data)")
     num_classes: int | None = bounded(None, lo=0, doc="classes (default: from the data); 0: an unconditional "
                                                      "diffusion model")
-    seed: int = bounded(0, lo=0, doc="initialisation seed, kept apart from data and batch seeds")
+    seed: int = bounded(0, lo=0, hi=SEED_MAX, doc="initialisation seed, kept apart from data and batch seeds")
     extra: tuple[tuple[str, Any], ...] = field(default=(), metadata={"doc": "other builder arguments, by name"})
 
     def __post_init__(self) -> None:
@@ -168,7 +173,7 @@ class DataConfig:
                                                      "Connections)")
     train_fraction: float = bounded(0.8, lo=0.0, hi=1.0, lo_open=True, doc="share kept for training (toy sets, "
                                                                           "digits, image folders)")
-    seed: int = bounded(0, lo=0, doc="seed for sampling the data and splitting it")
+    seed: int = bounded(0, lo=0, hi=SEED_MAX, doc="seed for sampling the data and splitting it")
     root: str = bounded("", doc="image sets other than digits: the local folder holding the files (latent_folder: "
                                "the folder `python -m lab latents` wrote)")
     classes: int = bounded(0, lo=0, doc="image sets: keep the first N classes (0 = all)")
@@ -233,8 +238,9 @@ class TrainConfig:
                                                               "branch per sample (timm's drop_path_rate)")
     eval_every: int = bounded(0, lo=0, doc="evaluate every N steps; 0 = once per epoch")
     log_every: int = bounded(10, lo=1, doc="record the training loss every N steps")
-    seed: int = bounded(0, lo=0, doc="seed for batch order and droppath masks")
-    device: str = bounded("auto", doc="'auto' (CUDA when present), 'cpu' or 'cuda[:i]'")
+    seed: int = bounded(0, lo=0, hi=SEED_MAX, doc="seed for batch order and droppath masks")
+    device: str = bounded("auto", doc="'auto' (CUDA when present), 'cpu', 'cuda[:i]' or 'mps'; whether this machine "
+                                      "has it is checked when a run starts (lab.train.core.check_device)")
     threads: int = bounded(1, lo=0, hi=4096, doc="torch CPU threads, at most the machine's cores (more are cut to "
                                                 "them); the toy models' small matmuls run fastest on one (and leave "
                                                 "a core to a server); 0 keeps torch's default")
@@ -291,6 +297,9 @@ class TrainConfig:
         if len(self.betas) != 2:
             raise ConfigError(f"train.betas must have two values; got {list(self.betas)}")
         validate(self)
+        if not DEVICE_NAME.fullmatch(self.device):
+            raise ConfigError(f"train.device must be auto, cpu, cuda, cuda:N or mps; got {self.device!r} (auto takes "
+                              "CUDA when this machine has it)")
         if self.lr_schedule.startswith("warmup_") and self.warmup_steps == 0 and self.warmup_epochs == 0:
             raise ConfigError(f"train.lr_schedule={self.lr_schedule} needs train.warmup_steps > 0 or "
                               "train.warmup_epochs > 0")

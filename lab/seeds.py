@@ -8,6 +8,15 @@ runs draw. Every trainer and keyed dataset takes its seeds from here.
 
 from __future__ import annotations
 
+SEED_MAX = 2**32 - 1
+"""The largest seed a config may hold (``model.seed``, ``data.seed``, ``train.seed``): numpy's legacy generators and
+scikit-learn take seeds in [0, 2**32), the tightest range of the libraries a run seeds; torch takes any 64-bit one."""
+
+SEED_SPACE = 2**64
+"""Every seed derived here is taken modulo this: torch's generators take seeds below 2**64, which a sample's seed of a
+run seed above about 1.8 million exceeds. A derived seed below it is unchanged, so every run that could train before
+draws what it drew."""
+
 EPOCH_SEED_STRIDE = 1_000_003
 """A prime stride between runs' seeds: run seed s and epoch e give s · stride + e, so runs whose seeds differ by
 one never share an epoch's permutation for any realistic number of epochs."""
@@ -22,14 +31,14 @@ INDEX_SEED_STRIDE = 10_000_019
 def epoch_seed(seed: int, epoch: int) -> int:
     """The seed of an epoch's batch order: a pure function of (``train.seed``, epoch), so a run resumed at any step
     sees the batches it would have seen."""
-    return seed * EPOCH_SEED_STRIDE + epoch
+    return (seed * EPOCH_SEED_STRIDE + epoch) % SEED_SPACE
 
 
 def step_seed(seed: int, step: int, rank: int = 0) -> int:
     """The seed of every random draw of one step on one process (crops, MAE masks, drop paths; loader engine)."""
-    return epoch_seed(seed, step) * RANK_SEED_STRIDE + rank
+    return (epoch_seed(seed, step) * RANK_SEED_STRIDE + rank) % SEED_SPACE
 
 
 def sample_seed(seed: int, epoch: int, index: int) -> int:
     """The seed of one training sample's augmentation in one epoch, whichever worker decodes it."""
-    return epoch_seed(seed, epoch) * INDEX_SEED_STRIDE + index
+    return (epoch_seed(seed, epoch) * INDEX_SEED_STRIDE + index) % SEED_SPACE

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import traceback
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from tqdm.auto import tqdm
 from lab.config import PIXEL_TASKS, ConfigError, ExperimentConfig, load_config, parse_override, to_dict
 from lab.data.toy2d import TOY_DATASETS
 from lab.runfolder import layout
+from lab.runfolder.entries import LIMITS, read_json
 from lab.runfolder.layout import RunState
 from lab.runfolder.lock import RunLock
 from lab.runfolder.writes import atomic_write_json
@@ -200,8 +200,12 @@ def write_sweep_file(folder: Run, plan: SweepPlan, runs: list[Run], statuses: li
 
 
 def read_sweep(folder: str | Path) -> dict[str, Any]:
-    """A sweep folder's sweep.json."""
-    return json.loads((Path(folder) / layout.SWEEP).read_text())
+    """A sweep folder's sweep.json (a regular file: never read through a link or waited on as a pipe).
+
+    Raises:
+        FileNotFoundError, EntryError: it is missing, a link or not a regular file. ValueError: it is not JSON.
+    """
+    return read_json(Path(folder) / layout.SWEEP, LIMITS[layout.SWEEP])
 
 
 def create_sweep(plan: SweepPlan, store: RunStore, waiting: str = "waiting for its ensemble") -> tuple[Run, list[Run]]:

@@ -154,3 +154,46 @@ def test_serve_refuses_a_port_out_of_range_before_starting_anything(capsys):
     assert main(["serve", "--port", "70000"]) == 2
     assert "--port must be in 0..65535" in capsys.readouterr().err
     assert main(["serve", "--max-jobs", "0"]) == 2
+
+
+TINY = ["configs/spiral.yaml", "model.depth=2", "model.width=4", "data.n=128", "train.batch_size=32",
+        "train.max_steps=2", "--no-progress"]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("train.seed=99999999999999999999", "train.seed must be in [0, 4294967295]; got 99999999999999999999"),
+    ("train.seed=4294967296", "train.seed must be in [0, 4294967295]; got 4294967296"),
+    ("train.seed=-1", "train.seed must be in [0, 4294967295]; got -1"),
+    ("model.seed=99999999999999999999", "model.seed must be in [0, 4294967295]"),
+    ("data.seed=99999999999999999999", "data.seed must be in [0, 4294967295]"),
+    ("train.seed=1.5", "train.seed must be an integer; got 1.5"),
+    ("train.device=tpu", "train.device must be auto, cpu, cuda, cuda:N or mps; got 'tpu'"),
+    ("train.device=cuda:x", "train.device must be auto, cpu, cuda, cuda:N or mps; got 'cuda:x'"),
+    ("train.device=cuda:99", "train.device=cuda:99: "),
+])
+def test_a_seed_or_device_this_machine_cannot_use_is_refused_before_any_run_folder(tmp_path, capsys, override,
+                                                                                    message):
+    """The attack: a seed beyond what numpy and torch accept, or a device this machine lacks, trained into a new run
+    folder and failed there with a traceback. Each is refused first, with the key and the reason."""
+    runs = tmp_path / "runs"
+    assert main(["train", *TINY, override, "--runs-dir", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_the_largest_seeds_train(tmp_path, capsys):
+    seeds = [f"{key}.seed={2**32 - 1}" for key in ("model", "data", "train")]
+    assert main(["train", *TINY, *seeds, "--runs-dir", str(tmp_path)]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["sample", "run", "--seed", "-1"], ["latents", "images", "--vae", "v", "--out",
+                                                                         "o", "--seed", str(2**64)],
+                                     ["analyze", "alignment", "run", "--device", "tpu"],
+                                     ["sample", "run", "--device", "cuda:99"]])
+def test_a_seed_or_device_option_out_of_range_is_a_usage_error(tmp_path, capsys, command):
+    with pytest.raises(SystemExit) as exit_:
+        main([*command, "--runs-dir", str(tmp_path)] if command[0] != "latents" else command)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and ("--seed" in err or "--device" in err) and "Traceback" not in err
+    assert not any(tmp_path.iterdir())

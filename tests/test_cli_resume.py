@@ -279,3 +279,64 @@ def test_the_runs_folder_itself_is_no_run_dir(tmp_path, capsys):
     _train(tmp_path, "train.max_steps=8")
     assert main(["train", *SMALL, "--run-dir", str(tmp_path)]) == 2
     assert "is not a fresh run folder" in capsys.readouterr().err and not (tmp_path / "config.json").exists()
+
+
+def _entries(folder):
+    """Every path below ``folder`` (files, folders, links, pipes) with its kind and, for a file, its bytes."""
+    return {p.relative_to(folder): (p.is_symlink(), p.is_fifo(), p.is_dir(), p.read_bytes() if p.is_file() and
+                                    not p.is_symlink() else None) for p in sorted(folder.rglob("*"))}
+
+
+@pytest.mark.parametrize("kind, message", [("fifo", "metrics.jsonl (a named pipe)"),
+                                           ("folder", "metrics.jsonl (a folder)"),
+                                           ("link", "symbolic links (metrics.jsonl)")])
+def test_a_run_whose_metrics_are_not_a_file_is_refused_and_keeps_its_state(tmp_path, capsys, kind, message):
+    """The attack: ``metrics.jsonl`` replaced by a named pipe, a folder or a link. The resume was refused only once it
+    had started, with a traceback, and the run was marked failed; now it is refused before the run is touched."""
+    runs = tmp_path / "runs"
+    run = _train(runs, "train.max_steps=8")
+    metrics = run / "metrics.jsonl"
+    (tmp_path / "elsewhere.jsonl").write_bytes(metrics.read_bytes())
+    metrics.unlink()
+    {"fifo": lambda: os.mkfifo(metrics), "folder": metrics.mkdir,
+     "link": lambda: metrics.symlink_to(tmp_path / "elsewhere.jsonl")}[kind]()
+    before, outside = _entries(run), (tmp_path / "elsewhere.jsonl").read_bytes()
+    capsys.readouterr()
+    assert main(["resume", run.name, "--runs-dir", str(runs), "train.max_steps=16"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert _entries(run) == before and (tmp_path / "elsewhere.jsonl").read_bytes() == outside
+    assert json.loads((run / "status.json").read_text())["state"] == "completed"
+    assert [p.name for p in runs.iterdir()] == [run.name]
+
+
+@pytest.mark.parametrize("entry", ["checkpoints", "snapshots", "figures", "analysis", "history", "metrics.jsonl", "."])
+def test_train_into_a_folder_holding_a_link_is_refused_before_training(tmp_path, capsys, entry):
+    """The attack: ``lab train --run-dir DIR`` where DIR (or a folder in it) is a link to elsewhere. Training ran and
+    only its first write through the link was refused, with a traceback; now nothing is trained or written."""
+    elsewhere, made = tmp_path / "elsewhere", tmp_path / "made"
+    elsewhere.mkdir()
+    made.mkdir()
+    run = made / "run"
+    if entry == ".":
+        run.symlink_to(elsewhere)
+    else:
+        run.mkdir()
+        (run / entry).symlink_to(elsewhere)
+    assert main(["train", *SMALL, "train.max_steps=4", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err
+    named = f"{run} is a symbolic link" if entry == "." else f"symbolic links ({entry})"
+    assert named in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert list(elsewhere.iterdir()) == []
+    assert sorted(p.name for p in (made.iterdir() if entry == "." else run.iterdir())) == [
+        "run" if entry == "." else entry]
+
+
+def test_train_into_a_folder_whose_checkpoints_are_a_file_is_refused(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "checkpoints").write_text("")
+    assert main(["train", *SMALL, "train.max_steps=4", "--run-dir", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "checkpoints (a regular file, not a folder)" in err and "Traceback" not in err, err
+    assert sorted(p.name for p in run.iterdir()) == ["checkpoints"]

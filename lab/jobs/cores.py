@@ -18,8 +18,9 @@ lock on ``waiting.lock``, each taken by the child itself: the kernel drops a chi
 ends (a crash or SIGKILL included). The ledger is the user's own folder (mode 0700, outside the shared temp folder),
 shared by that user's servers and notebook kernels and by no one else: in a world-writable folder another user could
 hold its locks, plant FIFOs or links in it, and stall or redirect every child. No lock is ever waited for without a
-bound, and no file in it is opened through a link or as anything but a regular file; where the folder is not safely
-the user's own, children take no cores and run niced, as they do on a machine without pinning.
+bound, and no file in it is opened through a link or as anything but a regular file; a runtime folder that is not
+safely the user's own is passed over for the user's cache folder, and where neither is, children take no cores and
+run niced, as they do on a machine without pinning.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ others to be waiting."""
 
 def ledger() -> Path | None:
     """The user's ledger folder (``<cpu>.lock`` per core, ``waiting.lock``, ``probing.lock``): the lab's private
-    folder ``cores`` (:func:`~lab.runfolder.lock.private_folder`); None when that is not the user's alone, and then no
-    child takes a core. Asked by the server, which hands the folder to its children."""
+    folder ``cores`` (:func:`~lab.runfolder.lock.private_folder`: in the runtime folder where that is the user's alone,
+    else in the user's cache folder); None when neither is the user's alone, and then no child takes a core. Asked by
+    the server, which hands the folder to its children."""
     from lab.runfolder.lock import private_folder  # here: a child loads this module alone, before torch
 
     return private_folder("cores")

@@ -13,6 +13,7 @@ from lab.data.toy2d import ToyData
 from lab.runfolder import layout
 from lab.runfolder.layout import Checkpoint, RunState
 from lab.runfolder.lock import RunLock, RunLocked
+from lab.runfolder.writes import atomic_write_bytes
 from lab.runs.recorder import RunRecorder
 from lab.runs.resume import ResumePlan, ResumeRefused, load_resume_state, plan_resume
 from lab.runs.store import Run, end_state
@@ -145,8 +146,9 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
         except BaseException as err:
             status(RunState.FAILED, f"{type(err).__name__}: {err}", traceback=traceback.format_exc(limit=20))
             if not writes:  # rank 0 may be killed before it can tell: leave this rank's reason in the folder
-                with contextlib.suppress(OSError):
-                    (run.path / f"failed-rank{world.rank}.txt").write_text(traceback.format_exc(limit=20))
+                with contextlib.suppress(OSError):  # EntryError included: never written through a link
+                    atomic_write_bytes(run.path / f"failed-rank{world.rank}.txt",
+                                       traceback.format_exc(limit=20).encode())
             raise
         finally:
             if recorder is not None:

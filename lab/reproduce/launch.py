@@ -39,6 +39,7 @@ from lab.extras import require
 from lab.jobs.runner import resolved
 from lab.jobs.submit import MemberJob, Resources, check_resources
 from lab.reproduce.full_scale import PlannedRun, Step
+from lab.reproduce.ledger import EXECUTORS, LOGS, LedgerError, check_ledger
 from lab.reproduce.plan import Plan, recorded
 from lab.runfolder import layout
 from lab.runfolder.entries import LIMITS, read_json, read_tail
@@ -49,8 +50,6 @@ from lab.runs.catalog import checkpoint_step
 from lab.runs.store import Run, RunStore
 
 PLAN_FILE = layout.REPRODUCTION
-LOGS = "logs"
-EXECUTORS = ("local", "slurm")
 ACTIONS = ("done", "steps", "train", "resume", "restart", "failed", "busy")
 
 
@@ -59,18 +58,22 @@ class PlanMismatch(ValueError):
 
 
 def load_ledger(out: Path) -> dict[str, Any]:
-    """``reproduce.json`` of a report folder (``{}`` when there is none).
+    """``reproduce.json`` of a report folder (``{}`` when there is none), every key checked
+    (:func:`~lab.reproduce.ledger.check_ledger`): the one reader of that file.
 
     Raises:
-        ValueError: it exists but cannot be read as a reproduction's plan.
+        LedgerError: it exists but is a link, a named pipe, not JSON or not what a launcher writes (the message names
+            the key and why).
     """
     path = out / PLAN_FILE
-    if not path.exists():
+    try:
+        ledger = read_json(path, LIMITS[layout.SWEEP])
+    except FileNotFoundError:
         return {}
-    ledger = read_json(path, LIMITS[layout.SWEEP])
-    if not isinstance(ledger, dict) or not isinstance(ledger.get("runs"), dict):
-        raise ValueError(f"{path} is not a reproduction's plan")
-    return ledger
+    except (OSError, ValueError) as err:  # EntryError included: a link, a pipe, too large
+        raise LedgerError(f"{path}: not readable as a reproduction's plan ({err}); restore it, or plan anew into "
+                          "another --out") from None
+    return check_ledger(ledger, path)
 
 
 def ledger_for(plan: Plan, out: Path, executor: str) -> dict[str, Any]:
@@ -483,5 +486,5 @@ def failures(out: Path, ledger: dict[str, Any]) -> list[str]:
     return lines
 
 
-__all__ = ["EXECUTORS", "PLAN_FILE", "PlanMismatch", "ReproductionJob", "failures", "ledger_for",
+__all__ = ["EXECUTORS", "PLAN_FILE", "LedgerError", "PlanMismatch", "ReproductionJob", "failures", "ledger_for",
            "load_ledger", "next_action", "run_local", "run_slurm", "save_ledger", "training_command"]

@@ -111,10 +111,17 @@ def open_entry(path: str | Path) -> tuple[int, os.stat_result]:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        kind = ("a named pipe" if stat.S_ISFIFO(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode)
-                else "a socket" if stat.S_ISSOCK(st.st_mode) else "a device")
-        raise EntryError(f"{_name(path)} is {kind}, not a regular file: not read")
+        raise EntryError(f"{_name(path)} is {kind_of(st.st_mode)}, not a regular file: not read")
     return fd, st
+
+
+def kind_of(mode: int) -> str:
+    """What a file of ``st_mode`` ``mode`` is, in words: ``a regular file``, ``a named pipe``, ``a folder``, …"""
+    for test, kind in ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"),
+                       (stat.S_ISFIFO, "a named pipe"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "a device"
 
 
 def read_bytes(path: str | Path, limit: int) -> bytes:

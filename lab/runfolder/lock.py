@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import socket
 import stat
@@ -30,6 +31,8 @@ from types import TracebackType
 
 from lab.runfolder import layout
 from lab.runfolder.entries import LIMITS, read_json
+
+log = logging.getLogger(__name__)
 
 LOCK = layout.LOCK
 GUARD_WAIT_S = 10.0
@@ -159,16 +162,67 @@ def _guard_path(run_path: Path) -> Path:
 
 def private_folder(name: str) -> Path | None:
     """This user's own folder ``name`` for the lab's machine-local state (lock guards, the cores ledger), made with
-    mode 0700: under ``$XDG_RUNTIME_DIR/residual-lab`` (a per-user folder the system makes) where that is set, else
-    ``~/.cache/residual-lab``; never in the shared temp folder, where another user can make the folder first and
-    hold, plant or refuse what goes in it. None when it is not a real folder of this user's that only this user
-    may enter (a link, another owner, wider permissions)."""
+    mode 0700: ``$XDG_RUNTIME_DIR/residual-lab/<name>`` where that is set and safely this user's, else
+    ``~/.cache/residual-lab/<name>``; never in the shared temp folder, where another user can make the folder first and
+    hold, plant or refuse what goes in it.
+
+    A folder is used only when no one else can have made or changed it (:func:`_own_folder`): the base folder and
+    ``residual-lab`` owned by this user and writable by no one else, ``<name>`` also closed to others
+    (:func:`is_private`), neither of these two a link. A runtime folder that fails this (one others may write, as a
+    misconfigured system leaves it, where another user could make ``residual-lab/<name>`` first) is passed over, with
+    a warning, for the cache folder. None when that one fails too.
+    """
     runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-    base = Path(runtime) if os.path.isabs(runtime) and os.path.isdir(runtime) else Path.home() / ".cache"
-    folder = base / "residual-lab" / name
+    bases = [Path(runtime)] if os.path.isabs(runtime) and os.path.isdir(runtime) else []
+    for base in [*bases, Path.home() / ".cache"]:
+        folder = _own_folder(base, name, create_base=base not in bases)
+        if folder is not None:
+            return folder
+        if base in bases:
+            _warn_once(f"{base / 'residual-lab' / name} is not a folder of this user's alone (it, or the folders above "
+                       "it, may be another user's, a link or open to others): the lab's lock guards and cores ledger "
+                       "are kept under ~/.cache/residual-lab instead")
+    return None
+
+
+def _own_folder(base: Path, name: str, *, create_base: bool) -> Path | None:
+    """``base/residual-lab/name``, made where missing (``residual-lab`` and ``name`` with mode 0700), or None when
+    ``base`` or ``residual-lab`` is not this user's or others may write it, or ``name`` is not :func:`is_private`.
+    ``base`` may be a link (a home's ``.cache`` on another disk) to a folder of this user's."""
     with contextlib.suppress(OSError):
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if create_base:
+            base.mkdir(parents=True, exist_ok=True)
+    if not _owned(base, follow=True):
+        return None
+    parent = base / "residual-lab"
+    with contextlib.suppress(OSError):
+        parent.mkdir(mode=0o700)
+    if not _owned(parent, follow=False):
+        return None
+    folder = parent / name
+    with contextlib.suppress(OSError):
+        folder.mkdir(mode=0o700)
     return folder if is_private(folder) else None
+
+
+def _owned(folder: Path, *, follow: bool) -> bool:
+    """Whether ``folder`` is a directory owned by this user that no one else may write (``follow``: through a link);
+    no one else can then add, remove or replace what it holds."""
+    try:
+        st = os.stat(folder) if follow else os.lstat(folder)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """Log ``message`` once per process (a folder is looked up at every lock)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        log.warning(message)
 
 
 def is_private(folder: Path) -> bool:

@@ -39,7 +39,17 @@ import yaml
 
 from lab.data.roots import resolve_data_path
 from lab.runfolder import layout
-from lab.runfolder.entries import LIMITS, SHAPES, check_shape, loads_yaml, read_bytes, read_json, read_jsonl, read_tail
+from lab.runfolder.entries import (
+    LIMITS,
+    SHAPES,
+    check_shape,
+    kind_of,
+    loads_yaml,
+    read_bytes,
+    read_json,
+    read_jsonl,
+    read_tail,
+)
 from lab.runfolder.layout import RunState
 from lab.runs.store import checkpoint_field
 
@@ -48,6 +58,11 @@ log = logging.getLogger(__name__)
 RUN_MARKERS = (layout.STATUS, layout.CONFIG, layout.CONFIG_YAML, layout.METRICS, layout.CHECKPOINTS)
 RUN_ENTRIES = (*RUN_MARKERS, layout.FIGURES, layout.SNAPSHOTS, layout.SWEEP)
 """The entries of a run folder a reader looks at; one that is a symbolic link is named among the problems."""
+RUN_FILES = (layout.STATUS, layout.CONFIG, layout.CONFIG_YAML, layout.METRICS, layout.PROCESS_LOG, layout.SWEEP)
+"""The files of a run folder the lab reads or appends to: each must be a regular file (the ``lock`` is the run
+lock's to judge: one it cannot read names itself as held by someone unknown)."""
+RUN_FOLDERS = (*layout.FOLDERS, layout.FIGURES, layout.ANALYSIS, layout.HISTORY)
+"""The folders of a run folder the lab reads or writes into: each must be a folder."""
 STALE_AFTER_S = 120.0
 """A running run whose heartbeat is older than this is marked stale (its writer may have died)."""
 ALIVE = layout.ALIVE
@@ -203,6 +218,27 @@ def linked_entries(path: Path) -> list[str]:
             found += [f"checkpoints/{e.name}" for e in os.scandir(checkpoints)
                       if e.name.endswith(".pt") and e.is_symlink()]
     return sorted(found)
+
+
+def irregular_entries(path: Path) -> list[str]:
+    """The entries of the run folder ``path`` that the lab reads, appends to or writes into and that are not what
+    they should be, as ``metrics.jsonl (a named pipe)``: a file of :data:`RUN_FILES` that is a named pipe, a socket, a
+    device or a folder, or a folder of :data:`RUN_FOLDERS` that is not one. A named pipe blocks whoever opens it and
+    a folder cannot be appended to, so a run holding one would fail once it had started. Links are named by
+    :func:`linked_entries`."""
+    found = []
+    for name in (*RUN_FILES, *RUN_FOLDERS):
+        try:
+            mode = os.lstat(path / name).st_mode
+        except OSError:
+            continue
+        if stat.S_ISLNK(mode):
+            continue
+        if name in RUN_FILES and not stat.S_ISREG(mode):
+            found.append(f"{name} ({kind_of(mode)})")
+        elif name in RUN_FOLDERS and not stat.S_ISDIR(mode):
+            found.append(f"{name} ({kind_of(mode)}, not a folder)")
+    return found
 
 
 def _number(value: Any) -> float | None:

@@ -23,7 +23,7 @@ from typing import Any
 from lab.config import ConfigError, ExperimentConfig, apply_overrides, from_dict, parse_override, to_dict
 from lab.runfolder import layout
 from lab.runfolder.layout import Checkpoint
-from lab.runs.catalog import checkpoint_step, linked_entries
+from lab.runs.catalog import checkpoint_step, irregular_entries, linked_entries
 from lab.runs.store import STATES, CheckpointError, Run, RunFolderError, RunStore, sanitize_name
 
 # what a resume may change: the optimisation's pace and length and the run's bookkeeping, never the model, the
@@ -62,12 +62,7 @@ def check_run(run: Run) -> ExperimentConfig:
     Raises:
         RunFolderError: what is missing or wrong (the folder is left as it is).
     """
-    if run.path.is_symlink():
-        raise RunFolderError(f"{run.path} is a symbolic link; name the run folder itself")
-    linked = linked_entries(run.path) + ([layout.HISTORY] if (run.path / layout.HISTORY).is_symlink() else [])
-    if linked:
-        raise RunFolderError(f"{run.path} holds symbolic links ({', '.join(linked)}), which the lab never follows "
-                             "or writes through: replace them with the files themselves")
+    check_entries(run.path)
     try:
         cfg = from_dict(ExperimentConfig, run.config_record()["config"])
     except ConfigError as err:
@@ -77,6 +72,29 @@ def check_run(run: Run) -> ExperimentConfig:
         raise RunFolderError(f"{run.path} has no readable status.json (state {state!r}): not a run folder the lab "
                              "wrote, or a damaged one")
     return cfg
+
+
+def check_entries(path: Path) -> None:
+    """Refuse a run folder the lab would have to follow a link, block on a pipe or append to a folder to train or
+    read: ``path`` itself a link, a link among its entries, or an entry of the wrong kind
+    (:func:`~lab.runs.catalog.irregular_entries`). Checked before anything is written, so a refused run keeps its
+    state and its files.
+
+    Raises:
+        RunFolderError: the first such problem, naming the entries.
+    """
+    if path.is_symlink():
+        raise RunFolderError(f"{path} is a symbolic link; name the run folder itself")
+    linked = linked_entries(path) + [name for name in (layout.HISTORY, layout.ANALYSIS, layout.PROCESS_LOG)
+                                     if (path / name).is_symlink()]
+    if linked:
+        raise RunFolderError(f"{path} holds symbolic links ({', '.join(linked)}), which the lab never follows "
+                             "or writes through: replace them with the files themselves; nothing was written")
+    irregular = irregular_entries(path)
+    if irregular:
+        raise RunFolderError(f"{path} holds entries that are not what the lab writes ({', '.join(irregular)}): a "
+                             "named pipe would block the run and a folder cannot be appended to; replace them with "
+                             "the files or folders themselves (or move them away); nothing was written")
 
 
 def resume_overrides(cfg: ExperimentConfig, overrides: Iterable[str]) -> tuple[ExperimentConfig, dict[str, Any]]:

@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-from lab.config import TrainConfig
+from lab.config import ConfigError, TrainConfig
 from lab.nn.droppath import DropPath
 
 
@@ -122,14 +122,50 @@ def check_finite(metrics: dict[str, float], step: int, loss_key: str, cfg: Train
         raise Diverged(step, metrics.get(loss_key, float("nan")), divergence_hint(cfg, alpha_min))
 
 
+def device_problem(name: str) -> str | None:
+    """Why this machine cannot run on the device ``name`` (``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``), or None
+    when it can. Asked before a run folder is made: torch would refuse the device only when the model is moved."""
+    if name in ("auto", "cpu"):
+        return None
+    kind, _, index = name.partition(":")
+    if kind == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            return f"device {name!r} asked for, but CUDA is not available on this machine; use cpu or auto"
+        if index and (not index.isdigit() or int(index) >= count):
+            return (f"device {name!r} asked for, but this machine has {count} CUDA device{'s' if count > 1 else ''} "
+                    f"(cuda:0 to cuda:{count - 1}); use one of them, or auto")
+        return None
+    if kind == "mps" and not index:
+        if not torch.backends.mps.is_available():
+            return "device 'mps' asked for, but Apple's Metal (MPS) is not available on this machine; use cpu or auto"
+        return None
+    return f"unknown device {name!r}: use auto, cpu, cuda, cuda:N or mps"
+
+
+def check_device(name: str, key: str = "train.device") -> None:
+    """Refuse a device this machine lacks (:func:`device_problem`), naming the setting ``key`` that asked for it.
+
+    Raises:
+        ConfigError: the device is unknown or absent here.
+    """
+    problem = device_problem(name)
+    if problem is not None:
+        raise ConfigError(f"{key}={name}: {problem}")
+
+
 def resolve_device(name: str = "auto") -> torch.device:
-    """``"auto"`` → CUDA when present, CPU otherwise; anything else is passed to :class:`torch.device`."""
+    """``"auto"`` → CUDA when present, CPU otherwise; anything else must be a device of this machine.
+
+    Raises:
+        RuntimeError: the device is unknown or absent here (:func:`device_problem`).
+    """
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError(f"device {name!r} asked for, but CUDA is not available on this machine")
-    return device
+    problem = device_problem(name)
+    if problem is not None:
+        raise RuntimeError(problem)
+    return torch.device(name)
 
 
 def machine_cores() -> int:

@@ -96,7 +96,8 @@ def test_a_report_folder_of_another_reproduction_is_not_continued(tmp_path, caps
     with pytest.raises(PlanMismatch, match="toy reproduction"):
         ledger_for(plan, tmp_path / "toy", "local")
     (tmp_path / "gpu" / "reproduce.json").parent.mkdir()
-    (tmp_path / "gpu" / "reproduce.json").write_text(json.dumps({"budget": "gpu", "runs": {}}))
+    (tmp_path / "gpu" / "reproduce.json").write_text(json.dumps({"budget": "gpu", "papers": ["droppath"], "seeds": 3,
+                                                                 "data": {}, "runs": {}}))
     assert main(["reproduce", "--budget", "gpu-test", "--paper", "droppath", "--out", str(tmp_path / "gpu")]) == 2
     assert "at the gpu budget, not gpu-test" in capsys.readouterr().err
 
@@ -321,9 +322,10 @@ def test_a_billion_seeds_are_refused_from_the_command_line_and_from_a_plan_file(
     out.mkdir()
     (out / "reproduce.json").write_text(json.dumps({"budget": "gpu", "papers": ["droppath"], "seeds": 10**9,
                                                     "data": {}, "runs": {}}))
-    with pytest.raises(ValueError, match="seeds between 1 and"):
+    with pytest.raises(ValueError, match=rf"seeds must be an integer in \[1, {MAX_SEEDS}\]"):
         collect(out)
-    assert main(["reproduce", "--collect", str(out)]) == 2 and "seeds between 1 and" in capsys.readouterr().err
+    assert main(["reproduce", "--collect", str(out)]) == 2 and f"seeds must be an integer in [1, {MAX_SEEDS}]" in \
+        capsys.readouterr().err
     assert not (tmp_path / "r").exists() and not (out / "report.md").exists()
 
 
@@ -446,3 +448,76 @@ def test_a_completed_folder_is_reused_only_for_todays_recipe(tmp_path):
     record = {"state": "completed", "folder": f"runs/{folder.path.name}"}
     assert _reuse(run, folder, record, "done", True) == (None, "train") and record["folder"] is None
     assert folder.read_status()["state"] == "completed"  # the old folder as it was
+
+
+RUN_KEY = "table1-mnist-off-s0"
+HOSTILE_LEDGERS = {  # what is done to a launcher's reproduce.json, and what the refusal says
+    "not JSON": (lambda ledger: "{not json", "is not JSON"),
+    "a list": (lambda ledger: [ledger], "must hold a JSON object of a reproduction's plan; it holds a list"),
+    "no budget": (lambda ledger: {k: v for k, v in ledger.items() if k != "budget"}, "budget is missing"),
+    "a toy budget": (lambda ledger: {**ledger, "budget": "cpu"},
+                     "budget must be one of gpu1, gpu, gpu-test; got 'cpu'"),
+    "papers a string": (lambda ledger: {**ledger, "papers": "droppath"}, "papers must be a list; got 'droppath'"),
+    "an unknown paper": (lambda ledger: {**ledger, "papers": ["x"]}, "papers[0] must be one of"),
+    "data a list": (lambda ledger: {**ledger, "data": []}, "data must be an object; got []"),
+    "runs a list": (lambda ledger: {**ledger, "runs": []}, "runs must be an object; got []"),
+    "a run a string": (lambda ledger: {**ledger, "runs": {RUN_KEY: "x"}}, f"runs['{RUN_KEY}'] must be an object"),
+    "a run's key a path": (lambda ledger: {**ledger, "runs": {"../../x": ledger["runs"][RUN_KEY]}},
+                           "runs['../../x'] is not a run's name"),
+    "processes a string": (lambda ledger: _run_set(ledger, processes="x"),
+                           f"runs['{RUN_KEY}'].processes must be an integer in [1, 4096]; got 'x'"),
+    "attempts negative": (lambda ledger: _run_set(ledger, attempts=-1), "attempts must be an integer in [0,"),
+    "overrides a string": (lambda ledger: _run_set(ledger, overrides="train.lr=1"), "overrides must be a list"),
+    "no config": (lambda ledger: _run_set(ledger, config=None), "config must be a string; got None"),
+    "a step's args a string": (lambda ledger: _run_set(ledger, steps=[{"args": "probe", "output": "probe.json"}]),
+                               "steps[0].args must be a list"),
+    "a step's output a path": (lambda ledger: _run_set(ledger, steps=[{"args": [], "output": "../x.json"}]),
+                               "steps[0].output must be a file name"),
+    "an unknown state": (lambda ledger: _run_set(ledger, state="exploded"), "state must be one of"),
+    "a folder number": (lambda ledger: _run_set(ledger, folder=5), "folder must be a string or null; got 5"),
+    "an experiment of another run": (lambda ledger: {**ledger, "experiments": [
+        {**ledger["experiments"][0], "runs": ["nope"]}]}, "experiments[0].runs[0] names no run of runs: 'nope'"),
+    **{f"seeds {value!r}": (lambda ledger, value=value: {**ledger, "seeds": value},
+                            f"seeds must be an integer in [1, 100]; got {value!r}")
+       for value in (-1, 0, 1.5, "3", True, 10**9, None)},
+}
+
+
+def _run_set(ledger, **fields):
+    return {**ledger, "runs": {RUN_KEY: {**ledger["runs"][RUN_KEY], **fields}}}
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    """A launcher's reproduce.json (the droppath paper's gpu-test runs on tiny MNIST), as it is before any run."""
+    from lab.reproduce.launch import ledger_for, save_ledger
+
+    root = tmp_path_factory.mktemp("planned")
+    mnist = tiny_data.mnist(root / "mnist")
+    out = root / "repro"
+    out.mkdir()
+    save_ledger(out, ledger_for(make_plan("gpu-test", ["droppath"], None, {"mnist": mnist}), out, "local"))
+    return mnist, json.loads((out / "reproduce.json").read_text())
+
+
+@pytest.mark.parametrize("damage", list(HOSTILE_LEDGERS))
+def test_a_hand_edited_plan_file_is_refused_by_key_before_anything_is_written(planned, tmp_path, capsys, damage):
+    """The attack: a ``reproduce.json`` edited by hand or by someone else (a list, a key missing or of another type,
+    a run that is a string, seeds of any kind) gave a traceback, or passed silently. Collecting it and continuing it
+    both refuse it, naming the key and why, before a report, a log or a run folder is written."""
+    mnist, ledger = planned
+    hostile, message = HOSTILE_LEDGERS[damage]
+    value = hostile(json.loads(json.dumps(ledger)))
+    out = tmp_path / "repro"
+    out.mkdir()
+    plan_file = out / "reproduce.json"
+    plan_file.write_text(value if isinstance(value, str) else json.dumps(value))
+    before = plan_file.read_bytes()
+    for command in (["reproduce", "--collect", str(out)],
+                    ["reproduce", "--budget", "gpu-test", "--paper", "droppath", "--data", f"mnist={mnist}", "--out",
+                     str(out), "--no-progress"]):
+        assert main(command) == 2, command
+        err = capsys.readouterr().err
+        assert message in err and f"{plan_file}:" in err and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1, err
+        assert sorted(p.name for p in out.iterdir()) == ["reproduce.json"] and plan_file.read_bytes() == before

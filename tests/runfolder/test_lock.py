@@ -89,3 +89,54 @@ def test_two_processes_taking_over_one_stale_lock_never_both_win(tmp_path):
     outcomes = sorted(p.communicate(timeout=60)[0].strip() for p in procs)
     assert all(p.returncode == 0 for p in procs), outcomes
     assert outcomes == ["refused", "refused", "won"]
+
+
+def _tree(folder: Path) -> dict:
+    """Every path below ``folder`` with its owner, mode and link target: what a run must leave as it found it."""
+    return {p.relative_to(folder): (p.lstat().st_uid, p.lstat().st_mode, os.readlink(p) if p.is_symlink() else None)
+            for p in sorted(folder.rglob("*"))}
+
+
+def _planted(runtime: Path, elsewhere: Path, how: str) -> None:
+    """Another user's preparation of a shared runtime folder, before this user's first ``lab train``."""
+    ours = runtime / "residual-lab"
+    if how == "runtime open to all":
+        runtime.chmod(0o777)
+        return
+    ours.mkdir()
+    if how == "locks open to all":
+        (ours / "locks").mkdir(mode=0o777)
+        (ours / "locks").chmod(0o777)
+    elif how == "locks a link":
+        (ours / "locks").symlink_to(elsewhere)
+    elif how == "residual-lab another user's":
+        (ours / "locks").mkdir(mode=0o700)
+        os.chown(ours / "locks", 12345, 12345)
+        os.chown(ours, 12345, 12345)
+
+
+@pytest.mark.parametrize("how", ["locks open to all", "locks a link", "residual-lab another user's",
+                                 "runtime open to all"])
+def test_a_runtime_folder_others_prepared_is_not_used_and_training_goes_on(tmp_path, monkeypatch, capsys, how):
+    """The attack: another user pre-creates ``$XDG_RUNTIME_DIR/residual-lab/locks`` (open to all, a link, their own)
+    in a runtime folder they can write. Every ``lab train`` then failed with a traceback. The lab keeps its lock guards
+    in the user's own cache folder instead, trains, and leaves the prepared folder as it was."""
+    from lab.cli import main
+    from lab.runfolder.lock import guard_folder
+
+    if os.getuid() != 0 and how == "residual-lab another user's":
+        pytest.skip("making a folder another user's needs root")
+    runtime, elsewhere, home = tmp_path / "runtime", tmp_path / "elsewhere", tmp_path / "home"
+    for folder in (runtime, elsewhere, home):
+        folder.mkdir(mode=0o700)
+    _planted(runtime, elsewhere, how)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    monkeypatch.setenv("HOME", str(home))
+    before = _tree(runtime)
+    code = main(["train", "configs/spiral.yaml", "model.depth=2", "model.width=4", "data.n=128",
+                 "train.batch_size=32", "train.max_steps=3", "--runs-dir", str(tmp_path / "runs"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 0 and "completed" in err and "Traceback" not in err, err
+    own = home / ".cache" / "residual-lab" / "locks"
+    assert guard_folder() == own and own.stat().st_mode & 0o777 == 0o700
+    assert _tree(runtime) == before and list(elsewhere.iterdir()) == []

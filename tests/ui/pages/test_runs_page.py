@@ -451,7 +451,7 @@ def test_hostile_entries_are_shown_as_problems_and_never_raised_into_a_watcher(m
     import numpy as np
 
     page = RunsPage(manager=manager, run="a\x00b")
-    assert "Run not opened" in shown(page.notice) and "null" in shown(page.notice)
+    assert "Run not opened" in shown(page.notice) and "NUL character" in shown(page.notice)
     page.compare = "x\x00y,z"
     assert "Not compared" in shown(page.notice)
     page.folder = "f\x00"
