@@ -91,7 +91,8 @@ JS_PLOTS = """() => {
       xs = xs.concat(gx); ys = ys.concat(gy);
     }
     const ylog = m.y_scale && m.y_scale.type === "LogScale";
-    out.push({title: m.title ? m.title.text : "", points,
+    const text = m.title ? m.title.text : "";  // a string, or a text model (PlainText: a run folder's name)
+    out.push({title: text && typeof text !== "string" ? text.text : text, points,
               x: extent(xs), y: extent(ylog ? ys.filter(v => v > 0) : ys),
               xr: [m.x_range.start, m.x_range.end], yr: [m.y_range.start, m.y_range.end]});
   }
@@ -152,7 +153,7 @@ JS_PIXELS = """(scope) => {
     const t = v.model.title;
     let title = "", title_px = 0;
     if (t && t.text) {
-      title = t.text;
+      title = typeof t.text === "string" ? t.text : t.text.text;  // a string, or a text model (PlainText)
       measure.font = `${t.text_font_style} ${t.text_font_size} ${t.text_font}`;
       title_px = Math.max(...title.split("\\n").map(line => measure.measureText(line).width));
     }

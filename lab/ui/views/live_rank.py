@@ -25,6 +25,7 @@ from bokeh.palettes import Category10_10, Viridis256
 from bokeh.plotting import figure
 
 from lab.ui.text import markdown_pane
+from lab.ui.views.plain_text import plain
 from lab.ui.views.ranges import finite_range, set_range
 from lab.viz.palette import BLUE, ORANGE
 
@@ -302,7 +303,8 @@ class RankViews:
         measure = "acc" if self.task == "classify" else "loss"  # a generative task has losses, no accuracy
         values = [float(f[f"{split}_{measure}"][k]) for k in range(K) for split, _, _ in splits]
         if measure == "loss":
-            self.accuracy.title.text, self.accuracy.yaxis.axis_label = "Loss per member", f"{self.task} loss (MSE)"
+            self.accuracy.title.text = "Loss per member"  # the task is the snapshot's: plain text, never typeset
+            self.accuracy.yaxis.axis_label = plain(f"{self.task} loss (MSE)")
             set_range(self.accuracy.y_range, (0.0, 1.05 * max([1.0, *(v for v in values if math.isfinite(v))])))
         else:
             self.accuracy.title.text, self.accuracy.yaxis.axis_label = "Accuracy per member", "accuracy"
@@ -313,7 +315,8 @@ class RankViews:
                                   "split": [s for _ in range(K) for s, _, _ in splits],
                                   "member": [label for label in labels for _ in splits]}
         self.accuracy.xaxis.ticker = list(range(K))
-        self.accuracy.xaxis.major_label_overrides = {k: label for k, label in enumerate(labels)}
+        # a member's name comes from the snapshot: plain text, never typeset as TeX (lab.ui.views.plain_text)
+        self.accuracy.xaxis.major_label_overrides = {k: plain(label) for k, label in enumerate(labels)}
         set_range(self.accuracy.x_range, (-0.6, K - 0.4))
 
     def _embeddings(self) -> None:

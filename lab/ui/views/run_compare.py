@@ -21,6 +21,7 @@ from lab.reports.compare import compare_table
 from lab.ui.text import code, html_text, markdown_pane
 from lab.ui.views.live_curves import COLORS
 from lab.ui.views.live_rank import side_legend
+from lab.ui.views.plain_text import plain, plain_title
 from lab.ui.views.ranges import finite_range, set_range
 from lab.ui.views.run_views import clean_record
 
@@ -34,7 +35,9 @@ class _FieldFigure:
     """One metric over steps, one line (and dots at evaluations) per run."""
 
     def __init__(self, field: str, width: int, height: int) -> None:
-        self.figure = figure(title=field, x_axis_label="step", y_axis_label=field, x_range=Range1d(0, 1),
+        # the field is a metric name from a run folder: plain text, never typeset as TeX (lab.ui.views.plain_text)
+        self.figure = figure(title=plain_title(field), x_axis_label="step", y_axis_label=plain(field),
+                             x_range=Range1d(0, 1),
                              y_range=Range1d(0, 1), frame_width=width, frame_height=height,
                              tools="pan,wheel_zoom,box_zoom,reset,save")
         self.lines = ColumnDataSource({"xs": [], "ys": [], "color": [], "label": []}, name=f"compare:{field}")
