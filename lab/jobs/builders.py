@@ -12,8 +12,9 @@ builder decides alone, for snapshots where NaN means "undefined".
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,7 +24,9 @@ from lab.analysis.jacobian import jacobian_shapes
 from lab.analysis.node_maps import RESOLUTION, node_maps
 from lab.analysis.residual_alignment import PAPER_K, RA4_FIT_START, residual_alignment
 from lab.analysis.similarity import layer_distances, linear_cka
+from lab.config import ExperimentConfig
 from lab.data.toy2d import ToyData
+from lab.train.build import build_data, build_model
 
 Builder = Callable[[nn.Module], "dict[str, np.ndarray] | None"]
 
@@ -132,3 +135,45 @@ class _AlignmentSnapshots:
         if not np.isfinite(snapshot["sigma"]).all():
             return None
         return {key: (v.astype(np.float32) if v.dtype == np.float64 else v) for key, v in snapshot.items()}
+
+
+@dataclass
+class _AlignmentFromConfig:
+    """:func:`alignment_builder_of`'s builder: the data's inputs are read where the first snapshot is built."""
+
+    cfg: ExperimentConfig
+    kwargs: dict[str, Any]
+    build: SelfJudged | None = None
+
+    def __call__(self, model: nn.Module) -> dict[str, np.ndarray] | None:
+        if self.build is None:
+            self.build = alignment_builder(build_data(self.cfg), **self.kwargs)
+        return self.build(model)
+
+
+def alignment_builder_of(cfg: ExperimentConfig, **kwargs: Any) -> SelfJudged:
+    """:func:`alignment_builder` on the data of ``cfg``, read where the builder first runs (a page's training child),
+    never by the server that hands it over; ``kwargs`` as :func:`alignment_builder` takes them."""
+    return SelfJudged(_AlignmentFromConfig(cfg, kwargs))
+
+
+def alignment_preview(cfgs: Sequence[ExperimentConfig], *, k: int = PAPER_K, inputs: int = 64,
+                      fit_start: int = RA4_FIT_START,
+                      progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """The ``alignment`` snapshots of the untrained networks ``cfgs`` describe, on the first one's data (what the
+    Alignment page draws before training, computed in a bounded child: :mod:`lab.jobs.bounded`).
+
+    Returns:
+        ``{"snapshots": [snapshot or None per config], "k": the K used}`` (K capped at the smallest Jacobian size).
+    """
+    data = build_data(cfgs[0])
+    snapshots, used = [], k
+    for i, cfg in enumerate(cfgs):
+        if progress is not None:
+            progress(i, len(cfgs))
+        snapshots_of = alignment_builder(data, k=k, inputs=inputs, fit_start=fit_start)
+        snapshots.append(snapshots_of(build_model(cfg, data)))
+        used = min(used, snapshots_of.build.width or k)
+    if progress is not None:
+        progress(len(cfgs), len(cfgs))
+    return {"snapshots": snapshots, "k": used}

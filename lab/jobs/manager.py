@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.config import ExperimentConfig
+from lab.jobs.bounded import cancel_all
 from lab.jobs.child import ChildJob, warm_up
 from lab.jobs.job import Job
 from lab.jobs.lockstep import Lockstep
@@ -251,8 +252,9 @@ def get_manager(**kwargs) -> JobManager:
 
 
 def shutdown_manager() -> None:
-    """Shut the process-wide manager down (server exit)."""
+    """Shut the process-wide manager down, and cancel the pages' analyses (server exit)."""
     global _MANAGER
+    cancel_all()
     with _MANAGER_LOCK:
         if _MANAGER is not None:
             _MANAGER.shutdown()

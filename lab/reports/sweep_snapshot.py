@@ -15,7 +15,7 @@ compared with that layout; only a member that passes is built, and only the weig
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -37,6 +37,19 @@ MAX_PARAMETERS = 20_000_000
 """The most parameters a member's model may have to be read (a 32-block MLP 780 wide)."""
 MAX_POINTS_DATA = 16_384
 """A toy sweep's data are drawn with at most this many samples for the snapshot (its first points are read)."""
+
+
+def rank_preview(cfg: ExperimentConfig, alpha_mins: Sequence[float],
+                 progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
+    """The ``rank`` snapshot of the untrained members of a sweep of ``cfg`` over ``model.alpha_min`` (what the Rank
+    page draws before training, computed in a bounded child: :mod:`lab.jobs.bounded`)."""
+    data = build_data(cfg)
+    models = []
+    for i, a in enumerate(alpha_mins):
+        if progress is not None:
+            progress(i, len(alpha_mins) + 1)
+        models.append(build_model(apply_overrides(cfg, {"model.alpha_min": a}), data))
+    return rank_snapshot(models, data, names=[f"alpha_min-{a:g}" for a in alpha_mins], task=build_task(cfg, data))
 
 
 def rank_snapshot(models: Sequence[ResidualMLP], data: ToyData, *, names: Sequence[str], points: int = 512,

@@ -6,6 +6,7 @@ quotes the name as text.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +22,7 @@ from lab.ui.pages.page import Page
 from lab.ui.pages.playground import PlaygroundPage
 from lab.ui.pages.rank import RankPage
 from lab.ui.pages.runs import RunsPage
-from lab.ui.text import alert_pane, code, markdown_pane, md
+from lab.ui.text import alert_pane, clipped, code, markdown_pane, md
 
 PageFactory = Callable[[JobManager], Page]
 
@@ -106,13 +107,24 @@ class LabShell(pn.viewable.Viewer):
         if self._synced is not None:
             location.unsync(self._synced)
         self._synced = page
+        self._clamp_link()  # before the link's sizes reach the page
         location.sync(page, {n: n for n in page.url_parameters}, on_error=page.apply_url)
+
+    def _clamp_link(self, *events: Any) -> None:
+        """Lower the sizes of the URL's query above what a link may ask of the shown page (each time the query
+        changes: the browser sends the address it was opened with once more when it connects). A size so set
+        reaches the page's settings, but its preview is built once, at the next tick, from the lowered value."""
+        if self._location is None or self._synced is None:
+            return
+        lowered = self._synced.clamp_link(self._location.query_params)
+        if lowered:
+            self._location.update_query(**{n: json.dumps(v) for n, v in lowered.items()})
 
     def _unknown_page(self, values: dict[str, Any]) -> None:
         """The URL named no page (``?page=nope``): keep the page shown and say so, quoting the name as text."""
         name = values.get("page", "")
         pages = ", ".join(md(p) for p in self._factories)
-        self.notice.object = f"There is no page {code(name)}; showing {md(self.page)}. The pages: {pages}."
+        self.notice.object = f"There is no page {code(clipped(name))}; showing {md(self.page)}. The pages: {pages}."
         self.notice.visible = True
         if self._location is not None:  # the address bar names the page shown
             self._location.update_query(page=self.page)
@@ -125,6 +137,7 @@ class LabShell(pn.viewable.Viewer):
         """The served page: Residual Lab's template; the page selection lives in the URL (``?page=…``)."""
         if pn.state.location is not None:
             self._location = pn.state.location
+            self._location.param.watch(self._clamp_link, "search")
             self._location.sync(self, {"page": "page"}, on_error=self._unknown_page)
             self._sync_url(self.get_page(self.page))  # the shown page's settings live in the URL too
         if pn.state.curdoc is not None and pn.state.curdoc.session_context is not None:

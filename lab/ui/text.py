@@ -54,6 +54,13 @@ def md(value: Any, one_line: bool = False) -> str:
     return _LEADING_BLANKS.sub(lambda m: NBSP * len(m.group().expandtabs(4)), text)
 
 
+def clipped(value: Any, chars: int = 120) -> str:
+    """``str(value)``, cut to its first ``chars`` characters with how many more it had: a value from a URL or a typed
+    field may be megabytes long, and a notice quotes it to say which it was, not to show it all."""
+    text = str(value)
+    return text if len(text) <= chars else f"{text[:chars]} … ({len(text) - chars:,} more characters)"
+
+
 def _fence(value: str, least: int) -> str:
     longest = max((len(m) for m in _BACKTICKS.findall(value)), default=0)
     return "`" * max(least, longest + 1)

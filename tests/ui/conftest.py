@@ -5,8 +5,16 @@ import logging
 
 import pytest
 
+from lab.jobs.bounded import cancel_all
 from lab.jobs.manager import JobManager
 from lab.ui.serve import serving_lab
+
+
+@pytest.fixture(autouse=True)
+def _no_analysis_left():
+    """Each test's pages' analyses (previews in bounded children) end with it: they hold the server's slots."""
+    yield
+    cancel_all()
 
 
 @pytest.fixture

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 import time
 import urllib.request
 
@@ -350,6 +352,36 @@ def test_out_of_range_url_settings_are_named_and_clamped(server):
     assert not seen.errors and not seen.external, seen
 
 
+@needs_chromium
+def test_a_hostile_alignment_link_is_clamped_and_said_and_the_page_answers(server):
+    """A link asking for sizes that would take minutes (the preview of two 32-block networks 1024 wide on 512 inputs)
+    and a 40 kB data folder: the sizes are lowered to what a link may ask, the folder refused before any path work,
+    each said as text, and the preview of the lowered sizes is drawn."""
+    url = server
+    folder = "a/" * 20_000
+    with browser_page(1600, 1200) as (page, seen):
+        page.goto(f"{url}/apps?page=Alignment&width=1024&depth=32&inputs=512&k=64&data_folder={folder}",
+                  timeout=60_000)
+        page.wait_for_function(JS_HAS_TEXT, arg="a link may ask at most", timeout=120_000)
+        text = page.evaluate("""() => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
+            if (typeof m.text === 'string' && m.text.includes('a link may ask')) return m.text; return ''; }""")
+
+        def shown_text(html_text: str) -> str:  # the notice's HTML as read: entities decoded, tags dropped
+            return re.sub(r"<[^>]+>", "", html.unescape(html.unescape(html_text)))
+
+        for name, limit in (("width=1024", 128), ("depth=32", 16), ("inputs=512", 64), ("k=64", 30)):
+            assert f"{name}: a link may ask at most {limit}, which is used" in shown_text(text), (name, text)
+        page.wait_for_function(JS_HAS_TEXT, arg="at most 1,000 characters", timeout=60_000)
+        page.wait_for_function(JS_HAS_TEXT, arg="Preview of the untrained networks: done", timeout=240_000)
+        # the figures' data follow the status line in their own messages
+        page.wait_for_function(f"() => ({JS_PLOTS})().filter(p => p.title.startsWith('RA3') && p.points > 0).length "
+                               "== 2", timeout=60_000)
+        page.wait_for_function("() => location.search.includes('width=128')", timeout=30_000)
+        plots = [p for p in _plots(page) if p["title"].startswith("RA3")]
+        assert len(plots) == 2 and not plots_off_their_data(plots), plots
+    assert not seen.errors and not seen.external, seen
+
+
 # points of the curve whose source is named ``name`` (LiveCurves: "loss:loss", the Runs page: "Learning rate:lr")
 JS_SOURCE_POINTS = """(name) => { for (const doc of Bokeh.documents) for (const m of doc.all_models)
     if (m.name === name && m.get_length) return m.get_length(); return 0; }"""
@@ -449,8 +481,7 @@ def test_browser_alignment_page_analyses_a_checkpoint_from_the_servers_folder_an
         page.wait_for_function(JS_HAS_TEXT, arg="Step 0.", timeout=120_000)
         page.get_by_text("Analyse a checkpoint").click()
         for placeholder, value in (("timm:resnet18", "torchvision:resnet18"),
-                                   ("resnet18.safetensors", str(tmp_path / "elsewhere.pt")),
-                                   ("data.image_size=32", "data.image_size=16")):
+                                   ("resnet18.safetensors", str(tmp_path / "elsewhere.pt"))):
             page.get_by_placeholder(placeholder).fill(value)
             page.get_by_placeholder(placeholder).press("Enter")
         page.get_by_role("button", name="Analyse", exact=True).click()

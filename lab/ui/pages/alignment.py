@@ -6,7 +6,10 @@ contrast is one switch away: the same network without skip connections, trained 
 initialisation seed, same batches, same step), drawn in a second column.
 
 Snapshots are on demand: the job builds the next one (:func:`lab.jobs.builders.alignment_builder`, on the training
-thread between steps) only after the page has drawn the last and at least ``every`` steps later.
+thread between steps) only after the page has drawn the last and at least ``every`` steps later. Before training,
+the untrained networks' snapshots come from a bounded child process (:func:`lab.jobs.builders.alignment_preview` in
+a :class:`~lab.ui.views.task_panel.TaskPanel`, with its progress and Cancel): the page answers at once and the
+preview arrives after. Sizes a link asks for beyond :data:`LINK_LIMITS` are clamped, and the page says so.
 
 The analysis starts from the paper's choices: K = 30 singular triplets per block (its Fig. 2; fewer when a block
 is narrower), the 1/σ₁ line fitted from block 5 on (its Fig. 4b), and trajectories projected on two random
@@ -26,7 +29,6 @@ from typing import Any
 import numpy as np
 import panel as pn
 import param
-import torch
 from bokeh.embed import file_html
 from bokeh.layouts import gridplot
 from bokeh.resources import INLINE
@@ -35,18 +37,19 @@ from lab.analysis.residual_alignment import PAPER_K, RA4_FIT_START
 from lab.config import ConfigError, ExperimentConfig, ModelConfig, apply_overrides
 from lab.data.images import IMAGE_DATASETS
 from lab.data.roots import resolve_data_path
-from lab.jobs.builders import alignment_builder
+from lab.jobs.bounded import TaskFailed
+from lab.jobs.builders import alignment_builder_of, alignment_preview
 from lab.jobs.kinds import ALIGNMENT
 from lab.jobs.manager import JobManager
 from lab.nn.registry import list_models, model_info, model_parameters
 from lab.reports.lenses import Analysis
-from lab.train.build import build_data, build_model
 from lab.ui.follower import JobFollower
-from lab.ui.pages.knobs import Knob, config_overrides, knob_class, view_names
+from lab.ui.pages.knobs import Knob, bounded_text, config_overrides, knob_class, view_names
 from lab.ui.pages.training import Export, TrainingPage
 from lab.ui.views.checkpoint_source import CheckpointSource
 from lab.ui.views.live_alignment import VIEWS, AlignmentViews
 from lab.ui.views.live_curves import LiveCurves
+from lab.ui.views.task_panel import TaskPanel
 
 CONV_TYPES = {"conv": "conv_resnet", "conv_two_stage": "conv_resnet"}
 """The convolutional presets: ``depth`` and ``width`` set their stages' blocks and channels."""
@@ -70,8 +73,8 @@ KNOBS: dict[str, Knob] = {
     "dataset": Knob(param.Selector(default="digits", objects=list(IMAGE_DATASETS),
                                    doc="image set (digits ship with the lab; the others need a data folder)"),
                     "Data", "data.name"),
-    "data_folder": Knob(param.String(default="", doc="folder of the data set, inside the server's data folders "
-                                                     "(LAB_DATA_DIRS)"), "Data", "data.root",
+    "data_folder": Knob(bounded_text(doc="folder of the data set, inside the server's data folders (LAB_DATA_DIRS)"),
+                        "Data", "data.root",
                         to_config=lambda v, page: str(resolve_data_path(v)) if v.strip() else ""),
     "classes": Knob(param.Integer(default=0, bounds=(0, 100), doc="first N classes only (0 = all)"), "Data",
                     "data.classes"),
@@ -121,6 +124,10 @@ KNOBS: dict[str, Knob] = {
                    training=False),
 }
 VIEW = view_names(KNOBS)
+LINK_LIMITS = {"width": 128, "depth": 16, "inputs": 64, "k": 30}
+"""The most a link (the URL's query) may ask of each size: the untrained preview of two networks at these sizes takes
+a few seconds on a laptop's CPU. More can be set on the page itself; the preview then runs longer, still in its
+bounded child."""
 FIXED = {"train.momentum": 0.9, "train.log_every": 5}
 COLUMN_PX = 500
 """Width of each run's column: its widest figure (frame, axes, legend or colour bar) fits; nothing is squeezed."""
@@ -139,6 +146,7 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
 
     title = "Alignment"
     knobs = KNOBS
+    link_limits = LINK_LIMITS
     changed_note = ("Training settings changed. **Reset** to rebuild the networks with them (this stops the current "
                     "runs; their folders stay on disk).")
 
@@ -149,18 +157,19 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
         self.twin = AlignmentViews("without skips")
         self.curves = LiveCurves(width=300, height=160)
         self.twin_curves = LiveCurves(width=300, height=160)
-        self._data = None
-        self._data_key = None
+        self.preview = TaskPanel("The untrained networks are drawn once the preview has run.", session=self.tasks)
+        self._unbuildable: str | None = None  # why the last preview could not build the settings' networks
         self.follower.on_snapshot(ALIGNMENT, self.main.show)
         self.follower.on_metrics(self.curves.extend)
         self.twin_follower.on_snapshot(ALIGNMENT, self.twin.show)
         self.twin_follower.on_metrics(self.twin_curves.extend)
         self._twin_parts: list[pn.viewable.Viewable] = []  # what the contrast switch shows or hides
         self._views = pn.Column(*self._rows(), self._downloads())
-        self.checkpoint = CheckpointSource(self.follower.manager.store.root, on_result=self._show_checkpoint)
+        self.checkpoint = CheckpointSource(self.follower.manager.store.root, on_result=self._show_checkpoint,
+                                           session=self.tasks)
         self.follower.add_views(self._views)
         self.twin_follower.add_views(self._views)
-        self._rebuild()
+        self._rebuild()  # starts the preview in its child and returns: the page answers first, the preview after
 
     # -- configuration ----------------------------------------------------------------------------------------
     def config(self, twin: bool = False) -> ExperimentConfig:
@@ -186,37 +195,11 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
         base = ExperimentConfig(name=name, model=ModelConfig(name=MODEL_TYPES[self.model_type]))
         return apply_overrides(base, {**values, **FIXED})
 
-    def _load(self, cfg: ExperimentConfig):
-        """The data of ``cfg`` (kept while the data settings do not change)."""
-        if cfg.data != self._data_key:
-            self._data, self._data_key = build_data(cfg), cfg.data
-        return self._data
-
-    def _builder(self, data) -> tuple[Any, int]:
-        """The snapshot builder for ``data`` and the K it uses (at most the smallest block's size)."""
-        k = min(self.k, self._max_k(data))
-        return alignment_builder(data, k=k, inputs=self.inputs, fit_start=self.fit_from - 1), k
-
-    def _max_k(self, data) -> int:
-        """The largest K the Jacobians allow: the smallest residual-stream size."""
-        model = build_model(self.config(), data)
-        with torch.no_grad():
-            states = model.eval().forward_intermediates(data.x_test[:1], intermediates_only=True)
-        return min(h[0].numel() for h in states)
-
     def _rebuild(self) -> None:
-        """Untrained networks from the settings: their snapshots are drawn before any training."""
-        self.notice.visible = False
+        """Untrained networks from the settings: their snapshots, computed in a bounded child, are drawn before any
+        training (a newer preview replaces one still running)."""
         try:
-            cfg = self.config()
-            data = self._load(cfg)
-            builder, k = self._builder(data)
-            columns = [(self.main, cfg)] + ([(self.twin, self.config(twin=True))] if self.contrast else [])
-            for views, c in columns:
-                views.set_label("with skips" if c.model.shortcut == "identity" else "without skips")
-                snapshot = builder(build_model(c, data))
-                if snapshot is not None:
-                    views.show({**snapshot, "step": np.int64(0)})
+            cfgs = [self.config()] + ([self.config(twin=True)] if self.contrast else [])
         except (ConfigError, ValueError, PermissionError, FileNotFoundError) as err:
             self.follower.status.error(f"Cannot build these settings: {err}")
             return
@@ -225,8 +208,31 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
         self.twin_curves.clear()
         for part in self._twin_parts:
             part.visible = self.contrast
-        if self.k > k:
-            self.say("info", f"K = {self.k} is more than the smallest block's size; using K = {k}.")
+        for views, c in zip((self.main, self.twin), cfgs, strict=False):
+            views.set_label("with skips" if c.model.shortcut == "identity" else "without skips")
+        self._unbuildable = None
+        self.preview.start("Preview of the untrained networks", alignment_preview, cfgs, k=self.k,
+                           inputs=self.inputs, fit_start=self.fit_from - 1, replace=True,
+                           on_result=self._show_preview, on_failure=self._preview_failed)
+
+    def _preview_failed(self, err: TaskFailed) -> None:
+        """Settings whose networks or data could not be built are said in the status, and **Start** refuses them; a
+        preview ended by a bound or cancelled says so in its panel, and training may still start."""
+        if err.reason == "error":
+            self._unbuildable = str(err)
+            self.follower.status.error(f"Cannot build these settings: {err}")
+
+    def _show_preview(self, result: dict[str, Any]) -> None:
+        """The preview's snapshots, drawn unless a run has started meanwhile (its snapshots are drawn instead)."""
+        if self.follower.running:
+            return
+        for views, snapshot in zip((self.main, self.twin), result["snapshots"], strict=False):
+            if snapshot is not None:
+                views.show({**snapshot, "step": np.int64(0)})
+        if self.k > result["k"]:
+            self.say("info", f"K = {self.k} is more than the smallest block's size; using K = {result['k']}.")
+        elif self.notice.object.startswith("K = "):  # a cap said for earlier settings
+            self.notice.visible = False
 
     def _show_checkpoint(self, result: Analysis) -> None:
         """A checkpoint's analysis in the left column, alone (the twin's column hides until **Reset**)."""
@@ -239,13 +245,16 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
     def _start(self, paused: bool) -> bool:
         self.curves.clear()
         self.twin_curves.clear()
+        self.preview.cancel()
         try:
             cfg = self.config()
-            data = self._load(cfg)
-            builder, _ = self._builder(data)
+            if self._unbuildable is not None:
+                raise ValueError(self._unbuildable)
         except (ConfigError, ValueError, PermissionError, FileNotFoundError) as err:
             self.follower.status.error(f"Cannot start: {err}")
             return False
+        # the data's inputs are read in the training child, not here (K is capped there at the blocks' size)
+        builder = alignment_builder_of(cfg, k=self.k, inputs=self.inputs, fit_start=self.fit_from - 1)
         kwargs = {"builders": {ALIGNMENT: builder}, "cadence": {ALIGNMENT: (self.every, 0.0)},
                   "on_demand": (ALIGNMENT,), "paused": paused}
         if not self.contrast:
@@ -265,6 +274,13 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
     @property
     def followers(self) -> tuple[JobFollower, ...]:
         return (self.follower, self.twin_follower)
+
+    def poll(self) -> bool:
+        """Pull what is new from the jobs, the preview and the checkpoint's analysis (a served page's periodic
+        callbacks do each; a notebook or a test calls this)."""
+        changed = super().poll()
+        changed = self.preview.poll() or changed
+        return self.checkpoint.poll() or changed
 
     # -- view settings ----------------------------------------------------------------------------------------
     @param.depends(*VIEW, watch=True)
@@ -317,6 +333,9 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
                  *(pair(self.main.panes[name], self.twin.panes[name]) for name in rest)]
         curves = [pair(a, b) for a, b in zip(self.curves.pane, self.twin_curves.pane, strict=True)]
         return [heads, *views, *curves]
+
+    def _messages(self) -> list[pn.viewable.Viewable]:
+        return [*super()._messages(), self.preview]
 
     def _cards(self) -> list[pn.viewable.Viewable]:
         return [self.checkpoint.card()]

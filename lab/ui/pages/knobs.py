@@ -15,7 +15,11 @@ from typing import Any
 import param
 
 from lab.data.toy2d import TOY_DATASETS
-from lab.ui.text import code
+from lab.ui.text import clipped, code
+
+TEXT_CHARS = 1000
+"""The longest text a page's field takes (a path, a network's name, a list of values), from the URL or the page alike:
+checked on the server, where the value arrives, before any path work (the browser's own limit binds only a browser)."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,27 @@ class Knob:
     key: str | None = None
     training: bool = True
     to_config: Callable[[Any, Any], Any] | None = None
+
+
+class BoundedText(param.String):
+    """A text parameter that refuses a value longer than :attr:`chars` characters, with a short ValueError (param's
+    own errors quote the whole value: a megabyte of it)."""
+
+    __slots__ = ["chars"]
+
+    def __init__(self, default: str = "", *, chars: int = TEXT_CHARS, **params: Any) -> None:
+        self.chars = chars  # before the default is validated
+        super().__init__(default=default, **params)
+
+    def _validate_value(self, value: Any, allow_None: bool) -> None:
+        if isinstance(value, str) and len(value) > self.chars:
+            raise ValueError(f"{self.name}: {len(value):,} characters, where at most {self.chars:,} are taken")
+        super()._validate_value(value, allow_None)
+
+
+def bounded_text(default: str = "", doc: str = "", chars: int = TEXT_CHARS) -> BoundedText:
+    """A :class:`BoundedText` of at most ``chars`` characters."""
+    return BoundedText(default, doc=doc, chars=chars)
 
 
 def toy_data_knobs(seed: str = "data_seed") -> dict[str, Knob]:
@@ -112,6 +137,8 @@ def nearest_allowed(p: param.Parameter, value: Any) -> Any:
 
 
 def _allowed(p: param.Parameter) -> str:
+    if isinstance(p, BoundedText):
+        return f"at most {p.chars:,} characters"
     if isinstance(p, param.Selector):
         return "one of " + ", ".join(map(str, p.objects))
     if getattr(p, "bounds", None):
@@ -122,7 +149,7 @@ def _allowed(p: param.Parameter) -> str:
 def apply_url_values(page: param.Parameterized, values: Mapping[str, Any]) -> dict[str, str]:
     """Set ``values`` (from the URL query) on ``page`` one by one; a refused value is replaced by the nearest
     allowed one. Returns, per replaced value, a notice naming the field, the allowed range and the value used (as
-    Markdown: the URL's value is quoted as text)."""
+    Markdown: the URL's value is quoted as text, its first characters only)."""
     notices = {}
     for name, value in values.items():
         try:
@@ -131,5 +158,24 @@ def apply_url_values(page: param.Parameterized, values: Mapping[str, Any]) -> di
             p = page.param[name]
             used = nearest_allowed(p, value)
             setattr(page, name, used)
-            notices[name] = f"{code(f'{name}={value}')}: {name} must be {_allowed(p)}; using {used}."
+            notices[name] = f"{code(clipped(f'{name}={value}'))}: {name} must be {_allowed(p)}; using {used}."
     return notices
+
+
+def clamp_link(values: Mapping[str, Any], limits: Mapping[str, float]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The sizes in ``values`` (a link's query) above ``limits`` lowered to them: returns the lowered values and, for
+    each, a notice (Markdown) saying what the link asked and what is used."""
+    lowered, notices = {}, {}
+    for name, limit in limits.items():
+        if name not in values:
+            continue
+        try:
+            asked = float(values[name])
+        except (TypeError, ValueError):
+            continue  # not a number: the page's own check refuses it and says so
+        if asked > limit:
+            lowered[name] = int(limit) if float(limit).is_integer() else limit
+            asked_text = code(clipped(f"{name}={values[name]}"))
+            notices[name] = (f"{asked_text}: a link may ask at most {code(lowered[name])}, which is used; a larger "
+                             "value can be set on the page")
+    return lowered, notices

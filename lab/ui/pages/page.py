@@ -12,8 +12,9 @@ import panel as pn
 from lab.jobs.job import Job
 from lab.jobs.manager import JobManager
 from lab.ui.follower import JobFollower
-from lab.ui.pages.knobs import Knob, apply_url_values
+from lab.ui.pages.knobs import Knob, apply_url_values, clamp_link
 from lab.ui.text import alert_pane
+from lab.ui.views.task_panel import SessionTasks
 
 
 class Page(pn.viewable.Viewer):
@@ -23,16 +24,22 @@ class Page(pn.viewable.Viewer):
     Attributes:
         follower: starts and follows the page's job (status line, progress bar, alerts).
         notice: a message about the page's settings (URL values out of range).
+        tasks: the analyses of the page's session (one at a time: its panels share this).
     """
 
     title: ClassVar[str] = ""
     knobs: ClassVar[dict[str, Knob]] = {}
+    link_limits: ClassVar[dict[str, float]] = {}
+    """The most a link (the URL's query) may ask of each size: what the page computes at once stays within a few
+    seconds whatever a link says (:meth:`clamp_link`)."""
 
     def __init__(self, manager: JobManager | None = None, **params: Any) -> None:
         super().__init__(**params)
         self.notice = alert_pane("", alert_type="info", visible=False, margin=(5, 10))
         self.follower = JobFollower(manager, views=[self.notice])
+        self.tasks = SessionTasks.of_session()
         self._pending: set[str] = set()  # names of functions waiting for the next tick (:meth:`later`)
+        self._url_notices: dict[str, str] = {}  # what the URL asked that was not used as asked (:meth:`_say_url`)
 
     @property
     def url_parameters(self) -> tuple[str, ...]:
@@ -58,10 +65,24 @@ class Page(pn.viewable.Viewer):
         notices = apply_url_values(self, values)
         if not notices:
             return
-        self.say("warning", "Some URL settings were out of range:\n\n" + "\n".join(f"- {n}" for n in notices.values()))
+        self._say_url(notices)
         if pn.state.location is not None:  # the address bar shows the values in use
             used = {n: self.param[n].serialize(getattr(self, n)) for n in notices}
             pn.state.location.update_query(**{n: v if isinstance(v, str) else json.dumps(v) for n, v in used.items()})
+
+    def clamp_link(self, query: dict[str, Any]) -> dict[str, Any]:
+        """The sizes of ``query`` (the URL's, before it is applied) above :attr:`link_limits`, lowered to them; the
+        notice says what was lowered."""
+        lowered, notices = clamp_link(query, self.link_limits)
+        if notices:
+            self._say_url(notices)
+        return lowered
+
+    def _say_url(self, notices: dict[str, str]) -> None:
+        """Say what the URL asked that the page does not use as it was: every such setting, in one notice."""
+        self._url_notices.update(notices)
+        self.say("warning", "Some URL settings were out of range:\n\n" +
+                 "\n".join(f"- {n}" for n in self._url_notices.values()))
 
     def later(self, fn: Callable[[], None]) -> None:
         """Run ``fn`` on the session's next tick, once for any number of calls before it (right away in a notebook

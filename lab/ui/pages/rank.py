@@ -35,15 +35,15 @@ from lab.jobs.kinds import RANK
 from lab.jobs.manager import JobManager
 from lab.nn.mlp import ACTIVATIONS
 from lab.reports.lenses import Analysis
-from lab.reports.sweep_snapshot import rank_snapshot
+from lab.reports.sweep_snapshot import rank_preview
 from lab.runfolder.layout import RunState
-from lab.train.build import build_data, build_model, build_task
 from lab.ui.pages.knobs import Knob, config_overrides, knob_class, toy_data_knobs
 from lab.ui.pages.training import Export, TrainingPage
 from lab.ui.text import md
 from lab.ui.views.checkpoint_source import CheckpointSource
 from lab.ui.views.layer_profile import LayerProfileViews
 from lab.ui.views.live_rank import MEASURES, RankViews
+from lab.ui.views.task_panel import TaskPanel
 
 SCHEDULES = ("linear", "paper_eq5", "scaled_both", "scaled_branch")
 STRUCTURES = {"unet": {"unet_skips": True}, "no_skips": {"unet_skips": False}, "no_decoder": None}
@@ -141,10 +141,11 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
         self.follower.on_snapshot(RANK, self._new_snapshot)
         self.layers = LayerProfileViews()
         self.checkpoint = CheckpointSource(self.follower.manager.store.root, on_result=self._show_checkpoint,
-                                           analyses=("rank", "retransformation"))
+                                           analyses=("rank", "retransformation"), session=self.tasks)
         self._main = pn.Column(self.rank.layout, self._downloads())  # a checkpoint's layers go on top once analysed
         self.follower.add_views(self._main)
-        self._rebuild()
+        self.preview = TaskPanel("The untrained members are drawn once the preview has run.", session=self.tasks)
+        self._rebuild()  # starts the preview in its child and returns: the page answers first, the preview after
 
     # -- configuration ----------------------------------------------------------------------------------------
     def config(self) -> ExperimentConfig:
@@ -171,18 +172,23 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
         self.notice.visible = False
         try:
             cfg, values = self.config(), self.alpha_min_values()
-            data = build_data(cfg)
-            models = [build_model(apply_overrides(cfg, {"model.alpha_min": a}), data) for a in values]
-            task = build_task(cfg, data)
         except (ConfigError, ValueError) as err:
             self.follower.status.error(f"Invalid settings: {err}")
             return
         self.follower.status.clear()
+        self.preview.start("Preview of the untrained members", rank_preview, cfg, values, replace=True,
+                           on_result=self._show_preview)
+
+    def _show_preview(self, snapshot: dict[str, np.ndarray]) -> None:
+        """The untrained members, unless a sweep has started meanwhile (its snapshots are drawn instead)."""
+        if self.follower.running:
+            return
         self.rank.clear()
-        self.rank.show(rank_snapshot(models, data, names=[f"alpha_min-{a:g}" for a in values], task=task))
+        self.rank.show(snapshot)
 
     # -- actions ----------------------------------------------------------------------------------------------
     def _start(self, paused: bool) -> bool:
+        self.preview.cancel()
         try:
             cfg, values = self.config(), self.alpha_min_values()
         except (ConfigError, ValueError) as err:
@@ -207,6 +213,8 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
 
     def poll(self) -> bool:
         changed = super().poll()
+        changed = self.preview.poll() or changed
+        changed = self.checkpoint.poll() or changed
         return self._draw_umap() or changed
 
     def _show_checkpoint(self, result: Analysis) -> None:
@@ -268,6 +276,9 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
         return [("Snapshot npz", self.snapshot_npz, "rank.npz"), ("Config YAML", self.config_yaml, "sweep.yaml")]
 
     # -- layout -----------------------------------------------------------------------------------------------
+    def _messages(self) -> list[pn.viewable.Viewable]:
+        return [*super()._messages(), self.preview]
+
     def _cards(self) -> list[pn.viewable.Viewable]:
         return [self.checkpoint.card()]
 

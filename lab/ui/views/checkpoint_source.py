@@ -1,20 +1,20 @@
 """A page's "checkpoint" source: a network of your own, from a weights file on the server, analysed in the background.
 
 The form takes a network (``timm:<arch>``, ``torchvision:<arch>`` or a registered lab model), a weights file, the
-data it is analysed on and any further settings, as ``lab analyze --model NAME --weights FILE`` takes them. The file
-and the data folder resolve only inside the folders the server was started with (its runs folders and
-``LAB_DATA_DIRS``): a path typed into a page never reads anywhere else on disk. **Analyse** runs
-:func:`lab.reports.lenses.analyze` in the background, one analysis at a time per server (a second is refused while
-one runs, never queued), which writes an imported run folder (the Runs page lists it) and hands the page its
-:class:`~lab.reports.lenses.Analysis` on the session's thread; meanwhile a status line and a progress bar follow the
-Jacobians done. Everything typed and every error is shown as text.
+data it is analysed on and a short list of settings — the data's image size (at most
+:data:`~lab.reports.served.MAX_IMAGE_SIZE`) and samples per class, the analysis's inputs and K — never a model's
+construction keys or a path. The weights file and the data folder resolve only inside the folders the server was
+started with (its runs folders and ``LAB_DATA_DIRS``): a path typed into a page never reads anywhere else on disk.
+**Analyse** runs :func:`lab.reports.served.analyze_served` in a bounded child process
+(:class:`~lab.ui.views.task_panel.TaskPanel`: a memory and a time bound, a progress bar and **Cancel**; one analysis
+per session, a few per server), which opens the file once without following links, writes an imported run folder
+(the Runs page lists it) and hands the page its :class:`~lab.reports.lenses.Analysis` on the session's thread.
+Everything typed and every error is shown as text.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +22,18 @@ import panel as pn
 import param
 
 from lab.data.images import IMAGE_DATASETS
-from lab.data.roots import data_roots, resolve_data_file, resolve_data_path
-from lab.reports.lenses import Analysis, analyze
+from lab.data.roots import data_roots, resolve_data_path
+from lab.reports.lenses import Analysis
+from lab.reports.served import MAX_IMAGE_SIZE, MAX_PER_CLASS, analyze_served
 from lab.runs.catalog import run_roots
-from lab.ui.follower import can_schedule, weak_periodic
-from lab.ui.text import alert_pane, code, markdown_pane, md
+from lab.ui.pages.knobs import bounded_text
+from lab.ui.text import code, md
+from lab.ui.views.task_panel import SessionTasks, TaskPanel
 
 __all__ = ["CheckpointSource"]
 
-_ANALYSES = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lab-checkpoint")
-_SLOT = threading.BoundedSemaphore(1)  # one analysis at a time per server, none queued behind it
-TICK_MS = 300
-"""How often a served page looks at the running analysis's progress."""
+BLOCKS_CHARS = 256
+"""The longest module-name pattern the form takes for ``blocks``."""
 
 
 class CheckpointSource(pn.viewable.Viewer):
@@ -44,138 +44,85 @@ class CheckpointSource(pn.viewable.Viewer):
         roots: the folders a typed path may resolve in (default: the server's run folders and ``LAB_DATA_DIRS``).
         on_result: called with the :class:`~lab.reports.lenses.Analysis` on the session's thread.
         analyses: what :func:`~lab.reports.lenses.analyze` runs.
+        session: the session's analyses (one runs at a time; default: the served session's).
     """
 
-    network = param.String(default="", doc="timm:<arch>, torchvision:<arch> or a registered lab model")
-    weights = param.String(default="", doc="its weights file (.safetensors or a PyTorch file of tensors), inside "
-                                           "the server's folders")
-    blocks = param.String(default="", doc="for a network the lab has no adapter for: its residual blocks by module "
-                                          "name (stages.*.blocks.*), each computing h + F(h)")
+    network = bounded_text(doc="timm:<arch>, torchvision:<arch> or a registered lab model", chars=200)
+    weights = bounded_text(doc="its weights file (.safetensors or a PyTorch file of tensors), inside the server's "
+                               "folders")
+    blocks = bounded_text(doc="for a network the lab has no adapter for: its residual blocks by module name "
+                              "(stages.*.blocks.*), each computing h + F(h)", chars=BLOCKS_CHARS)
     dataset = param.Selector(default="digits", objects=list(IMAGE_DATASETS), doc="the data it is analysed on")
-    data_folder = param.String(default="", doc="that data set's folder, inside the server's data folders")
-    settings = param.String(default="", doc="further settings KEY=VALUE, separated by spaces (data.image_size=32 "
-                                            "model.num_classes=10)")
+    data_folder = bounded_text(doc="that data set's folder, inside the server's data folders")
+    image_size = param.Integer(default=0, bounds=(0, MAX_IMAGE_SIZE), doc="images resized to N × N (0: the data "
+                                                                          "set's own)")
+    max_per_class = param.Integer(default=0, bounds=(0, MAX_PER_CLASS), doc="at most N images per class (0: all)")
     inputs = param.Integer(default=16, bounds=(2, 512), doc="test inputs analysed")
     k = param.Integer(default=10, bounds=(1, 64), doc="singular triplets per block (capped at the blocks' size)")
     analyse = param.Event(label="Analyse")
 
     def __init__(self, runs_dir: Path, roots: Sequence[Path] | None = None,
                  on_result: Callable[[Analysis], None] | None = None,
-                 analyses: Sequence[str] = ("alignment",), **params: Any) -> None:
+                 analyses: Sequence[str] = ("alignment",), session: SessionTasks | None = None,
+                 **params: Any) -> None:
         super().__init__(**params)
         self.runs_dir = Path(runs_dir)
         self.roots = list(roots) if roots is not None else [*run_roots(self.runs_dir), *data_roots()]
         self.on_result = on_result
         self.analyses = tuple(analyses)
         self.result: Analysis | None = None
-        self._future: Future | None = None
-        self._done = (0, 0)  # Jacobians done, total: written by the analysis's thread
-        self._lock = threading.Lock()
-        self._ticker = None
-        self.status = markdown_pane("Analyse a network of your own from its weights file.", margin=(0, 10))
-        self.bar = pn.indicators.Progress(value=0, max=100, visible=False, sizing_mode="stretch_width", height=12,
-                                          margin=(0, 10))
-        self.alert = alert_pane("", alert_type="danger", visible=False, margin=(5, 10))
+        self.task = TaskPanel("Analyse a network of your own from its weights file.", session=session)
+        self.status, self.alert = self.task.status, self.task.alert
         widgets = {"network": {"placeholder": "timm:resnet18"}, "weights": {"placeholder": "resnet18.safetensors"},
                    "blocks": {"placeholder": "(found for ResNets and ViTs)"},
-                   "data_folder": {"placeholder": "cifar10"}, "settings": {"placeholder": "data.image_size=32"},
-                   "analyse": {"color": "primary"}}
-        fields = ["network", "weights", "blocks", "dataset", "data_folder", "settings", "inputs", "k", "analyse"]
+                   "data_folder": {"placeholder": "cifar10"},
+                   "image_size": pn.widgets.IntInput, "max_per_class": pn.widgets.IntInput,
+                   "inputs": pn.widgets.IntInput, "k": pn.widgets.IntInput, "analyse": {"color": "primary"}}
+        fields = ["network", "weights", "blocks", "dataset", "data_folder", "image_size", "max_per_class", "inputs",
+                  "k", "analyse"]
         self.form = pn.Param(self.param, parameters=fields, widgets=widgets, show_name=False, width=300)
-        self._layout = pn.Column(self.form, self.status, self.bar, self.alert, width=330)
+        self._layout = pn.Column(self.form, self.task, width=330)
 
     @property
     def busy(self) -> bool:
         """Whether this form's analysis is running."""
-        return self._future is not None and not self._future.done()
+        return self.task.busy
 
     @param.depends("analyse", watch=True)
     def start(self) -> bool:
         """Check the form and start the analysis; a refused form says why (as text) and starts nothing."""
         if self.busy:
             return False
-        self.alert.visible = False
+        network, weights = self.network.strip(), self.weights.strip()
         try:
-            if not self.network.strip():
+            if not network:
                 raise ValueError("name the network (timm:<arch>, torchvision:<arch> or a registered lab model)")
-            weights = resolve_data_file(self.weights, self.roots)
-            data = self.dataset
-            if self.data_folder.strip():
-                data = f"{data}={resolve_data_path(self.data_folder)}"
-            settings = self.settings.split()
-            if any(item.partition("=")[0].strip() == "data.root" for item in settings):
-                raise PermissionError("the data folder goes in its own field, which reads only inside the server's "
-                                      "data folders, not in the settings")
+            if not weights:
+                raise FileNotFoundError("name its weights file")
+            data_root = resolve_data_path(self.data_folder) if self.data_folder.strip() else None
         except (ValueError, PermissionError, FileNotFoundError) as err:
-            self._error(f"Cannot analyse: {err}")
+            self.task.fail(f"Cannot analyse: {md(err)}")
             return False
-        network = self.network.strip()
-        if not _SLOT.acquire(blocking=False):
-            self._error("Another checkpoint is being analysed on this server: try again when it has finished.")
-            return False
-        self._done = (0, 0)
-        self.bar.value, self.bar.visible = 0, True
-        self.status.object = f"Analysing {code(network)} from {code(weights.name)} …"
+        return self.task.start(
+            f"Analysing {code(network)} from {code(Path(weights).name)}", analyze_served, network, weights,
+            self.roots, data=self.dataset, data_root=data_root, image_size=self.image_size,
+            max_per_class=self.max_per_class, inputs=self.inputs, k=self.k, blocks=self.blocks.strip() or None,
+            analyses=self.analyses, runs_dir=self.runs_dir, on_result=self._show)
 
-        def progress(done: int, total: int) -> None:
-            with self._lock:
-                self._done = (done, total)
-
-        kwargs = {"weights": weights, "data": data, "settings": settings, "analyses": self.analyses,
-                  "inputs": self.inputs, "k": self.k, "runs_dir": self.runs_dir, "progress": progress,
-                  "blocks": self.blocks.strip() or None}  # the form as it was when Analyse was pressed
-
-        def run() -> Analysis:
-            try:
-                return analyze(network, **kwargs)
-            finally:
-                _SLOT.release()
-
-        self._future = _ANALYSES.submit(run)
-        if can_schedule() and self._ticker is None:
-            self._ticker = weak_periodic(self, CheckpointSource.poll, TICK_MS, CheckpointSource._poll_failed)
-        return True
+    def _show(self, result: Analysis) -> None:
+        self.result = result
+        self.status.object = f"Analysed {code(result.network)}: run {code(result.run.path.name)}"
+        if self.on_result is not None:
+            self.on_result(result)
 
     def poll(self) -> bool:
         """Show the progress; once the analysis has ended, its result or its error (a served page's periodic callback
         calls this; a notebook or a test may too). Returns whether a result was drawn."""
-        future = self._future
-        if future is None:
-            return False
-        with self._lock:
-            done, total = self._done
-        if not future.done():
-            if total:
-                self.bar.value = int(100 * done / total)
-                self.status.object = f"Analysing: {md(done)} of {md(total)} Jacobians …"
-            return False
-        self._future = None
-        self.bar.visible = False
-        if self._ticker is not None:
-            self._ticker.stop()
-            self._ticker = None
-        if future.exception() is not None:
-            self._error(f"The analysis failed: {future.exception()}")
-            return False
-        self.result = future.result()
-        self.status.object = f"Analysed {code(self.result.network)}: run {code(self.result.run.path.name)}"
-        if self.on_result is not None:
-            self.on_result(self.result)
-        return True
+        return self.task.poll()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the running analysis ends, then :meth:`poll` (a notebook or a test)."""
-        future = self._future
-        if future is not None:
-            future.exception(timeout=timeout)
-        return self.poll()
-
-    def _error(self, text: str) -> None:
-        self.alert.object, self.alert.visible = md(text), True
-        self.status.object = "Nothing analysed."
-
-    def _poll_failed(self, err: Exception) -> None:
-        self._error(f"The page could not show the analysis: {err}")
+        return self.task.wait(timeout)
 
     def card(self) -> pn.Card:
         """The form as a page's sidebar shows it: a card, "Analyse a checkpoint", closed until opened."""

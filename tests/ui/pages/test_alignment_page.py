@@ -25,8 +25,14 @@ def _all_views_have_data(views):
     return all(n > 0 for n in views.points().values())
 
 
+def previewed(page: AlignmentPage) -> AlignmentPage:
+    """``page`` once its untrained preview (computed in a bounded child) has been drawn."""
+    assert page.preview.wait(120), shown(page.preview.alert)
+    return page
+
+
 def test_untrained_networks_are_drawn_with_and_without_skips(manager2):
-    page = AlignmentPage(manager=manager2, **SMALL)
+    page = previewed(AlignmentPage(manager=manager2, **SMALL))
     for views in (page.main, page.twin):
         assert _all_views_have_data(views), views.points()
         assert views.snapshot["sigma"].shape == (3, 12) and views.snapshot["grid"].shape == (1, 3, 3, 12, 12)
@@ -42,7 +48,7 @@ def test_untrained_networks_are_drawn_with_and_without_skips(manager2):
 
 
 def test_the_papers_analysis_settings_are_the_defaults(manager2):
-    page = AlignmentPage(manager=manager2, **{**SMALL, "depth": 6, "k": PAPER_K})
+    page = previewed(AlignmentPage(manager=manager2, **{**SMALL, "depth": 6, "k": PAPER_K}))
     assert (page.param.k.default, page.param.fit_from.default) == (PAPER_K, RA4_FIT_START + 1) == (30, 5)
     assert page.param.projection.default == "gauss" and page.main.projection == "gauss"
     assert page.main.snapshot["sigma"].shape == (6, 30), "K = 30 fits a width-32 network"
@@ -50,8 +56,10 @@ def test_the_papers_analysis_settings_are_the_defaults(manager2):
     assert page.main.ra4.title.text == "RA4 1/σ₁ by block, fit from block 5"
     assert page.main.trajectories.title.text == "RA1 trajectories, Gaussian plane"
     page.fit_from = 2
+    previewed(page)
     assert int(page.main.snapshot["fit_start"]) == 1 and page.main.ra4.title.text.endswith("fit from block 2")
     page.k = 64  # wider than the blocks: capped, and said
+    previewed(page)
     assert page.main.snapshot["sigma"].shape == (6, 32) and "using K = 32" in shown(page.notice)
 
 
@@ -94,7 +102,7 @@ def pair_manager(tmp_path, request):
 
 
 def test_training_in_lockstep_updates_every_view(pair_manager):
-    page = AlignmentPage(manager=pair_manager, **SMALL)
+    page = previewed(AlignmentPage(manager=pair_manager, **SMALL))
     before = page.main.snapshot["sigma"].copy()
     page.param.trigger("play")
     assert poll_until(page, lambda: int(page.main.snapshot["step"]) >= 10 and int(page.twin.snapshot["step"]) >= 10)
@@ -115,7 +123,7 @@ def test_training_in_lockstep_updates_every_view(pair_manager):
 
 
 def test_views_and_exports(manager2):
-    page = AlignmentPage(manager=manager2, **SMALL)
+    page = previewed(AlignmentPage(manager=manager2, **SMALL))
     page.param.update(pair_i=2, pair_j=0, projection="pca")
     assert page.main.pair_figure.title.text.startswith("U_0ᵀ J_2 V_0")
     assert "PCA" in page.main.trajectories.title.text
@@ -128,7 +136,8 @@ def test_views_and_exports(manager2):
 
 
 def test_conv_types_and_bad_data_folders(manager2, tmp_path, monkeypatch):
-    page = AlignmentPage(manager=manager2, **{**SMALL, "model_type": "conv_two_stage", "depth": 2, "width": 4})
+    page = previewed(AlignmentPage(manager=manager2, **{**SMALL, "model_type": "conv_two_stage", "depth": 2,
+                                                        "width": 4}))
     assert page.main.snapshot["scores"].shape == (2, 2) and np.isnan(page.main.snapshot["scores"][0, 1])
     assert _all_views_have_data(page.main)
     monkeypatch.setenv("LAB_DATA_DIRS", str(tmp_path / "data"))
@@ -136,11 +145,16 @@ def test_conv_types_and_bad_data_folders(manager2, tmp_path, monkeypatch):
     page.param.update(dataset="mnist", data_folder="/etc")
     assert "outside the data folders" in shown(page.follower.status.alert)
     page.data_folder = "."
+    page.preview.wait(120)  # the data are read in the preview's child: it says why they cannot be
     assert "not found" in shown(page.follower.status.alert) and "train-images" in shown(page.follower.status.alert)
     page.param.trigger("play")
     assert page.job is None, "nothing starts on settings that cannot load"
     page.param.update(dataset="digits", data_folder="")
+    previewed(page)
     assert page.follower.status.alert.visible is False
+    page.param.trigger("play")
+    assert page.job is not None, "settings that load start again"
+    page.param.trigger("reset")
 
 
 def test_a_pair_trained_in_a_child_process_is_reported_failed_when_the_child_is_killed(tmp_path):
@@ -155,20 +169,22 @@ def test_a_pair_trained_in_a_child_process_is_reported_failed_when_the_child_is_
         page.param.trigger("play")
         jobs = page._jobs()
         assert len(jobs) == 2 and all(isinstance(j, ChildJob) for j in jobs) and jobs[0].proc is jobs[1].proc
-        assert poll_until(page, lambda: int(page.twin.snapshot["step"]) >= 5, timeout=60)
+        assert poll_until(page, lambda: page.twin.snapshot is not None and int(page.twin.snapshot["step"]) >= 5,
+                          timeout=60)
         kill_child_then_start_again(page, jobs)
     finally:
         manager.shutdown()
 
 
 def test_a_checkpoint_from_the_servers_folders_is_analysed_into_the_left_column_and_others_are_refused(
-        manager2, tmp_path):
+        manager2, tmp_path, monkeypatch):
     import torch
     import torchvision
 
-    page = AlignmentPage(manager=manager2, **SMALL)
+    page = previewed(AlignmentPage(manager=manager2, **SMALL))
     source = page.checkpoint
     assert source.roots[0] == (tmp_path / "runs").resolve()
+    assert "settings" not in source.param and "model" not in " ".join(source.param)  # data settings only
     net = torchvision.models.resnet18(num_classes=10)
     net.conv1 = torch.nn.Conv2d(1, 64, 7, 2, 3, bias=False)  # digits are grey
     weights = tmp_path / "runs" / "mine" / "resnet18.pt"
@@ -176,26 +192,33 @@ def test_a_checkpoint_from_the_servers_folders_is_analysed_into_the_left_column_
     torch.save(net.state_dict(), weights)
     (tmp_path / "outside.pt").write_bytes(weights.read_bytes())
     (tmp_path / "runs" / "link.pt").symlink_to(tmp_path / "outside.pt")
+    (tmp_path / "runs" / "linked").symlink_to(tmp_path / "runs" / "mine")
     torch.save(net, tmp_path / "runs" / "pickled.pt")
-    source.network, source.settings, source.inputs, source.k = "torchvision:resnet18", "data.image_size=16", 4, 3
-    for typed, words in ((str(tmp_path / "outside.pt"), "is outside the folders this server reads"),
-                         ("link.pt", "is outside the folders this server reads"),
-                         ("../outside.pt", "is outside the folders this server reads"),
-                         ("mine/none.pt", "no file 'mine/none.pt'")):
+    source.network, source.image_size, source.inputs, source.k = "torchvision:resnet18", 16, 4, 3
+    for typed, words in ((str(tmp_path / "outside.pt"), "outside the folders this server reads"),
+                         ("link.pt", "link"), ("linked/resnet18.pt", "link"), ("../outside.pt", ".."),
+                         ("mine/none.pt", "no file")):
         source.weights = typed
-        assert not source.start() and source.alert.visible
+        assert source.start() and source.wait(60) is False, typed  # checked where the file is opened: in the child
         assert words in shown(source.alert), (typed, shown(source.alert))
-    source.weights, source.settings = "mine/resnet18.pt", f"data.image_size=16 data.root={tmp_path}"
-    assert not source.start() and "the data folder goes in its own field" in shown(source.alert)
-    source.settings = "data.image_size=16"
+    for name in ("weights", "network", "blocks", "data_folder"):  # a megabyte typed (or sent) is refused, briefly
+        with pytest.raises(ValueError, match="characters, where at most") as err:
+            setattr(source, name, "a/" * 500_000)
+        assert len(str(err.value)) < 200
+    with pytest.raises(ValueError):
+        source.image_size = 512  # the ceiling
     source.weights = "pickled.pt"  # inside, but a pickled model: the analysis refuses it, the page says why
     assert source.start() and source.wait(60) is False
     assert "pickled objects" in shown(source.alert)
     source.weights = "mine/resnet18.pt"
+    monkeypatch.setenv("LAB_PAGE_JOBS", "1")
     assert source.start()
-    other = AlignmentPage(manager=manager2, **SMALL).checkpoint  # a second session, while the first analyses
-    other.network, other.weights = "torchvision:resnet18", "mine/resnet18.pt"
-    assert not other.start() and "Another checkpoint is being analysed" in shown(other.alert)
+    other = AlignmentPage(manager=manager2, **SMALL)  # a second session, while the first analyses: refused
+    other.checkpoint.network, other.checkpoint.weights = "torchvision:resnet18", "mine/resnet18.pt"
+    assert not other.checkpoint.start() and "at most 1" in shown(other.checkpoint.alert)
+    assert "at most 1" in shown(other.preview.alert)  # its preview too, until the server has room
+    assert not page.preview.start("again", print, on_result=print), "one analysis per session"
+    assert "runs an analysis already" in shown(page.preview.alert)
     assert source.wait(300) and not source.alert.visible
     assert shown(page.main.heading) == "checkpoint torchvision:resnet18"
     assert _all_views_have_data(page.main)
@@ -205,3 +228,18 @@ def test_a_checkpoint_from_the_servers_folders_is_analysed_into_the_left_column_
     page.reset = True  # Reset: the untrained pair again, both columns
     poll_until(page, lambda: all(part.visible for part in page._twin_parts), timeout=30)
     assert all(part.visible for part in page._twin_parts)
+
+
+def test_the_page_answers_at_once_at_any_size_and_its_preview_is_cancelled_or_bounded(manager2, monkeypatch):
+    """Sizes that take minutes (two 32-block networks 1024 wide on 512 inputs) are the preview child's, not the
+    page's: the page is built while the preview runs, Cancel ends it, and a time bound ends it and says which."""
+    big = {"width": 1024, "depth": 32, "inputs": 512, "k": 64}
+    page = AlignmentPage(manager=manager2, **big)
+    assert page.preview.busy and page.main.snapshot is None
+    page.preview.cancel()
+    assert page.preview.wait(60) is False and "cancelled" in shown(page.preview.alert)
+    monkeypatch.setenv("LAB_PAGE_SECONDS", "2")
+    page.depth = 31  # new settings: a new preview, bounded
+    assert page.preview.wait(120) is False
+    assert "time bound of 2 s (LAB_PAGE_SECONDS)" in shown(page.preview.alert)
+    assert not page.follower.status.alert.visible, "a bound is no reason to refuse to train"

@@ -11,6 +11,12 @@ from tests.ui.driving import kill_child_then_start_again, poll_until, shown
 SMALL = {"n": 1024, "depth": 6, "width": 8, "epochs": 200, "every_s": 0.2}
 
 
+def previewed(page: RankPage) -> RankPage:
+    """``page`` once its untrained members (computed in a bounded child) have been drawn."""
+    assert page.preview.wait(120), shown(page.preview.alert)
+    return page
+
+
 def test_alpha_min_lists_are_checked():
     assert parse_alpha_mins("1.0, 0.8;0.5") == [1.0, 0.8, 0.5]
     cases = (("1.0", "2 to 16"), ("1.0, x", "numbers"), ("1.0, 1.5", r"in \[0, 1\]"), ("0.5, 0.5", "repeated"))
@@ -20,7 +26,7 @@ def test_alpha_min_lists_are_checked():
 
 
 def test_untrained_members_are_drawn_and_settings_rebuild(manager):
-    page = RankPage(manager=manager, **SMALL)
+    page = previewed(RankPage(manager=manager, **SMALL))
     counts = page.rank.counts()
     assert counts == {"by_layer": 6, "schedules": 6, "rank_time": 6, "probe_time": 6, "points": 6, "accuracy": 12,
                       "embeddings": 6}
@@ -28,6 +34,7 @@ def test_untrained_members_are_drawn_and_settings_rebuild(manager):
     assert snapshot["effective_rank"].shape == (6, 7) and snapshot["alphas"].shape == (6, 6)
     np.testing.assert_allclose(snapshot["alphas"][-1], np.linspace(1.0, 0.5, 6), atol=1e-6)  # linear: 1 → α_min
     page.alpha_mins = "1.0, 0.6, 0.2"
+    previewed(page)
     assert page.rank.counts()["by_layer"] == 3
     page.alpha_mins = "nonsense"
     assert "alpha_mins must be numbers" in shown(page.follower.status.alert)
@@ -42,7 +49,7 @@ def test_untrained_members_are_drawn_and_settings_rebuild(manager):
 
 
 def test_titles_name_the_supervised_figure_and_colour_has_a_legend(manager):
-    page = RankPage(manager=manager, **SMALL)
+    page = previewed(RankPage(manager=manager, **SMALL))
     views = page.rank
     assert "Figure 9" in views.caption.object and "Figure 6" not in "".join(
         f.title.text for f in (views.rank_time, views.probe_time, views.rank_probe))
@@ -79,6 +86,7 @@ def test_sweep_trains_and_every_view_follows(manager):
     assert len(status["members"]) == 6 and status["state"] in ("running", "paused", "completed")
     assert "Pearson r" in page.rank.rank_probe.title.text
     page.param.trigger("reset")
+    previewed(page)
     assert page.job is None and page.rank.history["step"] == [0], "back to the untrained members"
 
 
@@ -91,7 +99,8 @@ def test_members_that_do_not_learn_are_named(manager):
 
 
 def test_a_generative_task_sweeps_the_digits_and_judges_members_by_their_loss(manager):
-    page = RankPage(manager=manager, **{**SMALL, "task": "masked", "alpha_mins": "1.0, 0.5", "epochs": 4})
+    page = previewed(RankPage(manager=manager, **{**SMALL, "task": "masked", "alpha_mins": "1.0, 0.5",
+                                                  "epochs": 4}))
     cfg = page.config()
     assert (cfg.data.name, cfg.train.task, cfg.name) == ("digits", "masked", "rank-masked-unet-digits")
     # the paper's structure: the encoder decays, a decoder of half its depth at α = 1, U-Net skips
@@ -102,10 +111,13 @@ def test_a_generative_task_sweeps_the_digits_and_judges_members_by_their_loss(ma
     assert views.snapshot["final_features"].shape == (2, 359, 8)  # the held-out digits' bottleneck
     assert views.snapshot["probe_few"].shape == (2,)
     page.structure = "no_skips"  # Table 3a's ablation
+    previewed(page)
     assert page.config().model.get("unet_skips") is False and "Table 3a" in views.caption.object
     page.structure = "no_decoder"
+    previewed(page)
     assert not page.config().model.get("decoder_depth") and "No encoder-decoder split" in views.caption.object
     page.structure = "unet"
+    previewed(page)
     assert views.accuracy.title.text == "Loss per member"
     page.param.trigger("play")
     assert poll_until(page, lambda: page.job.status()["state"] == "completed")
@@ -119,6 +131,7 @@ def test_a_generative_task_sweeps_the_digits_and_judges_members_by_their_loss(ma
     assert views.failed() == ["α_min 0.5 (01-alpha_min-0.5) is at a held-out loss of 0.970 (predicting zeros scores "
                               "about 1)"]
     page.task = "classify"
+    previewed(page)
     assert page.config().data.name == "spiral" and views.accuracy.title.text == "Accuracy per member"
 
 
@@ -157,7 +170,7 @@ def test_a_checkpoint_is_measured_layer_by_layer_above_the_sweep(manager, tmp_pa
     torch.save(vit.state_dict(), tmp_path / "runs" / "vit.pt")
     source = page.checkpoint
     source.network, source.weights, source.inputs = "timm:vit_tiny_patch16_224", "vit.pt", 64
-    source.settings = "data.image_size=16"
+    source.image_size = 16
     assert source.start() and source.wait(300), shown(source.alert)
     assert page.views().objects[0] is page.layers.layout
     assert page.layers.points() == {key: 25 for key in ("eq6_entropy", "effective_rank", "probe_acc", "to_input",
