@@ -16,6 +16,7 @@ compared with that layout; only a member that passes is built, and only the weig
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -184,3 +185,9 @@ def checkpoint_rank_snapshot(runs: Sequence[Run]) -> tuple[dict[str, np.ndarray]
                           evals=[(s["metrics"], s["step"] or 0) for s in statuses],
                           step=max(s["step"] or 0 for s in statuses), task=build_task(cfg0, data))
     return snapshot, left_out
+
+
+def folders_rank_snapshot(folders: Sequence[str], progress: Callable[[int, int], None] | None = None,
+                          ) -> tuple[dict[str, np.ndarray], list[str]]:
+    """:func:`checkpoint_rank_snapshot` of the members in ``folders`` (what a page's bounded child runs)."""
+    return checkpoint_rank_snapshot([Run(Path(f)) for f in folders])

@@ -17,9 +17,10 @@ snapshot waits, the newest (a hidden or scrolled-away view is sent nothing, and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -250,6 +251,15 @@ class JobFollower(pn.viewable.Viewer):
         if self.job is not None and (ahead or self.clock is None or self.clock.ready):
             for kind in self._wanted:
                 self.job.request(kind)
+
+    @contextlib.contextmanager
+    def drawing(self) -> Iterator[None]:
+        """Draw what is not a snapshot of the job (a page's preview, an analysis's result) as snapshots are drawn: the
+        views' changes reach the browser together — served, in one unlocked block; in a notebook, held, then pushed
+        at once (raw Bokeh changes sent piecemeal beside a pane's would reach the output garbled)."""
+        with pn.io.unlocked(), block_comm():
+            yield
+        self.push()
 
     def push(self) -> None:
         """Send pending model changes to every notebook output showing these views (no-op when served)."""

@@ -170,6 +170,7 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
         self.follower.add_views(self._views)
         self.twin_follower.add_views(self._views)
         self._rebuild()  # starts the preview in its child and returns: the page answers first, the preview after
+        self.preview.settle()  # in a notebook, the cell's output is first drawn with it
 
     # -- configuration ----------------------------------------------------------------------------------------
     def config(self, twin: bool = False) -> ExperimentConfig:
@@ -226,9 +227,10 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
         """The preview's snapshots, drawn unless a run has started meanwhile (its snapshots are drawn instead)."""
         if self.follower.running:
             return
-        for views, snapshot in zip((self.main, self.twin), result["snapshots"], strict=False):
-            if snapshot is not None:
-                views.show({**snapshot, "step": np.int64(0)})
+        with self.follower.drawing():
+            for views, snapshot in zip((self.main, self.twin), result["snapshots"], strict=False):
+                if snapshot is not None:
+                    views.show({**snapshot, "step": np.int64(0)})
         if self.k > result["k"]:
             self.say("info", f"K = {self.k} is more than the smallest block's size; using K = {result['k']}.")
         elif self.notice.object.startswith("K = "):  # a cap said for earlier settings
@@ -236,8 +238,9 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
 
     def _show_checkpoint(self, result: Analysis) -> None:
         """A checkpoint's analysis in the left column, alone (the twin's column hides until **Reset**)."""
-        self.main.set_label(f"checkpoint {result.network or result.run.id}")
-        self.main.show({**result.alignment, "step": np.int64(result.summary["step"])})
+        with self.follower.drawing():
+            self.main.set_label(f"checkpoint {result.network or result.run.id}")
+            self.main.show({**result.alignment, "step": np.int64(result.summary["step"])})
         for part in self._twin_parts:
             part.visible = False
 

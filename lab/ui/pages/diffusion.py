@@ -26,7 +26,7 @@ from lab.runfolder import layout
 from lab.runfolder.entries import LIMITS, read_json, read_picture
 from lab.train.build import raw_images
 from lab.ui.follower import JobFollower
-from lab.ui.pages.knobs import Knob, config_overrides, knob_class
+from lab.ui.pages.knobs import Knob, bounded_text, config_overrides, knob_class
 from lab.ui.pages.rank import parse_alpha_mins
 from lab.ui.pages.training import Export, TrainingPage
 from lab.ui.views.live_diffusion import DiffusionViews
@@ -39,8 +39,8 @@ SCHEDULES = ("sublayer", "linear", "paper_eq5", "constant")
 """The decayed α schedules (``sublayer``, α per residual sub-layer to the end of the decoder, is the paper's §5)."""
 
 KNOBS: dict[str, Knob] = {
-    "alpha_mins": Knob(param.String(default="1.0, 0.8, 0.7, 0.6", doc=f"one U-ViT per α_min (2 to {MAX_MEMBERS}, "
-                                                                     "comma-separated)"), "Sweep"),
+    "alpha_mins": Knob(bounded_text("1.0, 0.8, 0.7, 0.6", doc=f"one U-ViT per α_min (2 to {MAX_MEMBERS}, "
+                                                              "comma-separated)"), "Sweep"),
     "schedule": Knob(param.Selector(default="sublayer", objects=list(SCHEDULES), doc="α over depth: sublayer is the "
                                     "paper's (per residual sub-layer, 1 → α_min at the decoder's last)"), "Sweep",
                      "model.shortcut"),

@@ -37,7 +37,7 @@ from lab.nn.mlp import ACTIVATIONS
 from lab.reports.lenses import Analysis
 from lab.reports.sweep_snapshot import rank_preview
 from lab.runfolder.layout import RunState
-from lab.ui.pages.knobs import Knob, config_overrides, knob_class, toy_data_knobs
+from lab.ui.pages.knobs import Knob, bounded_text, config_overrides, knob_class, toy_data_knobs
 from lab.ui.pages.training import Export, TrainingPage
 from lab.ui.text import md
 from lab.ui.views.checkpoint_source import CheckpointSource
@@ -77,8 +77,8 @@ _DATA["n"] = Knob(param.Integer(default=16384, bounds=(100, 16384), doc="samples
                   to_config=lambda v, page: v + v % 2)
 
 KNOBS: dict[str, Knob] = {
-    "alpha_mins": Knob(param.String(default="1.0, 0.9, 0.8, 0.7, 0.6, 0.5", doc="one member per α_min (2 to 16, "
-                                                                              "comma-separated)"), "Sweep"),
+    "alpha_mins": Knob(bounded_text("1.0, 0.9, 0.8, 0.7, 0.6, 0.5", doc="one member per α_min (2 to 16, "
+                                                                       "comma-separated)"), "Sweep"),
     "task": Knob(param.Selector(default="classify", objects=["classify", *PIXEL_TASKS], doc="classify: the toy set's "
                                 "two classes; masked: reconstruct hidden pixels of the digits (the MAE analogue); "
                                 "denoise: predict the noise of noised digits (the diffusion analogue). Give these a "
@@ -146,6 +146,7 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
         self.follower.add_views(self._main)
         self.preview = TaskPanel("The untrained members are drawn once the preview has run.", session=self.tasks)
         self._rebuild()  # starts the preview in its child and returns: the page answers first, the preview after
+        self.preview.settle()  # in a notebook, the cell's output is first drawn with it
 
     # -- configuration ----------------------------------------------------------------------------------------
     def config(self) -> ExperimentConfig:
@@ -183,8 +184,9 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
         """The untrained members, unless a sweep has started meanwhile (its snapshots are drawn instead)."""
         if self.follower.running:
             return
-        self.rank.clear()
-        self.rank.show(snapshot)
+        with self.follower.drawing():
+            self.rank.clear()
+            self.rank.show(snapshot)
 
     # -- actions ----------------------------------------------------------------------------------------------
     def _start(self, paused: bool) -> bool:
@@ -220,7 +222,8 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
     def _show_checkpoint(self, result: Analysis) -> None:
         if self.layers.layout not in self._main.objects:  # figures join the page with their data, never empty
             self._main.insert(0, self.layers.layout)
-        self.layers.show(result.network or result.run.id, result.rank, result.retransformation)
+        with self.follower.drawing():
+            self.layers.show(result.network or result.run.id, result.rank, result.retransformation)
 
     @param.depends("measure", watch=True)
     def _measure_changed(self) -> None:

@@ -60,7 +60,7 @@ from lab.runs.catalog import (
 )
 from lab.runs.store import FINISHED, Run
 from lab.ui.follower import can_schedule, session_id, weak_periodic
-from lab.ui.pages.knobs import Knob, knob_class
+from lab.ui.pages.knobs import Knob, bounded_text, knob_class
 from lab.ui.pages.page import Page
 from lab.ui.pages.runs_scan import POOL, ComparedRuns, Followed, Opened, Scan, ScanRequest, scan, sweep_rank
 from lab.ui.text import code, markdown_pane, md
@@ -72,13 +72,16 @@ from lab.ui.views.sweep_rank import SweepRank
 
 log = logging.getLogger(__name__)
 
+COMPARE_CHARS = 8000
+"""The longest list of runs to compare (some 150 run names)."""
+
 KNOBS: dict[str, Knob] = {
-    "folder": Knob(param.String(default="", doc="a folder of runs to list too: a path inside the runs folder or a "
-                                               "folder of LAB_RUN_DIRS"), "Folders", training=False),
-    "run": Knob(param.String(default="", doc="the opened run's folder, relative to the runs folder (or to a folder "
-                                            "of LAB_RUN_DIRS)"), "Run", training=False),
-    "compare": Knob(param.String(default="", doc="runs to compare, as listed in the table, comma-separated (two or "
-                                                "more): their curves overlaid"), "Compare", training=False),
+    "folder": Knob(bounded_text(doc="a folder of runs to list too: a path inside the runs folder or a folder of "
+                                    "LAB_RUN_DIRS"), "Folders", training=False),
+    "run": Knob(bounded_text(doc="the opened run's folder, relative to the runs folder (or to a folder of "
+                                 "LAB_RUN_DIRS)"), "Run", training=False),
+    "compare": Knob(bounded_text(doc="runs to compare, as listed in the table, comma-separated (two or more): their "
+                                     "curves overlaid", chars=COMPARE_CHARS), "Compare", training=False),
 }
 WIDTHS = {"run": "24%", "model": "10%", "state": "9%", "progress": "10%", "metrics": "22%", "heartbeat": "8%",
           "problems": "17%"}

@@ -8,8 +8,9 @@ the page applies the :class:`Scan` on its own thread. Each followed ``metrics.js
 (:data:`~lab.runfolder.entries.METRICS_CHUNK`): a scan that stopped early says so (``more``) and the page asks for the
 next one at once. Unchanged folders cost a few ``stat`` calls (:class:`~lab.runs.catalog.RunCatalog`).
 
-A sweep's rank views need its members' models (:func:`sweep_rank`): also built in a worker, after checks that cost
-nothing (:func:`~lab.reports.sweep_snapshot.checkpoint_rank_snapshot`).
+A sweep's rank views need its members' models (:func:`sweep_rank`): built in a bounded child process, under the
+memory and time bounds of every page analysis (:mod:`lab.jobs.bounded`), after checks that cost nothing
+(:func:`~lab.reports.sweep_snapshot.checkpoint_rank_snapshot`); a worker waits for it.
 """
 
 from __future__ import annotations
@@ -247,7 +248,16 @@ def scan(catalog: RunCatalog, request: ScanRequest) -> Scan:
 
 def sweep_rank(paths: list[Path]) -> tuple[dict[str, np.ndarray], list[str]]:
     """The rank snapshot of a sweep's members from their last checkpoints
-    (:func:`~lab.reports.sweep_snapshot.checkpoint_rank_snapshot`; in a worker)."""
-    from lab.reports.sweep_snapshot import checkpoint_rank_snapshot
+    (:func:`~lab.reports.sweep_snapshot.folders_rank_snapshot`), built in a bounded child process
+    (:mod:`lab.jobs.bounded`: the members' models are the sweep folder's to choose) that a worker waits for.
 
-    return checkpoint_rank_snapshot([Run(p) for p in paths])
+    Raises:
+        TaskFailed: a bound ended it, or it raised (its type and message); ServerBusy: the server runs as many page
+            analyses as it may.
+    """
+    from lab.jobs.bounded import BoundedTask
+    from lab.reports.sweep_snapshot import folders_rank_snapshot
+
+    task = BoundedTask(folders_rank_snapshot, [str(p) for p in paths], name="lab-sweep-rank").start()
+    task.wait()
+    return task.result()

@@ -50,7 +50,7 @@ class SweepRank:
         words = f"{code(name)} is a sweep: its {members} members are compared above"
         try:
             snapshot, left_out = future.result()
-        except (ValueError, OSError) as err:  # not residual MLPs, an unreadable checkpoint
+        except (ValueError, OSError, RuntimeError) as err:  # not residual MLPs, a checkpoint unreadable, a bound
             return f"{words}; no rank views: {md(err)}"
         self.show(snapshot)
         missing = f" ({len(left_out)} left out: {'; '.join(md(m) for m in left_out)})" if left_out else ""

@@ -20,7 +20,7 @@ from typing import Any
 import panel as pn
 
 from lab.jobs.bounded import BoundedTask, Bounds, ServerBusy, TaskFailed
-from lab.ui.follower import can_schedule, weak_periodic
+from lab.ui.follower import can_schedule, session_id, weak_periodic
 from lab.ui.text import alert_pane, markdown_pane, md
 
 __all__ = ["SessionTasks", "TaskPanel"]
@@ -153,6 +153,15 @@ class TaskPanel(pn.viewable.Viewer):
         if self.task is not None:
             self.task.wait(timeout)
         return self.poll()
+
+    def settle(self, timeout: float | None = None) -> None:
+        """In a notebook kernel, wait for the running analysis and draw it before the cell returns (served, and in a
+        plain script, return at once). A notebook output is rendered once and then changed over the kernel's comm;
+        one rendered with empty figures and filled that way failed in BokehJS while drawing its legends (a
+        ``RangeError`` reading the new columns), so a page's first preview is part of its first rendering there, as
+        it is the kernel's own work."""
+        if session_id() is None and can_schedule():
+            self.wait(timeout)
 
     def cancel(self) -> None:
         """Stop the analysis now (the Cancel button)."""
