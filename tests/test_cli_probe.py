@@ -72,11 +72,17 @@ def test_probe_of_a_run_whose_data_are_gone_is_exit_2(run_path, tmp_path, capsys
     (["--layer", "blocks.99"], "error: layer blocks.99 is out of range: this fc_resnet has 8 blocks, blocks.0 to "
                                "blocks.7"),
     (["--layer", "stem"], "error: unknown layer 'stem'; valid: bottleneck or blocks.N"),
-    (["--device", "tpu9"], "error: device 'tpu9'"),
 ])
 def test_probe_with_bad_arguments_is_exit_2(run_path, args, message, capsys):
     assert main(["probe", str(run_path), "--no-progress", *args]) == 2
     assert capsys.readouterr().err.startswith(message)
+    assert not (run_path / "analysis" / "probe.json").exists()
+
+
+def test_probe_on_a_device_this_machine_lacks_is_a_usage_error(run_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        main(["probe", str(run_path), "--no-progress", "--device", "tpu9"])
+    assert exited.value.code == 2 and "argument --device: unknown device 'tpu9'" in capsys.readouterr().err
     assert not (run_path / "analysis" / "probe.json").exists()
 
 

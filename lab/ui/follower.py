@@ -254,10 +254,13 @@ class JobFollower(pn.viewable.Viewer):
 
     @contextlib.contextmanager
     def drawing(self) -> Iterator[None]:
-        """Draw what is not a snapshot of the job (a page's preview, an analysis's result) as snapshots are drawn: the
-        views' changes reach the browser together — served, in one unlocked block; in a notebook, held, then pushed
-        at once (raw Bokeh changes sent piecemeal beside a pane's would reach the output garbled)."""
-        with pn.io.unlocked(), block_comm():
+        """Draw what is not a snapshot of the job (a page's preview, an analysis's result) from a callback of the
+        page: served, its changes go out when the callback returns; in a notebook, they are held and then pushed at
+        once (raw Bokeh models are sent only when pushed)."""
+        if session_id() is not None:
+            yield
+            return
+        with block_comm():
             yield
         self.push()
 
