@@ -286,7 +286,7 @@ def _child(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
         now = time.monotonic()
         if now - last >= PROGRESS_S or done >= total:
             last = now
-            pipe.send(("progress", int(done), int(total)))
+            _send(pipe, ("progress", int(done), int(total)))
 
     try:
         value = fn(*args, progress=progress, **kwargs)
@@ -294,10 +294,19 @@ def _child(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
     except BaseException as err:  # everything the child meets goes back as text
         message = ("memory" if _out_of_memory(err) else "error", _text(err))
     try:
-        pipe.send(message)
+        _send(pipe, message)
     except MemoryError as err:  # the result itself did not fit
-        pipe.send(("memory", _text(err)))
+        _send(pipe, ("memory", _text(err)))
     pipe.close()
+
+
+def _send(pipe: Connection, message: tuple[str, Any]) -> None:
+    """Send ``message`` to the server; where it has gone (its end closed: cancelled, or the server stopped), end this
+    process at once, quietly: nobody waits for its work."""
+    try:
+        pipe.send(message)
+    except OSError:
+        os._exit(1)
 
 
 def _address_space() -> int | None:

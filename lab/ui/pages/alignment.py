@@ -169,8 +169,7 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
                                            session=self.tasks)
         self.follower.add_views(self._views)
         self.twin_follower.add_views(self._views)
-        self._rebuild()  # starts the preview in its child and returns: the page answers first, the preview after
-        self.preview.settle()  # in a notebook, the cell's output is first drawn with it
+        self.preview.first(self._rebuild)  # served, once the page is drawn; in a notebook, before the cell returns
 
     # -- configuration ----------------------------------------------------------------------------------------
     def config(self, twin: bool = False) -> ExperimentConfig:

@@ -145,8 +145,7 @@ class RankPage(knob_class("_RankKnobs", KNOBS, TrainingPage)):
         self._main = pn.Column(self.rank.layout, self._downloads())  # a checkpoint's layers go on top once analysed
         self.follower.add_views(self._main)
         self.preview = TaskPanel("The untrained members are drawn once the preview has run.", session=self.tasks)
-        self._rebuild()  # starts the preview in its child and returns: the page answers first, the preview after
-        self.preview.settle()  # in a notebook, the cell's output is first drawn with it
+        self.preview.first(self._rebuild)  # served, once the page is drawn; in a notebook, before the cell returns
 
     # -- configuration ----------------------------------------------------------------------------------------
     def config(self) -> ExperimentConfig:

@@ -154,14 +154,22 @@ class TaskPanel(pn.viewable.Viewer):
             self.task.wait(timeout)
         return self.poll()
 
-    def settle(self, timeout: float | None = None) -> None:
-        """In a notebook kernel, wait for the running analysis and draw it before the cell returns (served, and in a
-        plain script, return at once). A notebook output is rendered once and then changed over the kernel's comm;
-        one rendered with empty figures and filled that way failed in BokehJS while drawing its legends (a
-        ``RangeError`` reading the new columns), so a page's first preview is part of its first rendering there, as
-        it is the kernel's own work."""
-        if session_id() is None and can_schedule():
-            self.wait(timeout)
+    def first(self, start: Callable[[], None]) -> None:
+        """Start a page's first analysis (``start``, which calls :meth:`start`) where it costs the page least:
+
+        * served, once the browser has drawn the page (``pn.state.onload``): the child's work does not compete with
+          the page's own first paint for the machine's cores;
+        * in a notebook kernel, at once, and waited for: a notebook output is rendered once and then changed over the
+          kernel's comm, and one rendered with empty figures and filled that way failed in BokehJS while drawing its
+          legends (a ``RangeError`` reading the new columns); the first preview is then part of the first rendering;
+        * elsewhere (a script, a test), at once.
+        """
+        if session_id() is not None:
+            pn.state.onload(start)
+            return
+        start()
+        if can_schedule():
+            self.wait()
 
     def cancel(self) -> None:
         """Stop the analysis now (the Cancel button)."""
