@@ -125,9 +125,9 @@ KNOBS: dict[str, Knob] = {
 }
 VIEW = view_names(KNOBS)
 LINK_LIMITS = {"width": 128, "depth": 16, "inputs": 64, "k": 30}
-"""The most a link (the URL's query) may ask of each size: the untrained preview of two networks at these sizes takes
-a few seconds on a laptop's CPU. More can be set on the page itself; the preview then runs longer, still in its
-bounded child."""
+"""The most a link (the URL's query) may ask of each size: the untrained preview of two networks at these sizes took
+10-15 s on two cores (the page's defaults, 8 blocks, 5-9 s). More can be set on the page itself; the preview then
+runs longer, still in its bounded child."""
 FIXED = {"train.momentum": 0.9, "train.log_every": 5}
 COLUMN_PX = 500
 """Width of each run's column: its widest figure (frame, axes, legend or colour bar) fits; nothing is squeezed."""
