@@ -15,7 +15,7 @@ from pathlib import Path
 from lab.data.roots import open_data_file
 from lab.reports.lenses import Analysis, analyze
 
-__all__ = ["MAX_IMAGE_SIZE", "analyze_served"]
+__all__ = ["MAX_IMAGE_SIZE", "MAX_PER_CLASS", "analyze_served"]
 
 MAX_IMAGE_SIZE = 224
 """The largest image side a page's analysis may ask for (ImageNet's): the data set is resized to it in memory."""

@@ -189,5 +189,6 @@ def checkpoint_rank_snapshot(runs: Sequence[Run]) -> tuple[dict[str, np.ndarray]
 
 def folders_rank_snapshot(folders: Sequence[str], progress: Callable[[int, int], None] | None = None,
                           ) -> tuple[dict[str, np.ndarray], list[str]]:
-    """:func:`checkpoint_rank_snapshot` of the members in ``folders`` (what a page's bounded child runs)."""
+    """:func:`checkpoint_rank_snapshot` of the members in ``folders`` (what a page's bounded child runs; it reports
+    no ``progress``, which :class:`~lab.jobs.bounded.BoundedTask` passes to every function)."""
     return checkpoint_rank_snapshot([Run(Path(f)) for f in folders])
