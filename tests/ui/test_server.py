@@ -225,7 +225,9 @@ def test_browser_alignment_page_trains_both_networks_and_every_view_shows_data(s
     with browser_page(1600, 1200) as (page, seen):
         page.goto(f"{url}/apps?page=Alignment&depth=3&width=32&inputs=16&k=12&every=5&pair_i=2&pair_j=1",
                   timeout=60_000)
-        page.wait_for_function(JS_HAS_TEXT, arg="Step 0.", timeout=120_000)
+        # both columns drawn (the first "Step 0." is one column's; the other's views can still be on their way)
+        page.wait_for_function(f"(titles) => titles.every(t => ({JS_PLOTS})().filter(p => p.title.startsWith(t))"
+                               ".length === 2)", arg=list(titles), timeout=120_000)
         plots = _plots(page)
         for title in titles:  # each view twice: with skips and without
             assert sum(p["title"].startswith(title) for p in plots) == 2, (title, [p["title"] for p in plots])
