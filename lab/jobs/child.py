@@ -15,12 +15,15 @@ lockstep exactly as in the server (:class:`~lab.jobs.lockstep.Lockstep`); each h
   as they do on a thread job.
 
 Children come from a fork server (a clean process that has imported the lab once): a job starts in a fraction of a
-second without inheriting the server's threads. A child that dies (killed, out of memory, an exception) is reported
-``failed`` with its exit code at the next status poll; its run folder keeps its last checkpoint. A child whose server
-is gone (its pipe closed) stops its run after the current step and exits, so no orphan trains on. A stop asked for
-returns at once: the child is given :data:`GRACE_S` seconds to end the step it is in (a long evaluation included),
-then SIGTERM, then SIGKILL, by a thread of the server, and a run ended that way is recorded ``stopped``, as asked,
-not ``failed``.
+second without inheriting the server's threads. A child that cannot make its jobs (a model registered only in the
+server, such as one a notebook cell defined; a builder it cannot unpickle) records each of its runs ``failed`` with
+that error before it exits, as a run that fails while training records its own. A child that dies (killed, out of
+memory) is reported ``failed`` with its exit code at the next status poll; its run folder keeps its last checkpoint.
+A snapshot kind that a run's model cannot give is dropped for that run and noted in its status
+(:mod:`lab.jobs.notes`). A child whose server is gone (its pipe closed) stops its run after the current step and
+exits, so no orphan trains on. A stop asked for returns at once: the child is given :data:`GRACE_S` seconds to end
+the step it is in (a long evaluation included), then SIGTERM, then SIGKILL, by a thread of the server, and a run
+ended that way is recorded ``stopped``, as asked, not ``failed``.
 
 A CPU child takes cores of its own while every CPU child can have its own (:mod:`lab.jobs.cores`): it trains there at
 the server's priority while the sessions and a browser use the other cores; otherwise children run niced by
@@ -47,7 +50,7 @@ import torch
 
 from lab.config import ExperimentConfig, from_dict, to_dict
 from lab.jobs import cores
-from lab.jobs.job import InProcessJob, Job, exited_status
+from lab.jobs.job import InProcessJob, Job, exited_status, record_failure
 from lab.jobs.lockstep import Lockstep
 from lab.jobs.sweep_job import MemberRecords, SweepJob
 from lab.runfolder.layout import RunState
@@ -87,7 +90,8 @@ def warm_up() -> threading.Thread:
 
 
 def _train_jobs(cfgs: list[dict[str, Any]], runs: list[str], kwargs: dict[str, Any]) -> list[InProcessJob]:
-    """In the child: the thread job of each run; two or more train in lockstep."""
+    """In the child: the thread job of each run, its status noting the snapshot kinds it drops; two or more train in
+    lockstep."""
     from lab.jobs.thread import ThreadJob  # the fork server has it imported already
 
     group = Lockstep(len(cfgs)) if len(cfgs) > 1 else None
@@ -102,15 +106,24 @@ def _sweep_job(plan: SweepPlan, folder: str, runs: list[str], kwargs: dict[str, 
     return [SweepJob(plan, Run(Path(folder)), [Run(Path(r)) for r in runs], **kwargs)]
 
 
-def _child(make: Callable[..., list[InProcessJob]], args: tuple[Any, ...], threads: int, locks: Path | None,
+def _child(folders: list[tuple[str, list[str]]], work: bytes, threads: int, locks: Path | None,
            control: Connection, snapshots: Connection) -> None:
     """The child's main: place itself on ``threads`` cores in the ledger ``locks`` or niced
-    (:class:`~lab.jobs.cores.Placement`), train the jobs ``make(*args)``, obey ``control`` (``(job, op, arg)``), send
-    each job's new snapshots down ``snapshots`` (``(job, kind, version, payload)``) and, once it has ended,
-    ``(job, None, None, None)``."""
-    placement = cores.Placement(threads, NICE, locks)
+    (:class:`~lab.jobs.cores.Placement`), train the jobs ``make(*args)`` (``work``, pickled by the server, is
+    ``(make, args)``), obey ``control`` (``(job, op, arg)``), send each job's new snapshots down ``snapshots``
+    (``(job, kind, version, payload)``) and, once it has ended, ``(job, None, None, None)``.
 
-    jobs = [job.start() for job in make(*args)]
+    ``folders`` holds each job's run folder and, for a sweep, its members' (plain strings, which always unpickle):
+    an error before the jobs train (``work`` that does not unpickle here, a config this process cannot build) is
+    recorded in each of them, as is one that ended a job without its run recording it."""
+    try:
+        placement = cores.Placement(threads, NICE, locks)
+        make, args = pickle.loads(work)
+        jobs = [job.start() for job in make(*args)]
+    except BaseException as err:
+        for folder, members in folders:
+            record_failure(Run(Path(folder)), err, [Run(Path(m)) for m in members])
+        raise
     sent: list[dict[str, int]] = [{} for _ in jobs]
     ended: set[int] = set()
     asked: set[int] = set()
@@ -166,6 +179,9 @@ def _child(make: Callable[..., list[InProcessJob]], args: tuple[Any, ...], threa
         stop_all()
     for job in jobs:
         job.wait()
+    for job, (_, members) in zip(jobs, folders, strict=True):
+        if job.error is not None:  # the runner recorded it, unless it came before training began (a setting)
+            record_failure(job.run, job.error, [Run(Path(m)) for m in members])
     raise SystemExit(1 if any(job.error is not None for job in jobs) else 0)
 
 
@@ -211,9 +227,11 @@ def _receive(pipe: Connection) -> Any:
 class _Child:
     """The server's side of one child process: its control pipe and each of its jobs' newest snapshots."""
 
-    def __init__(self, make: Callable[..., list[InProcessJob]], args: tuple[Any, ...], size: int, name: str,
-                 threads: int = 0) -> None:
-        self._make, self._args, self._name, self._threads = make, args, name, threads
+    def __init__(self, make: Callable[..., list[InProcessJob]], args: tuple[Any, ...],
+                 folders: list[tuple[str, list[str]]], name: str, threads: int = 0) -> None:
+        self._work, self._folders = pickle.dumps((make, args)), folders
+        self._name, self._threads = name, threads
+        size = len(folders)
         self.proc: multiprocessing.process.BaseProcess | None = None
         self.slots: list[dict[str, tuple[int, dict[str, np.ndarray]]]] = [{} for _ in range(size)]
         self.ended = [False] * size
@@ -234,7 +252,7 @@ class _Child:
         receive, send = _CONTEXT.Pipe(duplex=False)
         _widen(send)
         self.proc = _CONTEXT.Process(target=_child, name=self._name, daemon=True,
-                                     args=(self._make, self._args, self._threads, cores.ledger(), child_control,
+                                     args=(self._folders, self._work, self._threads, cores.ledger(), child_control,
                                            send))
         self.proc.start()
         child_control.close()
@@ -336,7 +354,7 @@ class ChildJob(Job):
         they hold one slot of their manager); ``job_kwargs`` as :meth:`training`'s."""
         job_kwargs.pop("data", None)
         args = ([to_dict(c) for c in cfgs], [str(r.path) for r in runs], {**job_kwargs, "paused": paused})
-        child = _Child(_train_jobs, args, len(runs), f"lab-job-{runs[0].id}",
+        child = _Child(_train_jobs, args, [(str(r.path), []) for r in runs], f"lab-job-{runs[0].id}",
                        threads=max(_cpu_threads(c) for c in cfgs))  # in lockstep: one trains at a time
         jobs = [cls(child, k, run, owner=owner, paused=paused) for k, run in enumerate(runs)]
         if len(jobs) > 1:
@@ -350,7 +368,7 @@ class ChildJob(Job):
         """Train the one-group ``plan`` into ``folder`` and ``runs`` as a :class:`~lab.jobs.sweep_job.SweepJob`
         would, whose keyword arguments ``job_kwargs`` are; its metrics are its members', tagged by member."""
         args = (plan, str(folder.path), [str(r.path) for r in runs], {**job_kwargs, "paused": paused})
-        child = _Child(_sweep_job, args, 1, f"lab-job-{folder.id}",
+        child = _Child(_sweep_job, args, [(str(folder.path), [str(r.path) for r in runs])], f"lab-job-{folder.id}",
                        threads=_cpu_threads(plan.members[0].config))  # one process trains the whole ensemble
         return cls(child, 0, folder, owner=owner, paused=paused, records=MemberRecords(runs))
 

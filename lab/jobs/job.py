@@ -11,12 +11,13 @@ from __future__ import annotations
 import abc
 import threading
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from lab.runfolder.layout import RunState
+from lab.runfolder.layout import Checkpoint, RunState
 from lab.runfolder.lock import remove_stale
 from lab.runs.store import FINISHED, Run
 
@@ -103,30 +104,76 @@ class Job:
         return self.run.read_metrics(cursor)
 
 
+ERROR_CHARS = 600
+"""The most characters of an exception's message a run's status quotes (a registry's list of names, a long path):
+the status line stays readable, and the traceback beside it has the rest."""
+
+
+def error_text(err: BaseException, chars: int = ERROR_CHARS) -> str:
+    """``"Type: message"`` of ``err``, its message cut to ``chars`` characters with how many more it had."""
+    message = str(err)
+    if len(message) > chars:
+        message = f"{message[:chars]} … ({len(message) - chars:,} more characters)"
+    return f"{type(err).__name__}: {message}" if message else type(err).__name__
+
+
+def resume_note(run: Run) -> str:
+    """What a resume of ``run``, ended before finishing, starts from: its last checkpoint, or nothing yet."""
+    return ("resume continues from the last checkpoint" if run.checkpoint_path(Checkpoint.LAST).exists()
+            else "no checkpoint yet")
+
+
 def exited_status(run: Run, code: int | None, members: Sequence[Run] = (), *,
                   stopped: str | None = None) -> dict[str, Any]:
     """The status of ``run`` trained by a child process that exited with ``code`` (None: still running). A child that
     ended without bringing its run to a final state (killed, out of memory, a crash) is recorded ``failed`` with its
     exit code, so every reader of the folder sees it, and its lock, which names that process, is removed; the run's
-    last checkpoint stays for a resume. When the user had asked it to stop, it is recorded ``stopped`` instead,
-    ``stopped`` saying how it was ended. ``members``: the member runs of a sweep folder ``run``, each recorded the
-    same way, and named so in the sweep's status."""
+    last checkpoint stays for a resume (the message says whether there is one). When the user had asked it to stop,
+    it is recorded ``stopped`` instead, ``stopped`` saying how it was ended. ``members``: the member runs of a sweep
+    folder ``run``, each recorded the same way, and named so in the sweep's status."""
     status = run.read_status()
     if code is None or status.get("state") in FINISHED:
         return status
-    extra = {}
+    remove_stale(run.path)  # the lock names the process that is gone
+    if stopped is not None:
+        return _ended(run, status, RunState.STOPPED, f"stopped on request: {stopped}", members, returncode=code)
+    return _ended(run, status, RunState.FAILED, f"process exited with code {code} before finishing", members,
+                  returncode=code)
+
+
+def record_failure(run: Run, err: BaseException, members: Sequence[Run] = ()) -> dict[str, Any]:
+    """Record ``run`` ``failed`` with ``err`` (:func:`error_text`, and its traceback) unless it has ended already:
+    what a training process writes of an error that no trainer recorded (a config or a job it could not even make),
+    so the folder says why the run failed rather than only that its process exited. ``members``: the member runs of a
+    sweep folder ``run``, recorded the same way."""
+    status = run.read_status()
+    if status.get("state") in FINISHED:
+        return status
+    return _ended(run, status, RunState.FAILED, error_text(err), members,
+                  traceback="".join(traceback.format_exception(err, limit=20)))
+
+
+def _ended(run: Run, status: dict[str, Any], state: RunState, why: str, members: Sequence[Run],
+           **fields: Any) -> dict[str, Any]:
+    """Write ``run``'s final ``state``: ``why``, then what a resume starts from; its step, epoch and length and any
+    notes stay (:class:`~lab.jobs.notes.NotedRun`); each member of a sweep folder is recorded the same way unless
+    it has ended, and named so in the folder's status."""
     if members:
         entries = status.get("members") or [{"run": m.id} for m in members]
-        extra["members"] = [{**entry, "state": exited_status(m, code, stopped=stopped)["state"]}
-                            for entry, m in zip(entries, members, strict=True)]
-    remove_stale(run.path)  # the lock names the process that is gone
-    fields = {"step": status.get("step", 0), "epoch": status.get("epoch", 0), "total_steps": status.get("total_steps"),
-              "returncode": code, **extra}
-    if stopped is not None:
-        return run.write_status(RunState.STOPPED, f"stopped on request: {stopped}; resume continues from the last "
-                                                  "checkpoint", **fields)
-    return run.write_status(RunState.FAILED, f"process exited with code {code} before finishing; resume continues "
-                                             "from the last checkpoint", **fields)
+        fields["members"] = [{**entry, "state": _member_ended(m, state, why, **fields)["state"]}
+                             for entry, m in zip(entries, members, strict=True)]
+    if status.get("notes"):
+        fields["notes"] = status["notes"]
+    return run.write_status(state, f"{why}; {resume_note(run)}", step=status.get("step", 0),
+                            epoch=status.get("epoch", 0), total_steps=status.get("total_steps"), **fields)
+
+
+def _member_ended(run: Run, state: RunState, why: str, **fields: Any) -> dict[str, Any]:
+    status = run.read_status()
+    if status.get("state") in FINISHED:
+        return status
+    remove_stale(run.path)
+    return _ended(run, status, state, why, (), **fields)
 
 
 class PauseAware(abc.ABC):

@@ -4,12 +4,15 @@ the snapshot to the job, and the sink that keeps snapshots in the run folder.
 Each kind has its own cadence (:class:`~lab.jobs.cadence.Cadence`) because costs differ: node maps are one forward
 pass of the grid; layer similarity needs a Gram matrix. A kind can be on demand: built only when due and asked for,
 so snapshots nobody will draw cost nothing. What a kind holds, and whether a snapshot is fit to publish, is its
-builder's (:mod:`lab.jobs.builders`).
+builder's (:mod:`lab.jobs.builders`). A view is optional and training is not: a builder that raises (a plugin
+model without ``forward_intermediates`` has no node maps) drops its kind for the run, with a note that names the kind
+and the error (:mod:`lab.jobs.notes`), and the other kinds and the training go on.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -17,6 +20,7 @@ from torch import nn
 
 from lab.jobs.builders import Builder, judged
 from lab.jobs.cadence import Cadence
+from lab.jobs.job import error_text
 from lab.jobs.kinds import default_builders, default_cadence
 from lab.jobs.shadow import ShadowBuilds
 from lab.runs.snapshot import Snapshot
@@ -40,12 +44,19 @@ class Publisher(Callback):
             longer than building on the training thread would have taken). A forced publish builds from the model
             itself, after the running build: the snapshot a run paused or ended with is exactly its model, and the
             last. The sink is then called from the builder thread.
+        noted: called with the note on a kind dropped because its builder raised (:meth:`drop`; a
+            :class:`~lab.jobs.notes.NotedRun`'s ``note``); without it the note is a ``RuntimeWarning``.
+
+    Attributes:
+        dropped: the note on each kind dropped, by kind; such a kind is never built again by this publisher.
     """
 
     def __init__(self, sink: Callable[[str, dict[str, np.ndarray]], None],
                  cadence: dict[str, tuple[int, float]] | None = None, builders: dict[str, Builder] | None = None,
-                 on_demand: Iterable[str] = (), beside: bool = False) -> None:
-        self.sink = sink
+                 on_demand: Iterable[str] = (), beside: bool = False,
+                 noted: Callable[[str], None] | None = None) -> None:
+        self.sink, self.noted = sink, noted
+        self.dropped: dict[str, str] = {}
         self.beside = ShadowBuilds() if beside else None
         self.cadence = Cadence(default_cadence() if cadence is None else cadence, on_demand)
         builders = default_builders() if builders is None else builders
@@ -75,9 +86,11 @@ class Publisher(Callback):
 
     def publish(self, trainer: TrainerView, force: bool = False) -> None:
         """Build every kind that is due (all of them when ``force``d) and hand the snapshots their builders keep to
-        the sink; a snapshot a builder refuses leaves the last good one in place."""
+        the sink; a snapshot a builder refuses leaves the last good one in place, and a builder that raises drops its
+        kind (:meth:`drop`)."""
         now = time.monotonic()
-        due = [kind for kind in self.cadence.kinds if self.cadence.due(kind, trainer.step, force=force, now=now)]
+        due = [kind for kind in self.cadence.kinds
+               if kind not in self.dropped and self.cadence.due(kind, trainer.step, force=force, now=now)]
         if not due:
             return
         for kind in due:
@@ -86,7 +99,13 @@ class Publisher(Callback):
 
         def build(model: nn.Module) -> None:
             for kind in due:
-                payload = self.builders[kind](model)
+                if kind in self.dropped:  # by the build before this one, after this one fell due
+                    continue
+                try:
+                    payload = self.builders[kind](model)
+                except Exception as err:  # a view the model cannot give: the run trains on without it
+                    self.drop(kind, err)
+                    continue
                 if payload is not None:
                     payload["step"] = np.int64(step)
                     self.sink(kind, Snapshot(kind, payload, forced=force))
@@ -99,6 +118,15 @@ class Publisher(Callback):
             build(trainer.model)
         else:
             self.beside.submit(trainer.model, build)
+
+    def drop(self, kind: str, err: Exception) -> None:
+        """Build ``kind`` no more, its builder having raised ``err``; say so (``noted``) in a note that names both."""
+        note = f"{kind} snapshots are off for this run: their builder raised {error_text(err)}"
+        self.dropped[kind] = note
+        if self.noted is not None:
+            self.noted(note)
+        else:
+            warnings.warn(note, RuntimeWarning, stacklevel=2)
 
 
 FLOAT16_MAX = float(np.finfo(np.float16).max)

@@ -10,6 +10,7 @@ from typing import Any
 
 from lab.config import GENERATIVE, LOADER_ONLY, ConfigError, ExperimentConfig, apply_overrides, to_dict
 from lab.data.toy2d import ToyData
+from lab.jobs.job import error_text
 from lab.runfolder import layout
 from lab.runfolder.layout import Checkpoint, RunState
 from lab.runfolder.lock import RunLock, RunLocked
@@ -84,7 +85,8 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
     A new run's config.json is written first, so a run that fails at any point leaves a complete folder: state
     ``failed`` and the reason. A non-finite loss ends the run as ``diverged`` (its message names the step and the
     likely cause; the last finite checkpoint stays); a callback setting ``trainer.should_stop`` ends it as
-    ``stopped``; an exception ends it as ``failed`` with the error as message, and is re-raised.
+    ``stopped``; an exception ends it as ``failed`` with the error as message (:func:`~lab.jobs.job.error_text`: type
+    and message, bounded; the traceback beside it), and is re-raised.
 
     Args:
         cfg: the experiment (for a resume: the run's config with any resume overrides).
@@ -144,7 +146,7 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
         except (ResumeMismatch, ResumeRefused):
             raise  # nothing was trained: the run keeps its state, resumable with the right processes or checkpoint
         except BaseException as err:
-            status(RunState.FAILED, f"{type(err).__name__}: {err}", traceback=traceback.format_exc(limit=20))
+            status(RunState.FAILED, error_text(err), traceback=traceback.format_exc(limit=20))
             if not writes:  # rank 0 may be killed before it can tell: leave this rank's reason in the folder
                 with contextlib.suppress(OSError):  # EntryError included: never written through a link
                     atomic_write_bytes(run.path / f"failed-rank{world.rank}.txt",

@@ -29,7 +29,8 @@ class ShadowBuilds:
     called.
 
     An error raised by a build is raised again on the submitting thread, at its next :meth:`submit`,
-    :meth:`idle` or :meth:`drain`, so a failing builder fails the run as it would on the training thread.
+    :meth:`idle` or :meth:`drain`, as it would be on the training thread. The publisher drops a kind whose builder
+    raised (with a note), so what fails the run here is the sink's own error (a snapshot the disk would not take).
     """
 
     def __init__(self) -> None:

@@ -16,6 +16,7 @@ import numpy as np
 from lab.config import ExperimentConfig
 from lab.data.toy2d import ToyData
 from lab.jobs.job import InProcessJob, PauseAware
+from lab.jobs.notes import NotedRun
 from lab.jobs.publish import DiskSink, Publisher
 from lab.jobs.runner import train_and_evaluate
 from lab.runfolder.layout import RunState
@@ -73,6 +74,7 @@ class ThreadJob(InProcessJob):
                  paused: bool = False, owner: str | None = None, progress: bool = False,
                  on_demand: tuple[str, ...] = (), callbacks: tuple[Callback, ...] = (),
                  data: ToyData | LoaderData | None = None) -> None:
+        run = run if isinstance(run, NotedRun) else NotedRun(run.path)  # a dropped snapshot kind is noted in its status
         self.cfg, self.run, self.owner, self.progress, self.data = cfg, run, owner, progress, data
         self.callbacks = tuple(callbacks)
         self.resume_from_checkpoint = resume
@@ -82,7 +84,7 @@ class ThreadJob(InProcessJob):
                 cb.hold_when(self._holding)
         self._slots: dict[str, tuple[int, dict[str, np.ndarray]]] = {}
         self._disk = DiskSink(run, disk_every_s) if disk_every_s else None
-        self.publisher = Publisher(self._put, cadence, builders, on_demand=on_demand, beside=True)
+        self.publisher = Publisher(self._put, cadence, builders, on_demand=on_demand, beside=True, noted=run.note)
         self._thread = threading.Thread(target=self._main, name=f"lab-job-{run.id}", daemon=True)
         self.error: BaseException | None = None
 

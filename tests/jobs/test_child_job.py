@@ -1,5 +1,6 @@
 """Page jobs in child processes: controlled and drawn like thread jobs, failing alone, never outliving the server."""
 
+import json
 import os
 import signal
 import subprocess
@@ -15,8 +16,11 @@ import pytest
 from lab.jobs import cores
 from lab.jobs.child import NICE, PIPE_BYTES, ChildJob, _receive, _send, _widen
 from lab.jobs.manager import JobManager
+from lab.nn import registry
+from lab.nn.mlp import ResidualMLP
 from lab.runs.snapshot import Snapshot
 from lab.runs.store import Run, RunStore
+from lab.train.checkpoint import load_checkpoint
 from tests.jobs.helpers import StuckStep, tiny, wait_for
 
 pytestmark = pytest.mark.slow  # the fork server imports the lab once per test process
@@ -75,7 +79,7 @@ def test_a_child_job_pauses_steps_resumes_publishes_and_stops_like_a_thread_job(
     job.stop()
     status = job.status()
     assert status["state"] == "stopped" and not job.is_alive()
-    assert job.run.load_checkpoint()["step"] == status["step"]
+    assert load_checkpoint(job.run)["step"] == status["step"]
     records, _ = job.metrics_since(0)
     assert records and records[-1]["step"] <= status["step"]
 
@@ -189,7 +193,7 @@ def test_a_killed_child_is_reported_failed_with_its_exit_code_and_the_server_goe
     assert time.monotonic() - start < 2
     status = job.status()
     assert "exited with code -9" in status["message"] and status["returncode"] == -9
-    assert job.run.load_checkpoint()["step"] > 0, "its last checkpoint stays"
+    assert load_checkpoint(job.run)["step"] > 0, "its last checkpoint stays"
     other = manager.start_thread(tiny(**{"train.max_steps": 30}), disk_every_s=0)  # the slot is free again
     assert other.wait(60)["state"] == "completed"
 
@@ -317,3 +321,103 @@ def test_a_hostile_cores_folder_neither_stalls_nor_redirects_a_child(tmp_path, m
                 path.unlink()
         for path, data in saved.items():
             path.write_bytes(data)
+
+
+@registry.signature_of(ResidualMLP)
+def server_only_mlp(**kwargs):
+    return ResidualMLP(**kwargs)
+
+
+@pytest.fixture
+def server_only_model(monkeypatch):
+    """``server_only_mlp`` registered in this process alone, as a notebook cell registers a model: a page's child
+    (forked from the fork server, which imported the lab afresh) does not know it."""
+    monkeypatch.setattr(registry, "_MODELS", dict(registry._MODELS))
+    monkeypatch.setattr(registry, "_INFO", dict(registry._INFO))
+    registry.register_model(family="residual_mlp", input_shape=(2,))(server_only_mlp)
+
+
+def test_a_child_that_cannot_make_its_runs_records_why_in_each_of_them(tmp_path, server_only_model):
+    """The child cannot build the config it was sent: each of its runs says so, with the error, and that there is no
+    checkpoint to resume from, not only that a process exited."""
+    manager = JobManager(tmp_path / "runs", max_jobs=2, processes=True)
+    try:
+        cfg = tiny(**{"model.name": "server_only_mlp"})
+        jobs = [manager.start_thread(cfg, disk_every_s=0), *manager.start_lockstep([cfg, cfg], disk_every_s=0)]
+        for job in jobs:
+            status = job.wait(60)
+            assert status["state"] == "failed" and status["step"] == 0, status
+            assert status["message"].startswith("ConfigError: model.name: unknown model 'server_only_mlp'; "
+                                                "registered: "), status["message"]
+            assert status["message"].endswith("; no checkpoint yet") and "Traceback" in status["traceback"]
+            assert job.run.read_status() == status, "recorded in the run folder"
+    finally:
+        manager.shutdown()
+
+
+def test_a_setting_refused_before_training_is_recorded_in_the_run(tmp_path):
+    """A child sent a setting its run refuses before it trains (one the manager would have refused in the server):
+    the run says which, not that its process exited."""
+    run = RunStore(tmp_path).create("refused")
+    job = ChildJob.training(tiny(**{"train.engine": "tensor", "train.ema": 0.9}), run, disk_every_s=0).start()
+    status = job.wait(60)
+    assert status["state"] == "failed", status
+    assert status["message"] == ("ConfigError: train.ema=0.9 is a setting of the loader engine; set "
+                                 "train.engine=loader; no checkpoint yet")
+
+
+PLAIN_MODELS = '''
+"""A plugin model without forward_intermediates (so no node maps), and a snapshot any model gives."""
+
+import numpy as np
+from torch import nn
+
+from lab.nn.registry import register_model
+
+
+@register_model(family="plain", input_shape=(2,))
+def plain_mlp(width: int = 8, in_dim: int = 2, num_classes: int = 2):
+    return nn.Sequential(nn.Linear(in_dim, width), nn.ReLU(), nn.Linear(width, num_classes))
+
+
+def weight_norms(model):
+    return {"norms": np.array([float(p.detach().norm()) for p in model.parameters() if p.ndim == 2], np.float32)}
+'''
+
+
+def test_a_kind_the_model_cannot_give_is_dropped_with_a_note_and_the_run_trains_on(tmp_path):
+    """A page's run of a plugin model without ``forward_intermediates``: its node maps raise from the first
+    snapshot (on_train_start) on; the run completes, its status notes the kind and the error, and the other kind is
+    published to its last step."""
+    (tmp_path / "plain_models.py").write_text(PLAIN_MODELS)
+    script = textwrap.dedent(f"""
+        import json
+        from lab.config import ExperimentConfig, apply_overrides
+        from lab.jobs.builders import nodes_snapshot
+        from lab.jobs.manager import JobManager
+        from plain_models import weight_norms
+
+        manager = JobManager({str(tmp_path / 'runs')!r}, max_jobs=1, processes=True)
+        cfg = apply_overrides(ExperimentConfig(), {{"name": "plain", "model.name": "plain_mlp", "data.n": 1024,
+                                                   "train.batch_size": 32, "train.max_steps": 30,
+                                                   "train.eval_every": 10}})
+        job = manager.start_thread(cfg, disk_every_s=0, cadence={{"nodes": (5, 0.0), "norms": (5, 0.0)}},
+                                   builders={{"nodes": nodes_snapshot, "norms": weight_norms}})
+        status = job.wait(120)
+        print(json.dumps({{"status": status, "kinds": job.kinds(), "norms": int(job.latest("norms")[1]["step"]),
+                          "folder": job.run.read_status()}}))
+        manager.shutdown()
+    """)
+    env = {**os.environ, "LAB_PLUGINS": "plain_models", "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(__file__).resolve().parents[2])])}
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.splitlines()[-1])
+    status = got["status"]
+    assert status["state"] == "completed" and status["step"] == 30, status
+    (note,) = status["notes"]
+    assert note.startswith("nodes snapshots are off for this run: their builder raised AttributeError: "), note
+    assert "forward_intermediates" in note
+    assert got["kinds"] == ["norms"] and got["norms"] == 30
+    assert got["folder"] == status

@@ -11,6 +11,7 @@ from lab.cli import main
 from lab.config import save_config
 from lab.jobs.process import ProcessJob, attach
 from lab.runs.store import CheckpointError, RunStore
+from lab.train.checkpoint import load_checkpoint
 from tests.jobs.helpers import tiny, wait_for
 
 pytestmark = pytest.mark.slow  # each test starts Python processes that import torch
@@ -33,7 +34,7 @@ def test_kill_9_then_resume_continues_from_the_checkpoint(tmp_path):
 
     def checkpointed_step() -> int:  # the heartbeat can show step 100 before step 100's checkpoint is written
         with contextlib.suppress(CheckpointError):
-            return run.load_checkpoint()["step"]
+            return load_checkpoint(run)["step"]
         return 0
 
     assert wait_for(lambda: checkpointed_step() >= 100 or not job.is_alive(), timeout=120)
@@ -43,7 +44,7 @@ def test_kill_9_then_resume_continues_from_the_checkpoint(tmp_path):
     job.kill()  # SIGKILL: no chance to write anything
     status = job.status()
     assert status["state"] == "failed" and "exited with code -9" in status["message"]
-    assert run.load_checkpoint()["step"] == step_at_checkpoint
+    assert load_checkpoint(run)["step"] == step_at_checkpoint
     assert step_at_checkpoint >= 100 and step_at_checkpoint % 25 == 0
     # the killed process left its lock; recording the failure removed it, as it names a process that is gone
     assert not (run.path / "lock").exists()

@@ -1,9 +1,11 @@
 """Snapshot publishing: builders take a model, cadences per kind, on-demand kinds built only when asked for."""
 
 import threading
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 import torch
 
 from lab.jobs.builders import SelfJudged, nodes_snapshot
@@ -107,3 +109,35 @@ def test_compact_halves_large_float_arrays_but_never_turns_a_finite_value_into_i
     assert small["alphas"].dtype == np.float32 and small["step"] == 3  # small arrays and scalars stay as they are
     large = compact({"maps": maps * 1e5})  # beyond float16's ±65504: would become ±inf
     assert large["maps"].dtype == np.float32 and np.isfinite(large["maps"]).all()
+
+
+@pytest.mark.parametrize("beside", [False, True])
+def test_a_builder_that_raises_drops_its_kind_with_a_note_and_the_others_go_on(beside):
+    """On the training thread and beside it alike, a kind whose builder raises is built no more; the note names the
+    kind and the error, and every other kind is still published."""
+    model, sink, notes = torch.nn.Linear(2, 1), [], []  # no forward_intermediates: no node maps
+    publisher = Publisher(lambda kind, p: sink.append((kind, int(p["step"]))),
+                          cadence={"nodes": (1, 0.0), "w": (1, 0.0)},
+                          builders={"nodes": nodes_snapshot, "w": lambda m: {"w": m.weight.detach().numpy()}},
+                          beside=beside, noted=notes.append)
+    for step in range(1, 4):  # the first build is due at step 1: beside, on the builder thread
+        publisher.on_step_end(_trainer(step, model), 0.0)
+    publisher.on_train_end(_trainer(4, model))
+    publisher.close()
+    assert sink == [("w", step) for step in range(1, 5)]
+    assert notes == [publisher.dropped["nodes"]] and list(publisher.dropped) == ["nodes"]
+    assert notes[0].startswith("nodes snapshots are off for this run: their builder raised AttributeError: ")
+    assert "forward_intermediates" in notes[0]
+
+
+def test_a_dropped_kind_is_a_warning_where_nobody_takes_the_note():
+    def broken(model):
+        raise ValueError("x" * 5000)
+
+    publisher = Publisher(lambda kind, p: None, cadence={"a": (1, 0.0)}, builders={"a": broken})
+    with pytest.warns(RuntimeWarning, match=r"a snapshots are off for this run: their builder raised ValueError: x+ "
+                                            r"… \(4,400 more characters\)"):
+        publisher.on_train_start(_trainer(0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        publisher.on_step_end(_trainer(1), 0.0)  # not built again, so no second warning

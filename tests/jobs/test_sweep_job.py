@@ -6,13 +6,14 @@ import time
 import numpy as np
 import pytest
 
-from lab.config import load_config
+from lab.config import config_of_run, load_config
 from lab.jobs.kinds import RANK
 from lab.jobs.manager import JobManager, ManagerBusy
 from lab.jobs.sweep_job import SweepJob, group_plan, plan_from_config
-from lab.runs.store import Run, RunStore, config_of_run
+from lab.runs.store import Run, RunStore
 from lab.sweeps import create_sweep, plan_sweep, read_sweep
 from lab.train import build_model
+from lab.train.checkpoint import load_checkpoint
 from tests.jobs.helpers import wait_for
 
 CONFIG = "configs/spiral.yaml"
@@ -88,7 +89,7 @@ def test_pause_step_resume_stop(tmp_path):
     for run in job.runs:
         member = Run(run.path).read_status()
         assert member["state"] == "stopped" and member["step"] == status["step"]
-        assert Run(run.path).load_checkpoint("last")["step"] == status["step"]
+        assert load_checkpoint(Run(run.path), "last")["step"] == status["step"]
     assert snapshot_step(job) == status["step"]
 
 
@@ -135,7 +136,7 @@ def test_member_folders_and_metrics_read_as_ordinary_runs(tmp_path):
         cfg = config_of_run(run)
         assert cfg == member.config
         model = build_model(cfg)
-        model.load_state_dict(run.load_checkpoint("last")["model"])
+        model.load_state_dict(load_checkpoint(run, "last")["model"])
         assert model.blocks[-1].alpha == pytest.approx(member.values["model.alpha_min"])
         own, _ = run.read_metrics(0)
         assert [{kk: v for kk, v in r.items() if kk != "member"} for r in records if r["member"] == k] == own

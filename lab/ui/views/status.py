@@ -1,4 +1,5 @@
-"""A job's status as a page shows it: a status line, a progress bar, and an alert for errors and divergence.
+"""A job's status as a page shows it: a status line, a progress bar, the run's notes (what its training goes on
+without: :mod:`lab.jobs.notes`) and an alert for errors and divergence.
 
 A status comes from a run folder (its status.json, written by whoever ran it) and an error from an exception that
 may quote what a user typed: both are shown as text (:mod:`lab.ui.text`), never as markup.
@@ -12,16 +13,17 @@ import panel as pn
 import param
 
 from lab.runfolder.layout import RunState
-from lab.ui.text import alert_pane, code, markdown_pane, md
+from lab.ui.text import alert_pane, clipped, code, markdown_pane, md
 
 _ALERTS = {RunState.DIVERGED: "danger", RunState.FAILED: "danger", RunState.STOPPED: "warning"}
 
 
 class JobStatus(pn.viewable.Viewer):
-    """Status line + progress bar + alert; :meth:`show` updates it from a status dict (pure param changes).
+    """Status line + progress bar + notes + alert; :meth:`show` updates it from a status dict (pure param changes).
 
     Attributes:
-        message: the status line's text. alert: the alert pane (errors, divergence, a busy manager).
+        message: the status line's text. notes: the run's notes (a snapshot kind dropped), shown while it has
+            some. alert: the alert pane (errors, divergence, a busy manager).
     """
 
     message = param.String(default="No run yet.")
@@ -31,10 +33,11 @@ class JobStatus(pn.viewable.Viewer):
         self._line = markdown_pane(self.message, margin=(0, 10), css_classes=["lab-status"])
         self._bar = pn.indicators.Progress(value=0, max=100, bar_color="primary", sizing_mode="stretch_width",
                                            height=12, margin=(0, 10))
+        self.notes = alert_pane("", alert_type="warning", visible=False, margin=(5, 10))
         self.alert = alert_pane("", alert_type="danger", visible=False, margin=(5, 10))
         self._state: str | None = None  # the state last shown
         self._alert_state: str | None = None  # the state shown when a page's message went up (None: the status's)
-        self._layout = pn.Column(self._line, self._bar, self.alert, sizing_mode="stretch_width")
+        self._layout = pn.Column(self._line, self._bar, self.notes, self.alert, sizing_mode="stretch_width")
 
     def show(self, status: dict[str, Any], run: str | None = None) -> None:
         """Reflect ``status`` (a run's status.json) of the run folder called ``run``."""
@@ -49,6 +52,10 @@ class JobStatus(pn.viewable.Viewer):
         self._bar.value = int(100 * step / total) if total else 0
         self._bar.bar_color = {RunState.DIVERGED: "danger", RunState.FAILED: "danger",
                                RunState.COMPLETED: "success"}.get(state, "primary")
+        notes = status.get("notes")
+        notes = [md(clipped(note, 600)) for note in notes] if isinstance(notes, list) else []  # as text, whatever
+        self.notes.object = "\n\n".join(notes)
+        self.notes.visible = bool(notes)
         if state in _ALERTS:
             self.error(str(status.get("message") or state), _ALERTS[state])
             self._alert_state = None
