@@ -150,6 +150,17 @@ def test_cli_analyze_says_what_is_wrong(trained_digits_run, tmp_path, capsys):
     assert main(["analyze", "alignment", str(trained_digits_run), "--inputs", "1"]) == 2
 
 
+def test_a_config_that_needs_an_extra_not_installed_is_refused_before_any_run_folder(tmp_path, monkeypatch, capsys):
+    diffusion = ("torchmetrics", "torch_fidelity", "diffusers")  # the [diffusion] extra, as if not installed
+    for name in [*diffusion, *(n for n in sys.modules if n.split(".")[0] in diffusion)]:
+        monkeypatch.setitem(sys.modules, name, None)
+    runs = tmp_path / "runs"
+    assert main(["train", "uvit_tiny_digits", "train.fd_samples=16", "--runs-dir", str(runs)]) == 2  # digits-FD
+    err = capsys.readouterr().err
+    assert 'needs the [diffusion] extra: pip install "residual-lab[diffusion]"' in err and "Traceback" not in err
+    assert not runs.exists() or not any(runs.iterdir())
+
+
 def test_serve_refuses_a_port_out_of_range_before_starting_anything(capsys):
     assert main(["serve", "--port", "70000"]) == 2
     assert "--port must be in 0..65535" in capsys.readouterr().err

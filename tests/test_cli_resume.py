@@ -13,9 +13,9 @@ import torch
 from PIL import Image
 
 from lab.cli import main
-from lab.config import load_config
+from lab.config import config_of_run, load_config
 from lab.jobs.runner import train_and_evaluate
-from lab.runs.store import RunStore, config_of_run
+from lab.runs.store import RunStore
 from lab.train.core import Callback
 
 SMALL = ["configs/spiral.yaml", "model.depth=3", "model.width=8", "data.n=256", "train.batch_size=32",

@@ -5,9 +5,10 @@ import json
 import pytest
 
 from lab.cli import main
-from lab.config import load_config
-from lab.runs.store import Run, config_of_run
+from lab.config import config_of_run, load_config
+from lab.runs.store import Run
 from lab.train import build_model
+from lab.train.checkpoint import load_checkpoint
 
 SMALL = ["model.depth=3", "model.width=8", "data.n=512", "train.epochs=100", "train.max_steps=10",
          "train.eval_every=5"]
@@ -35,7 +36,7 @@ def test_sweep_writes_one_ordinary_run_per_member(tmp_path, capsys):
                                                           f"model.alpha_min={alpha_min}"])
         assert run.read_status()["state"] == "completed"
         model = build_model(cfg)
-        model.load_state_dict(run.load_checkpoint("last")["model"])
+        model.load_state_dict(load_checkpoint(run, "last")["model"])
         assert model.blocks[-1].alpha == pytest.approx(alpha_min)
     err = capsys.readouterr().err
     assert f"sweep folder: {folder} (4 members in 1 ensemble)" in err

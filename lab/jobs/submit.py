@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lab.config import ConfigError
+from lab.config import ConfigError, config_of_run
 from lab.extras import require
 from lab.jobs.runner import train_and_evaluate
 from lab.runfolder import layout
@@ -42,7 +42,7 @@ from lab.runfolder.layout import Checkpoint, RunState
 from lab.runs.catalog import checkpoint_step
 from lab.runs.resume import ResumePlan, plan_resume
 from lab.runs.stop import StopFile
-from lab.runs.store import FINISHED, Run, RunStore, config_of_run
+from lab.runs.store import FINISHED, Run, RunStore
 from lab.sweeps import SweepPlan, create_sweep, write_sweep_file
 from lab.train.core import Callback, TrainerView
 from lab.train.distributed import close_world, init_world
@@ -166,16 +166,11 @@ def continuation(run: Run) -> bool | ResumePlan:
     return False
 
 
-try:  # the cluster extra: without it nothing is submitted (submit_sweep says which extra to install)
-    from submitit.helpers import Checkpointable
-except ModuleNotFoundError:
-    Checkpointable = object
-
 if TYPE_CHECKING:
     import submitit
 
 
-class MemberJob(Checkpointable):
+class MemberJob:
     """The callable each member's job runs, on every one of its processes: train the run folder ``run_path``.
 
     Requeued after a preemption or a time limit, the same callable runs again; the run folder says where to go on
@@ -184,6 +179,12 @@ class MemberJob(Checkpointable):
 
     def __init__(self, run_path: str) -> None:
         self.run_path = run_path
+
+    def checkpoint(self) -> submitit.helpers.DelayedSubmission:
+        """What submitit submits again when it requeues the job: this same callable, as submitit's
+        ``Checkpointable`` would (the run folder holds the state; submitit, the cluster extra, is imported here, in
+        the job, not by every command that imports this module)."""
+        return require("submitit").helpers.DelayedSubmission(self)
 
     def __call__(self) -> dict[str, Any]:
         run = Run(Path(self.run_path))

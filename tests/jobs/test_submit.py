@@ -5,6 +5,8 @@ import os
 import re
 import signal
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,10 +15,11 @@ import torch
 from lab.cli import main
 from lab.config import ConfigError, save_config
 from lab.jobs.runner import train_and_evaluate
-from lab.jobs.submit import Resources, parse_time, submit_sweep
+from lab.jobs.submit import MemberJob, Resources, parse_time, submit_sweep
 from lab.runfolder.lock import read_holder
 from lab.runs.store import RunStore
 from lab.sweeps import plan_sweep, read_sweep
+from lab.train.checkpoint import load_checkpoint
 from tests.jobs.helpers import tiny, wait_for
 
 STEPS = 3000
@@ -50,7 +53,7 @@ def test_a_two_member_sweep_runs_as_local_jobs_and_a_preempted_member_resumes_ex
     # exactly: the member's config trained without interruption ends with the same weights
     alone = RunStore(tmp_path / "alone").create("alone")
     train_and_evaluate(plan.members[0].config, alone, progress=False)
-    requeued, uninterrupted = run.load_checkpoint()["model"], alone.load_checkpoint()["model"]
+    requeued, uninterrupted = load_checkpoint(run)["model"], load_checkpoint(alone)["model"]
     assert requeued.keys() == uninterrupted.keys()
     for key, value in uninterrupted.items():
         assert torch.allclose(requeued[key], value, atol=1e-6), key
@@ -146,3 +149,16 @@ def test_a_requeue_ends_the_process_with_submitits_exit_code_at_once(monkeypatch
     finally:
         signal.signal(signal.SIGUSR2, previous)
     assert exits == [173]
+
+
+def test_submitit_is_imported_by_a_job_or_a_submission_only():
+    """The cluster extra is not every command's import: a job requeues itself through submitit's own machinery."""
+    code = "import sys, lab.jobs.submit; print('submitit' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          timeout=120).stdout.strip() == "False"
+    import submitit
+
+    job = MemberJob("runs/a-member")
+    requeued = job.checkpoint()  # what submitit pickles again when it requeues the job
+    assert isinstance(requeued, submitit.helpers.DelayedSubmission)
+    assert requeued.function is job and requeued.args == () and requeued.kwargs == {}
