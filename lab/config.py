@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from lab.data.toy2d import TOY_DATASETS
 from lab.nn.diffusion import SAMPLERS, SCHEDULE_SAMPLERS
 from lab.nn.mlp import ACTIVATIONS
 from lab.nn.registry import model_info, model_parameters
+from lab.runs.store import Run
 from lab.seeds import SEED_MAX
 from lab.shortcuts import SCHEDULES
 from lab.strict import (
@@ -50,6 +52,7 @@ __all__ = ["CONFIGS", "ConfigError", "DataConfig", "ExperimentConfig", "ModelCon
            "parse_override", "save_config", "to_dict"]
 
 T = TypeVar("T")
+"""The config dataclass :func:`apply_overrides` returns: the one it is given."""
 
 DROPPATH_MODES = ("off", "droppath", "residual_droppath")
 OPTIMIZERS = ("adam", "adamw", "sgd")
@@ -388,13 +391,21 @@ def _new_model(data: dict[str, Any], items: list[tuple[str, Any]]) -> None:
 
 def _keep_model_keys(section: dict[str, Any], name: str, overridden: set[str]) -> None:
     """On a change of ``model.name``, drop the old model's keys that the new one does not name (unless they are
-    overridden too, in which case the new model's check names them). A builder that passes any other keyword
-    on (a timm model's ``**timm_kwargs``) does not inherit the old model's ``depth`` or ``width`` either."""
+    overridden too, in which case the new model's check names them), and say which with a ``UserWarning``: a
+    base config's ``model.depth=8`` that vanishes unsaid looks like a setting the new model ignores. A builder that
+    passes any other keyword on (a timm model's ``**timm_kwargs``) does not inherit the old model's ``depth`` or
+    ``width`` either."""
     try:
         params, _ = model_parameters(name)
     except ValueError:
         return  # the unknown name is reported when the section is built
-    for key in [k for k in section if k not in ("name", "seed") and k not in params and k not in overridden]:
+    dropped = [k for k in section if k not in ("name", "seed") and k not in params and k not in overridden]
+    if not dropped:
+        return
+    keys = ", ".join(f"model.{key}={section[key]!r}" for key in dropped)
+    warnings.warn(f"model.name={name} replaces {section['name']}: dropped {keys} ({name} does not take "
+                  f"{'it' if len(dropped) == 1 else 'them'})", UserWarning, stacklevel=strict._caller_stacklevel())
+    for key in dropped:
         del section[key]
 
 
@@ -456,3 +467,13 @@ def save_config(cfg: Any, path: str | Path) -> None:
     data = to_dict(cfg)
     text = json.dumps(data, indent=2) if path.suffix == ".json" else yaml.safe_dump(data, sort_keys=False)
     path.write_text(text)
+
+
+def config_of_run(run: Run) -> ExperimentConfig:
+    """The resolved config saved in a run's config.json, as the experiment config it was trained with.
+
+    Raises:
+        RunFolderError: config.json is missing or unreadable (never the defaults in its place).
+        ConfigError: it does not hold a valid config.
+    """
+    return from_dict(ExperimentConfig, run.config_record()["config"])

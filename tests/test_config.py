@@ -200,6 +200,21 @@ def test_switching_model_drops_the_keys_the_new_model_does_not_take(tmp_path):
         apply_overrides(ExperimentConfig(), ["model.name=conv_resnet", "model.depth=4"])
 
 
+def test_switching_model_says_which_keys_it_drops_and_whose():
+    with pytest.warns(UserWarning, match=r"model\.name=conv_resnet replaces residual_mlp: dropped model\.depth=32, "
+                                         r"model\.width=32 \(conv_resnet does not take them\)") as caught:
+        apply_overrides(ExperimentConfig(), ["model.name=conv_resnet", "data.name=digits"])
+    assert caught[0].filename == __file__, "the warning points at the line that switched the model"
+    with pytest.warns(UserWarning, match=r"dropped model\.depth=32, model\.width=32, model\.activation='gelu', "
+                                         r"model\.shortcut='identity', model\.alpha_min=1\.0 \(timm_resnet18"):
+        load_config(None, {"model.name": "timm_resnet18"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing dropped, nothing said
+        apply_overrides(ExperimentConfig(), {"model.name": "ra_type1"})
+        apply_overrides(ExperimentConfig(), {"model.name": "conv_resnet", "model.depth": None, "model.width": None,
+                                             "data.name": "digits"})
+
+
 def test_learning_rate_schedule_fields_are_checked():
     with pytest.raises(ConfigError, match="warmup_cosine needs train.warmup_steps > 0"):
         TrainConfig(lr_schedule="warmup_cosine")

@@ -5,12 +5,13 @@ import json
 import pytest
 import torch
 
-from lab.config import ConfigError, load_config
+from lab.config import ConfigError, config_of_run, load_config
 from lab.jobs.runner import train_and_evaluate
 from lab.runfolder import layout
-from lab.runs.store import Run, RunStore, config_of_run
+from lab.runs.store import Run, RunStore
 from lab.sweeps import create_sweep, plan_sweep, read_sweep, split_values, train_sweep
 from lab.train import EnsembleCallback, build_model
+from lab.train.checkpoint import load_checkpoint
 
 CONFIG = "configs/spiral.yaml"
 SMALL = ["model.depth=3", "model.width=8", "data.n=512", "train.epochs=100", "train.max_steps=12",
@@ -84,7 +85,7 @@ def test_sweep_folder_holds_ordinary_runs(tmp_path):
         assert [r["step"] for r in records if r["kind"] == "step"] == [3, 6, 9, 12]
         assert [r["step"] for r in records if r["kind"] == "eval"] == [6, 12]
         model = build_model(cfg)
-        state = run.load_checkpoint("last")
+        state = load_checkpoint(run, "last")
         model.load_state_dict(state["model"])
         assert state["step"] == 12 and run.has_checkpoint("best")
         assert list(run.path.glob("events.out.tfevents.*"))
@@ -96,7 +97,7 @@ def test_a_member_equals_its_solo_run(tmp_path):
     train_sweep(plan, folder, runs, progress=False)
     solo = RunStore(tmp_path / "solo").create("solo")
     train_and_evaluate(plan.members[1].config, solo, progress=False)
-    mine, theirs = runs[1].load_checkpoint(), solo.load_checkpoint()
+    mine, theirs = load_checkpoint(runs[1]), load_checkpoint(solo)
     for name, value in theirs["model"].items():
         assert torch.allclose(mine["model"][name], value, rtol=1e-4, atol=1e-6), name
     evals = [[r for r in run.read_metrics()[0] if r["kind"] == "eval"] for run in (runs[1], solo)]
@@ -130,7 +131,7 @@ def test_a_stopped_sweep_starts_no_further_group_and_a_member_resumes_alone(tmp_
     statuses = train_sweep(plan, folder, runs, progress=False, callbacks=[StopAt(5)])
     assert [s["state"] for s in statuses] == ["stopped", "stopped"]
     assert statuses[0]["step"] == 5 and statuses[1]["message"] == "not started: the sweep was stopped"
-    assert Run(runs[0].path).load_checkpoint()["step"] == 5  # the final evaluation's checkpoint
+    assert load_checkpoint(Run(runs[0].path))["step"] == 5  # the final evaluation's checkpoint
     assert json.loads((folder.path / layout.SWEEP).read_text())["members"][1]["state"] == "stopped"
     # the member resumes as a solo run (odd step: ResidualDroppath's masks come from the checkpoint) and ends
     # where the member trained alone from the start ends
@@ -138,7 +139,7 @@ def test_a_stopped_sweep_starts_no_further_group_and_a_member_resumes_alone(tmp_
     solo = RunStore(tmp_path / "solo").create("solo")
     train_and_evaluate(plan.members[0].config, solo, progress=False)
     assert resumed["state"] == "completed" and resumed["step"] == 12
-    mine, theirs = runs[0].load_checkpoint(), solo.load_checkpoint()
+    mine, theirs = load_checkpoint(runs[0]), load_checkpoint(solo)
     for name, value in theirs["model"].items():
         assert torch.allclose(mine["model"][name], value, rtol=1e-4, atol=1e-6), name
     steps = [r["step"] for r in runs[0].read_metrics()[0] if r["kind"] == "step"]
@@ -159,7 +160,7 @@ def test_a_sweep_classifies_digits_as_one_ensemble_of_residual_mlps(tmp_path):
     data = build_data(plan.members[0].config)
     for run, status in zip(runs, statuses, strict=True):
         model = build_model(config_of_run(run), data)
-        model.load_state_dict(run.load_checkpoint("last")["model"])
+        model.load_state_dict(load_checkpoint(run, "last")["model"])
         with torch.no_grad():
             acc = (model.eval()(data.x_test).argmax(1) == data.y_test).float().mean().item()
         assert acc == pytest.approx(status["metrics"]["test_acc"], abs=1e-6) and acc > 0.5  # chance: 0.1

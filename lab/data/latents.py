@@ -37,6 +37,7 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from lab.data.readers import DatasetNotFoundError, image_folder_files
+from lab.runfolder.layout import LATENTS_INDEX
 from lab.runfolder.writes import atomic_path
 from lab.seeds import sample_seed
 
@@ -44,7 +45,6 @@ __all__ = ["LATENT_FOLDER", "LatentDataset", "VAENotFoundError", "decoder", "enc
            "read_latent_folder"]
 
 LATENT_FOLDER = "latent_folder"  # data.name of a folder written by encode_image_folder
-INDEX = "latents.json"
 SPLITS = ("train", "test")
 
 
@@ -151,7 +151,7 @@ def encode_image_folder(root: str | Path, vae: str | Path, out: str | Path, *, i
              "image_size": image_size, "source": str(Path(root).resolve()), "classes": list(names),
              "latent_shape": [first.shape[1] // 2, *first.shape[2:]],
              **{s: [[str(p), int(y)] for p, y in samples] for s, samples in splits.items()}}
-    (out / INDEX).write_text(json.dumps(index, indent=1))
+    (out / LATENTS_INDEX).write_text(json.dumps(index, indent=1))
     return out
 
 
@@ -163,9 +163,9 @@ def read_latent_folder(root: str | Path) -> dict[str, Any]:
         DatasetNotFoundError: no ``latents.json`` under ``root``.
         VAENotFoundError: the VAE it was encoded with is not at its folder any more.
     """
-    path = Path(root).expanduser() / INDEX
+    path = Path(root).expanduser() / LATENTS_INDEX
     if not path.is_file():
-        raise DatasetNotFoundError(f"no latent folder at {root}: expected {INDEX} and train/, test/ as "
+        raise DatasetNotFoundError(f"no latent folder at {root}: expected {LATENTS_INDEX} and train/, test/ as "
                                    "`python -m lab latents IMAGE_FOLDER --vae VAE --out DIR` writes them")
     index = json.loads(path.read_text())
     if not (Path(index["vae"]) / "config.json").is_file():

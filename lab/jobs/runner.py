@@ -59,7 +59,7 @@ def checked_data(cfg: ExperimentConfig, processes: int = 1) -> ToyData | LoaderD
     and the job manager do before a run folder exists, so bad data leaves no folder behind.
 
     Raises:
-        DatasetNotFoundError (a FileNotFoundError), FormatError, ValueError: the message names the problem.
+        DatasetNotFoundError, FormatError, ValueError: the message names the problem (the first is a FileNotFoundError).
     """
     data = loader_data(cfg) if uses_loader(cfg) else build_data(cfg)
     check_data(cfg, data, processes)
@@ -149,7 +149,7 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
             status(RunState.FAILED, error_text(err), traceback=traceback.format_exc(limit=20))
             if not writes:  # rank 0 may be killed before it can tell: leave this rank's reason in the folder
                 with contextlib.suppress(OSError):  # EntryError included: never written through a link
-                    atomic_write_bytes(run.path / f"failed-rank{world.rank}.txt",
+                    atomic_write_bytes(run.path / layout.failed_rank_name(world.rank),
                                        traceback.format_exc(limit=20).encode())
             raise
         finally:

@@ -17,14 +17,15 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from lab.analysis.residual_alignment import NC_KEYS, PAPER_K, RA4_FIT_START, SCALARS, collapse_of, residual_alignment
-from lab.config import ExperimentConfig
+from lab.config import ExperimentConfig, config_of_run
 from lab.data.toy2d import ToyData
 from lab.nn.networks import residual_steps
 from lab.runfolder import layout
 from lab.runfolder.layout import Checkpoint
 from lab.runfolder.writes import atomic_write_bytes, atomic_write_json
-from lab.runs.store import CheckpointError, Run, config_of_run
+from lab.runs.store import CheckpointError, Run
 from lab.train.build import build_data, build_model, loader_data
+from lab.train.checkpoint import load_checkpoint
 from lab.train.core import resolve_device
 from lab.train.loader import LoaderData
 
@@ -47,7 +48,7 @@ def load_trained(run: Run, checkpoint: str = Checkpoint.LAST, *, loader: bool = 
     cfg = config_of_run(run)
     data = loader_data(cfg) if loader else build_data(cfg)
     model = build_model(cfg, data)
-    state = run.load_checkpoint(checkpoint)
+    state = load_checkpoint(run, checkpoint)
     if weights not in state:
         raise CheckpointError(f"checkpoint {run.checkpoint_path(checkpoint)} holds no {weights!r} weights"
                               + (" (the run was trained without train.ema)" if weights == "ema" else ""))
@@ -85,9 +86,9 @@ def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inp
 
     Returns:
         What ``alignment.json`` holds: the scalars of :data:`~lab.analysis.residual_alignment.SCALARS`, then per
-        layer ``sigma1``, ``inv_sigma``, ``inv_sigma_fit``, ``baseline``, the NC keys (:data:`~lab.analysis.
-        residual_alignment.NC_KEYS`), and ``step``, ``inputs``, ``k``, ``num_classes``, ``checkpoint``,
-        ``ra4_fit_from`` (the first fitted block, 1-based).
+        layer ``sigma1``, ``inv_sigma``, ``inv_sigma_fit``, ``baseline``, the NC keys
+        (:data:`~lab.analysis.residual_alignment.NC_KEYS`), and ``step``, ``inputs``, ``k``, ``num_classes``,
+        ``checkpoint``, ``ra4_fit_from`` (the first fitted block, 1-based).
     """
     _, model, data, step = load_trained(run, checkpoint)
     try:

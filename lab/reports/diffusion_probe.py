@@ -25,11 +25,12 @@ from typing import Any
 import torch
 
 from lab.analysis.probing import linear_probe, protocol_probe
+from lab.config import config_of_run
 from lab.reports.alignment import load_trained
 from lab.runfolder import layout
 from lab.runfolder.layout import Checkpoint
 from lab.runfolder.writes import atomic_write_json
-from lab.runs.store import Run, config_of_run
+from lab.runs.store import Run
 from lab.train.core import resolve_device
 from lab.train.pretrain_eval import PROBE_TIMES, diffusion_features
 

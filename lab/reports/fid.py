@@ -31,14 +31,15 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from lab.analysis.frechet import frechet_distance, to_pixels
-from lab.config import ExperimentConfig
+from lab.config import ExperimentConfig, config_of_run
 from lab.data.formats import IMAGE_SUFFIXES, read_images
 from lab.runfolder import layout
 from lab.runfolder.entries import LIMITS, read_json
 from lab.runfolder.layout import Checkpoint
 from lab.runfolder.writes import atomic_write_json
-from lab.runs.store import Run, config_of_run, load_problem
+from lab.runs.store import Run
 from lab.train.build import pixel_scale, raw_images
+from lab.train.checkpoint import load_problem
 from lab.train.core import resolve_device
 
 FEATURES = ("inception", "digits-classifier")

@@ -24,6 +24,7 @@ from lab.nn.weights import LoadReport, load_weights
 from lab.runfolder.layout import Checkpoint, RunState
 from lab.runs.store import Run, RunStore
 from lab.train.build import build_data, build_model
+from lab.train.checkpoint import save_checkpoint
 
 
 def import_weights(store: RunStore, spec: str, weights: str | Path | BinaryIO,
@@ -58,7 +59,7 @@ def import_weights(store: RunStore, spec: str, weights: str | Path | BinaryIO,
     run = store.create(cfg.name)
     run.write_config(to_dict(cfg), imported={"network": spec, "weights": report.name, "sha256": report.sha256,
                                              "keys": report.text(), "strict": strict, "blocks": blocks})
-    run.save_checkpoint({"model": model.state_dict(), "step": 0}, Checkpoint.LAST)
+    save_checkpoint(run, {"model": model.state_dict(), "step": 0}, Checkpoint.LAST)
     run.write_status(RunState.COMPLETED, f"imported {spec} from {Path(report.name).name} ({report.text()}); "
                      "nothing trained", step=0, total_steps=0)
     return run, report

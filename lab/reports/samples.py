@@ -22,14 +22,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from lab.config import ExperimentConfig
+from lab.config import ExperimentConfig, config_of_run
 from lab.nn.diffusion import SCHEDULE_SAMPLERS
 from lab.reports.alignment import load_trained
 from lab.runfolder import layout
 from lab.runfolder.entries import size_text
 from lab.runfolder.layout import Checkpoint
 from lab.runfolder.writes import atomic_path, atomic_write_bytes
-from lab.runs.store import Run, config_of_run
+from lab.runs.store import Run
 from lab.train.build import sample_decoder
 from lab.train.core import resolve_device
 from lab.train.pretrain_eval import grid_png

@@ -22,12 +22,12 @@ import numpy as np
 import torch
 
 from lab.analysis.rank_sweep import member_features, sweep_rank_metrics
-from lab.config import ConfigError, ExperimentConfig, apply_overrides, to_dict
+from lab.config import ConfigError, ExperimentConfig, apply_overrides, config_of_run, to_dict
 from lab.data.toy2d import TOY_DATASETS, ToyData
 from lab.nn.mlp import ResidualMLP
 from lab.runfolder.layout import Checkpoint, RunState
 from lab.runs.catalog import clean_status
-from lab.runs.store import Run, RunFolderError, config_of_run
+from lab.runs.store import Run, RunFolderError
 from lab.train.build import build_data, build_model, build_task
 from lab.train.ensemble import MODEL
 from lab.train.tasks import PixelTask

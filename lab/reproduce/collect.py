@@ -20,7 +20,7 @@ from lab.reproduce.launch import folder_of, load_ledger, steps_left
 from lab.reproduce.plan import from_ledger
 from lab.reproduce.report import write_report
 from lab.reproduce.verdict import Stats, Verdict
-from lab.runfolder.layout import LedgerState, RunState
+from lab.runfolder.layout import REPRODUCTION, LedgerState, RunState
 from lab.runs.store import Run, environment_info
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def collect(out: str | Path) -> tuple[list[Result], dict[str, Path]]:
     out = Path(out)
     ledger = load_ledger(out)
     if not ledger:
-        raise FileNotFoundError(f"{out} holds no reproduce.json: collect a folder that `lab reproduce --budget gpu` "
+        raise FileNotFoundError(f"{out} holds no {REPRODUCTION}: collect a folder that `lab reproduce --budget gpu` "
                                 "(or gpu1) planned")
     plan = from_ledger(ledger)
     results: list[Result] = []
@@ -119,7 +119,7 @@ def collect(out: str | Path) -> tuple[list[Result], dict[str, Path]]:
     families = adjust_for_multiplicity(results)
     meta = {"budget": plan.budget, "seeds": plan.seeds, "papers": plan.papers, "seconds": 0.0,
             "started": ledger.get("created", ""), "scope": f"{SCOPE[plan.budget]} {family_words(families)}",
-            "families": families, "plan": "reproduce.json",
+            "families": families, "plan": REPRODUCTION,
             **environment_info()}
     return results, write_report(results, out, meta)
 

@@ -6,6 +6,6 @@ modules of the standard library.
 
 * :mod:`~lab.runfolder.layout`: every entry's name, the run states and the checkpoint names;
 * :mod:`~lab.runfolder.entries`: reading an entry within bounds (sizes, shapes, FIFOs, links);
-* :mod:`~lab.runfolder.writes`: writing one without following a planted link, replaced whole (:func:`atomic_path`);
+* :mod:`~lab.runfolder.writes`: writing one without following a planted link, replaced whole (:func:`~.atomic_path`);
 * :mod:`~lab.runfolder.lock`: the one-writer lock of a run, and this user's private folder for machine-local state.
 """

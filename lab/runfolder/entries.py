@@ -20,6 +20,9 @@ checked. Each entry is opened here and nowhere else:
   :data:`NPZ_RATIO_MAX`; no object arrays (nothing is unpickled).
 * **Pictures** (PNG) read only when their file and pixel counts are within :data:`LIMITS` and
   :data:`IMAGE_PIXELS_MAX` (the header is read before anything is decoded).
+* **Checkpoints** (``.pt``) are never loaded here: a listing reads a plain entry of one (its ``step``) from the
+  pickle inside the file, built of plain containers alone, with every tensor and torch object left unbuilt and any
+  other object refused (:func:`checkpoint_field`). Loading a checkpoint is training's work, with torch.
 
 Every refusal is an :class:`EntryError` (an ``OSError``: callers that treat an unreadable file as missing keep
 doing so) whose message names the entry and why; a missing file stays a ``FileNotFoundError``.
@@ -27,10 +30,12 @@ doing so) whose message names the entry and why; a missing file stays a ``FileNo
 
 from __future__ import annotations
 
+import collections
 import io
 import json
 import math
 import os
+import pickle
 import stat
 import zipfile
 from pathlib import Path
@@ -52,6 +57,7 @@ LIMITS = {
     "figure": 16 * MiB,  # a picture or a JSON figure under figures/
     "analysis": 64 * MiB,  # a report's JSON under analysis/
     "log": 64 * KiB,  # what is read of a log's end (process.log, failed-rank<r>.txt)
+    "checkpoint pickle": 16 * MiB,  # a checkpoint's data.pkl: its structure, the tensors' bytes lie beside it
 }
 """The most bytes read of each kind of entry."""
 METRICS_CHUNK = 4 * MiB
@@ -328,6 +334,64 @@ def read_npz(path: str | Path, limit: int = LIMITS["snapshot"]) -> dict[str, np.
         return {info.filename[:-4]: _member_array(zf, info, f"{name}: {info.filename!r}") for info in infos}
     except (zipfile.BadZipFile, EOFError, RuntimeError, ValueError) as err:  # a bad CRC, a broken stream
         raise EntryError(f"{name} is damaged: {str(err)[:80]}") from None
+
+
+# -- checkpoints (.pt) -------------------------------------------------------------------------------------------
+class _Unbuilt:
+    """What a checkpoint's tensors, storages and other torch objects are read as: nothing (no code of theirs runs,
+    no byte of their data is read)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> _Unbuilt:
+        return super().__new__(cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        pass
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Builds plain values and containers; a torch object becomes :class:`_Unbuilt`, and any other class refuses
+    the file, as ``torch.load(weights_only=True)`` does."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "collections" and name == "OrderedDict":  # a state dict (with its ``_metadata``)
+            return collections.OrderedDict
+        if module == "torch" or module.startswith("torch.") or (module, name) == ("_codecs", "encode"):
+            return _Unbuilt
+        raise pickle.UnpicklingError(f"{module}.{name} is not a tensor or a plain container")
+
+    def persistent_load(self, pid: Any) -> _Unbuilt:  # a tensor's storage, in a file of its own: never read
+        return _Unbuilt()
+
+
+def checkpoint_field(path: str | Path, key: str) -> int | float | str | bool | None:
+    """One plain entry of the checkpoint ``path`` (its ``step``, the ``best_acc`` it was saved with) without torch.
+
+    A checkpoint (``torch.save``) is a zip archive whose ``<name>/data.pkl`` holds its structure; only that is read
+    (within ``LIMITS["checkpoint pickle"]``), by an unpickler that builds plain values and containers alone.
+
+    Returns:
+        The number, string or boolean under ``key``; None when the file is missing, a link (or in a linked folder),
+        not a checkpoint, holds objects other than tensors and plain containers, or holds no plain value under
+        ``key`` (a tensor is none).
+    """
+    path = Path(path)
+    if path.parent.is_symlink():
+        return None
+    try:
+        fd, _ = open_entry(path)
+        with os.fdopen(fd, "rb") as f, zipfile.ZipFile(f) as zf:
+            info = next(i for i in zf.infolist() if i.filename.count("/") == 1 and i.filename.endswith("/data.pkl"))
+            if info.file_size > LIMITS["checkpoint pickle"]:
+                return None
+            with zf.open(info) as member:
+                state = _PlainUnpickler(io.BytesIO(member.read(LIMITS["checkpoint pickle"]))).load()
+    except Exception:  # a foreign file can fail in any way: missing, a link, not a zip, no data.pkl, a bad pickle
+        return None
+    value = state.get(key) if isinstance(state, dict) else None
+    return value if isinstance(value, (int, float, str)) else None
 
 
 # -- pictures ----------------------------------------------------------------------------------------------------

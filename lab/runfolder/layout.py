@@ -9,18 +9,21 @@ entry                       written by                              contents
                                                                     ``resume_changes``
 ``config.yaml``             :class:`~lab.jobs.process.ProcessJob`   the config its child process trains
 ``status.json``             recorder, jobs, runner                  state, message, step, epoch, heartbeat (atomic)
-``metrics.jsonl``           :class:`~lab.runs.recorder.RunRecorder`  one JSON record per line, appended and flushed
+``metrics.jsonl``           :class:`~lab.runs.RunRecorder`          one JSON record per line, appended and flushed
 ``snapshots/``              publishers                              ``<kind>-<step, 9 digits>.npz`` snapshots
-``checkpoints/``            the recorder                            ``last.pt``, ``best.pt``
+``checkpoints/``            the recorder                            ``last.pt``, ``best.pt``, ``step-<step, 9
+                                                                    digits>.pt`` (``train.save_every``)
 ``figures/``                the runner (loader engine)              ``<kind>-<step, 9 digits>.<ext>``: kinds
                                                                     ``reconstruction``, ``samples`` (PNG), ``probe``
                                                                     (JSON)
-``analysis/``               ``lab analyze``, ``probe``, ``sample``,  ``alignment.json``/``.npz``, ``probe.json``,
-                            ``fid``                                 ``diffusion_probe.json``, ``fid.json``,
+``analysis/``               ``lab analyze``, ``probe``,             ``alignment.json``/``.npz``, ``probe.json``,
+                            ``sample``, ``fid``                     ``diffusion_probe.json``, ``fid.json``,
                                                                     ``samples-…``, cached ``features-…``
 ``history/``                a resume                                what it set aside; nothing is ever deleted
 ``events.out.tfevents.*``   the recorder                            TensorBoard scalars
 ``process.log``             :class:`~lab.jobs.process.ProcessJob`   the child's stdout and stderr
+``failed-rank<r>.txt``      a ``torchrun`` process other than       its traceback
+                            rank 0 that failed
 ``lock``                    the runner (rank 0)                     host and pid of the process training the run
 ``STOP``                    anyone                                  asks the run to stop after its current step
 ``sweep.json``              :mod:`lab.sweeps` (a sweep's folder)    the members of a sweep, in a folder of run folders
@@ -28,6 +31,10 @@ entry                       written by                              contents
                             folder, a reproduction's)
 ``reproduce.json``          :mod:`lab.reproduce.launch` (a          a full-scale reproduction's plan and its runs'
                             reproduction's folder)                  states; its run folders are under ``runs/``
+``throughput.jsonl``        ``lab throughput --record`` (a runs     measured training throughput, one record per line
+                            folder)                                 (:mod:`lab.reproduce.estimate`)
+``latents.json``            :mod:`lab.data.latents` (a latent       the index of a folder of VAE latents
+                            folder)
 ==========================  ======================================  ==================================================
 """
 
@@ -53,6 +60,10 @@ JOBS = "jobs"
 REPRODUCTION = "reproduce.json"
 REPRODUCTION_RUNS = "runs"
 """A full-scale reproduction's folder: its plan, and the folder of its run folders."""
+THROUGHPUT = "throughput.jsonl"
+"""A runs folder's throughput measurements, which a full-scale plan's GPU-hour estimates read."""
+LATENTS_INDEX = "latents.json"
+"""A latent folder's index (:mod:`lab.data.latents`)."""
 
 #: The sub-folders a new run folder starts with.
 FOLDERS = (SNAPSHOTS, CHECKPOINTS)
@@ -100,6 +111,42 @@ def features_name(layer: str, step: int) -> str:
     return f"features-{layer}-{step}.pt"
 
 
+# -- inside snapshots/ ----------------------------------------------------------------------------------------------
+SNAPSHOT_SUFFIX = ".npz"
+
+
+def snapshot_name(kind: str, version: int) -> str:
+    """``<kind>-<version, 9 digits>.npz`` inside ``snapshots/``: one published snapshot (``kind`` already a safe
+    name)."""
+    return f"{kind}-{version:09d}{SNAPSHOT_SUFFIX}"
+
+
+def snapshot_version(kind: str, name: str) -> int | None:
+    """The version a file named ``name`` holds of ``kind`` (the inverse of :func:`snapshot_name`); None when it is
+    not a snapshot of ``kind``."""
+    prefix = f"{kind}-"
+    digits = name[len(prefix):-len(SNAPSHOT_SUFFIX)]
+    named = name.startswith(prefix) and name.endswith(SNAPSHOT_SUFFIX)
+    return int(digits) if named and digits.isascii() and digits.isdigit() else None
+
+
+# -- inside checkpoints/ --------------------------------------------------------------------------------------------
+CHECKPOINT_SUFFIX = ".pt"
+SAVED_PREFIX = "step-"
+"""The name of a checkpoint kept at a step (``train.save_every``): ``step-<step, 9 digits>``."""
+
+
+def checkpoint_name(name: str) -> str:
+    """``<name>.pt`` inside ``checkpoints/``: the file of the checkpoint ``name`` (a :class:`Checkpoint` or a
+    :func:`saved_name`, already a safe name)."""
+    return f"{name}{CHECKPOINT_SUFFIX}"
+
+
+def saved_name(step: int) -> str:
+    """``step-<step, 9 digits>``: the checkpoint name of the weights kept at ``step``."""
+    return f"{SAVED_PREFIX}{step:09d}"
+
+
 class Checkpoint(StrEnum):
     """The checkpoints ``checkpoints/`` keeps (``<name>.pt``) besides the ones saved at chosen steps. A member
     compares equal to its string, as a command line or a config holds it."""
@@ -119,6 +166,17 @@ def replaced_checkpoint_name(step: int) -> str:
     """``last-before-step-<step>.pt`` inside ``history/``: a ``last`` checkpoint a resume from an earlier one set
     aside."""
     return f"last-before-step-{step}.pt"
+
+
+def failed_rank_name(rank: int | str) -> str:
+    """``failed-rank<rank>.txt``: the traceback of a ``torchrun`` process other than rank 0 that failed (``"*"`` as
+    ``rank`` makes the pattern of them all)."""
+    return f"failed-rank{rank}.txt"
+
+
+def metrics_history_name(stamp: str) -> str:
+    """``metrics-<time>.jsonl`` inside ``history/``: ``metrics.jsonl`` as it was before a resume rewound it."""
+    return f"metrics-{stamp}.jsonl"
 
 
 # -- in status.json --------------------------------------------------------------------------------------------------

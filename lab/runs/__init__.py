@@ -6,7 +6,8 @@ bounded reads, atomic writes, the lock — is :mod:`lab.runfolder`, below everyt
 (:mod:`~lab.runs.store`), the snapshots (:mod:`~lab.runs.snapshot`), the recorder that writes a training run
 (:mod:`~lab.runs.recorder`), how a run is resumed (:mod:`~lab.runs.resume`) and the catalog that lists and checks the
 folders found on disk (:mod:`~lab.runs.catalog`). The names below are imported when first used, so reading a run
-folder does not import the training code the recorder needs.
+folder does not import the training code the recorder needs: the store and the catalog import neither torch nor the
+models (checkpoints are written and loaded by :mod:`lab.train.checkpoint`).
 """
 
 from importlib import import_module
@@ -14,7 +15,8 @@ from typing import Any
 
 _HOMES = {"RunRecorder": "lab.runs.recorder", "Snapshot": "lab.runs.snapshot", "FINISHED": "lab.runs.store",
           "STATES": "lab.runs.store", "CheckpointError": "lab.runs.store", "Run": "lab.runs.store",
-          "RunStore": "lab.runs.store", "default_runs_dir": "lab.runs.store", "sanitize_name": "lab.runs.store"}
+          "RunStore": "lab.runs.store", "default_runs_dir": "lab.runs.store", "sanitize_name": "lab.runs.store",
+          "RunCatalog": "lab.runs.catalog"}
 
 __all__ = sorted(_HOMES)
 

@@ -25,6 +25,7 @@ A run folder that is itself a link is listed only when it resolves inside the se
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import functools
 import logging
 import math
@@ -37,12 +38,12 @@ from typing import Any
 
 import yaml
 
-from lab.data.roots import resolve_data_path
 from lab.runfolder import layout
 from lab.runfolder.entries import (
     LIMITS,
     SHAPES,
     check_shape,
+    checkpoint_field,
     kind_of,
     loads_yaml,
     read_bytes,
@@ -51,7 +52,6 @@ from lab.runfolder.entries import (
     read_tail,
 )
 from lab.runfolder.layout import RunState
-from lab.runs.store import checkpoint_field
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,8 @@ def resolve_run_path(text: str, roots: list[Path]) -> Path:
         PermissionError: it lies outside every root (symbolic links are resolved first).
         FileNotFoundError: it lies inside but is not a folder.
     """
+    from lab.data.roots import resolve_data_path  # here: the package lab.data imports torch; a listing needs none
+
     where = ", ".join(map(str, roots))
     try:
         return resolve_data_path(text, roots)
@@ -209,14 +211,14 @@ def linked_entries(path: Path) -> list[str]:
     found = []
     with contextlib.suppress(OSError):
         for entry in os.scandir(path):
-            if entry.is_symlink() and (entry.name in RUN_ENTRIES or (entry.name.startswith("failed-rank")
-                                                                    and entry.name.endswith(".txt"))):
+            if entry.is_symlink() and (entry.name in RUN_ENTRIES
+                                       or fnmatch.fnmatchcase(entry.name, layout.failed_rank_name("*"))):
                 found.append(entry.name)
     checkpoints = path / layout.CHECKPOINTS
     if layout.CHECKPOINTS not in found:
         with contextlib.suppress(OSError):
-            found += [f"checkpoints/{e.name}" for e in os.scandir(checkpoints)
-                      if e.name.endswith(".pt") and e.is_symlink()]
+            found += [f"{layout.CHECKPOINTS}/{e.name}" for e in os.scandir(checkpoints)
+                      if e.name.endswith(layout.CHECKPOINT_SUFFIX) and e.is_symlink()]
     return sorted(found)
 
 
@@ -300,8 +302,8 @@ def _read_json(path: Path) -> tuple[Any, str | None]:
 
 
 def checkpoint_step(path: Path) -> int | None:
-    """The ``step`` a checkpoint holds (:func:`~lab.runs.store.checkpoint_field`); None when it holds none or cannot
-    be read."""
+    """The ``step`` a checkpoint holds, read without torch (:func:`~lab.runfolder.entries.checkpoint_field`); None
+    when it holds none or cannot be read."""
     return _int(checkpoint_field(path, "step"))
 
 
@@ -440,7 +442,7 @@ class RunReader:
         out = []
         with contextlib.suppress(OSError):
             for entry in os.scandir(self.path / layout.CHECKPOINTS):
-                if not entry.name.endswith(".pt") or not entry.is_file():
+                if not entry.name.endswith(layout.CHECKPOINT_SUFFIX) or not entry.is_file():
                     continue
                 file = Path(entry.path)
                 sig = _signature(file)
@@ -505,7 +507,7 @@ class RunReader:
         if self.metrics_problem:
             problems.append(self.metrics_problem)
         problems += [f"{name} is a symbolic link: not read" for name in linked_entries(self.path)]
-        for note in sorted(self.path.glob("failed-rank*.txt"))[:8]:  # a torchrun process other than rank 0 failed
+        for note in sorted(self.path.glob(layout.failed_rank_name("*")))[:8]:  # a failed torchrun process, not rank 0
             if _signature(note) is not None:
                 with contextlib.suppress(OSError):
                     last = (read_tail(note).decode(errors="replace").strip().splitlines() or ["no traceback"])[-1]

@@ -46,7 +46,7 @@ def check_fresh_run(path: str | Path) -> Run:
     recorded = [p.name for p in run.path.iterdir()
                 if p.name in (layout.CONFIG, layout.METRICS, layout.HISTORY)
                 or (p.is_dir() and p.name not in layout.FOLDERS)]
-    recorded += [f"{layout.CHECKPOINTS}/{p.name}" for p in checkpoints.glob("*.pt")]
+    recorded += [f"{layout.CHECKPOINTS}/{p.name}" for p in checkpoints.glob(layout.checkpoint_name("*"))]
     if recorded:
         raise RunFolderError(f"{run.path} is not a fresh run folder (it holds {', '.join(sorted(recorded))}): "
                              "--run-dir takes a folder made for this run; continue a run with `python -m lab "

@@ -19,9 +19,11 @@ from typing import Any
 import torch
 
 from lab.runfolder import layout
-from lab.runfolder.layout import Checkpoint, RunState
+from lab.runfolder.entries import checkpoint_field
+from lab.runfolder.layout import Checkpoint, RunState, saved_name
 from lab.runfolder.writes import remove_unfinished
-from lab.runs.store import Run, checkpoint_field, saved_name
+from lab.runs.store import Run
+from lab.train.checkpoint import save_checkpoint
 from lab.train.core import Callback, TrainerView
 
 CHECKPOINT_S = 30.0
@@ -85,7 +87,7 @@ class CheckpointWriter:
                 by_state.setdefault(id(state), (state, []))[1].append(name)
             try:
                 for state, names in by_state.values():  # serialised once per state, whatever its names
-                    self.run.save_checkpoint(state, *names)
+                    save_checkpoint(self.run, state, *names)
             except BaseException as err:  # a full disk: said at the next flush, on the training thread
                 with self._lock:
                     self._error = err
@@ -175,8 +177,8 @@ class RunRecorder(Callback):
     def on_step_end(self, trainer: TrainerView, loss: float) -> None:
         if trainer.cfg.save_every and trainer.step % trainer.cfg.save_every == 0:  # kept: the weights alone
             state = trainer.state_dict()
-            self.run.save_checkpoint({k: state[k] for k in ("model", "ema", "step") if k in state},
-                                     saved_name(trainer.step))
+            save_checkpoint(self.run, {k: state[k] for k in ("model", "ema", "step") if k in state},
+                            saved_name(trainer.step))
         if trainer.step % trainer.cfg.log_every == 0:
             lr = trainer.optimizer.param_groups[0]["lr"]
             self.run.append_metrics({"kind": "step", "step": trainer.step, "epoch": trainer.epoch, "loss": loss,
@@ -209,11 +211,11 @@ class RunRecorder(Callback):
             if names:
                 self.checkpoints.submit(state, *names)
         elif best:  # the loader engine saves last on its own schedule; best holds the weights just evaluated
-            self.run.save_checkpoint({**trainer.state_dict(), "best_acc": acc}, Checkpoint.BEST)
+            save_checkpoint(self.run, {**trainer.state_dict(), "best_acc": acc}, Checkpoint.BEST)
 
     def on_checkpoint(self, trainer: TrainerView) -> None:
         """``last`` (the loader engine's schedule: every ``train.checkpoint_every`` epochs and on stop)."""
-        self.run.save_checkpoint(trainer.state_dict(), Checkpoint.LAST)
+        save_checkpoint(self.run, trainer.state_dict(), Checkpoint.LAST)
 
     def on_train_end(self, trainer: TrainerView) -> None:
         """The last evaluation's state becomes ``last`` (after a divergence too: it is the last finite one), and

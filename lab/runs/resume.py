@@ -25,6 +25,7 @@ from lab.runfolder import layout
 from lab.runfolder.layout import Checkpoint
 from lab.runs.catalog import checkpoint_step, irregular_entries, linked_entries
 from lab.runs.store import STATES, CheckpointError, Run, RunFolderError, RunStore, sanitize_name
+from lab.train.checkpoint import load_checkpoint
 
 # what a resume may change: the optimisation's pace and length and the run's bookkeeping, never the model, the
 # data, the batch or the seeds (the steps already taken would not be those of the config)
@@ -166,6 +167,6 @@ def load_resume_state(run: Run, plan: ResumePlan, map_location: Any = "cpu") -> 
     if plan.source == "restart":
         return None
     try:
-        return run.load_checkpoint(plan.source, map_location=map_location)
+        return load_checkpoint(run, plan.source, map_location=map_location)
     except CheckpointError as err:
         raise ResumeRefused(f"{err}; nothing was written. Resume with --checkpoint best or --restart.") from None

@@ -1,8 +1,11 @@
 """The run store: one folder per run, the contract between jobs (which write) and views (which read).
 
-Its entries and who writes each are the table of :mod:`lab.runfolder.layout`; checkpoints are written to a temp file
-and moved into place, and loaded with ``weights_only=True``. No metric, checkpoint or config is ever deleted: what a
-resume sets aside goes under ``history/`` (the views' snapshots alone are thinned, :meth:`Run.prune_snapshots`).
+Its entries and who writes each are the table of :mod:`lab.runfolder.layout`. No metric, checkpoint or config is ever
+deleted: what a resume sets aside goes under ``history/`` (the views' snapshots alone are thinned,
+:meth:`Run.prune_snapshots`). Reading and listing run folders needs neither torch nor the models: checkpoints are
+written and loaded by training (:mod:`lab.train.checkpoint`), a run's config is made an experiment config by
+:func:`lab.config.config_of_run`, and a plain entry of a checkpoint (its ``step``) is read without torch
+(:func:`~lab.runfolder.entries.checkpoint_field`).
 
 Readers are forgiving: a half-written last line of ``metrics.jsonl`` is skipped until it is complete, and a
 missing or unreadable ``status.json`` reads as state ``unknown``. Every entry is read as untrusted input through
@@ -29,9 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
-from lab.config import ExperimentConfig, from_dict
 from lab.runfolder import layout
 from lab.runfolder.entries import LIMITS, open_entry, read_bytes, read_json, read_jsonl, read_npz
 from lab.runfolder.layout import Checkpoint
@@ -51,22 +52,12 @@ def end_state(step: int, total_steps: int) -> tuple[layout.RunState, str]:
     return layout.RunState.STOPPED, f"stopped at step {step}"
 
 
-
 class CheckpointError(RuntimeError):
     """A checkpoint file is missing, truncated or not a checkpoint; the message names the file."""
 
 
 class RunFolderError(ValueError):
     """A folder is not a readable run folder (no or corrupt config.json); the message says what is wrong."""
-
-
-SAVED_PREFIX = "step-"
-"""The name of a checkpoint kept at a step (``train.save_every``): ``step-<step, 9 digits>``."""
-
-
-def saved_name(step: int) -> str:
-    """The checkpoint name of the weights kept at ``step``."""
-    return f"{SAVED_PREFIX}{step:09d}"
 
 
 def _stamp() -> str:
@@ -82,28 +73,6 @@ def sanitize_name(name: str) -> str:
     """A name safe as one path component: letters, digits, ``-``, ``_``, ``.``; at most 48 characters."""
     cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")
     return cleaned[:48] or "run"
-
-
-def load_problem(err: Exception) -> str:
-    """What was wrong with a file ``torch.load(weights_only=True)`` refused, in one line and without torch's advice
-    to load it with ``weights_only=False``: that would run whatever code the file carries."""
-    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-    if "weights_only" in str(err) or "Weights only load failed" in text:
-        return "it holds objects other than tensors and plain containers, which are never loaded"
-    return text
-
-
-def checkpoint_field(path: Path, key: str) -> Any:
-    """One entry of a checkpoint (its ``step``, the ``best_acc`` it was saved with), read with ``weights_only=True``
-    and memory-mapped, so its tensors stay on disk; None when the file is missing, a link (or behind one), not a
-    checkpoint, or lacks the entry."""
-    if not path.is_file() or path.is_symlink() or path.parent.is_symlink():
-        return None
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception:  # torch raises several types for truncated or foreign files
-        return None
-    return state.get(key) if isinstance(state, dict) else None
 
 
 def environment_info() -> dict[str, Any]:
@@ -245,7 +214,7 @@ class Run:
         keep = [r for r in records if _number_at_most(r.get("step", 0), step)]
         if len(keep) == len(records) and not torn and not bad:
             return None
-        aside = self.history_path(f"metrics-{_stamp()}.jsonl")
+        aside = self.history_path(layout.metrics_history_name(_stamp()))
         atomic_write_bytes(aside, data, durable=True)
         atomic_write_bytes(path, "".join(json_text(r) + "\n" for r in keep).encode(), durable=True)
         return aside
@@ -278,37 +247,8 @@ class Run:
 
     # -- checkpoints ------------------------------------------------------------------------------------------
     def checkpoint_path(self, name: str = Checkpoint.LAST) -> Path:
-        return self.path / layout.CHECKPOINTS / f"{sanitize_name(name)}.pt"
-
-    def save_checkpoint(self, state: dict[str, Any], *names: str) -> Path:
-        """Serialise ``state`` (tensors, numbers, strings, containers) once and write it atomically under each
-        name (default ``last``); returns the first path."""
-        buffer = io.BytesIO()
-        torch.save(state, buffer)
-        paths = [self.checkpoint_path(n) for n in (names or (Checkpoint.LAST,))]
-        for path in paths:
-            atomic_write_bytes(path, buffer.getvalue(), durable=True)
-        return paths[0]
-
-    def load_checkpoint(self, name: str = Checkpoint.LAST, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-        """Load a checkpoint with ``weights_only=True``.
-
-        Raises:
-            CheckpointError: missing, truncated or not a checkpoint; names the file.
-        """
-        path = self.checkpoint_path(name)
-        if not path.is_file():
-            raise CheckpointError(f"no checkpoint at {path}")
-        if path.is_symlink() or path.parent.is_symlink():
-            raise CheckpointError(f"checkpoint {path} is behind a symbolic link: not followed")
-        try:
-            state = torch.load(path, map_location=map_location, weights_only=True)
-        except Exception as err:  # torch raises several types for corrupt files
-            raise CheckpointError(f"checkpoint {path} is corrupt or not a lab checkpoint ({load_problem(err)})") \
-                from None
-        if not isinstance(state, dict):
-            raise CheckpointError(f"checkpoint {path} does not hold a state dict")
-        return state
+        """``checkpoints/<name>.pt`` (written and loaded by :mod:`lab.train.checkpoint`)."""
+        return self.path / layout.CHECKPOINTS / layout.checkpoint_name(sanitize_name(name))
 
     def has_checkpoint(self, name: str = Checkpoint.LAST) -> bool:
         return self.checkpoint_path(name).is_file()
@@ -319,8 +259,8 @@ class Run:
         folder = self.path / layout.CHECKPOINTS
         if folder.is_symlink():
             return []
-        return sorted(p.stem for p in folder.glob(f"{SAVED_PREFIX}*.pt")
-                      if p.stem[len(SAVED_PREFIX):].isdigit() and not p.is_symlink())
+        return sorted(p.stem for p in folder.glob(layout.checkpoint_name(f"{layout.SAVED_PREFIX}*"))
+                      if p.stem[len(layout.SAVED_PREFIX):].isdigit() and not p.is_symlink())
 
     # -- figures and analyses -------------------------------------------------------------------------------
     def figure_path(self, kind: str, step: int, suffix: str = ".png") -> Path:
@@ -350,23 +290,18 @@ class Run:
         """Write ``snapshots/<kind>-<version>.npz`` atomically."""
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
-        path = self.path / layout.SNAPSHOTS / f"{sanitize_name(kind)}-{version:09d}.npz"
+        path = self.path / layout.SNAPSHOTS / layout.snapshot_name(sanitize_name(kind), version)
         atomic_write_bytes(path, buffer.getvalue())
         return path
 
     def snapshot_versions(self, kind: str) -> list[int]:
         """Versions of ``kind`` on disk, ascending."""
-        prefix = f"{sanitize_name(kind)}-"
+        kind = sanitize_name(kind)
         folder = self.path / layout.SNAPSHOTS
         if folder.is_symlink():  # never followed: it could lead anywhere
             return []
-        out = []
-        for p in folder.glob(f"{prefix}*.npz"):
-            if p.is_symlink():
-                continue
-            with contextlib.suppress(ValueError):
-                out.append(int(p.stem[len(prefix):]))
-        return sorted(out)
+        versions = ((layout.snapshot_version(kind, p.name), p) for p in folder.glob(f"{kind}-*"))
+        return sorted(v for v, p in versions if v is not None and not p.is_symlink())
 
     def load_snapshot(self, kind: str, version: int | None = None) -> tuple[int, Snapshot] | None:
         """``(version, snapshot)`` of the given snapshot of ``kind``, or of the latest readable one (of the newest
@@ -383,12 +318,12 @@ class Run:
             return None
         if version is not None:
             try:
-                return version, Snapshot(kind, read_npz(folder / f"{sanitize_name(kind)}-{version:09d}.npz"))
+                return version, Snapshot(kind, read_npz(folder / layout.snapshot_name(sanitize_name(kind), version)))
             except FileNotFoundError:
                 return None
         for v in reversed(self.snapshot_versions(kind)[-3:]):
             with contextlib.suppress(OSError):
-                return v, Snapshot(kind, read_npz(folder / f"{sanitize_name(kind)}-{v:09d}.npz"))
+                return v, Snapshot(kind, read_npz(folder / layout.snapshot_name(sanitize_name(kind), v)))
         return None
 
     def prune_snapshots(self, kind: str, keep_last: int = 5, keep_history: int = 50) -> None:
@@ -401,23 +336,12 @@ class Run:
         for i, v in enumerate(older):
             if i not in keep:
                 with contextlib.suppress(FileNotFoundError):
-                    (self.path / layout.SNAPSHOTS / f"{sanitize_name(kind)}-{v:09d}.npz").unlink()
+                    (self.path / layout.SNAPSHOTS / layout.snapshot_name(sanitize_name(kind), v)).unlink()
 
 
 def _number_at_most(value: Any, bound: float) -> bool:
     """Whether ``value`` is a number no greater than ``bound`` (a record's step; anything else is not kept)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and value <= bound
-
-
-def config_of_run(run: Run) -> ExperimentConfig:
-    """The resolved config saved in a run's config.json.
-
-    Raises:
-        RunFolderError: config.json is missing or unreadable (never the defaults in its place).
-        ConfigError: it does not hold a valid config.
-    """
-    return from_dict(ExperimentConfig, run.config_record()["config"])
-
 
 
 class RunStore:

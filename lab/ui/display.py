@@ -78,7 +78,8 @@ def run_view(run: Run) -> pn.viewable.Viewable:
             ("training", ", ".join(f"{k}={train[k]}" for k in ("optimizer", "lr", "batch_size", "droppath",
                                                               "drop_path_rate") if k in train)),
             *[(k, f"{v:.4g}") for k, v in metrics.items() if isinstance(v, float)],
-            ("checkpoints", ", ".join(p.stem for p in sorted((run.path / layout.CHECKPOINTS).glob("*.pt"))) or "none"),
+            ("checkpoints", ", ".join(p.stem for p in sorted((run.path / layout.CHECKPOINTS)
+                                                             .glob(layout.checkpoint_name("*")))) or "none"),
             ("folder", str(run.path))]
     parts = [_table(rows, f"run {run.id}")]
     records = run.metric_records()

@@ -10,6 +10,7 @@ import torch
 from PIL import Image
 
 from lab.cli import main
+from lab.config import config_of_run
 from lab.data.formats import make_synthetic_image_folder
 from lab.data.latents import (
     LatentDataset,
@@ -19,7 +20,7 @@ from lab.data.latents import (
     load_vae,
     read_latent_folder,
 )
-from lab.runs.store import Run, config_of_run
+from lab.runs.store import Run
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,12 @@ import pytest
 import torch
 
 from lab.cli import main
+from lab.config import config_of_run
 from lab.data.formats import make_synthetic_image_folder
 from lab.reports.probe import block_index, pool_tokens, probe_report
-from lab.runs.store import Run, config_of_run
+from lab.runs.store import Run
 from lab.train.build import build_model, loader_data
+from lab.train.checkpoint import load_checkpoint
 from lab.train.pretrain_eval import features
 
 
@@ -24,7 +26,7 @@ def train_run(runs, *overrides: str) -> Run:
 def fresh_model(run: Run, data):
     """The checkpoint's model built independently of the report."""
     model = build_model(config_of_run(run), data)
-    model.load_state_dict(run.load_checkpoint("last")["model"])
+    model.load_state_dict(load_checkpoint(run, "last")["model"])
     return model.eval()
 
 
@@ -38,7 +40,7 @@ def test_probe_of_a_trained_digits_run_is_written_and_cached(digits_run):
     first = probe_report(run, epochs=30, device="cpu", progress=False)
     assert first["top1"] >= 0.8 and first["top5"] >= first["top1"] and first["k"] == 5  # chance is 0.1
     assert first["layer"] == "bottleneck" and first["checkpoint"] == "last" and not first["cached"]
-    assert first["step"] == run.load_checkpoint("last")["step"] > 0
+    assert first["step"] == load_checkpoint(run, "last")["step"] > 0
     assert (first["n_train"], first["n_test"], first["feature_dim"], first["num_classes"]) == (1438, 359, 128, 10)
     assert (first["epochs"], first["lr"], first["batch_size"]) == (30, 1e-2, 1024) and len(first["loss"]) == 30
     assert json.loads((run.path / "analysis" / "probe.json").read_text()) == first

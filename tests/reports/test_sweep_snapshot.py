@@ -8,6 +8,7 @@ from lab.jobs.runner import make_trainer
 from lab.reports.sweep_snapshot import checkpoint_rank_snapshot, rank_snapshot
 from lab.runs.store import RunStore
 from lab.sweeps import create_sweep, plan_sweep, train_sweep
+from lab.train.checkpoint import save_checkpoint
 
 SMALL = ["model.depth=4", "model.width=8", "data.n=512", "train.epochs=2"]
 
@@ -39,7 +40,7 @@ def test_sweeps_without_two_readable_members_or_of_other_models_are_refused(tmp_
         checkpoint_rank_snapshot(runs)  # queued: nothing trained yet
     other = RunStore(tmp_path).create("other")
     other.write_config({"name": "other", "model": {"name": "fc_resnet"}, "data": {"name": "digits"}})
-    other.save_checkpoint({"model": {}}, "last")
+    save_checkpoint(other, {"model": {}}, "last")
     with pytest.raises(ValueError, match="fc_resnet"):
         checkpoint_rank_snapshot([other])
 
@@ -62,10 +63,10 @@ def test_members_that_ask_for_huge_models_are_refused_before_anything_is_built(t
         run = Run(folder.path / name)
         (run.path / "checkpoints").mkdir(parents=True)
         run.write_config({**to_dict(plan.members[0].config), "model": {"name": "residual_mlp", "width": 8192}})
-        run.save_checkpoint({"model": {}, "step": 1}, "last")
+        save_checkpoint(run, {"model": {}, "step": 1}, "last")
         huge.append(run)
     swapped = runs[2]  # a checkpoint of another model under a valid config
-    swapped.save_checkpoint({"model": {"stem.weight": torch.zeros(3, 3)}, "step": 1}, "last")
+    save_checkpoint(swapped, {"model": {"stem.weight": torch.zeros(3, 3)}, "step": 1}, "last")
     built = []
     real = sweep_snapshot.build_model
     monkeypatch.setattr(sweep_snapshot, "build_model", lambda cfg, data=None: built.append(

@@ -1,12 +1,16 @@
 """Only the format package ``lab/runfolder/`` spells a run folder's entry names (``layout.py``): anywhere else in
 ``lab/`` a path built from a literal that names a run-folder entry or a kept checkpoint
-(``run.path / "analysis" / "probe.json"``, ``f"samples-{step:09d}.png"``, ``run.checkpoint_path("best")``) fails
-here, so the format stays in the one table readers and writers share."""
+(``run.path / "analysis" / "probe.json"``, ``f"samples-{step:09d}.png"``, ``run.checkpoint_path("best")``), or a
+name made by an f-string the way run-folder files are named (``f"{kind}-{version:09d}.npz"``,
+``f"metrics-{stamp}.jsonl"``, ``f"{name}.pt"``), fails here, so the format stays in the one table readers and writers
+share."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 import lab
 from lab.runfolder import layout
@@ -23,6 +27,8 @@ PATH_CALLS = {"Path", "open", "glob", "rglob", "joinpath", "with_name", "is_file
 ALLOWED = {
     ("data/latents.py", "config.json"): "a VAE folder's diffusers config, not a run folder's",
 }
+SUFFIXES = (".npz", ".jsonl", ".json", ".pt")
+"""How the run folder's files end: an f-string that makes a name ending so is one of its names."""
 
 
 def _text(node: ast.AST) -> str | None:
@@ -39,10 +45,26 @@ def _names_a_run_entry(text: str) -> bool:
     return first in NAMES or first.startswith(PREFIXES) or first.startswith(layout.TFEVENTS_PREFIX)
 
 
+def _makes_a_name(node: ast.JoinedStr) -> bool:
+    """Whether the f-string ``node`` makes a file name as run folders name theirs: a literal part ending in one of
+    :data:`SUFFIXES`, or a number formatted to 9 digits (a step or a version)."""
+    for part in node.values:
+        if isinstance(part, ast.Constant) and str(part.value).endswith(SUFFIXES):
+            return True
+        if isinstance(part, ast.FormattedValue) and isinstance(part.format_spec, ast.JoinedStr) and \
+                [getattr(v, "value", None) for v in part.format_spec.values] == ["09d"]:
+            return True
+    return False
+
+
 def _spelled(tree: ast.AST) -> list[tuple[int, str]]:
-    """``(line, literal)`` of every literal used to build a path that names a run-folder entry."""
+    """``(line, literal)`` of every literal used to build a path that names a run-folder entry, and of every
+    f-string that makes a run-folder file's name."""
     found = []
     for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr) and _makes_a_name(node):
+            found.append((node.lineno, ast.unparse(node)))
+            continue
         operands: list[ast.AST] = []
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
             operands = [node.left, node.right]
@@ -79,3 +101,25 @@ def test_the_check_sees_the_spellings_it_forbids():
     for source in ['run.analysis_path(layout.PROBE)', 'run.path / layout.ANALYSIS', 'x / "images"',
                    'run.checkpoint_path(Checkpoint.LAST)']:
         assert not _spelled(ast.parse(source)), source
+
+
+@pytest.mark.parametrize("source", ['path = folder / f"{kind}-{version:09d}.npz"', 'f"{SAVED_PREFIX}{step:09d}"',
+                                    'aside = f"metrics-{stamp}.jsonl"', 'name = f"{sanitize_name(name)}.pt"',
+                                    'folder.glob(f"{prefix}*.npz")', 'f"{stem}.json"'])
+def test_the_check_sees_names_made_by_f_strings(source):
+    assert _spelled(ast.parse(source)), source
+
+
+@pytest.mark.parametrize("source", ['f"{path} is not a snapshot (.npz): {err}"', 'f"step {step:,}"',
+                                    'f"{kind}-{step:04d}"', 'layout.snapshot_name(kind, version)'])
+def test_an_f_string_that_names_no_run_folder_file_passes(source):
+    assert not _spelled(ast.parse(source)), source
+
+
+
+def test_a_snapshot_name_reads_back_as_its_version_and_no_other_name_does():
+    assert layout.snapshot_name("nodes", 12) == "nodes-000000012.npz"
+    assert layout.snapshot_version("nodes", layout.snapshot_name("nodes", 12)) == 12
+    for name in ("nodes-extra-000000001.npz", "node-000000001.npz", "nodes-00000001x.npz", "nodes-\u00b2.npz",
+                 "nodes-000000001.npy", "nodes-.npz"):
+        assert layout.snapshot_version("nodes", name) is None, name

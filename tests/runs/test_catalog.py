@@ -22,6 +22,7 @@ from lab.runs.catalog import (
 )
 from lab.runs.stop import STOP_FILE
 from lab.runs.store import Run, RunStore
+from lab.train.checkpoint import save_checkpoint
 from lab.ui.pages.runs_scan import Followed, follow
 
 
@@ -162,7 +163,7 @@ def test_unchanged_files_are_not_read_again(tmp_path, monkeypatch):
 
 def test_checkpoints_are_listed_with_their_step(tmp_path):
     run = _run(RunStore(tmp_path))
-    run.save_checkpoint({"step": 7, "model": {}}, "last", "best")
+    save_checkpoint(run, {"step": 7, "model": {}}, "last", "best")
     (run.path / "checkpoints" / "junk.pt").write_bytes(b"not a checkpoint")
     found = {c["name"]: c for c in RunReader(run.path).checkpoints()}
     assert set(found) == {"last.pt", "best.pt", "junk.pt"}

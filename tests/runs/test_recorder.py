@@ -6,6 +6,7 @@ import torch
 
 from lab.runs.recorder import RunRecorder, copied
 from lab.runs.store import RunStore
+from lab.train.checkpoint import load_checkpoint, save_checkpoint
 
 
 class _Trainer:
@@ -19,17 +20,17 @@ class _Trainer:
 def test_best_pt_is_replaced_only_by_a_better_model_than_the_one_it_was_saved_with(tmp_path):
     run = RunStore(tmp_path).create("r")
     run.append_metrics({"kind": "eval", "step": 10, "test_acc": 0.5})  # what stayed after a rewind
-    run.save_checkpoint({"model": {}, "step": 30, "best_acc": 0.9}, "best")  # from an evaluation set aside
+    save_checkpoint(run, {"model": {}, "step": 30, "best_acc": 0.9}, "best")  # from an evaluation set aside
     recorder = RunRecorder(run, tensorboard=False, checkpoint_on_eval=False)
     trainer = _Trainer(step=10)
     recorder.on_train_start(trainer)
     assert recorder.best_acc == 0.9
     trainer.step = 20
     recorder.on_eval_end(trainer, {"test_acc": 0.7})
-    assert run.load_checkpoint("best")["step"] == 30  # 0.7 is worse than best.pt's 0.9: kept
+    assert load_checkpoint(run, "best")["step"] == 30  # 0.7 is worse than best.pt's 0.9: kept
     trainer.step = 40
     recorder.on_eval_end(trainer, {"test_acc": 0.95})
-    best = run.load_checkpoint("best")
+    best = load_checkpoint(run, "best")
     assert best["step"] == 40 and best["best_acc"] == 0.95
     recorder.close()
 
@@ -60,21 +61,21 @@ def test_checkpoints_are_copied_between_steps_written_in_the_background_and_by_t
         trainer.step, clock[0] = step, at
         rec.on_eval_end(trainer, {"test_acc": 0.1})  # never better after the first: best.pt stays at step 10
         rec.checkpoints.flush()
-    assert run.load_checkpoint("last")["step"] == 10, "20 and 30 came within 30 s of the first"
+    assert load_checkpoint(run, "last")["step"] == 10, "20 and 30 came within 30 s of the first"
     trainer.step, clock[0] = 40, 1031.0
     state = trainer.state_dict()
     trainer.state_dict = lambda: state  # the live tensors the trainer keeps changing
     rec.on_eval_end(trainer, {"test_acc": 0.1})
     state["model"]["w"].fill_(-1.0)  # training goes on after the evaluation, before the write
     rec.checkpoints.flush()
-    saved = run.load_checkpoint("last")
+    saved = load_checkpoint(run, "last")
     assert saved["step"] == 40 and torch.equal(saved["model"]["w"], torch.full((2,), 40.0))
     trainer.state_dict = _Trainer.state_dict.__get__(trainer)
     trainer.step, clock[0] = 50, 1040.0
     rec.on_eval_end(trainer, {"test_acc": 0.1})
     trainer.step = 57  # a divergence after the evaluation at 50: the trainer ends without another
     rec.on_train_end(trainer)
-    assert run.load_checkpoint("last")["step"] == 50 and run.load_checkpoint("best")["step"] == 10
+    assert load_checkpoint(run, "last")["step"] == 50 and load_checkpoint(run, "best")["step"] == 10
     rec.close()
 
 
@@ -96,7 +97,7 @@ def test_a_run_ends_with_no_checkpoint_writer_left_running(tmp_path, monkeypatch
     rec.on_train_start(trainer)
     rec.on_eval_end(trainer, {"test_acc": 0.5})
     rec.on_train_end(trainer)
-    assert run.load_checkpoint("last")["step"] == 10
+    assert load_checkpoint(run, "last")["step"] == 10
     assert not [t.name for t in threading.enumerate() if t.name.startswith("lab-checkpoint-")]
     rec.close()
 

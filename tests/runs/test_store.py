@@ -7,6 +7,7 @@ import torch
 
 from lab.runfolder.entries import EntryError
 from lab.runs.store import CheckpointError, Run, RunFolderError, RunStore, default_runs_dir, end_state, sanitize_name
+from lab.train.checkpoint import load_checkpoint, save_checkpoint
 
 
 def test_run_ids_are_sanitised_and_stay_inside_the_runs_folder(tmp_path):
@@ -96,7 +97,7 @@ def test_run_folder_entries_that_are_links_are_not_followed(tmp_path):
     torch.save({"step": 1}, outside / "last.pt")
     run.checkpoint_path("last").symlink_to(outside / "last.pt")
     with pytest.raises(CheckpointError, match="symbolic link"):
-        run.load_checkpoint("last")
+        load_checkpoint(run, "last")
 
 
 def test_missing_or_corrupt_config_is_an_error_not_the_defaults(tmp_path):
@@ -116,7 +117,7 @@ def test_restart_sets_everything_recorded_aside(tmp_path):
     run.write_config({"name": "r"})
     run.write_status("completed", "done", step=5)
     run.append_metrics({"step": 5})
-    run.save_checkpoint({"step": 5}, "last", "best")
+    save_checkpoint(run, {"step": 5}, "last", "best")
     run.save_snapshot("nodes", 1, {"a": np.zeros(2)})
     aside = run.set_aside()
     assert sorted(p.name for p in run.path.iterdir()) == ["checkpoints", "config.json", "history", "snapshots"]
@@ -140,23 +141,23 @@ def test_status_round_trip_and_missing_status(tmp_path):
 def test_checkpoints_are_atomic_and_load_weights_only(tmp_path):
     run = Run(tmp_path)
     state = {"model": {"w": torch.arange(3.0)}, "step": 7}
-    path = run.save_checkpoint(state)
+    path = save_checkpoint(run, state)
     assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
-    loaded = run.load_checkpoint()
+    loaded = load_checkpoint(run)
     assert loaded["step"] == 7 and torch.equal(loaded["model"]["w"], torch.arange(3.0))
     # a torn temp file from a writer killed mid-write does not affect the checkpoint
     (path.parent / ".last.pt.abc.tmp").write_bytes(b"partial")
-    assert run.load_checkpoint()["step"] == 7
+    assert load_checkpoint(run)["step"] == 7
 
 
 def test_corrupt_and_missing_checkpoints_name_the_file(tmp_path):
     run = Run(tmp_path)
     with pytest.raises(CheckpointError, match="no checkpoint at .*last.pt"):
-        run.load_checkpoint()
+        load_checkpoint(run)
     run.checkpoint_path().parent.mkdir(parents=True)
     run.checkpoint_path().write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match=r"checkpoint .*last\.pt is corrupt"):
-        run.load_checkpoint()
+        load_checkpoint(run)
 
 
 def test_checkpoint_refuses_pickled_code(tmp_path):
@@ -168,7 +169,7 @@ def test_checkpoint_refuses_pickled_code(tmp_path):
     run.checkpoint_path().parent.mkdir(parents=True)
     torch.save({"x": Evil()}, run.checkpoint_path())
     with pytest.raises(CheckpointError, match="corrupt or not a lab checkpoint"):
-        run.load_checkpoint()
+        load_checkpoint(run)
 
 
 def test_snapshots_latest_and_retention(tmp_path):
@@ -229,7 +230,7 @@ def test_a_run_folders_subfolders_replaced_by_links_are_never_written_through(tm
             (run.path / sub).rmdir()
         (run.path / sub).symlink_to(elsewhere)
     with pytest.raises(EntryError, match="is a link or not a folder"):
-        run.save_checkpoint({"model": {}, "step": 1}, "last")
+        save_checkpoint(run, {"model": {}, "step": 1}, "last")
     with pytest.raises(EntryError, match="is a link or not a folder"):
         run.save_snapshot("nodes", 1, {"maps": np.zeros((2, 2), dtype=np.float32)})
     with pytest.raises(EntryError, match="is a link or not a folder"):

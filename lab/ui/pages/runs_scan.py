@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from lab.config import ConfigError
+from lab.config import ConfigError, config_of_run
 from lab.data.toy2d import TOY_DATASETS
 from lab.runfolder import layout
 from lab.runfolder.entries import read_jsonl, read_picture
 from lab.runs.catalog import RunCatalog
-from lab.runs.store import Run, RunFolderError, config_of_run
+from lab.runs.store import Run, RunFolderError
 from lab.ui.views.replays import REPLAYS
 from lab.ui.views.run_views import table_frame
 

@@ -17,11 +17,13 @@ from lab.jobs.kinds import ALIGNMENT, NODES
 from lab.runfolder.writes import atomic_write_json
 from lab.runs.stop import STOP_FILE
 from lab.runs.store import Run, RunStore
+from lab.train.checkpoint import save_checkpoint
 from lab.ui.pages.runs import RunsPage
 from lab.ui.views.run_details import EMPTY
 from lab.ui.views.run_views import COLUMNS, format_age, format_clock, format_metrics, format_progress
 from tests.jobs.helpers import EVERY_SNAPSHOT_S, tiny
 from tests.ui.driving import poll_until, shown
+from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[3]
 STEP = {"kind": "step", "epoch": 0}
@@ -147,7 +149,7 @@ def test_a_corrupt_folder_is_listed_with_its_problems_and_opened(manager):
 def test_opening_a_run_draws_its_metrics_file(manager):
     run = _run(manager.store, "curves", "running", step=60, total_steps=100)
     run.append_metrics(*_records())
-    run.save_checkpoint({"step": 60, "model": {}}, "last", "best")
+    save_checkpoint(run, {"step": 60, "model": {}}, "last", "best")
     other = _run(manager.store, "steps-only", "failed")
     other.append_metrics({**STEP, "step": 1, "loss": 2.0}, {**STEP, "step": 2, "loss": 1.0})
     page = RunsPage(manager=manager)
@@ -496,19 +498,21 @@ def test_a_served_page_reads_in_a_worker_and_its_callbacks_never_wait_on_the_dis
     monkeypatch.setattr(runs_module, "can_schedule", lambda: False)
     page = RunsPage(manager=manager)
     page._served = True  # as served: scans go to the pool
-    release = threading.Event()
+    release, readers = threading.Event(), []
     real = runs_module.scan
 
     def slow(catalog, request):
-        release.wait(30)
+        readers.append(threading.current_thread())
+        release.wait(60)  # a tick that waited for the scan would return only after this, and find it done
         return real(catalog, request)
 
     monkeypatch.setattr(runs_module, "scan", slow)
     page.run = page.table.value["run"][0]
-    start = time.monotonic()
     for _ in range(5):
         page._tick()
-    assert time.monotonic() - start < 0.5 and page._scan is not None and not page._scan.done()
+    # the ticks returned while the one scan they started still waits on the disk, in another thread
+    assert page._scan is not None and not page._scan.done()
+    assert wait_until(lambda: len(readers) == 1, 30) and readers[0] is not threading.current_thread()
     release.set()
     page._scan.result(30)
     page._tick()
