@@ -8,6 +8,7 @@ files, so the editable install of this checkout stays invisible there: ``lab`` c
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -140,17 +141,25 @@ def test_residual_lab_serve_answers_and_stops_on_sigterm(installed):
 
 
 def test_the_core_trains_and_reproduces_without_any_extra_and_names_the_extra_a_command_needs(core):
-    """``pip install residual-lab`` with no extra: training and a reproduction run from an empty folder; the pages,
-    a notebook's ``lab.ui`` and cluster submission each say which extra to install, never a traceback."""
+    """``pip install residual-lab`` with no extra: training (the VP-SDE U-ViT included) and the reproduction of every
+    paper run from an empty folder and exit 0, a claim that needs an extra a row naming it; the pages, a notebook's
+    ``lab.ui`` and cluster submission each say which extra to install, never a traceback."""
     hidden = _run(core, "-c", "import panel")
     assert hidden.returncode != 0 and "No module named 'panel'" in hidden.stderr, "the environment has Panel"
     out = _run(core, "-m", "lab", "train", "spiral", "model.depth=2", "model.width=4", "data.n=512",
                "train.epochs=1", "--runs-dir", "runs", "--no-progress")
     assert out.returncode == 0 and "completed" in out.stderr, out.stderr[-2000:]
-    out = _run(core, "-m", "lab", "reproduce", "--budget", "smoke", "--paper", "alignment", "--out", "rep",
-               "--no-progress")
-    assert out.returncode == 0, out.stderr[-2000:]
+    out = _run(core, "-m", "lab", "train", "uvit_tiny_digits", *TINY_UVIT, "--runs-dir", "runs", "--no-progress")
+    assert out.returncode == 0 and "completed" in out.stderr, out.stderr[-2000:]
+    out = _run(core, "-m", "lab", "reproduce", "--budget", "smoke", "--out", "rep", "--no-progress", timeout=1200)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert "pipeline only" in (core[1] / "rep" / "report.md").read_text()
+    claims = {c["id"]: c for c in json.loads((core[1] / "rep" / "claims.json").read_text())["claims"]}
+    assert len(claims) == 18 and set(claims) == {line.split()[0] for line in out.stdout.splitlines()}
+    needs = {key: c["reason"] for key, c in claims.items() if c["verdict"] != "pipeline only"}
+    pip = 'needs the [diffusion] extra: pip install "residual-lab[diffusion]" (or "residual-lab[all]")'
+    assert needs == {"decayed.diffusion_fid": pip}  # digits-FD: torchmetrics' distance; the rest runs in the core
+    assert f"decayed.diffusion_fid    not measurable  {pip}" in out.stdout
     for args, extra in ((("-m", "lab", "serve", "--port", "0", "--runs-dir", "runs"), "ui"),
                         (("-m", "lab", "submit", "spiral", "--executor", "local", "--runs-dir", "runs"), "cluster")):
         out = _run(core, *args, timeout=120)
@@ -158,3 +167,22 @@ def test_the_core_trains_and_reproduces_without_any_extra_and_names_the_extra_a_
         assert "Traceback" not in out.stderr
     out = _run(core, "-c", "import lab.ui")
     assert 'pip install "residual-lab[ui]"' in out.stderr.splitlines()[-1]
+
+
+TINY_UVIT = ("model.embed_dim=16", "model.depth=2", "model.num_heads=2", "train.max_steps=2", "train.eval_every=2",
+             "train.warmup_steps=1", "train.samples=4", "train.sample_steps=2")
+"""``configs/uvit_tiny_digits.yaml`` in seconds: two steps, then the held-out loss and a grid of samples."""
+
+
+@pytest.mark.parametrize("needs", [
+    pytest.param(("train.fd_samples=16",), id="digits-FD"),
+    pytest.param(("model.schedule=discrete", "train.sampler=dpm_solver"), id="discrete schedule")])
+def test_a_training_that_needs_an_extra_is_refused_before_its_run_folder_is_made(core, needs):
+    """What the core cannot train (digits-FD during training takes torchmetrics; the discrete schedule and its
+    DPM-Solver diffusers) is refused with the pip line and exit status 2 before a run folder is made."""
+    runs = core[1] / "refused-runs"
+    out = _run(core, "-m", "lab", "train", "uvit_tiny_digits", *TINY_UVIT, *needs, "--runs-dir", str(runs),
+               "--no-progress", timeout=120)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert 'needs the [diffusion] extra: pip install "residual-lab[diffusion]"' in out.stderr
+    assert "Traceback" not in out.stderr and not (runs.exists() and any(runs.iterdir()))

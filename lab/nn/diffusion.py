@@ -171,19 +171,26 @@ def _signature(sizes: dict, **defaults):
     return decorate
 
 
+def _schedule_extras(knobs: dict) -> tuple[str, ...]:
+    """The extras a U-ViT's settings need: the discrete schedule takes diffusers' scheduler and DPM-Solver."""
+    return ("diffusion",) if knobs["schedule"] == "discrete" else ()
+
+
 _EXAMPLE = {"img_size": 8, "in_chans": 1, "embed_dim": 16, "depth": 2, "num_heads": 2}
 _EXAMPLE_INPUT = (1, 8, 8)
 """A small instance for the tests that build every registered model (at uvit_tiny's 8 × 8 single-channel size)."""
 
 
-@register_model(family="uvit", task="diffusion", example=_EXAMPLE, input_shape=_EXAMPLE_INPUT)
+@register_model(family="uvit", task="diffusion", example=_EXAMPLE, input_shape=_EXAMPLE_INPUT,
+                requires=_schedule_extras)
 @_signature(_SMALL)
 def uvit_small(**kwargs) -> ScoreDiffusion:
     """U-ViT-S/2 for 32 × 32 images (the reference's CIFAR-10 model; Table 4 row 1 trains it on CIFAR-100)."""
     return _build(_SMALL, kwargs)
 
 
-@register_model(family="uvit", task="diffusion", example=_EXAMPLE, input_shape=_EXAMPLE_INPUT)
+@register_model(family="uvit", task="diffusion", example=_EXAMPLE, input_shape=_EXAMPLE_INPUT,
+                requires=_schedule_extras)
 @_signature(_MID, schedule="discrete")
 def uvit_mid(**kwargs) -> ScoreDiffusion:
     """U-ViT-M/2 on 32 × 32 × 4 latents (ImageNet at 256 × 256 through a VAE; Table 4 rows 2–3), on the discrete
@@ -191,7 +198,8 @@ def uvit_mid(**kwargs) -> ScoreDiffusion:
     return _build(_MID, {"schedule": "discrete", **kwargs})
 
 
-@register_model(family="uvit", task="diffusion", example=_EXAMPLE, input_shape=_EXAMPLE_INPUT)
+@register_model(family="uvit", task="diffusion", example=_EXAMPLE, input_shape=_EXAMPLE_INPUT,
+                requires=_schedule_extras)
 @_signature(_TINY)
 def uvit_tiny(**kwargs) -> ScoreDiffusion:
     """A U-ViT for 8 × 8 single-channel digits that trains in minutes on a CPU: 64 wide, 7 blocks, 4 heads."""

@@ -4,6 +4,7 @@ ResidualDroppath is Algorithm 1 of *ResidualDroppath: Enhancing Feature Reuse ov
 
 Modes, set on every :class:`DropPath` of a model by the trainer before each iteration:
 
+=============== ==================================================================================================
 ``"droppath"``  Stochastic depth as timm does it: keep each sample's branch with probability 1 − p and divide
                 the kept ones by 1 − p, so the expected branch output is unchanged.
 ``"rdp_drop"``  ResidualDroppath's even iteration (Algorithm 1, line 14): sample a per-sample keep mask,
@@ -13,6 +14,7 @@ Modes, set on every :class:`DropPath` of a model by the trainer before each iter
                 value equals ``F(x)``: the whole network runs, but only the branches dropped in the previous
                 iteration receive gradient through their own parameters.
 ``"off"``       Identity.
+=============== ==================================================================================================
 
 Evaluation (``model.eval()``) is always the identity: inference follows the plain network (Figure 5a).
 """

@@ -3,7 +3,7 @@
 Every lab model (and adapter) exposes its residual stream as h_0, …, h_L: h_0 the stem's output (block 0's input),
 h_{i+1} block i's output; the analyses read all L + 1 states. ``model.forward_intermediates(x, indices=None,
 norm=False, stop_early=False, output_fmt=..., intermediates_only=False)`` means what it means in timm: it returns
-``(final_features, intermediates)`` — the features :meth:`forward_head` maps to logits, and the selected states —
+``(final_features, intermediates)`` — the features ``forward_head`` maps to logits, and the selected states —
 or only the states with ``intermediates_only``. As timm's ResNet counts its stem as feature 0, the stem's output is
 state 0 here, so ``indices`` select from L + 1 states (an int n: the last n; a sequence: those, negative from the
 end; None: all).

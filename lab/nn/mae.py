@@ -23,8 +23,8 @@ Where the text leaves the U-Net open, this follows the authors' released code:
   sin-cos, a learned cls token in the cls slot) through ``decoder_embed`` (Linear D_dec → D_dec). So the encoder
   reaches the decoder through the skips alone, and an untrained model predicts the same patches for every image.
 - No final encoder norm (``final_norm=None`` → off with U-Net skips): the released code has none, so the deepest
-  source is h_L as the last block leaves it, and :meth:`forward_features` reads h_L too. ``final_norm=True`` puts
-  MAE's LayerNorm there (the lab's earlier choice, kept as an ablation under its name).
+  source is h_L as the last block leaves it, and :meth:`MaskedAutoencoderViT.forward_features` reads h_L too.
+  ``final_norm=True`` puts MAE's LayerNorm there (the lab's earlier choice, kept as an ablation under its name).
 - ``decoder_pred`` (the last Linear, decoder width → pixels) starts at zero, as in the released code (with
   ``zero_init``), so an untrained model predicts the zero patch.
 
@@ -77,7 +77,8 @@ def unshuffle(tokens: Tensor, ids_restore: Tensor, mask_token: Tensor) -> Tensor
     """Put the visible tokens back in patch order, ``mask_token`` at every removed patch.
 
     Args:
-        tokens: ``[B, 1 + K, D]``: cls, then the K kept patches in the shuffled order of :meth:`random_masking`.
+        tokens: ``[B, 1 + K, D]``: cls, then the K kept patches in the shuffled order of
+            :meth:`MaskedAutoencoderViT.random_masking`.
         ids_restore: ``[B, N]``, the inverse of that shuffle.
         mask_token: ``[1, 1, D]``.
 

@@ -111,7 +111,7 @@ class ResidualMLP(nn.Module):
         if unet_skips and not decoder_depth:
             raise ValueError("unet_skips needs a decoder: set decoder_depth >= 1")
         self.depth, self.width, self.num_classes = depth + decoder_depth, width, num_classes
-        self.representation = depth  # the state a probe reads: the encoder's output
+        self.representation = depth  #: the state a probe reads: the encoder's output
         self.skips = skip_sources(depth, decoder_depth) if unet_skips else {}
         self.shortcut_schedule, self.alpha_min = shortcut, alpha_min
         self.stem = nn.Linear(in_dim, width)

@@ -1,24 +1,30 @@
 """Model registry: ``register_model`` on a builder function, ``create_model(name, **overrides)`` to build one.
 
 Each registered model also carries what the lab needs to know of it beyond its knobs (:class:`ModelInfo`): its
-family, the task its forward serves — which decides how it trains — and a small example the tests build it from,
-as timm's registry carries each model's default configuration.
+family, the task its forward serves — which decides how it trains —, the extras of the lab it needs beyond the core
+(so a training that cannot run is refused before its run folder is made: :func:`lab.train.requires.require_extras`) and a
+small example the tests build it from, as timm's registry carries each model's default configuration.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
+from lab.extras import NAMES as EXTRAS
+
 MODEL_TASKS = ("classify", "mae", "diffusion")
 """What a model's forward serves: ``classify`` (``forward(x)`` → logits), ``mae`` (``forward(x)`` → ``(loss, …)`` of
 masked images) and ``diffusion`` (``forward(x, y)`` → ``(loss, …)`` at a drawn noise level)."""
+Requires = tuple[str, ...] | Callable[[Mapping[str, Any]], tuple[str, ...]]
+"""The extras a model needs: always the same ones, or those its knobs need (a function of the builder's keyword
+arguments, its defaults filled in: ``lambda knobs: ("diffusion",) if knobs["schedule"] == "discrete" else ()``)."""
 
 
 @dataclass(frozen=True)
@@ -30,12 +36,15 @@ class ModelInfo:
         task: what its forward serves, one of :data:`MODEL_TASKS`; ``train.task`` must match it.
         example: builder arguments of a small instance, for the tests that build every registered model.
         input_shape: one input's shape for that instance (without the batch axis).
+        requires: the extras of the lab (:data:`lab.extras.NAMES`) it needs beyond the core (:data:`Requires`; read
+            through :func:`model_extras`).
     """
 
     family: str
     task: str = "classify"
     example: dict[str, Any] = field(default_factory=dict)
     input_shape: tuple[int, ...] = ()
+    requires: Requires = ()
 
 
 _MODELS: dict[str, Callable[..., nn.Module]] = {}
@@ -43,26 +52,55 @@ _INFO: dict[str, ModelInfo] = {}
 
 
 def register_model(fn: Callable[..., nn.Module] | None = None, *, family: str | None = None, task: str = "classify",
-                   example: dict[str, Any] | None = None, input_shape: tuple[int, ...] = ()) -> Callable:
+                   example: dict[str, Any] | None = None, input_shape: tuple[int, ...] = (),
+                   requires: Requires = ()) -> Callable:
     """Register a builder under its function name; the builder's keyword arguments are the model's knobs.
 
     Used bare (``@register_model``) or with what the lab should know of the model
     (``@register_model(family="mae_vit", task="mae", example={...}, input_shape=(3, 16, 16))``; :class:`ModelInfo`).
 
     Raises:
-        ValueError: the name is taken, or ``task`` is not one of :data:`MODEL_TASKS`.
+        ValueError: the name is taken, ``task`` is not one of :data:`MODEL_TASKS`, or ``requires`` names an extra the
+            lab does not have.
     """
     if task not in MODEL_TASKS:
         raise ValueError(f"task must be one of {', '.join(MODEL_TASKS)}; got {task!r}")
+    if not callable(requires):
+        requires = tuple(requires)
+        _check_extras(requires, "requires")
 
     def register(builder: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
         if builder.__name__ in _MODELS:
             raise ValueError(f"model {builder.__name__!r} is already registered")
         _MODELS[builder.__name__] = builder
-        _INFO[builder.__name__] = ModelInfo(family or builder.__name__, task, dict(example or {}), input_shape)
+        _INFO[builder.__name__] = ModelInfo(family or builder.__name__, task, dict(example or {}), input_shape,
+                                            requires)
         return builder
 
     return register(fn) if fn is not None else register
+
+
+def _check_extras(extras: tuple[str, ...], what: str) -> None:
+    unknown = [e for e in extras if e not in EXTRAS]
+    if unknown:
+        raise ValueError(f"{what} names extras the lab does not have ({', '.join(map(repr, unknown))}); its extras: "
+                         f"{', '.join(EXTRAS)}")
+
+
+def model_extras(name: str, knobs: Mapping[str, Any] | None = None) -> tuple[str, ...]:
+    """The extras a registered model needs with ``knobs`` (its builder's keyword arguments; the builder's defaults
+    fill in the others), from its ``requires`` (:class:`ModelInfo`).
+
+    Raises:
+        ValueError: ``name`` is not registered, or its ``requires`` gives an extra the lab does not have.
+    """
+    requires = model_info(name).requires
+    if not callable(requires):
+        return requires
+    defaults = {n: p.default for n, p in model_parameters(name)[0].items() if p.default is not p.empty}
+    extras = tuple(requires({**defaults, **(knobs or {})}))
+    _check_extras(extras, f"model {name!r}")
+    return extras
 
 
 def model_info(name: str) -> ModelInfo:

@@ -240,7 +240,7 @@ def timm_resnet(arch: str = "resnet18", num_classes: int = 1000, in_chans: int =
     """A timm ResNet by name (``resnet18``, ``resnet34``, ``resnet50``, ``resnet50d``, …), never pretrained.
 
     Args:
-        arch: a timm ResNet architecture name (not ``name``: that is :func:`create_model`'s own argument).
+        arch: a timm ResNet architecture name (not ``name``: that is :func:`~lab.nn.create_model`'s own argument).
         num_classes: classifier outputs.
         in_chans: input channels.
         drop_path_rate: stochastic depth, timm's linear rule (:func:`set_drop_path`).

@@ -37,13 +37,16 @@ __all__ = ["UViT", "timestep_embedding"]
 def timestep_embedding(timesteps: Tensor, dim: int, max_period: float = 10000.0) -> Tensor:
     """The sinusoidal embedding of (possibly fractional) noise levels ``[B] -> [B, dim]`` float32, cosines first.
 
-    diffusers' ``get_timestep_embedding`` with ``flip_sin_to_cos=True, downscale_freq_shift=0``, which is the
-    reference's formula (frequencies ``max_period^(−k / (dim/2))``, k < dim/2; a zero column for odd ``dim``).
+    The reference's formula: with ``half = dim // 2`` frequencies ``f_k = max_period^(−k / half)``, k < half, the
+    embedding is ``[cos(t f_0), …, cos(t f_{half−1}), sin(t f_0), …, sin(t f_{half−1})]``, plus a zero column for odd
+    ``dim``. These are the numbers of diffusers' ``get_timestep_embedding`` with ``flip_sin_to_cos=True,
+    downscale_freq_shift=0`` (a test compares them), computed in the same order of operations.
     """
-    from diffusers.models.embeddings import get_timestep_embedding  # imported here: diffusers takes seconds
-
-    return get_timestep_embedding(timesteps, dim, flip_sin_to_cos=True, downscale_freq_shift=0,
-                                  max_period=int(max_period))
+    half = dim // 2
+    exponent = -math.log(max_period) * torch.arange(half, dtype=torch.float32, device=timesteps.device) / half
+    angles = timesteps[:, None].float() * torch.exp(exponent)[None]  # [B, half]
+    emb = torch.cat([torch.cos(angles), torch.sin(angles)], dim=-1)
+    return nn.functional.pad(emb, (0, dim % 2))
 
 
 class UViT(nn.Module):

@@ -68,5 +68,5 @@ class SublayerSteps(StepsView):
         return states if intermediates_only else (self.pool_features(last), states)
 
     def pool_features(self, h: torch.Tensor) -> torch.Tensor:
-        """h_L → the encoder's features ``[B, D]`` (:meth:`MaskedAutoencoderViT.pool_features`)."""
+        """h_L → the encoder's features ``[B, D]`` (:meth:`~lab.nn.mae.MaskedAutoencoderViT.pool_features`)."""
         return self.model.pool_features(h)

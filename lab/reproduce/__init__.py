@@ -9,7 +9,9 @@ verdict comes from :mod:`lab.reproduce.verdict` (an effect, its interval, a test
 training goes into an ordinary run folder under ``OUT/runs`` (the Runs page opens them); the report is
 ``OUT/report.html`` (self-contained), ``OUT/report.md`` and ``OUT/claims.json`` (:mod:`lab.reproduce.report`). An
 experiment that raises is an error, not a verdict: its claims say so, the others go on, and :func:`reproduce`
-reports the failures.
+reports the failures. The core install (no extras) reproduces every paper: a claim whose measurement needs an extra
+that is not installed is not measurable, its row naming the extra and its ``pip install`` line
+(:func:`lab.reproduce.claims.needs_extras`), and the others are measured.
 """
 
 from __future__ import annotations
@@ -24,9 +26,19 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from lab.extras import missing_extra
 from lab.jobs.submit import Resources
 from lab.reproduce import alignment, decayed, droppath, toy_mae
-from lab.reproduce.claims import MAX_SEEDS, PAPERS, Claim, Result, adjust_for_multiplicity, failed, family_words
+from lab.reproduce.claims import (
+    MAX_SEEDS,
+    PAPERS,
+    Claim,
+    Result,
+    adjust_for_multiplicity,
+    failed,
+    family_words,
+    needs_extras,
+)
 from lab.reproduce.full_scale import FULL_BUDGETS
 from lab.reproduce.report import write_report
 from lab.runfolder import layout
@@ -164,13 +176,17 @@ two at a time, where one at a time took 25.6 with fewer seeds; docs/reproduce.md
 
 def _measure(key: str, budget: str, seeds: dict[str, int], runs: Path, out: Path, tick: Callable[[], None]
              ) -> list[Result]:
-    """Experiment ``key`` of :data:`EXPERIMENTS`, its runs in the folder ``runs``: its results, or its claims as
-    errors when it fails (a run that diverges, data that cannot be read), so that the others go on."""
+    """Experiment ``key`` of :data:`EXPERIMENTS`, its runs in the folder ``runs``: its results; its claims as not
+    measurable, naming the extra, when it needs one that is not installed; or its claims as errors when it fails (a
+    run that diverges, data that cannot be read), so that the others go on."""
     _, _, claims, _, run = next(e for e in _experiments(budget, seeds, RunStore(runs), out) if e[0] == key)
     began = time.perf_counter()
     try:
         return run(tick)
     except Exception as err:  # one failed experiment does not lose the others' results
+        missing = missing_extra(err) if isinstance(err, ImportError) else None
+        if missing is not None:
+            return [needs_extras(c, missing.extras) for c in claims]
         log.exception("an experiment of %s failed", ", ".join(c.id for c in claims))
         return [failed(c, err, time.perf_counter() - began) for c in claims]
 

@@ -7,7 +7,9 @@ values per seed, the verdict of :mod:`lab.reproduce.verdict` with the effect, in
 on, the lab's setting beside the paper's, the commands that reproduce it and the time it took.
 
 An experiment that raises is no verdict: its claims are reported as ``error`` with the exception, and ``lab
-reproduce`` exits non-zero.
+reproduce`` exits non-zero. A claim whose measurement needs an extra of the lab that is not installed (digits-FD:
+torchmetrics, of ``[diffusion]``) is not measurable, its row naming the extra and the ``pip install`` line
+(:func:`needs_extras`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from lab.extras import needs_words
 from lab.reproduce.verdict import JUDGED, Stats, Verdict, holm
 
 PAPERS = {
@@ -196,6 +199,15 @@ def not_at_this_budget(claim: Claim, commands: list[str], why: str, scale: str =
     """The result of a claim this budget does not run: the commands that do, and why not here."""
     empty = Stats(math.nan, (math.nan, math.nan), math.nan, math.nan, math.nan, 0)
     return Result(claim, {}, "—", Verdict("not measurable", why, empty), scale, commands)
+
+
+def needs_extras(claim: Claim, extras: tuple[str, ...], commands: list[str] | None = None, scale: str = "") -> Result:
+    """The result of a claim whose measurement needs extras of the lab that are not installed: not measurable, its
+    value and reason naming them and how to install them (``needs the [diffusion] extra: pip install …``), so the
+    report's row and the command's line say it."""
+    why = needs_words(extras)
+    empty = Stats(math.nan, (math.nan, math.nan), math.nan, math.nan, math.nan, 0)
+    return Result(claim, {}, why, Verdict("not measurable", why, empty), scale, commands or [])
 
 
 def failed(claim: Claim, error: BaseException, seconds: float) -> Result:

@@ -32,16 +32,19 @@ import numpy as np
 import torch
 
 from lab.analysis.rank import feature_rank
+from lab.config import config_of_run
 from lab.data.readers import write_digits_folder
+from lab.extras import installed
 from lab.reports.diffusion_probe import diffusion_probe_report
 from lab.reports.fid import fid_report
 from lab.reports.probe import probe_report
-from lab.reproduce.claims import Claim, Curves, Result, mean, mean_sd
+from lab.reproduce.claims import Claim, Curves, Result, mean, mean_sd, needs_extras
 from lab.reproduce.runs import command, config, train, train_seeds
 from lab.reproduce.verdict import Floor, Target, Verdict, combine, judge
 from lab.runfolder.layout import Checkpoint, RunState
-from lab.runs.store import RunStore, config_of_run
+from lab.runs.store import RunStore
 from lab.train.build import build_data, build_model
+from lab.train.checkpoint import load_checkpoint
 from lab.train.ensemble import EnsembleCallback, EnsembleTrainer
 
 P = "decayed"
@@ -141,7 +144,7 @@ def _sweep(depth: int, seeds: int, store: RunStore, sizes: dict) -> tuple[list[d
             rank = math.nan
             if status["state"] == RunState.COMPLETED:
                 model = build_model(config_of_run(run), data)
-                model.load_state_dict(run.load_checkpoint(Checkpoint.LAST)["model"])
+                model.load_state_dict(load_checkpoint(run, Checkpoint.LAST)["model"])
                 with torch.no_grad():
                     features = model.eval().forward_features(data.x_test)  # [n, H]
                 rank = float(feature_rank(features[None].double(), measure="entropy")[0])
@@ -289,73 +292,87 @@ def diffusion_verdicts(fds: dict[float, list[float]], deep: dict[float, list[flo
                        digits_fd: bool, paper_setting: bool = False, chance: float = 0.1,
                        margin: float = 0.1) -> tuple[Verdict, Verdict]:
     """Table 4's two verdicts from per-seed scores at α_min 1.0 and 0.7: the FID (or digits-FD) at 1.0 minus at 0.7,
-    and the deepest blocks' probe at 0.7 minus at 1.0.
+    and the deepest blocks' probe at 0.7 minus at 1.0 (:func:`diffusion_probe_verdict`).
 
     The FID of U-ViT-S on CIFAR-100 over the paper's schedule (``paper_setting``: the gpu budget) is the paper's
     metric: its 5.35 lower, capped by the FID at α_min 1.0 (which cannot fall below 0), is a rule. Digits-FD
     (``digits_fd``) is another feature space, and a shorter schedule another setting: there the paper's relative
-    effect is a note. The deepest blocks' probe is not the paper's best cell: a note at every scale. Samples must be
-    digits (digits-FD below :data:`DIGITS_FD_MAX`), probes above chance + ``margin``.
+    effect is a note. Samples must be digits (digits-FD below :data:`DIGITS_FD_MAX`).
     """
     not_digits = [f"the samples at α_min {a:g} are not yet digits (digits-FD {mean_sd(v)}; digits count below "
                   f"{DIGITS_FD_MAX:g})" for a, v in fds.items() if digits_fd and not mean(v) < DIGITS_FD_MAX]
-    fid_claim, probe_claim = CLAIMS["diffusion_fid"], CLAIMS["diffusion_probe"]
+    fid_claim = CLAIMS["diffusion_fid"]
     fd_target = (Target(14.34 - 8.99, TABLE4["fid"], headroom=mean(fds[1.0])) if paper_setting and not digits_fd
                  else Target.note(fid_claim.relative, fds[1.0], TABLE4["fid"]))
     fid = judge([a - b for a, b in zip(fds[1.0], fds[0.7], strict=True)],
                 what=f"{'digits-FD' if digits_fd else 'FID'}, α_min 1.0 minus 0.7", target=fd_target,
                 preconditions=not_digits, smoke=smoke)
-    probe = judge([b - a for a, b in zip(deep[1.0], deep[0.7], strict=True)],
-                  what="deepest-block probe, α_min 0.7 minus 1.0",
-                  target=Target.note(probe_claim.relative, deep[1.0], TABLE4["probe"], ceiling=1.0),
-                  floor=Floor(f"chance ({chance:g}) + {margin:g}", chance, tuple(deep[1.0]), margin), smoke=smoke)
-    return fid, probe
+    return fid, diffusion_probe_verdict(deep, smoke, chance=chance, margin=margin)
+
+
+def diffusion_probe_verdict(deep: dict[float, list[float]], smoke: bool = False, *, chance: float = 0.1,
+                            margin: float = 0.1) -> Verdict:
+    """Table 4's probe verdict: the deepest blocks' probe at α_min 0.7 minus at 1.0, paired by seed, both above
+    chance + ``margin``. The deepest blocks' probe is not the paper's best cell: its effect is a note at every
+    scale."""
+    return judge([b - a for a, b in zip(deep[1.0], deep[0.7], strict=True)],
+                 what="deepest-block probe, α_min 0.7 minus 1.0",
+                 target=Target.note(CLAIMS["diffusion_probe"].relative, deep[1.0], TABLE4["probe"], ceiling=1.0),
+                 floor=Floor(f"chance ({chance:g}) + {margin:g}", chance, tuple(deep[1.0]), margin), smoke=smoke)
 
 
 def measure_diffusion(budget: str, seeds: int, store: RunStore,
                       tick: Callable[[], None] = lambda: None) -> list[Result]:
-    """Table 4 at toy scale: the tiny U-ViT on digits at α_min 1.0 and 0.7, digits-FD and the diffusion probe."""
+    """Table 4 at toy scale: the tiny U-ViT on digits at α_min 1.0 and 0.7, digits-FD and the diffusion probe.
+
+    The U-ViT trains and is probed in the core install; digits-FD takes torchmetrics' Fréchet distance, of the
+    ``diffusion`` extra: without it, that claim's row names the extra and the others are measured."""
     claims = [CLAIMS["diffusion_fid"], CLAIMS["diffusion_probe"]]
     sizes = SIZES[budget]
     start = time.perf_counter()
+    fd_extras = () if installed("diffusion") else ("diffusion",)
     fds: dict[float, list[float]] = {1.0: [], 0.7: []}
     deep: dict[float, list[float]] = {1.0: [], 0.7: []}
     best: dict[float, list[float]] = {1.0: [], 0.7: []}
     cells: list[str] = []
-    commands, steps = [], 0
+    fd_commands, probe_commands, steps = [], [], 0  # seed 0's: each training, then its measurement
     for seed in range(seeds):
         for alpha in fds:
             overrides = [f"model.alpha_min={alpha:g}", *sizes["uvit"], f"model.seed={seed}", f"train.seed={seed}"]
             run, line = train("uvit_tiny_digits", overrides, store, f"uvit-a{alpha:g}-s{seed}")
             steps = int(run.read_status().get("step") or 0)
-            fid = fid_report(run, reference="digits", features="digits-classifier", num=sizes["fid_num"],
-                             device="cpu", progress=False)
+            if not fd_extras:
+                fid = fid_report(run, reference="digits", features="digits-classifier", num=sizes["fid_num"],
+                                 device="cpu", progress=False)
+                fds[alpha].append(fid["value"])
             probe = diffusion_probe_report(run, device="cpu", **sizes["diffusion_probe"])
-            fds[alpha].append(fid["value"])
             deep[alpha].append(probe["deep_top1"])
             best[alpha].append(probe["top1"])
             cells.append(f"α_min {alpha:g} seed {seed}: best {probe['block']} t={probe['t']:g}, deepest "
                          f"{probe['deep_block']} t={probe['deep_t']:g}")
             if seed == 0:
-                commands += [line, command("fid", run.id, "--reference", "digits", "--features", "digits-classifier",
-                                           "--num", str(sizes["fid_num"])), command("probe", run.id)]
+                fd_commands += [line, command("fid", run.id, "--reference", "digits", "--features",
+                                              "digits-classifier", "--num", str(sizes["fid_num"]))]
+                probe_commands += [line, command("probe", run.id)]
             tick()
     seconds = time.perf_counter() - start
-    fd_gain = [a - b for a, b in zip(fds[1.0], fds[0.7], strict=True)]
     model = config_of_run(run).model  # as trained: the budget's overrides, else the builder's defaults
     width, blocks = model.get("embed_dim"), 2 * (model.get("depth") // 2) + 1  # in blocks, the mid block, out blocks
     setting = (f"tiny U-ViT ({width} wide, {blocks} blocks, 2 × 2 patches) on scikit-learn digits, {steps} steps at "
                f"batch 128; digits-FD of {sizes['fid_num']} probability-flow samples in a digits classifier's "
                "features")
     fid_claim, probe_claim = claims
-    fid_verdict, probe_verdict = diffusion_verdicts(fds, deep, budget == "smoke", digits_fd=True)
-    return [
-        Result(fid_claim, {"α_min 1.0": fds[1.0], "α_min 0.7": fds[0.7], "improvement": fd_gain},
-               f"digits-FD {mean_sd(fds[1.0])} at α_min 1.0, {mean_sd(fds[0.7])} at 0.7 (lower by {mean_sd(fd_gain)})",
-               fid_verdict, setting, commands, seconds),
-        Result(probe_claim, {"deepest blocks, α_min 1.0": deep[1.0], "deepest blocks, α_min 0.7": deep[0.7],
-                             "best cell, α_min 1.0": best[1.0], "best cell, α_min 0.7": best[0.7]},
-               f"deepest-block probe {mean_sd(deep[1.0])} at α_min 1.0, {mean_sd(deep[0.7])} at 0.7; best cell "
-               f"{mean_sd(best[1.0])} and {mean_sd(best[0.7])} ({'; '.join(cells[:2])})",
-               probe_verdict, setting, commands, seconds),
-    ]
+    smoke = budget == "smoke"
+    probe = Result(probe_claim, {"deepest blocks, α_min 1.0": deep[1.0], "deepest blocks, α_min 0.7": deep[0.7],
+                                 "best cell, α_min 1.0": best[1.0], "best cell, α_min 0.7": best[0.7]},
+                   f"deepest-block probe {mean_sd(deep[1.0])} at α_min 1.0, {mean_sd(deep[0.7])} at 0.7; best cell "
+                   f"{mean_sd(best[1.0])} and {mean_sd(best[0.7])} ({'; '.join(cells[:2])})",
+                   diffusion_probe_verdict(deep, smoke), setting, probe_commands, seconds)
+    if fd_extras:
+        return [needs_extras(fid_claim, fd_extras, fd_commands, setting), probe]
+    fd_gain = [a - b for a, b in zip(fds[1.0], fds[0.7], strict=True)]
+    fid_verdict, _ = diffusion_verdicts(fds, deep, smoke, digits_fd=True)
+    return [Result(fid_claim, {"α_min 1.0": fds[1.0], "α_min 0.7": fds[0.7], "improvement": fd_gain},
+                   f"digits-FD {mean_sd(fds[1.0])} at α_min 1.0, {mean_sd(fds[0.7])} at 0.7 (lower by "
+                   f"{mean_sd(fd_gain)})", fid_verdict, setting, fd_commands, seconds),
+            probe]

@@ -87,7 +87,7 @@ MODES = {"Standard": "off", "Droppath": "droppath", "Ours": "residual_droppath"}
 
 def grid_states(model: torch.nn.Module, resolution: int = 50) -> torch.Tensor:
     """``[L+1, R², H]``: every layer's features (h_0 … h_L, ``forward_intermediates``) on the
-    ``resolution``² grid over [−1, 1]², the paper's grid test data, in eval mode."""
+    ``resolution`` × ``resolution`` grid over [−1, 1]², the paper's grid test data, in eval mode."""
     with eval_mode(model), torch.no_grad():
         _, states = model.forward_intermediates(grid(resolution))
     return torch.stack([h.flatten(1) for h in states])

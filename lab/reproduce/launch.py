@@ -2,7 +2,8 @@
 
 The report folder holds the plan and its state in ``reproduce.json`` (the budget, seeds, papers and data, and per
 run its config, overrides, processes, run folder, state, attempts and log) and one ordinary run folder per run under
-``runs/``. Running the same command again continues from what the folders hold (:func:`next_action`):
+``runs/``. Running the same command again continues from what the folders hold, one decision per run for both
+executors (:func:`decide`, on :func:`next_action`):
 
 - a completed run whose steps (probe, analysis, FID) have all written their output is reused;
 - a completed run with steps left runs those steps;
@@ -10,7 +11,7 @@ run its config, overrides, processes, run folder, state, attempts and log) and o
   again from step 0 when it left no checkpoint (the earlier attempt kept under its ``history/``);
 - a failed or diverged run, or one whose step failed, is reported with its log, and trained or stepped again only
   with ``retry_failed``;
-- a run whose lock a live process holds is left to it.
+- a run whose lock a live process holds, or whose cluster job is still queued or running, is left to it.
 
 Executors: ``local`` trains here, ``torchrun --standalone`` per run with its processes, as many runs at once as the
 visible GPUs allow (one at a time on CPUs, with gloo); every command's output is appended to ``logs/<key>.log``.
@@ -191,6 +192,30 @@ def _reuse(run: PlannedRun, folder: Run | None, record: dict[str, Any], action: 
     return folder, "failed"
 
 
+SETTLED = ("done", "failed", "busy")
+"""The actions of a run with nothing to do now (:func:`decide` records them)."""
+
+
+def decide(run: PlannedRun, out: Path, record: dict[str, Any], retry_failed: bool = False, job_alive: bool = False
+           ) -> tuple[Run | None, str]:
+    """What continuing ``run`` does now, one of :data:`ACTIONS`, and the folder it does it in (None: a new one): the
+    one decision of both executors (see the module docstring).
+
+    The folder its ledger ``record`` names (:func:`folder_of`), :func:`next_action` on it (``busy`` while
+    ``job_alive``: its cluster job still queued or running), then checked against today's recipe (:func:`_reuse`).
+    A run with nothing to do now (:data:`SETTLED`) is recorded so (:func:`_settle`).
+
+    Raises:
+        ValueError: the record names a folder outside the report folder's ``runs/``, or a link.
+    """
+    folder = folder_of(out, record)
+    action = "busy" if job_alive else next_action(folder, list(run.steps), record, retry_failed)
+    folder, action = _reuse(run, folder, record, action, retry_failed)
+    if action in SETTLED:
+        _settle(record, folder, action)
+    return folder, action
+
+
 def _settle(record: dict[str, Any], folder: Run | None, action: str) -> None:
     """Record a run there is nothing to do for now: done, failed (its message kept) or busy elsewhere."""
     if action == "done":
@@ -258,11 +283,8 @@ def _queue(plan: Plan, out: Path, ledger: dict[str, Any], devices: list[str], re
     queue = []
     for run in plan.runs:
         record = ledger["runs"][run.key]
-        folder = folder_of(out, record)
-        folder, action = _reuse(run, folder, record, next_action(folder, list(run.steps), record, retry_failed),
-                                retry_failed)
-        if action in ("done", "failed", "busy"):
-            _settle(record, folder, action)
+        folder, action = decide(run, out, record, retry_failed)
+        if action in SETTLED:
             continue
         processes = min(run.processes, len(devices)) if devices else run.processes
         extra: tuple[str, ...] = ()
@@ -403,14 +425,9 @@ def run_slurm(plan: Plan, out: Path, ledger: dict[str, Any], resources: Resource
     jobs_dir = own_folder(out / layout.JOBS, private=True)
     for run in plan.runs:
         record = ledger["runs"][run.key]
-        folder = folder_of(out, record)
-        if record.get("job_id") and _job_alive(jobs_dir, record["job_id"], resources.executor):
-            record["state"] = LedgerState.BUSY
-            continue
-        folder, action = _reuse(run, folder, record, next_action(folder, list(run.steps), record, retry_failed),
-                                retry_failed)
-        if action in ("done", "failed", "busy"):
-            _settle(record, folder, action)
+        alive = bool(record.get("job_id")) and _job_alive(jobs_dir, record["job_id"], resources.executor)
+        folder, action = decide(run, out, record, retry_failed, job_alive=alive)
+        if action in SETTLED:
             continue
         cfg = planned_config(run)
         if folder is None:
@@ -486,5 +503,5 @@ def failures(out: Path, ledger: dict[str, Any]) -> list[str]:
     return lines
 
 
-__all__ = ["EXECUTORS", "PLAN_FILE", "LedgerError", "PlanMismatch", "ReproductionJob", "failures", "ledger_for",
-           "load_ledger", "next_action", "run_local", "run_slurm", "save_ledger", "training_command"]
+__all__ = ["EXECUTORS", "PLAN_FILE", "LedgerError", "PlanMismatch", "ReproductionJob", "decide", "failures",
+           "ledger_for", "load_ledger", "next_action", "run_local", "run_slurm", "save_ledger", "training_command"]

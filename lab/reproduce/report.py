@@ -102,19 +102,18 @@ def _md_cell(text: str) -> str:
 
 
 VERDICT_WORDS = (
-    "Verdicts: holds (the effect in the paper's direction, one-sided p < 0.05 over the seeds, Holm-adjusted within "
-    "the paper, above its floor) / differs (evidence against the paper: the 95% interval lies entirely below zero, "
-    "or below the paper's own effect where the lab measures it in the paper's metric and setting, capped by the "
-    "headroom that metric has here; 'p against' is that test's one-sided p, below 0.025, Holm-adjusted) / "
-    "inconclusive (neither; "
-    "where the budget could not have decided it, the row says 'underpowered at this budget' with its power and the "
-    "seeds it needs) / not measurable (a precondition failed: named) / "
-    "pipeline only (smoke) / pending (runs not finished: how far) / error (the experiment failed). A combined claim "
-    "holds when every part holds and differs when a part differs after Bonferroni over its parts: its row gives the "
-    "deciding part's effect and interval, the largest part's p and the smallest part's p against times the parts, "
-    "and a row of its own for each part with that part's numbers before any adjustment. Where the lab's metric or "
-    "setting is not the paper's, the paper's effect is a note, never a verdict. Values are mean ± sd over seeds; "
-    "effects are in the paper's direction.")
+    "Verdicts: holds (the effect in the paper's direction, one-sided p < 0.05 over the seeds, Holm-adjusted within the"
+    " paper, above its floor) / differs (evidence against the paper: the 95% interval lies entirely below zero, or "
+    "below the paper's own effect where the lab measures it in the paper's metric and setting, capped by the headroom "
+    "that metric has here; 'p against' is that test's one-sided p, below 0.025, Holm-adjusted) / inconclusive "
+    "(neither; where the budget could not have decided it, the row says 'underpowered at this budget' with its power "
+    "and the seeds it needs) / not measurable (a precondition failed, or an extra of the lab it needs is not "
+    "installed: named) / pipeline only (smoke) / pending (runs not finished: how far) / error (the experiment failed)."
+    " A combined claim holds when every part holds and differs when a part differs after Bonferroni over its parts: "
+    "its row gives the deciding part's effect and interval, the largest part's p and the smallest part's p against "
+    "times the parts, and a row of its own for each part with that part's numbers before any adjustment. Where the "
+    "lab's metric or setting is not the paper's, the paper's effect is a note, never a verdict. Values are mean ± sd "
+    "over seeds; effects are in the paper's direction.")
 
 
 def markdown(results: list[Result], meta: dict[str, Any]) -> str:

@@ -2,7 +2,8 @@
 
 Every experiment trains through :func:`lab.jobs.runner.train_and_evaluate` into a run folder under the
 reproduction's ``runs/`` (so the Runs page can open each one), and records the command line that does the same
-from a shell, which the report prints beside each claim.
+from a shell, which the report prints beside each claim. A config that needs an extra not installed is refused
+before its folder is made (:func:`lab.train.requires.require_extras`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 
 from lab.config import CONFIGS, ExperimentConfig, load_config
 from lab.data.toy2d import ToyData
+from lab.train.requires import require_extras
 from lab.jobs.runner import resolved, train_and_evaluate
 from lab.runfolder.layout import RunState
 from lab.runs.store import Run, RunStore
@@ -49,9 +51,11 @@ def train(name: str, overrides: list[str], store: RunStore, run_name: str, *, ca
         The run folder and the command that trains the same from a shell.
 
     Raises:
+        MissingExtra: the config needs an extra that is not installed (nothing was written).
         ReproductionError: the run did not complete.
     """
     cfg = config(name, overrides)
+    require_extras(cfg)
     run = store.create(run_name)
     status = train_and_evaluate(cfg, run, progress=False, callbacks=callbacks, data=data)
     if status["state"] != RunState.COMPLETED:
@@ -81,6 +85,7 @@ def train_seeds(name: str, overrides: list[str], arms: dict[str, list[str]], see
         Per arm, its runs in seed order; and the commands that train seed 0 of each arm alone.
 
     Raises:
+        MissingExtra: a member's config needs an extra that is not installed (nothing was written).
         ReproductionError: a member did not complete (with ``complete``).
     """
     path = CONFIGS / f"{name}.yaml"
@@ -92,6 +97,8 @@ def train_seeds(name: str, overrides: list[str], arms: dict[str, list[str]], see
             members.append(SweepMember(f"{len(members):02d}-{arm}-s{seed}", texts, {"arm": arm, "seed": seed}, cfg))
             keys.append(arm)
     configs = [m.config for m in members]
+    for cfg in configs:
+        require_extras(cfg)
     plan = SweepPlan(configs[0].name, str(path), tuple(overrides), {"arm": list(arms), "seed": list(range(seeds))},
                      members, ensemble_groups(configs))
     folder, runs = create_sweep(plan, store)

@@ -29,12 +29,14 @@ import numpy as np
 import torch
 
 from lab.analysis.rank_sweep import member_features, pearson_r, sweep_rank_metrics
+from lab.config import config_of_run
 from lab.reproduce.claims import Claim, Curves, Result, mean, mean_sd
 from lab.reproduce.runs import config, train_seeds
 from lab.reproduce.verdict import Floor, Target, Verdict, combine, judge
 from lab.runfolder.layout import Checkpoint
-from lab.runs.store import Run, RunStore, config_of_run
+from lab.runs.store import Run, RunStore
 from lab.train.build import build_data, build_model, build_task
+from lab.train.checkpoint import load_checkpoint
 
 P = "decayed"
 CONFIG = "toy_mae_digits"
@@ -110,7 +112,7 @@ def _measured(runs: list[Run], points: int) -> list[dict]:
     models = []
     for run in runs:
         model = build_model(config_of_run(run), data)
-        model.load_state_dict(run.load_checkpoint(Checkpoint.LAST)["model"])
+        model.load_state_dict(load_checkpoint(run, Checkpoint.LAST)["model"])
         models.append(model.eval())
     n = min(points, len(data.x_test))
     layer = models[0].representation

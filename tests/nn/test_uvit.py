@@ -2,6 +2,7 @@
 its α schedule decays over every sub-layer to the end of the decoder, and its stream is reachable for analysis."""
 
 import math
+import sys
 
 import pytest
 import torch
@@ -62,12 +63,39 @@ def test_alpha_one_is_the_reference_uvit(num_classes):
     assert m.extras == (2 if num_classes else 1) and m.pos_embed.shape == (1, m.extras + 16, 32)
 
 
-def test_the_time_embedding_is_the_references():
+@pytest.mark.parametrize("dim", [16, 17, 1])
+def test_the_time_embedding_is_the_references(dim):
+    """The formula written out: cosines, then sines, of t · 10000^(−k / half), k < half = dim // 2, and a zero column
+    for odd ``dim``."""
     t = torch.tensor([0.0, 1.5, 999.0])
-    half = 8
+    half = dim // 2
     freqs = torch.exp(-math.log(10000) * torch.arange(half) / half)
-    expected = torch.cat([torch.cos(t[:, None] * freqs), torch.sin(t[:, None] * freqs)], dim=1)
-    torch.testing.assert_close(timestep_embedding(t, 16), expected)
+    expected = torch.cat([torch.cos(t[:, None] * freqs), torch.sin(t[:, None] * freqs), torch.zeros(3, dim % 2)],
+                         dim=1)
+    torch.testing.assert_close(timestep_embedding(t, dim), expected)
+
+
+@pytest.mark.parametrize("dim", [1, 2, 3, 16, 17, 64, 512])
+def test_the_time_embedding_is_diffusers_to_the_bit(dim):
+    """The same numbers as diffusers' ``get_timestep_embedding`` as the U-ViT called it before it computed its own."""
+    embeddings = pytest.importorskip("diffusers.models.embeddings")
+    drawn = torch.rand(64, generator=torch.Generator().manual_seed(0)) * 1000
+    t = torch.cat([torch.tensor([0.0, 1e-3, 0.5, 1.5, 999.0]), drawn])
+    expected = embeddings.get_timestep_embedding(t, dim, flip_sin_to_cos=True, downscale_freq_shift=0,
+                                                 max_period=10000)
+    assert torch.equal(timestep_embedding(t, dim), expected)
+
+
+def test_the_vpsde_uvit_trains_and_samples_without_diffusers(monkeypatch):
+    """diffusers is the ``diffusion`` extra's: the core trains and samples the U-ViT on the VP-SDE without it."""
+    for name in ["diffusers", *(n for n in sys.modules if n.startswith("diffusers."))]:
+        monkeypatch.setitem(sys.modules, name, None)  # import diffusers, or any of its modules, now fails
+    with pytest.raises(ImportError):
+        import diffusers  # noqa: F401
+    model = create_model("uvit_tiny", seed=0, embed_dim=16, depth=2, num_heads=2)
+    loss, _ = model(torch.randn(4, 1, 8, 8))
+    loss.backward()
+    assert model.sample(2, steps=2, generator=torch.Generator().manual_seed(0)).shape == (2, 1, 8, 8)
 
 
 def test_alpha_decays_over_every_sublayer_to_the_end_of_the_decoder():

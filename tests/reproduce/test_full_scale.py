@@ -22,6 +22,7 @@ from lab.reproduce.plan import make_plan, parse_data
 from lab.runfolder import layout
 from lab.runs.store import RunStore
 from tests.reproduce import tiny_data
+from tests.waiting import deadline, scaled
 
 
 def test_the_dry_run_prints_every_run_with_its_data_and_gpu_hours(tmp_path, capsys):
@@ -146,10 +147,14 @@ def _ledger_states(out: Path) -> dict[str, str]:
     return {k: r["state"] for k, r in load_ledger(out)["runs"].items()}
 
 
-def _wait_training(out: Path, key: str, timeout: float = 240) -> None:
-    """Until the run ``key`` trains (its status says running, past its first step)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _wait_training(out: Path, key: str, proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Until the run ``key`` trains (its status says running, past its first step); fails at once, with its output,
+    when the pipeline ``proc`` has ended. On CPU the plan's runs train one at a time, ``key``'s after the U-ViTs:
+    the deadline scales with the machine's load (:func:`tests.waiting.deadline`)."""
+    end = deadline(timeout)
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise AssertionError(f"the pipeline ended ({proc.returncode}) before {key} trained:\n{proc.stdout.read()}")
         record = load_ledger(out).get("runs", {}).get(key, {}) if (out / "reproduce.json").exists() else {}
         status = out / record["folder"] / layout.STATUS if record.get("folder") else None
         if status is not None and status.exists():
@@ -169,9 +174,9 @@ def test_the_shrunken_pipeline_plans_launches_survives_an_interruption_continues
                "--no-progress"]  # the alignment runs go through the cluster executor's test below
     first = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        _wait_training(out, "table1-mnist-off-s0")
+        _wait_training(out, "table1-mnist-off-s0", first)
         first.send_signal(signal.SIGTERM)  # Ctrl-C, or the allocation ending: every run stops with a checkpoint
-        output, _ = first.communicate(timeout=180)
+        output, _ = first.communicate(timeout=scaled(180))
     finally:
         first.kill()
     assert first.returncode == 130, output
@@ -193,7 +198,7 @@ def test_the_shrunken_pipeline_plans_launches_survives_an_interruption_continues
     assert f"table1-mnist-off-s0: stopped at step {stopped_at} of 32" in claims["droppath.table1"]["reason"]
     assert claims["decayed.diffusion_probe"]["verdict"] == "pipeline only"
 
-    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    again = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(600))
     assert again.returncode == 0, again.stdout + again.stderr
     ledger = load_ledger(out)
     assert all(r["state"] == "completed" for r in ledger["runs"].values())
@@ -221,6 +226,8 @@ def test_the_shrunken_pipeline_plans_launches_survives_an_interruption_continues
 
 def test_the_cluster_executor_sends_one_job_per_run_which_trains_and_steps_and_is_not_sent_twice(tmp_path,
                                                                                                   monkeypatch):
+    from submitit.local.local import LocalJob
+
     from lab.jobs.submit import Resources
     from lab.reproduce import plan as plan_module
     from lab.reproduce import reproduce_at_scale
@@ -234,12 +241,16 @@ def test_the_cluster_executor_sends_one_job_per_run_which_trains_and_steps_and_i
     assert {k: r["state"] for k, r in ledger["runs"].items()} == {"ra-fc-identity-s0": "submitted",
                                                                   "ra-fc-none-s0": "submitted",
                                                                   "nc-type4a-s0": "submitted"}  # Figure 7's run
-    deadline = time.monotonic() + 240
+    end = deadline(240)
     folders = [out / r["folder"] for r in ledger["runs"].values()]
     while not all((f / layout.ANALYSIS / layout.ALIGNMENT).exists() for f in folders):  # trained, then analysed
-        assert time.monotonic() < deadline, [(f / layout.STATUS).read_text() for f in folders]
+        assert time.monotonic() < end, [(f / layout.STATUS).read_text() for f in folders]
         time.sleep(0.5)
-    time.sleep(1.0)  # the job's result is written after its step
+    # each job's result is written by submitit once its steps are done: collected after that, nothing is pending
+    results = [LocalJob(out / layout.JOBS, r["job_id"]).paths.result_pickle for r in ledger["runs"].values()]
+    while not all(p.exists() for p in results):
+        assert time.monotonic() < end, [p for p in results if not p.exists()]
+        time.sleep(0.5)
     early, _ = collect(out)  # collected without relaunching: each finished run read from its folder, none pending
     assert {r.verdict for r in early if r.claim.id.endswith(".fc")} == {"pipeline only"}
     assert load_ledger(out)["runs"]["ra-fc-none-s0"]["state"] == "submitted"  # what the launcher last saw
@@ -448,6 +459,81 @@ def test_a_completed_folder_is_reused_only_for_todays_recipe(tmp_path):
     record = {"state": "completed", "folder": f"runs/{folder.path.name}"}
     assert _reuse(run, folder, record, "done", True) == (None, "train") and record["folder"] is None
     assert folder.read_status()["state"] == "completed"  # the old folder as it was
+
+
+def test_both_executors_decide_each_run_alike(tmp_path, monkeypatch):
+    """One decision per run for the local and the SLURM executor (``decide``): from the same ledger and folders both
+    take on the same runs (never made: train; trained with a step left: the step) and settle the same others (done;
+    another recipe: failed, naming the change; failed in the ledger; a live lock: busy). Only SLURM knows of jobs:
+    a run whose cluster job is still queued or running is left to it."""
+    from types import SimpleNamespace
+
+    from lab.jobs.submit import Resources
+    from lab.reproduce import launch
+    from lab.reproduce.launch import _queue, ledger_for, recipe, run_slurm
+
+    images = tmp_path / "in100"
+    for split in ("train/a", "val/a"):
+        (images / split).mkdir(parents=True)
+    plan = make_plan("gpu-test", ["decayed"], 1, {"imagenet100": images, "cifar100": images})
+    runs = {run.key: run for run in plan.runs}
+
+    def prepare(out: Path) -> dict:
+        ledger = ledger_for(plan, out, "local")
+        store = RunStore(out / layout.REPRODUCTION_RUNS)
+
+        def folder(key: str, state: str, config: dict | None = None):
+            made = store.create(key)
+            made.write_config(config or recipe(runs[key]))
+            made.write_status(state, "")
+            ledger["runs"][key]["folder"] = f"{layout.REPRODUCTION_RUNS}/{made.path.name}"
+            return made
+
+        done = folder("mae-a0.8-s0", "completed")
+        done.analysis_path(layout.PROBE).parent.mkdir(parents=True, exist_ok=True)
+        done.analysis_path(layout.PROBE).write_text("{}")
+        folder("mae-a0.6-s0", "completed")  # its probe left to do
+        other = recipe(runs["mae-scaled_both-s0"])
+        section, _, name = runs["mae-scaled_both-s0"].overrides[0].partition("=")[0].partition(".")
+        folder("mae-scaled_both-s0", "completed", {**other, section: {**other[section], name: "another"}})
+        ledger["runs"]["mae-scaled_branch-s0"].update(state="failed", message="diverged at step 3")
+        busy = folder("mae-a0.6-nounet-s0", "running")
+        (busy.path / layout.LOCK).write_text(json.dumps({"host": os.uname().nodename, "pid": os.getpid()}))
+        ledger["runs"]["uvit-a1-s0"]["job_id"] = "41"
+        return ledger
+
+    local = prepare(tmp_path / "local")
+    queued = {run.key: commands for run, commands in _queue(plan, tmp_path / "local", local, [], False)}
+
+    submitted = []
+
+    class Executor:  # submitit's, as far as run_slurm uses it
+        def __init__(self, folder, cluster):
+            pass
+
+        def update_parameters(self, **parameters):
+            pass
+
+        def submit(self, job):
+            submitted.append(job)
+            return SimpleNamespace(job_id=str(len(submitted)), paths=SimpleNamespace(stdout="out", stderr="err"))
+
+    monkeypatch.setattr(launch, "require", lambda module: SimpleNamespace(AutoExecutor=Executor))
+    monkeypatch.setattr(launch, "_job_alive", lambda jobs, job_id, cluster: job_id == "41")
+    slurm = run_slurm(plan, tmp_path / "slurm", prepare(tmp_path / "slurm"), Resources(executor="local"))
+
+    settled = {"mae-a0.8-s0": "completed", "mae-scaled_both-s0": "failed", "mae-scaled_branch-s0": "failed",
+               "mae-a0.6-nounet-s0": "busy"}
+    for ledger in (local, slurm):
+        assert {key: ledger["runs"][key]["state"] for key in settled} == settled
+        assert "trained another recipe than today's plan" in ledger["runs"]["mae-scaled_both-s0"]["message"]
+        assert ledger["runs"]["mae-scaled_branch-s0"]["message"] == "diverged at step 3"
+    assert set(queued) == set(runs) - set(settled)
+    assert [command[3] for command in queued["mae-a0.6-s0"]] == ["probe"]  # its step only: `python -m lab probe …`
+    assert queued["mae-a1-s0"][0][2] == "torch.distributed.run" and "train" in queued["mae-a1-s0"][0]
+    assert {key for key, record in slurm["runs"].items() if record["state"] == "submitted"} == \
+        set(runs) - set(settled) - {"uvit-a1-s0"}
+    assert slurm["runs"]["uvit-a1-s0"]["state"] == "busy" and len(submitted) == len(runs) - len(settled) - 1
 
 
 RUN_KEY = "table1-mnist-off-s0"

@@ -8,14 +8,18 @@ import re
 import pytest
 
 from lab.cli import main
+from lab.extras import MissingExtra
 from lab.reproduce import reproduce
 from lab.reproduce.alignment import claims_of
 from lab.reproduce.claims import PAPERS, Claim, Curves, Result, mean_sd
 from lab.reproduce.decayed import CLAIMS as DECAYED
 from lab.reproduce.droppath import CLAIMS as DROPPATH
 from lab.reproduce.report import html_page, markdown
+from lab.reproduce.runs import train, train_seeds
 from lab.reproduce.toy_mae import CLAIMS as TOY_MAE
 from lab.reproduce.verdict import judge
+from lab.runs.store import RunStore
+from tests.test_extras import hide
 
 EVERY_CLAIM = [c.id for c in (*claims_of("fc"), *claims_of("conv"), DECAYED["rank"], *TOY_MAE.values(),
                               *(DECAYED[k] for k in ("mae", "diffusion_fid", "diffusion_probe")), *DROPPATH.values())]
@@ -76,6 +80,47 @@ def test_a_failed_experiment_is_an_error_not_a_verdict_and_the_others_go_on(tmp_
                  "--no-progress"]) == 1
     assert "error: droppath.figure3: the experiment failed: RuntimeError: disk full" in capsys.readouterr().err
     assert json.loads((tmp_path / "c" / "claims.json").read_text())["claims"][0]["verdict"] == "error"
+
+
+def test_a_claim_that_needs_an_extra_names_it_and_the_others_are_measured(tmp_path, monkeypatch, capsys):
+    """Without the diffusion extra the tiny U-ViT still trains and is probed; digits-FD (torchmetrics') is not
+    measurable, its row naming the extra and its pip line. An experiment that stops on a missing extra reports its
+    claims so, never as an error: the command exits 0 and prints no traceback."""
+    from lab.extras import require
+    from lab.reproduce import _measure, droppath, experiment_seeds
+
+    hide(monkeypatch, "torchmetrics", "torch_fidelity", "diffusers")
+    pip = 'needs the [diffusion] extra: pip install "residual-lab[diffusion]" (or "residual-lab[all]")'
+    fid, probe = _measure("decayed.diffusion", "smoke", experiment_seeds("smoke"), tmp_path / "runs", tmp_path,
+                          lambda: None)
+    assert (fid.claim.id, fid.verdict, fid.reason, fid.lab_value) == ("decayed.diffusion_fid", "not measurable", pip,
+                                                                       pip)
+    assert any(c.startswith("python -m lab fid ") for c in fid.commands)  # what to run once it is installed
+    assert probe.claim.id == "decayed.diffusion_probe" and probe.verdict == "pipeline only"
+    assert probe.values["deepest blocks, α_min 0.7"] and not any(" fid " in c for c in probe.commands)
+    assert "| decayed.diffusion_fid |" in markdown([fid, probe], {"budget": "smoke", "seeds": 1, "seconds": 1.0})
+    assert f"| {pip} | not measurable |" in markdown([fid], {"budget": "smoke", "seeds": 1, "seconds": 1.0})
+
+    monkeypatch.setattr(droppath, "measure_figure3", lambda *args, **kwargs: require("umap"))
+    hide(monkeypatch, "umap")
+    assert main(["reproduce", "--paper", "droppath", "--budget", "smoke", "--out", str(tmp_path / "c"),
+                 "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    embed = 'needs the [embed] extra: pip install "residual-lab[embed]" (or "residual-lab[all]")'
+    assert f"droppath.figure3  not measurable  {embed}" in out and "Traceback" not in err and "error:" not in err
+    claims = json.loads((tmp_path / "c" / "claims.json").read_text())["claims"]
+    assert [(c["id"], c["verdict"], c["reason"]) for c in claims][0] == ("droppath.figure3", "not measurable", embed)
+    assert claims[1]["verdict"] == "pipeline only"
+
+
+def test_a_reproduction_refuses_a_training_that_needs_an_extra_before_its_run_folder(tmp_path, monkeypatch):
+    hide(monkeypatch, "torchmetrics")
+    store = RunStore(tmp_path / "runs")
+    with pytest.raises(MissingExtra, match=r'needs the \[diffusion\] extra: pip install "residual-lab\[diffusion\]"'):
+        train("uvit_tiny_digits", ["train.fd_samples=16"], store, "fd")
+    with pytest.raises(MissingExtra, match=r"residual-lab\[diffusion\]"):
+        train_seeds("uvit_tiny_digits", ["train.fd_samples=16"], {"a": []}, 2, store)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
 def test_bad_input_is_refused_before_anything_is_written(smoke, tmp_path, capsys):
