@@ -64,8 +64,9 @@ class ThreadJob(InProcessJob):
         paused: start paused (train only when :meth:`resume` or :meth:`step` is called).
         owner: who started it (a browser session id), for :class:`~lab.jobs.manager.JobManager`.
         progress: show a progress bar (tqdm.auto: a widget in a notebook, text in a terminal).
-        callbacks: more subscribers to the training loop, after the job's own (e.g. a :class:`~lab.jobs.lockstep.
-            Lockstep` member); each :class:`~lab.jobs.job.PauseAware` one is told when the job is paused.
+        callbacks: more subscribers to the training loop, after the job's own (e.g. a
+            :class:`~lab.jobs.lockstep.Lockstep` member); each :class:`~lab.jobs.job.PauseAware` one is told when the
+            job is paused.
         data: the data, when already built and checked (:func:`~lab.jobs.runner.checked_data`).
     """
 

@@ -4,6 +4,7 @@ import time
 
 from lab.config import ExperimentConfig, apply_overrides
 from lab.train.core import Callback
+from tests.waiting import deadline
 
 
 def tiny(**overrides) -> ExperimentConfig:
@@ -18,9 +19,10 @@ steps in a few milliseconds, faster than any interval a test could name."""
 
 
 def wait_for(predicate, timeout: float = 60.0) -> bool:
-    """Poll ``predicate`` until it is true or ``timeout`` seconds pass; returns whether it came true."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Poll ``predicate`` until it is true or ``timeout`` seconds (scaled by the machine's load,
+    :func:`tests.waiting.deadline`) pass; returns whether it came true."""
+    end = deadline(timeout)
+    while time.monotonic() < end:
         if predicate():
             return True
         time.sleep(0.02)

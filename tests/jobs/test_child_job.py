@@ -22,6 +22,7 @@ from lab.runs.snapshot import Snapshot
 from lab.runs.store import Run, RunStore
 from lab.train.checkpoint import load_checkpoint
 from tests.jobs.helpers import StuckStep, tiny, wait_for
+from tests.waiting import scaled
 
 pytestmark = pytest.mark.slow  # the fork server imports the lab once per test process
 
@@ -188,9 +189,7 @@ def test_a_killed_child_is_reported_failed_with_its_exit_code_and_the_server_goe
     job = manager.start_thread(tiny(**LONG), disk_every_s=0)
     assert wait_for(lambda: job.run.has_checkpoint("last"), timeout=60), job.status()
     os.kill(job.proc.pid, signal.SIGKILL)  # out of memory, or a crash in native code
-    start = time.monotonic()
     assert wait_for(lambda: job.status()["state"] == "failed", timeout=2), job.status()
-    assert time.monotonic() - start < 2
     status = job.status()
     assert "exited with code -9" in status["message"] and status["returncode"] == -9
     assert load_checkpoint(job.run)["step"] > 0, "its last checkpoint stays"
@@ -239,9 +238,8 @@ def test_a_stop_during_a_long_step_returns_at_once_escalates_and_is_recorded_sto
     stuck = tmp_path / "stuck"
     job = manager.start_thread(tiny(**LONG), disk_every_s=0, callbacks=(StuckStep(str(stuck), deaf=deaf),))
     assert wait_for(stuck.exists, timeout=60), job.status()
-    start = time.monotonic()
-    job.stop(timeout=0, grace=1.0)
-    assert time.monotonic() - start < 0.5, "the caller does not wait"
+    job.stop(timeout=0, grace=scaled(2.0))
+    assert job.is_alive(), "the caller does not wait: the child, asleep in its step, is ended by the grace thread"
     assert job.stopping and manager.training() == [], "a job that is ending holds no slot"
     assert wait_for(lambda: not job.is_alive(), timeout=10), job.status()
     status = job.status()
@@ -309,9 +307,10 @@ def test_a_hostile_cores_folder_neither_stalls_nor_redirects_a_child(tmp_path, m
             try:
                 assert wait_for(lambda job=job: job.status().get("step", 0) > 0, timeout=60), job.status()
             finally:
-                start = time.monotonic()
-                job.stop()
-            assert time.monotonic() - start < 2 and job.status()["state"] == "stopped"
+                stopping = threading.Thread(target=job.stop)
+                stopping.start()
+                stopping.join(scaled(30))
+            assert not stopping.is_alive() and job.status()["state"] == "stopped"
         assert cores.ledger() == Path.home() / ".cache" / "residual-lab" / "cores"  # a link: the user's own instead
         assert victim.read_text() == "precious"
     finally:

@@ -15,9 +15,13 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tests.waiting import scaled
+
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-CELL_TIMEOUT_S = 180  # per cell; a smoke run of a whole notebook takes well under a minute
+CELL_TIMEOUT_S = 180
+"""Seconds a cell may take on an idle machine (scaled by the load, :func:`tests.waiting.scaled`); a smoke run of a whole
+notebook takes well under a minute."""
 KERNEL = "python3"
 
 
@@ -68,7 +72,7 @@ def test_runs_in_smoke_mode(path: Path, kernel_env: dict[str, str], tmp_path, mo
     monkeypatch.setenv("LAB_SMOKE", "1")
     monkeypatch.setenv("LAB_RUNS_DIR", str(tmp_path / "runs"))  # any run a notebook stores stays out of the tree
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name=KERNEL, allow_errors=False,
+    client = NotebookClient(nb, timeout=round(scaled(CELL_TIMEOUT_S)), kernel_name=KERNEL, allow_errors=False,
                             resources={"metadata": {"path": str(ROOT)}})
     start = time.perf_counter()
     client.execute()  # raises CellExecutionError (with the cell and its traceback) on the first error

@@ -19,6 +19,7 @@ import torch
 from lab.cli import main
 from lab.config import load_config
 from lab.train.build import build_model
+from tests.waiting import deadline, scaled
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _lab(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     out = subprocess.run([*LAUNCHER, "-m", "lab", *args, "--no-progress"], capture_output=True, text=True,
-                         timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=ROOT)
+                         timeout=scaled(timeout), env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     return out
 
@@ -49,8 +50,8 @@ def _terminated(runs: Path) -> tuple[Path, str]:
                             cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        end = deadline(120)
+        while time.monotonic() < end:
             found = list(runs.iterdir()) if runs.is_dir() else []
             if found and (found[0] / "metrics.jsonl").is_file() and len(_records(found[0], "step")) >= 3:
                 break
@@ -58,7 +59,7 @@ def _terminated(runs: Path) -> tuple[Path, str]:
         else:
             pytest.fail("the run never logged three steps")
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=scaled(60))
     finally:
         proc.kill()
     (run,) = runs.iterdir()
@@ -137,7 +138,7 @@ def test_every_rank_refuses_a_run_another_process_trains(uvit_runs):
         (run / "lock").write_text(json.dumps({"host": socket.gethostname(), "pid": holder.pid, "since": 0}))
         before = {p.name: p.stat().st_mtime_ns for p in run.rglob("*")}
         out = subprocess.run([*LAUNCHER, "-m", "lab", "resume", str(run), "--no-progress"], capture_output=True,
-                             text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=ROOT)
+                             text=True, timeout=scaled(120), env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=ROOT)
         assert out.returncode != 0 and out.stderr.count(f"being trained by process {holder.pid}") == 2
         assert "lab/" not in out.stderr  # no traceback through the lab's code (torchrun prints its own summary)
         assert {p.name: p.stat().st_mtime_ns for p in run.rglob("*")} == before  # nothing written, no failed-rank

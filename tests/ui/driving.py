@@ -4,11 +4,14 @@ import html
 import time
 from html.parser import HTMLParser
 
+from tests.waiting import deadline
+
 
 def poll_until(page, predicate, timeout: float = 90.0) -> bool:
-    """Call ``page.poll()`` until ``predicate()`` is true or ``timeout`` seconds pass; returns whether it came true."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    """Call ``page.poll()`` until ``predicate()`` is true or ``timeout`` seconds of an idle machine pass (scaled by
+    :func:`tests.waiting.deadline`); returns whether it came true."""
+    end = deadline(timeout)
+    while time.monotonic() < end:
         page.poll()
         if predicate():
             return True
@@ -36,8 +39,9 @@ class _Text(HTMLParser):
 
 
 def kill_child_then_start_again(page, jobs) -> None:
-    """SIGKILL the child process training ``jobs`` (the page's): within 2 s every one of them is failed, and the page's
-    status line and alert say so with the exit code; then Reset and Start train a new run (the server went on)."""
+    """SIGKILL the child process training ``jobs`` (the page's): at the next polls (within 2 s on an idle machine, not
+    after a heartbeat goes stale) every one of them is failed, and the page's status line and alert say so with the
+    exit code; then Reset and Start train a new run (the server went on)."""
     import os
     import signal
 

@@ -23,6 +23,8 @@ from typing import Any
 
 import psutil
 
+from tests.waiting import deadline, scaled
+
 KERNEL = "python3"
 # in a page of this server: the open notebook's kernel is connected and idle (the server exposes the app in the
 # browser)
@@ -96,7 +98,7 @@ def jupyterlab(root: Path, state: Path, env: dict[str, str] | None = None, start
         proc = subprocess.Popen(args, cwd=root, env=_private_env(state, env), stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     try:
-        deadline = time.monotonic() + startup_timeout
+        end = deadline(startup_timeout)
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(f"JupyterLab exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
@@ -104,8 +106,8 @@ def jupyterlab(root: Path, state: Path, env: dict[str, str] | None = None, start
                 _get(f"{url}/api/status", timeout=2)
                 break
             except (OSError, urllib.error.URLError):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"JupyterLab did not answer in {startup_timeout} s:\n"
+                if time.monotonic() > end:
+                    raise TimeoutError(f"JupyterLab did not answer in {scaled(startup_timeout):.0f} s:\n"
                                        f"{log.read_text()[-3000:]}") from None
                 time.sleep(0.25)
         yield url

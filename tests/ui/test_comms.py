@@ -15,6 +15,8 @@ from ipykernel.kernelspec import install
 from jupyter_client import KernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 
+from tests.waiting import deadline
+
 pytestmark = pytest.mark.slow
 
 SETUP = """
@@ -91,10 +93,10 @@ def test_comm_messages_sent_to_a_subshell_are_handled_on_the_main_thread(kernel)
     for _ in range(3):
         for comm_id in (before, after):
             send(kc, "comm_msg", {"comm_id": comm_id, "data": {"event": "click"}}, subshell=subshell)
-    deadline = time.monotonic() + 60  # the subshell handles its messages at its own pace, beside the main shell
+    end = deadline(60)  # the subshell handles its messages at its own pace, beside the main shell
     while True:
         threads = json.loads(run(kc, "import json\nprint(json.dumps(threads))").strip().splitlines()[-1])
-        if sum(map(len, threads.values())) == 6 or time.monotonic() > deadline:
+        if sum(map(len, threads.values())) == 6 or time.monotonic() > end:
             break
         time.sleep(0.1)
     assert all(name.startswith("subshell") for name in threads["before"]), \

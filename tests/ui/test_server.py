@@ -13,7 +13,6 @@ from lab.jobs.manager import JobManager, get_manager
 from lab.ui.follower import JobFollower
 from lab.ui.serve import serving
 from lab.ui.shell import LabShell
-from tests.jobs.helpers import wait_for
 from tests.ui.browser import (
     JS_GRID_PIXELS,
     JS_HAS_TEXT,
@@ -25,6 +24,7 @@ from tests.ui.browser import (
     pixel_report,
     plots_off_their_data,
 )
+from tests.waiting import scaled, wait_until
 
 pytestmark = pytest.mark.ui
 
@@ -155,7 +155,7 @@ def test_browser_paces_the_playground_and_a_page_out_of_sight_asks_for_no_snapsh
         settled = False
         for _ in range(5):
             version, step, t0 = job.latest("nodes")[0], _logged_step(job), time.monotonic()
-            assert wait_for(lambda s=step, t=t0: _logged_step(job) >= s + 50 and time.monotonic() - t >= span)
+            assert wait_until(lambda s=step, t=t0: _logged_step(job) >= s + 50 and time.monotonic() - t >= span, 60)
             if job.latest("nodes")[0] == version:
                 settled = True  # trained on, no snapshot made: nobody sees the grid
                 break
@@ -163,7 +163,7 @@ def test_browser_paces_the_playground_and_a_page_out_of_sight_asks_for_no_snapsh
         # the switch held: the address bar's page name, sent back by the browser, did not take the Playground back
         assert page.get_by_role("button", name="Start / pause").filter(visible=True).count() == 0
         page.get_by_role("button", name="Playground").click()
-        assert wait_for(lambda: job.latest("nodes")[0] > version + 2)  # back on screen: snapshots again
+        assert wait_until(lambda: job.latest("nodes")[0] > version + 2, 60)  # back on screen: snapshots again
         page.get_by_role("button", name="Start / pause").click()
     assert not seen.errors and not seen.external, seen
 
@@ -206,6 +206,15 @@ def _wait_for_text(page, needle: str, timeout: float) -> None:
 
 def _plots(page) -> list[dict]:
     return page.evaluate(JS_PLOTS)
+
+
+def _wait_drawn(page, titles: list[str], timeout: float = 60) -> None:
+    """Wait until a plot whose title starts with each of ``titles`` is laid out in the browser, as :func:`_pixels`
+    measures plots: a figure's model reaches the page before its view is built and laid out, which on a busy machine
+    takes seconds more (``timeout``: seconds on an idle machine, :func:`tests.waiting.scaled`)."""
+    page.wait_for_function(f"(titles) => {{ const shown = ({JS_PIXELS})(null).map(p => p.title); "
+                           "return titles.every(t => shown.some(s => s.startsWith(t))); }", arg=titles,
+                           polling=250, timeout=1000 * scaled(timeout))
 
 
 def _pixels(page, name: str) -> list[dict]:
@@ -440,6 +449,7 @@ def test_browser_runs_page_lists_runs_and_follows_the_opened_one(server, tmp_pat
         assert [p["title"] for p in plots] == ["Loss", "Accuracy", "Learning rate", "Linear probe accuracy"], plots
         assert next(p for p in plots if p["title"] == "Loss")["x"]["hi"] == 90
         assert not plots_off_their_data(plots), plots_off_their_data(plots)
+        _wait_drawn(page, [p["title"] for p in plots])
         assert len(_pixels(page, "Runs")) == 4
         # the two runs compared (from the URL, as a shared link would): their curves overlaid, labelled by model
         page.goto(f"{url}/apps?page=Runs&compare={runs['older'].id}%2C{live.id}", timeout=60_000)
@@ -447,20 +457,20 @@ def test_browser_runs_page_lists_runs_and_follows_the_opened_one(server, tmp_pat
         page.wait_for_function("() => { for (const doc of Bokeh.documents) for (const m of doc.all_models) "
                                "if (m.name === 'compare:loss' && m.data.xs.length === 2) return true; return false; }",
                                timeout=30_000)
+        _wait_drawn(page, ["loss", "test_acc", "lr"])
         compared = [p for p in _pixels(page, "Runs compared") if p["title"] in ("loss", "test_acc", "lr")]
         assert len(compared) == 3 and all(len(p["legends"]) == 1 for p in compared), compared
         assert page.locator(".tabulator-cell", has_text="model-older").count() >= 1  # the table of differences
         # a run's saved node maps, replayed read-only in the Playground's views
         page.goto(f"{url}/apps?page=Runs&run={saved.id}", timeout=60_000)
         page.wait_for_function(JS_HAS_TEXT, arg="at step 20, from", timeout=60_000)
-        page.wait_for_function(f"() => ({JS_PLOTS})().some(p => p.title === 'step 20')", timeout=30_000)
-        page.wait_for_timeout(500)
+        _wait_drawn(page, ["step 20", "Decision boundary at step 20"])
         replayed = [p for p in _pixels(page, "Saved snapshots") if p["title"].startswith(("step", "Decision"))]
         assert sorted(p["title"] for p in replayed) == ["Decision boundary at step 20", "step 20"], replayed
         # a sweep: the Rank page's views of its members' last checkpoints, beside their comparison
         page.goto(f"{url}/apps?page=Runs&run={folder.id}", timeout=60_000)
         page.wait_for_function(JS_HAS_TEXT, arg="with the rank views of their last checkpoints", timeout=60_000)
-        page.wait_for_timeout(500)
+        _wait_drawn(page, ["Rank by layer", "α_min 1 ", "α_min 0.5 "])
         ranks = [p for p in _pixels(page, "Sweep rank views") if p["title"].startswith(("Rank by layer", "α_min"))]
         assert len(ranks) == 1 + 2, ranks
     assert not seen.errors and not seen.external, seen

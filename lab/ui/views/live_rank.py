@@ -136,19 +136,20 @@ class RankViews:
 
         self.points = ColumnDataSource(data={"alpha_min": [], "probe": [], "rank": [], "color": [], "label": [],
                                              "name": []})
-        tips = [("α_min", "@alpha_min"), ("probe acc", "@probe{0.000}"), ("rank", "@rank{0.00}")]
-        self.probe_alpha = figure(title="Probe accuracy against α_min", frame_width=size,
-                                  frame_height=size - 60, x_range=Range1d(0, 1), y_range=Range1d(0, 1), tools=tools,
-                                  x_axis_label="α_min", y_axis_label="final-layer probe accuracy")
-        r = self.probe_alpha.scatter("alpha_min", "probe", color="color", size=10, source=self.points)
-        self.probe_alpha.add_tools(HoverTool(renderers=[r], tooltips=tips))
-        self.legends.append(side_legend(self.probe_alpha, r, "label", "α_min"))
-        self.rank_probe = figure(title="Rank vs probe accuracy", frame_width=size,
-                                 frame_height=size - 60, x_range=Range1d(0, 1), y_range=Range1d(0, 1), tools=tools,
-                                 x_axis_label="final-layer rank", y_axis_label="final-layer probe accuracy")
-        r = self.rank_probe.scatter("rank", "probe", color="color", size=10, source=self.points)
-        self.rank_probe.add_tools(HoverTool(renderers=[r], tooltips=tips))
-        self.legends.append(side_legend(self.rank_probe, r, "label", "α_min"))
+        point_tips = [("α_min", "@alpha_min"), ("probe acc", "@probe{0.000}"), ("rank", "@rank{0.00}")]
+
+        def probe_figure(title: str, x: str, x_label: str) -> figure:
+            """Final-layer probe accuracy against the column ``x`` of :attr:`points`, one dot per member."""
+            fig = figure(title=title, frame_width=size, frame_height=size - 60, x_range=Range1d(0, 1),
+                         y_range=Range1d(0, 1), tools=tools, x_axis_label=x_label,
+                         y_axis_label="final-layer probe accuracy")
+            r = fig.scatter(x, "probe", color="color", size=10, source=self.points)
+            fig.add_tools(HoverTool(renderers=[r], tooltips=point_tips))
+            self.legends.append(side_legend(fig, r, "label", "α_min"))
+            return fig
+
+        self.probe_alpha = probe_figure("Probe accuracy against α_min", "alpha_min", "α_min")
+        self.rank_probe = probe_figure("Rank vs probe accuracy", "rank", "final-layer rank")
 
         self.accuracy_src = ColumnDataSource(data={"x": [], "value": [], "color": [], "split": [], "member": []},
                                              name="accuracy_per_member")

@@ -24,9 +24,9 @@ def test_a_nodes_snapshot_larger_than_its_run_is_refused_and_none_costs_more_tha
     """The attack: a run folder's ``nodes`` snapshot declaring 2,048 tiles per layer (a few hundred kB, compressed);
     replaying it cost 4.3 GB and froze every session for 18 s (this test's snapshot: 20 GB and a minute). Checked
     against the run's own config (4 blocks × 32) it is refused with the sizes named, before any work; one that fits
-    its run's large config is drawn at most :data:`MAX_NODES` nodes per layer, in bounded time and memory."""
+    its run's large config is drawn at most :data:`MAX_NODES` nodes per layer, in bounded memory."""
     import resource
-    import time
+    from collections import Counter
 
     import numpy as np
 
@@ -50,14 +50,17 @@ def test_a_nodes_snapshot_larger_than_its_run_is_refused_and_none_costs_more_tha
     saved.draw()
     assert saved.problem.visible and "2048 nodes" in saved.problem.object and "of 32" in saved.problem.object
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    start = time.monotonic()
     saved.open(large)
     saved.kind.value = NODES
     saved.draw()
-    seconds, grown_mb = time.monotonic() - start, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert not saved.problem.visible, saved.problem.object
     drawn = saved.views[NODES].grid.object
-    assert drawn is not None and seconds < 10 and grown_mb < 1500, (seconds, grown_mb)
+    assert drawn is not None and grown_mb < 1500, grown_mb
+    # the work is bounded by what is drawn: each of the 5 layers shows MAX_NODES of its 2,048 nodes (one hover box each)
+    hover = next(r.data_source.data for r in drawn.renderers if "node" in r.data_source.data)
+    tiles = Counter(hover["layer"])
+    assert [tiles[str(layer)] for layer in range(5)] == [MAX_NODES] * 5, tiles
     assert MAX_NODES == 64
 
 
