@@ -5,7 +5,7 @@ The model is the 32 × 32 residual MLP of *ResidualDroppath: Enhancing Feature R
 
 Headless = the lab trainer with no callbacks. The job records metrics, status and checkpoints as any run does,
 and builds the node-map snapshot (the 33 × 32 × 50 × 50 grid forward) every 10 steps, beside training
-(:mod:`lab.jobs.shadow`); the same job with its snapshots built on the training thread is measured too. Target: job
+(:mod:`lab.snapshots.shadow`); the same job with its snapshots built on the training thread is measured too. Target: job
 >= 90 % of headless.
 
 Stopping, each in steps of the headless trainer measured in the same run (a job stops after its current step):
@@ -33,11 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import median, table  # noqa: E402
 from lab.config import load_config  # noqa: E402
 from lab.jobs.child import GRACE_S, ChildJob  # noqa: E402
-from lab.jobs.runner import make_trainer  # noqa: E402
 from lab.jobs.sweep_job import SweepJob  # noqa: E402
 from lab.jobs.thread import ThreadJob  # noqa: E402
 from lab.runs.store import RunStore  # noqa: E402
 from lab.sweeps import create_sweep, plan_sweep  # noqa: E402
+from lab.train.runner import make_trainer  # noqa: E402
 
 SWEEP = ["model.depth=3", "model.width=8", "data.n=512", "train.epochs=1000", "train.eval_every=10",
          "train.log_every=5", "model.shortcut=linear", "model.alpha_min=1.0,0.8,0.6"]
@@ -73,7 +73,7 @@ def main() -> None:
 
     def in_job(beside: bool = True) -> float:
         job = ThreadJob(cfg, store.create("bench"), cadence={"nodes": (10, 0.0)}, disk_every_s=2.0)
-        if not beside:  # the snapshots built on the training thread, as before lab.jobs.shadow
+        if not beside:  # the snapshots built on the training thread, as before lab.snapshots.shadow
             job.publisher.beside = None
         job.start()
         while job.status().get("state") != "running":  # start timing once model and data are built

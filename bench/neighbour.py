@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import table  # noqa: E402
 from bench.playground_live import CFG  # noqa: E402
 from lab.config import ExperimentConfig, apply_overrides  # noqa: E402
-from lab.jobs.runner import make_trainer  # noqa: E402
+from lab.train.runner import make_trainer  # noqa: E402
 
 NEIGHBOURS = {
     "a Python loop (CPU only)": "x = 0\nwhile True: x += 1",

@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import table  # noqa: E402
 from lab.config import ExperimentConfig, apply_overrides  # noqa: E402
 from lab.jobs.child import ChildJob  # noqa: E402
-from lab.jobs.runner import make_trainer  # noqa: E402
 from lab.runs.store import Run, RunStore  # noqa: E402
+from lab.train.runner import make_trainer  # noqa: E402
 from lab.ui.pages.playground import KNOBS  # noqa: E402
 from lab.ui.serve import serving_lab  # noqa: E402
 

@@ -35,7 +35,7 @@ from bokeh.protocol import Protocol
 
 import lab
 from lab.data.toy2d import spiral
-from lab.jobs.builders import nodes_snapshot
+from lab.snapshots.builders import nodes_snapshot
 from lab.viz.node_grid import hover_boxes, mosaic, node_grid
 
 TARGET_MS, TARGET_MB = 50.0, 4.0

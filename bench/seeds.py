@@ -1,7 +1,7 @@
 """Seeds trained per second: a reproduction's seeds as members of one ensemble against the same seeds run apart.
 
 A reproduction trains each seed of a measurement (``model.seed=k train.seed=k``, k = 0 … S − 1) as a separate run
-of the ordinary trainer (:func:`lab.jobs.runner.make_trainer`, the :class:`lab.train.tensor.Trainer` that
+of the ordinary trainer (:func:`lab.train.runner.make_trainer`, the :class:`lab.train.tensor.Trainer` that
 ``train_and_evaluate`` runs). Seeds differ only in keys an ensemble may vary (:data:`lab.train.ensemble.MEMBER_KEYS`),
 so all S could train as members of one :class:`lab.train.ensemble.EnsembleTrainer`, the engine of ``lab sweep``.
 Both sides train every seed for the same ``train.max_steps`` and evaluate it the same way (the trainers' own
@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import median, table, timed  # noqa: E402
 from lab.config import ExperimentConfig, load_config  # noqa: E402
 from lab.data.toy2d import ToyData  # noqa: E402
-from lab.jobs.runner import make_trainer  # noqa: E402
 from lab.train.build import build_data  # noqa: E402
 from lab.train.ensemble import EnsembleTrainer  # noqa: E402
+from lab.train.runner import make_trainer  # noqa: E402
 
 ALPHAS = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5)
 """The rank claim's α_min values (lab.reproduce.decayed, cpu budget)."""

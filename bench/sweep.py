@@ -31,10 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import median, table, timed  # noqa: E402
 from bench.jacobians import peak_mb, reset_peak, rss_mb  # noqa: E402
 from lab.config import ExperimentConfig, load_config  # noqa: E402
-from lab.jobs.runner import make_trainer  # noqa: E402
 from lab.runs.store import RunStore  # noqa: E402
 from lab.sweeps import create_sweep, plan_sweep, train_sweep  # noqa: E402
 from lab.train.ensemble import EnsembleTrainer  # noqa: E402
+from lab.train.runner import make_trainer  # noqa: E402
 
 CONFIG = "configs/spiral.yaml"
 SIZES = (1, 8, 32)

@@ -24,9 +24,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import median, table, timed  # noqa: E402
 from lab.config import ExperimentConfig, load_config  # noqa: E402
-from lab.jobs.runner import train_and_evaluate  # noqa: E402
 from lab.runs.store import RunStore  # noqa: E402
 from lab.sweeps import SweepPlan, create_sweep, plan_sweep, train_sweep  # noqa: E402
+from lab.train.runner import train_and_evaluate  # noqa: E402
 
 CONFIG = "configs/spiral.yaml"
 MEMBERS = 8

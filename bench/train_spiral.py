@@ -21,7 +21,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import median, table, timed  # noqa: E402
 from lab.config import load_config  # noqa: E402
-from lab.jobs.runner import make_trainer  # noqa: E402
+from lab.train.runner import make_trainer  # noqa: E402
 
 
 class PlainBlock(nn.Module):

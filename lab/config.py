@@ -325,7 +325,7 @@ LOADER_ONLY: dict[str, tuple[Any, ...]] = {
     "train.fd_samples": (0,), "train.probe_samples": (0,),
 }
 """Settings only the loader engine reads, with the values a tensor run accepts: any other value would be silently
-ignored by the tensor engine, so a tensor run given one is refused (``lab.jobs.runner.resolved``). The schedule's
+ignored by the tensor engine, so a tensor run given one is refused (``lab.train.runner.resolved``). The schedule's
 ``train.warmup_epochs`` is not one of them: both engines read it."""
 
 

@@ -8,7 +8,7 @@ the process's path, never the current folder's). Entry points are read only from
 outside the current folder: ``python -m lab`` puts the folder it is started in on the path, and a ``.dist-info``
 planted in a run, data or reproduction folder must not run its code there (:func:`installed_entry_points`). The
 groups are loaded by the registries themselves: :mod:`lab.nn` loads the models' group at the end of its import,
-:mod:`lab.jobs.kinds` the kinds' (below the pages: a training child builds them without Panel),
+:mod:`lab.snapshots.kinds` the kinds' (below the pages: a training child builds them without Panel),
 :mod:`lab.ui.views.replays` the views', so a page's child process (its fork server imports the lab afresh), every
 ``torchrun`` rank and a SLURM job know the same models and kinds as the process that started them.
 ``pyproject.toml`` of such a package::
@@ -16,7 +16,7 @@ groups are loaded by the registries themselves: :mod:`lab.nn` loads the models' 
     [project.entry-points."residual_lab.models"]
     gated = "my_lab_models.gated"      # a module whose @register_model builders register on import
     [project.entry-points."residual_lab.kinds"]
-    norms = "my_lab_models.norms"      # lab.jobs.kinds.register(Kind(...)) with its builder
+    norms = "my_lab_models.norms"      # lab.snapshots.kinds.register(Kind(...)) with its builder
     [project.entry-points."residual_lab.views"]
     norms = "my_lab_models.norms_view" # lab.ui.views.replays.register("norms", View, live_on=("Playground",))
 
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 MODELS = "residual_lab.models"
 """Entry-point group of modules that register models (``@register_model``)."""
 KINDS = "residual_lab.kinds"
-"""Entry-point group of modules that register snapshot kinds (``lab.jobs.kinds.register(Kind(...))``)."""
+"""Entry-point group of modules that register snapshot kinds (``lab.snapshots.kinds.register(Kind(...))``)."""
 VIEWS = "residual_lab.views"
 """Entry-point group of modules that register a kind's view (``lab.ui.views.replays.register(kind, View)``)."""
 ENV = "LAB_PLUGINS"

@@ -3,21 +3,21 @@
 A residual block computes ``x_{l+1} = α_l · x_l + β_l · f(x_l)`` (Eq. 3 of *Residual Connections Harm Generative
 Representation Learning*, with a branch scale β). The schedules:
 
-===============  =======================================================================================
-``identity``     α_l = 1: the standard residual network.
-``linear``       α falls linearly from α_0 = 1 to α_{L-1} = α_min exactly: α_l = 1 − l(1 − α_min)/(L − 1).
-                 The lab's "decayed" default. With L = 1 the single block is both first and last; it gets
-                 α_min, so the knob still acts.
-``paper_eq5``    The literal Eq. 5 of the paper: α_l = 1 − l(1 − α_min)/L. Note that α_{L-1} = α_min + (1 − α_min)/L,
-                 not α_min as the paper's text claims; ``linear`` is the reading that reaches α_min.
-``sublayer``     The authors' released MAE code: one α per residual *sub-layer* (attention, MLP), linear from 1
-                 to α_min over all sub-layers; 2L values for a transformer of L blocks (``alphas`` default), L
-                 values for a model with one residual sub-layer per block (then identical to ``linear``).
-``none``         α = 0: a plain feed-forward network (no shortcut).
-``constant``     α_l = α_min for every block.
-``scaled_both``  Table 3b control √0.5 · (x + f(x)): α = β = √0.5.
-``scaled_branch`` Table 3b control x + √0.5 · f(x): α = 1, β = √0.5.
-===============  =======================================================================================
+=================  =======================================================================================
+``identity``       α_l = 1: the standard residual network.
+``linear``         α falls linearly from α_0 = 1 to α_{L-1} = α_min exactly: α_l = 1 − l(1 − α_min)/(L − 1).
+                   The lab's "decayed" default. With L = 1 the single block is both first and last; it gets
+                   α_min, so the knob still acts.
+``paper_eq5``      The literal Eq. 5 of the paper: α_l = 1 − l(1 − α_min)/L. Note that α_{L-1} = α_min + (1 − α_min)/L,
+                   not α_min as the paper's text claims; ``linear`` is the reading that reaches α_min.
+``sublayer``       The authors' released MAE code: one α per residual *sub-layer* (attention, MLP), linear from 1
+                   to α_min over all sub-layers; 2L values for a transformer of L blocks (``alphas`` default), L
+                   values for a model with one residual sub-layer per block (then identical to ``linear``).
+``none``           α = 0: a plain feed-forward network (no shortcut).
+``constant``       α_l = α_min for every block.
+``scaled_both``    Table 3b control √0.5 · (x + f(x)): α = β = √0.5.
+``scaled_branch``  Table 3b control x + √0.5 · f(x): α = 1, β = √0.5.
+=================  =======================================================================================
 """
 
 from __future__ import annotations

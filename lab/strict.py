@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import yaml
 
 T = TypeVar("T")
+"""The dataclass :func:`from_dict` builds and :func:`apply_overrides` returns: the one each is given."""
 EXTRA = "extra"
 """The field of an open section that holds the keys it does not declare, as ``((key, value), ...)``."""
 

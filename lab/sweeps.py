@@ -38,10 +38,11 @@ from lab.runfolder.entries import LIMITS, read_json
 from lab.runfolder.layout import RunState
 from lab.runfolder.lock import RunLock
 from lab.runfolder.writes import atomic_write_json
-from lab.runs.recorder import RunRecorder
-from lab.runs.stop import StopFile
 from lab.runs.store import Run, RunStore, end_state
-from lab.train.ensemble import MODEL, EnsembleCallback, EnsembleMember, EnsembleTrainer, ensemble_groups
+from lab.train.core import Callback
+from lab.train.ensemble import MODEL, EnsembleMember, EnsembleTrainer, ensemble_groups
+from lab.train.recorder import RunRecorder
+from lab.train.stop import StopFile
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ def plan_sweep(config: str | Path, overrides: Sequence[str], *, ensemble: bool =
     return SweepPlan(configs[0].name, str(config), tuple(fixed), parsed, members, groups)
 
 
-class _Progress(EnsembleCallback):
+class _Progress(Callback):
     """One tqdm bar per ensemble: steps, members still training, their mean loss and the best test accuracy."""
 
     def __init__(self, desc: str) -> None:
@@ -230,7 +231,7 @@ def create_sweep(plan: SweepPlan, store: RunStore, waiting: str = "waiting for i
 
 
 def train_sweep(plan: SweepPlan, folder: Run, runs: list[Run], *, progress: bool = True,
-                callbacks: Iterable[EnsembleCallback] = ()) -> list[dict[str, Any]]:
+                callbacks: Iterable[Callback] = ()) -> list[dict[str, Any]]:
     """Train the members of :func:`create_sweep`'s folder, one ensemble per group, updating sweep.json as groups end.
 
     A member ends ``completed``, ``stopped`` (its STOP file, or a callback setting ``ensemble.should_stop``; later
@@ -258,7 +259,7 @@ def train_sweep(plan: SweepPlan, folder: Run, runs: list[Run], *, progress: bool
 
 
 def _train_groups(plan: SweepPlan, folder: Run, runs: list[Run], progress: bool,
-                  callbacks: list[EnsembleCallback]) -> list[dict[str, Any]]:
+                  callbacks: list[Callback]) -> list[dict[str, Any]]:
     statuses = [run.read_status() for run in runs]
     stopped = False
     for g, group in enumerate(plan.groups):

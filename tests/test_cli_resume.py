@@ -14,9 +14,9 @@ from PIL import Image
 
 from lab.cli import main
 from lab.config import config_of_run, load_config
-from lab.jobs.runner import train_and_evaluate
 from lab.runs.store import RunStore
 from lab.train.core import Callback
+from lab.train.runner import train_and_evaluate
 
 SMALL = ["configs/spiral.yaml", "model.depth=3", "model.width=8", "data.n=256", "train.batch_size=32",
          "train.optimizer=sgd", "train.lr=0.05", "train.eval_every=8", "train.epochs=100", "--no-progress"]

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from lab.jobs import child, manager, publish, thread
+from lab.jobs import child, manager, thread
 from lab.jobs.process import ProcessJob
-from lab.runs import recorder
+from lab.snapshots import publish
+from lab.train import recorder
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 

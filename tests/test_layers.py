@@ -13,10 +13,11 @@ LAYERS: list[set[str]] = [
     {"runfolder"},  # the run-folder format: no other lab package, no torch (tests/runfolder/test_import_cost.py)
     {"shortcuts", "hooks", "seeds", "viz", "strict", "extras", "plugins"},
     {"nn", "data"},
+    {"runs"},  # reading and writing run folders: no torch, no model (tests/runfolder/test_import_cost.py)
     {"config"},
     {"analysis"},
     {"train"},
-    {"runs"},
+    {"snapshots"},  # the type, kinds, builders, cadence, publisher and shadow; the views that draw them are the UI's
     {"reports", "sweeps"},
     {"jobs"},
     {"reproduce"},
@@ -77,6 +78,6 @@ def test_imports_point_only_downward() -> None:
 
 def test_the_check_finds_an_upward_import_even_inside_a_function(tmp_path: Path) -> None:
     (tmp_path / "runs").mkdir()
-    (tmp_path / "runs" / "x.py").write_text("from lab.train.tensor import Trainer\n\n\n"
+    (tmp_path / "runs" / "x.py").write_text("from lab.runfolder.layout import RunState\n\n\n"
                                             "def f():\n    from lab.jobs.manager import JobManager\n")
     assert upward_imports(tmp_path) == ["lab/runs/x.py imports lab.jobs.manager: jobs is not below runs"]

@@ -43,7 +43,7 @@ NORMS = '''
 
 import numpy as np
 
-from lab.jobs.kinds import Kind, register
+from lab.snapshots.kinds import Kind, register
 
 
 def weight_norms(model):
@@ -159,7 +159,7 @@ def test_an_installed_kind_draws_live_on_the_playground_from_a_child_and_replays
     script = textwrap.dedent(f"""
         import sys
 
-        from lab.jobs.kinds import KINDS
+        from lab.snapshots.kinds import KINDS
         assert "weight_norms" in KINDS and "panel" not in sys.modules, "a kind is known below the pages"
         from lab.jobs.child import ChildJob
         from lab.jobs.manager import JobManager
@@ -204,7 +204,7 @@ def test_no_plugin_is_loaded_from_the_folder_the_lab_is_started_in(site, tmp_pat
     marker = _plant(tmp_path)
     collected = _run([sys.executable, "-m", "lab", "reproduce", "--collect", "."], tmp_path)
     assert "Traceback" not in collected.stderr, collected.stderr[-2000:]
-    imported = _run([sys.executable, "-c", "import lab.nn, lab.jobs.kinds"], tmp_path)  # the path's "" entry
+    imported = _run([sys.executable, "-c", "import lab.nn, lab.snapshots.kinds"], tmp_path)  # the path's "" entry
     assert imported.returncode == 0, imported.stderr[-2000:]
     assert not marker.exists()
     loaded = "from lab import plugins; import lab.nn; print(plugins.load(plugins.MODELS))"

@@ -6,12 +6,12 @@ import pytest
 import torch
 
 from lab.config import ConfigError, config_of_run, load_config
-from lab.jobs.runner import train_and_evaluate
 from lab.runfolder import layout
 from lab.runs.store import Run, RunStore
 from lab.sweeps import create_sweep, plan_sweep, read_sweep, split_values, train_sweep
-from lab.train import EnsembleCallback, build_model
+from lab.train import Callback, build_model
 from lab.train.checkpoint import load_checkpoint
+from lab.train.runner import train_and_evaluate
 
 CONFIG = "configs/spiral.yaml"
 SMALL = ["model.depth=3", "model.width=8", "data.n=512", "train.epochs=100", "train.max_steps=12",
@@ -115,7 +115,7 @@ def test_divergence_stays_with_its_member(tmp_path):
     assert [m["state"] for m in read_sweep(folder.path)["members"]] == ["completed", "diverged"]
 
 
-class StopAt(EnsembleCallback):
+class StopAt(Callback):
     def __init__(self, step):
         self.step = step
 

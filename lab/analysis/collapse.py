@@ -6,7 +6,7 @@ covariance Σ_B = (1/C) Σ_c (μ_c − μ_G)(μ_c − μ_G)ᵀ = ṀᵀṀ / C. 
 
 - ``nc1`` = Tr(Σ_W Σ_B^†) / C: within-class variability relative to the between-class spread.
 - ``nc2_equinorm`` = std_c ‖μ_c − μ_G‖ / mean_c ‖μ_c − μ_G‖; ``nc2_equiangular`` = std over c ≠ c′ of
-  cos(μ_c − μ_G, μ_c′ − μ_G); ``nc2_maxangle`` = mean over c ≠ c′ of |cos + 1/(C − 1)| (0 for a simplex ETF).
+  cos(μ_c − μ_G, μ_c′ − μ_G); ``nc2_maxangle`` = mean over c ≠ c′ of ``|cos + 1/(C − 1)|`` (0 for a simplex ETF).
   Standard deviations are sample std (ddof = 1), like ``torch.std`` in the authors' reference code.
 - ``nc3`` = ‖W/‖W‖_F − Ṁ/‖Ṁ‖_F‖²_F, *squared* as in Papyan et al. Fig. 5 and their code; ``nc3_frobenius`` is
   its square root. W [C, d] is the last-layer classifier.

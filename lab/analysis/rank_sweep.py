@@ -174,7 +174,7 @@ def sweep_rank_metrics(train_features: Tensor, train_labels: Tensor, test_featur
     Shapes: K members, L + 1 depths, n training and m held-out points, width H. Ranks are measured on the
     held-out features; the probe is fitted on the training features and scored on the held-out ones
     (:func:`ridge_probe_accuracy`). For the ranks and the probe, each member's layer is first divided by its
-    largest |entry| (both are scale-invariant, and a member about to diverge can have finite features whose squares
+    largest ``|entry|`` (both are scale-invariant, and a member about to diverge can have finite features whose squares
     overflow float32). A member whose features (train or held-out, any depth) are not all finite gets NaN rows and
     PCA and stays out of the correlations, so one exploding member cannot poison a snapshot.
 

@@ -14,7 +14,7 @@ network, one residual step at a time, from its stream h_0 … h_L (``forward_int
 - ``cka [L+1, L+1]``, linear CKA between every pair of layers, computed from the N × N Gram matrices so that layers of
   any widths compare (a conv net's stages; equal to :func:`~lab.analysis.similarity.linear_cka` where widths match);
 - ``backtrack``: the share of the path of ``to_input`` that heads back toward its stage's input,
-  Σ max(0, −Δ) / Σ |Δ| over consecutive layers of a stage. 0 when every layer moves the features farther from the
+  ``Σ max(0, −Δ) / Σ |Δ|`` over consecutive layers of a stage. 0 when every layer moves the features farther from the
   input (no re-transformation); it grows as layers undo what earlier ones did, as in the paper's Figure 3.
   ``cka_backtrack`` is the same share for 1 − CKA to h_0, which is defined across stages.
 
@@ -35,7 +35,7 @@ __all__ = ["backtrack", "retransformation", "standardised_distances"]
 
 
 def backtrack(curve: np.ndarray, segments: np.ndarray | None = None) -> float:
-    """Σ max(0, −Δ) / Σ |Δ| of ``curve``'s steps, over steps inside one segment (``segments[i]`` labels point i;
+    """``Σ max(0, −Δ) / Σ |Δ|`` of ``curve``'s steps, over steps inside one segment (``segments[i]`` labels point i;
     default one segment); NaN entries and a curve that never moves give NaN."""
     curve = np.asarray(curve, np.float64)
     seg = np.zeros(len(curve), np.int64) if segments is None else np.asarray(segments)

@@ -1,7 +1,7 @@
 """Command line: ``python -m lab train CONFIG [section.key=value ...] [--runs-dir DIR]``, ``resume RUN``,
 ``analyze alignment|collapse|retransformation|rank RUN [--inputs N] [--k K]``, ``probe RUN [--layer bottleneck|blocks.N]
 [--epochs N]`` (linear probing on frozen features), ``sample RUN`` and ``fid RUN --reference DIR|digits``
-(diffusion runs), ``sweep CONFIG key=v1,v2,... [section.key=value ...]``, ``submit CONFIG [...] --executor
+(diffusion runs), ``sweep CONFIG key=v1,v2,… [section.key=value …]``, ``submit CONFIG [...] --executor
 slurm|local`` (a sweep as cluster jobs), ``reproduce`` and ``serve`` (the lab's pages, as ``panel serve apps/``
 serves them from a checkout).
 
@@ -48,7 +48,7 @@ def _train(train: argparse.ArgumentParser) -> None:
 
 
 def _resume(resume: argparse.ArgumentParser) -> None:
-    from lab.runs.resume import RESUME_KEYS
+    from lab.train.resume import RESUME_KEYS
 
     add_runs_dir(resume)
     add_no_progress(resume)

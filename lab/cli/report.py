@@ -9,8 +9,8 @@ from collections.abc import Callable
 
 from lab.config import ConfigError
 from lab.reports.imported import data_settings, import_weights
-from lab.runs.resume import find_run
 from lab.runs.store import CheckpointError, Run, RunStore
+from lab.train.resume import find_run
 
 
 def report(args: argparse.Namespace, store: RunStore, measure: Callable[[Run], tuple[str, str]]) -> int:

@@ -8,8 +8,8 @@ import argparse
 
 from lab.cli.train import train
 from lab.config import ExperimentConfig, config_of_run
-from lab.runs.resume import ResumePlan, find_run, plan_resume, resume_overrides
 from lab.runs.store import Run, RunStore
+from lab.train.resume import ResumePlan, find_run, plan_resume, resume_overrides
 
 
 def run(args: argparse.Namespace, store: RunStore) -> int:

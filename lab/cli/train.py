@@ -16,20 +16,20 @@ from pathlib import Path
 from lab.cli.terminate import Terminate
 from lab.config import ConfigError, ExperimentConfig, load_config
 from lab.data.toy2d import TOY_DATASETS, ToyData
-from lab.jobs.builders import alignment_builder
-from lab.jobs.kinds import ALIGNMENT, NODES
-from lab.jobs.publish import DiskSink, Publisher
-from lab.jobs.runner import checked_data, resolved, train_and_evaluate, uses_loader
 from lab.runfolder.layout import RunState
 from lab.runfolder.lock import RunLocked, guard_folder
 from lab.runs.fresh import check_fresh_run
-from lab.runs.resume import ResumePlan, ResumeRefused
-from lab.runs.stop import StopFile
 from lab.runs.store import Run, RunStore
+from lab.snapshots.builders import alignment_builder
+from lab.snapshots.kinds import ALIGNMENT, NODES
+from lab.snapshots.publish import DiskSink, Publisher
 from lab.train.core import Callback, check_device
 from lab.train.distributed import broadcast, close_world, init_world
 from lab.train.loader import ResumeMismatch
 from lab.train.requires import require_extras
+from lab.train.resume import ResumePlan, ResumeRefused
+from lab.train.runner import checked_data, resolved, train_and_evaluate, uses_loader
+from lab.train.stop import StopFile
 
 Source = Callable[[], tuple[ExperimentConfig, Run | None, ResumePlan | None]]
 """What a training starts from: the config to train, the run folder when it exists already (``resume``,

@@ -6,9 +6,9 @@ from lab.jobs.child import ChildJob
 from lab.jobs.job import Job
 from lab.jobs.manager import JobManager, ManagerBusy, get_manager, shutdown_manager
 from lab.jobs.process import AttachedJob, ProcessJob, attach
-from lab.jobs.runner import make_trainer, train_and_evaluate
 from lab.jobs.sweep_job import SweepJob, group_plan, plan_from_config
 from lab.jobs.thread import ThreadJob
+from lab.train.runner import make_trainer, train_and_evaluate
 
 __all__ = ["AttachedJob", "ChildJob", "Job", "JobManager", "ManagerBusy", "ProcessJob", "SweepJob", "ThreadJob",
            "attach", "get_manager", "group_plan", "make_trainer", "plan_from_config",

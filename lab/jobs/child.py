@@ -29,7 +29,8 @@ A CPU child takes cores of its own while every CPU child can have its own (:mod:
 the server's priority while the sessions and a browser use the other cores; otherwise children run niced by
 :data:`NICE`, and the sessions come first.
 
-Builders and callbacks must be picklable (module-level functions, as the kinds' own builders: :mod:`lab.jobs.kinds`).
+Builders and callbacks must be picklable (module-level functions, as the kinds' own builders:
+:mod:`lab.snapshots.kinds`).
 """
 
 from __future__ import annotations

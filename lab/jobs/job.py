@@ -19,7 +19,7 @@ import numpy as np
 
 from lab.runfolder.layout import Checkpoint, RunState
 from lab.runfolder.lock import remove_stale
-from lab.runs.store import FINISHED, Run
+from lab.runs.store import FINISHED, Run, error_text
 
 
 def _always(job: Job) -> None:
@@ -102,19 +102,6 @@ class Job:
     def metrics_since(self, cursor: int = 0) -> tuple[list[dict[str, Any]], int]:
         """New metric records since ``cursor`` (a byte offset; start with 0) and the next cursor."""
         return self.run.read_metrics(cursor)
-
-
-ERROR_CHARS = 600
-"""The most characters of an exception's message a run's status quotes (a registry's list of names, a long path):
-the status line stays readable, and the traceback beside it has the rest."""
-
-
-def error_text(err: BaseException, chars: int = ERROR_CHARS) -> str:
-    """``"Type: message"`` of ``err``, its message cut to ``chars`` characters with how many more it had."""
-    message = str(err)
-    if len(message) > chars:
-        message = f"{message[:chars]} … ({len(message) - chars:,} more characters)"
-    return f"{type(err).__name__}: {message}" if message else type(err).__name__
 
 
 def resume_note(run: Run) -> str:

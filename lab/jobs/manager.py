@@ -14,12 +14,12 @@ from lab.jobs.child import ChildJob, warm_up
 from lab.jobs.job import Job
 from lab.jobs.lockstep import Lockstep
 from lab.jobs.process import ProcessJob, attach
-from lab.jobs.runner import checked_data, resolved
 from lab.jobs.sweep_job import SweepJob, group_plan, plan_from_config
 from lab.jobs.thread import ThreadJob
-from lab.runs.resume import check_run, plan_resume
 from lab.runs.store import RunStore
 from lab.sweeps import SweepPlan, create_sweep
+from lab.train.resume import check_run, plan_resume
+from lab.train.runner import checked_data, resolved
 
 
 class ManagerBusy(RuntimeError):
@@ -97,7 +97,7 @@ class JobManager:
 
         Raises:
             ManagerBusy: no free slot. ConfigError, ValueError, FileNotFoundError: the data cannot train
-                (:func:`~lab.jobs.runner.checked_data`), found before a run folder is made.
+                (:func:`~lab.train.runner.checked_data`), found before a run folder is made.
         """
         self._check_room()
         cfg = resolved(cfg)
@@ -183,7 +183,7 @@ class JobManager:
         """Continue a stopped, diverged or killed run from its last checkpoint.
 
         Raises:
-            RunFolderError, ResumeRefused: the run or its checkpoint cannot be used (:mod:`lab.runs.resume`);
+            RunFolderError, ResumeRefused: the run or its checkpoint cannot be used (:mod:`lab.train.resume`);
                 FileNotFoundError, ValueError: its data cannot train; all checked before any job starts, so the
                 run is left as it was.
         """

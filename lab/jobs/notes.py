@@ -1,7 +1,7 @@
 """Notes on a run: what its training went on without, carried by every status it writes from then on.
 
 A snapshot kind whose builder raised (a plugin model without ``forward_intermediates`` cannot be drawn as node
-maps) is dropped for the run, and training goes on (:class:`~lab.jobs.publish.Publisher`); the run's status says so
+maps) is dropped for the run, and training goes on (:class:`~lab.snapshots.publish.Publisher`); the run's status says so
 in its ``notes``, a list of sentences, which the page shows under the status line. A status is rewritten whole, by
 the recorder's heartbeats (one a second while it trains), a pause and the end of training alike: a
 :class:`NotedRun` adds its notes to each of them, so a note is in every status from the next one written to the

@@ -2,7 +2,7 @@
 
 Their state lives in the run folder alone, so the same page can watch a child process or a cluster job writing
 to a shared folder. Stopping is cooperative first: a ``STOP`` file in the run folder (checked every step by
-:class:`StopFile`), then SIGTERM to the process group, then SIGKILL after a grace period.
+:class:`~lab.train.stop.StopFile`), then SIGTERM to the process group, then SIGKILL after a grace period.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ import numpy as np
 
 from lab.config import ExperimentConfig, save_config
 from lab.jobs.job import Job, exited_status
-from lab.jobs.runner import uses_loader
 from lab.runfolder import layout
 from lab.runfolder.entries import read_tail
 from lab.runfolder.layout import RunState
 from lab.runfolder.writes import open_append
-from lab.runs.stop import STOP_FILE, request_stop
 from lab.runs.store import FINISHED, Run
+from lab.snapshots.snapshot import load_saved
+from lab.train.runner import uses_loader
+from lab.train.stop import STOP_FILE, request_stop
 
 
 class AttachedJob(Job):
@@ -52,8 +53,7 @@ class AttachedJob(Job):
 
     def latest(self, kind: str) -> tuple[int, dict[str, np.ndarray]] | None:
         """The newest readable snapshot on disk; its version is the training step it was taken at."""
-        found = self.run.load_snapshot(kind)
-        return None if found is None else (found[0], found[1].float32())
+        return load_saved(self.run, kind)
 
 
 class ProcessJob(AttachedJob):

@@ -36,16 +36,16 @@ from typing import TYPE_CHECKING, Any
 
 from lab.config import ConfigError, config_of_run
 from lab.extras import require
-from lab.jobs.runner import train_and_evaluate
 from lab.runfolder import layout
 from lab.runfolder.layout import Checkpoint, RunState
 from lab.runs.catalog import checkpoint_step
-from lab.runs.resume import ResumePlan, plan_resume
-from lab.runs.stop import StopFile
 from lab.runs.store import FINISHED, Run, RunStore
 from lab.sweeps import SweepPlan, create_sweep, write_sweep_file
 from lab.train.core import Callback, TrainerView
 from lab.train.distributed import close_world, init_world
+from lab.train.resume import ResumePlan, plan_resume
+from lab.train.runner import train_and_evaluate
+from lab.train.stop import StopFile
 
 EXECUTORS = ("slurm", "local")
 _TIME = re.compile(r"^(?:(\d+)-)?(\d+):([0-5]\d):([0-5]\d)$")
@@ -170,7 +170,7 @@ if TYPE_CHECKING:
     import submitit
 
 
-class MemberJob:
+class SubmittedMember:
     """The callable each member's job runs, on every one of its processes: train the run folder ``run_path``.
 
     Requeued after a preemption or a time limit, the same callable runs again; the run folder says where to go on
@@ -284,7 +284,7 @@ def submit_sweep(plan: SweepPlan, store: RunStore, resources: Resources) -> Subm
     executor.update_parameters(**resources.parameters(plan.name))
     try:
         with executor.batch():
-            jobs = [executor.submit(MemberJob(str(run.path))) for run in runs]
+            jobs = [executor.submit(SubmittedMember(str(run.path))) for run in runs]
     except submitit.core.utils.FailedJobError as err:
         message = f"the scheduler refused the jobs: {err}"
         write_sweep_file(folder, plan, runs, [{"state": RunState.FAILED, "message": message}] * len(runs))

@@ -21,16 +21,17 @@ import numpy as np
 import yaml
 
 from lab.config import ExperimentConfig, flatten, to_dict
-from lab.jobs.cadence import Cadence
 from lab.jobs.job import InProcessJob
-from lab.jobs.kinds import RANK
 from lab.nn.mlp import ResidualMLP
 from lab.reports.sweep_snapshot import rank_snapshot
 from lab.runfolder.layout import RunState
-from lab.runs.snapshot import Snapshot
 from lab.runs.store import Run, end_state
+from lab.snapshots.cadence import Cadence
+from lab.snapshots.kinds import RANK
+from lab.snapshots.snapshot import Snapshot
 from lab.sweeps import SweepPlan, final_status, plan_sweep, train_sweep
-from lab.train.ensemble import EnsembleCallback, EnsembleTrainer
+from lab.train.core import Callback
+from lab.train.ensemble import EnsembleTrainer
 
 
 def _text(value: Any) -> str:
@@ -71,7 +72,7 @@ def group_plan(plan: SweepPlan, group: int) -> SweepPlan:
     return replace(plan, swept=swept, members=members, groups=[list(range(len(members)))])
 
 
-class _Driver(EnsembleCallback):
+class _Driver(Callback):
     """The job's hands inside the ensemble's loop: controls, divergence reports, status and rank snapshots."""
 
     def __init__(self, job: SweepJob) -> None:
@@ -136,9 +137,9 @@ class SweepJob(InProcessJob):
     trains; ``diverged``, ``completed`` or ``stopped`` once it ended), ``message`` (for a diverged member, the
     step and the likely cause), ``step`` (for a diverged member, the step whose loss was not finite) and ``metrics``
     (its last evaluation). A diverged member's own status.json says so at once, while the others go on; live
-    members' status.json read ``paused`` while the job is paused, as a paused :class:`ThreadJob`'s does.
+    members' status.json read ``paused`` while the job is paused, as a paused :class:`~lab.jobs.ThreadJob`'s does.
 
-    The ``rank`` snapshot (a :class:`~lab.jobs.publish.Snapshot`; K members, L blocks, m held-out points) holds
+    The ``rank`` snapshot (a :class:`~lab.snapshots.publish.Snapshot`; K members, L blocks, m held-out points) holds
     :func:`~lab.analysis.rank_sweep.sweep_rank_metrics` of every member — ``effective_rank``, ``eq6_entropy``,
     ``probe_acc`` [K, L+1], ``pearson_r_effective_rank``, ``pearson_r_eq6_entropy`` (diverged members left out),
     ``pca`` [K, m, 2], ``labels`` [m] — on the first ``points`` test points, the probe fitted on the first
@@ -150,7 +151,8 @@ class SweepJob(InProcessJob):
 
     Snapshots are built between steps, after the step and before its evaluation (so a snapshot at an evaluation step
     shows the previous one's accuracies; ``eval_step`` says which): when due by ``cadence`` (and, if
-    ``on_demand``, asked for with :meth:`request`; the rule of every publisher, :class:`~lab.jobs.cadence.Cadence`),
+    ``on_demand``, asked for with :meth:`request`; the rule of every publisher,
+    :class:`~lab.snapshots.cadence.Cadence`),
     and always at the start, at a pause and at the end, unless the newest snapshot already shows that state. NaN in a
     snapshot means "undefined" (a correlation over fewer than three members, accuracies before the first evaluation):
     snapshots are published as built.
@@ -309,7 +311,7 @@ class SweepJob(InProcessJob):
             ensemble.should_stop = True
 
     def _publish(self, force: bool = False) -> None:
-        """Build a rank snapshot if one is due by the cadence or ``force``d, unless the newest snapshot shows this very
+        """Build a rank snapshot if one is due by the cadence or forced, unless the newest snapshot shows this very
         state; the next snapshot's seconds count from the end of this build."""
         ensemble = self._ensemble
         if not self.cadence.due(RANK, ensemble.step, force=force):

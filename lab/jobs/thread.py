@@ -2,7 +2,7 @@
 
 The UI thread controls it (pause, single steps, resume, stop) and polls its snapshot slots; the training thread
 checks the controls after every step. Both sides take the job's lock, so a click never meets half a change.
-Snapshots are built beside training (:mod:`lab.jobs.shadow`): the training thread copies the model's tensors when
+Snapshots are built beside training (:mod:`lab.snapshots.shadow`): the training thread copies the model's tensors when
 one is due and trains on while a builder thread makes the snapshot and fills its slot.
 """
 
@@ -17,13 +17,13 @@ from lab.config import ExperimentConfig
 from lab.data.toy2d import ToyData
 from lab.jobs.job import InProcessJob, PauseAware
 from lab.jobs.notes import NotedRun
-from lab.jobs.publish import DiskSink, Publisher
-from lab.jobs.runner import train_and_evaluate
 from lab.runfolder.layout import RunState
-from lab.runs.resume import ResumePlan
 from lab.runs.store import Run
+from lab.snapshots.publish import DiskSink, Publisher
 from lab.train.core import Callback, TrainerView
 from lab.train.loader import LoaderData
+from lab.train.resume import ResumePlan
+from lab.train.runner import train_and_evaluate
 
 
 class _Control(Callback):
@@ -58,8 +58,8 @@ class ThreadJob(InProcessJob):
             layer similarity every 2 s).
         on_demand: kinds built only when due *and* asked for with :meth:`request` (a page asks for the next
             snapshot once it has drawn the last, so no snapshot is computed that nobody will see).
-        builders: snapshot builders by kind (default: :func:`lab.jobs.kinds.default_builders`).
-        resume: continue the run (True: from its last checkpoint; a :class:`~lab.runs.resume.ResumePlan`).
+        builders: snapshot builders by kind (default: :func:`lab.snapshots.kinds.default_builders`).
+        resume: continue the run (True: from its last checkpoint; a :class:`~lab.train.resume.ResumePlan`).
         disk_every_s: also write each kind's snapshot to ``run/snapshots`` at most this often (0 = never).
         paused: start paused (train only when :meth:`resume` or :meth:`step` is called).
         owner: who started it (a browser session id), for :class:`~lab.jobs.manager.JobManager`.
@@ -67,7 +67,7 @@ class ThreadJob(InProcessJob):
         callbacks: more subscribers to the training loop, after the job's own (e.g. a
             :class:`~lab.jobs.lockstep.Lockstep` member); each :class:`~lab.jobs.job.PauseAware` one is told when the
             job is paused.
-        data: the data, when already built and checked (:func:`~lab.jobs.runner.checked_data`).
+        data: the data, when already built and checked (:func:`~lab.train.runner.checked_data`).
     """
 
     def __init__(self, cfg: ExperimentConfig, run: Run, *, cadence: dict[str, tuple[int, float]] | None = None,

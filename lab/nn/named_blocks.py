@@ -23,7 +23,7 @@ from torch import nn
 
 from lab.nn.intermediates import check_format, collect
 from lab.nn.registry import register_model
-from lab.nn.steps_view import StepsView
+from lab.nn.residual_steps import ResidualSteps
 
 __all__ = ["MAX_PATTERN_CHARS", "NamedBlock", "NamedBlocks", "check_pattern", "match_blocks", "named_blocks"]
 
@@ -95,7 +95,7 @@ class NamedBlock(nn.Module):
         return self.module(h)
 
 
-class NamedBlocks(StepsView):
+class NamedBlocks(ResidualSteps):
     """``model`` with the lab's model surface, its residual blocks named by ``pattern``.
 
     Args:

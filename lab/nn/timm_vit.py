@@ -18,7 +18,7 @@ from torch import nn
 
 from lab.nn.intermediates import check_format, collect, last_state
 from lab.nn.registry import register_model
-from lab.nn.steps_view import StepsView
+from lab.nn.residual_steps import ResidualSteps
 
 __all__ = ["TimmViT", "ViTStep", "timm_vit"]
 
@@ -40,7 +40,7 @@ class ViTStep(nn.Module):
         return x + self.drop_path(self.branch(x))
 
 
-class TimmViT(StepsView):
+class TimmViT(ResidualSteps):
     """A timm ``VisionTransformer`` with the lab's model surface: ``iter_blocks`` over its 2 × depth residual steps,
     per-step ``forward_intermediates``.
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from lab.nn.intermediates import check_format, collect
-from lab.nn.steps_view import StepsView
+from lab.nn.residual_steps import ResidualSteps
 from lab.nn.vit_block import DecayedBlock
 
 __all__ = ["SublayerStep", "SublayerSteps"]
@@ -38,7 +38,7 @@ class SublayerStep(nn.Module):
         return self.alpha * h + self.beta * self.branch(h)
 
 
-class SublayerSteps(StepsView):
+class SublayerSteps(ResidualSteps):
     """A lab MAE (``MaskedAutoencoderViT``) with its 2 × depth encoder sub-layers as the residual blocks.
 
     Args:

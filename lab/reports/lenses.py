@@ -28,8 +28,8 @@ from lab.reports.probe import probe_report
 from lab.reports.retransformation import retransformation_report
 from lab.runfolder import layout
 from lab.runfolder.layout import Checkpoint
-from lab.runs.resume import find_run
 from lab.runs.store import Run, RunStore, default_runs_dir
+from lab.train.resume import find_run
 
 __all__ = ["ANALYSES", "Analysis", "analyze"]
 

@@ -45,7 +45,8 @@ from lab.runfolder.layout import Checkpoint, RunState
 from lab.runs.store import RunStore
 from lab.train.build import build_data, build_model
 from lab.train.checkpoint import load_checkpoint
-from lab.train.ensemble import EnsembleCallback, EnsembleTrainer
+from lab.train.core import Callback
+from lab.train.ensemble import EnsembleTrainer
 
 P = "decayed"
 CLAIMS = {
@@ -97,7 +98,7 @@ MAE_RECIPE = ["train.batch_size=64", "train.warmup_epochs=1", "train.lr_scaling=
               "train.probe_every=0", "data.workers=0"]
 
 
-class RankOverTraining(EnsembleCallback):
+class RankOverTraining(Callback):
     """After every evaluation, the Eq. 6 rank of each live member's last-layer features on fixed held-out inputs.
 
     Attributes:

@@ -37,8 +37,7 @@ from tqdm.auto import tqdm
 
 from lab.config import ExperimentConfig, config_path, load_config, to_dict
 from lab.extras import require
-from lab.jobs.runner import resolved
-from lab.jobs.submit import MemberJob, Resources, check_resources
+from lab.jobs.submit import Resources, SubmittedMember, check_resources
 from lab.reproduce.full_scale import PlannedRun, Step
 from lab.reproduce.ledger import EXECUTORS, LOGS, LedgerError, check_ledger
 from lab.reproduce.plan import Plan, recorded
@@ -49,6 +48,7 @@ from lab.runfolder.lock import is_stale, read_holder
 from lab.runfolder.writes import atomic_write_json, open_append, own_folder
 from lab.runs.catalog import checkpoint_step
 from lab.runs.store import Run, RunStore
+from lab.train.runner import resolved
 
 PLAN_FILE = layout.REPRODUCTION
 ACTIONS = ("done", "steps", "train", "resume", "restart", "failed", "busy")
@@ -417,7 +417,7 @@ def run_local(plan: Plan, out: Path, ledger: dict[str, Any], *, retry_failed: bo
 
 def run_slurm(plan: Plan, out: Path, ledger: dict[str, Any], resources: Resources, *, retry_failed: bool = False
               ) -> dict[str, Any]:
-    """Submit one job per run not done (:class:`ReproductionJob`), without waiting; the command run again later
+    """Submit one job per run not done (:class:`SubmittedReproduction`), without waiting; the command run again later
     continues or collects. A run whose job is still queued or running is left to it."""
     submitit = require("submitit")
 
@@ -436,7 +436,7 @@ def run_slurm(plan: Plan, out: Path, ledger: dict[str, Any], resources: Resource
             folder.write_status(RunState.QUEUED, "waiting for its cluster job")
             record["folder"] = str(folder.path.relative_to(out))
         if action == "restart":
-            from lab.runs.resume import plan_resume
+            from lab.train.resume import plan_resume
 
             plan_resume(folder, "restart")  # sets the failed attempt aside, kept under history/
         job_resources = Resources(**{**asdict(resources), "gpus_per_node": run.processes if resources.gpus_per_node
@@ -444,7 +444,7 @@ def run_slurm(plan: Plan, out: Path, ledger: dict[str, Any], resources: Resource
         check_resources(SimpleNamespace(members=[SimpleNamespace(name=run.key, config=cfg)]), job_resources)
         executor = submitit.AutoExecutor(folder=jobs_dir, cluster=job_resources.executor)
         executor.update_parameters(**job_resources.parameters(run.key))
-        job = executor.submit(ReproductionJob(str(folder.path), [list(s.args) for s in run.steps]))
+        job = executor.submit(SubmittedReproduction(str(folder.path), [list(s.args) for s in run.steps]))
         record.update(state=LedgerState.SUBMITTED, job_id=job.job_id, attempts=record.get("attempts", 0) + 1,
                       stdout=str(job.paths.stdout), stderr=str(job.paths.stderr))
         save_ledger(out, ledger)
@@ -475,7 +475,7 @@ def _steps_after(run_path: str, steps: list[list[str]]) -> int:
     return 0
 
 
-class ReproductionJob(MemberJob):
+class SubmittedReproduction(SubmittedMember):
     """A cluster job's callable: train the run folder as ``lab submit`` does (requeued after preemption), then,
     on rank 0, run its steps."""
 
@@ -503,5 +503,5 @@ def failures(out: Path, ledger: dict[str, Any]) -> list[str]:
     return lines
 
 
-__all__ = ["EXECUTORS", "PLAN_FILE", "LedgerError", "PlanMismatch", "ReproductionJob", "decide", "failures",
+__all__ = ["EXECUTORS", "PLAN_FILE", "LedgerError", "PlanMismatch", "SubmittedReproduction", "decide", "failures",
            "ledger_for", "load_ledger", "next_action", "run_local", "run_slurm", "save_ledger", "training_command"]

@@ -1,6 +1,6 @@
 """Training for a reproduction: the lab's own commands, run in this process into ordinary run folders.
 
-Every experiment trains through :func:`lab.jobs.runner.train_and_evaluate` into a run folder under the
+Every experiment trains through :func:`lab.train.runner.train_and_evaluate` into a run folder under the
 reproduction's ``runs/`` (so the Runs page can open each one), and records the command line that does the same
 from a shell, which the report prints beside each claim. A config that needs an extra not installed is refused
 before its folder is made (:func:`lab.train.requires.require_extras`).
@@ -13,13 +13,13 @@ from collections.abc import Sequence
 
 from lab.config import CONFIGS, ExperimentConfig, load_config
 from lab.data.toy2d import ToyData
-from lab.train.requires import require_extras
-from lab.jobs.runner import resolved, train_and_evaluate
 from lab.runfolder.layout import RunState
 from lab.runs.store import Run, RunStore
 from lab.sweeps import SweepMember, SweepPlan, create_sweep, train_sweep
 from lab.train.core import Callback
-from lab.train.ensemble import EnsembleCallback, ensemble_groups
+from lab.train.ensemble import ensemble_groups
+from lab.train.requires import require_extras
+from lab.train.runner import resolved, train_and_evaluate
 
 
 class ReproductionError(RuntimeError):
@@ -64,7 +64,7 @@ def train(name: str, overrides: list[str], store: RunStore, run_name: str, *, ca
 
 
 def train_seeds(name: str, overrides: list[str], arms: dict[str, list[str]], seeds: int, store: RunStore, *,
-                callbacks: Sequence[EnsembleCallback] = (), complete: bool = True
+                callbacks: Sequence[Callback] = (), complete: bool = True
                 ) -> tuple[dict[str, list[Run]], list[str]]:
     """Train ``configs/<name>.yaml`` for every arm and seed as members of vectorised ensembles (the engine of ``lab
     sweep``): seed k is ``model.seed=k train.seed=k``, each member an ordinary run folder in one sweep folder.

@@ -9,7 +9,7 @@ entry                       written by                              contents
                                                                     ``resume_changes``
 ``config.yaml``             :class:`~lab.jobs.process.ProcessJob`   the config its child process trains
 ``status.json``             recorder, jobs, runner                  state, message, step, epoch, heartbeat (atomic)
-``metrics.jsonl``           :class:`~lab.runs.RunRecorder`          one JSON record per line, appended and flushed
+``metrics.jsonl``           :class:`~.RunRecorder`                  one JSON record per line, appended and flushed
 ``snapshots/``              publishers                              ``<kind>-<step, 9 digits>.npz`` snapshots
 ``checkpoints/``            the recorder                            ``last.pt``, ``best.pt``, ``step-<step, 9
                                                                     digits>.pt`` (``train.save_every``)

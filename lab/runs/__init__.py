@@ -1,27 +1,16 @@
-"""The run folder in use: the store, the snapshots it keeps, the recorder that writes a training run into it.
+"""Reading and writing run folders: the store and the catalog, without torch or the models.
 
-One folder per run is the contract between the work that trains (:mod:`lab.jobs`, ``lab train``, ``torchrun``,
-sweeps) and everything that reads it back (the pages, :mod:`lab.reports`, ``lab resume``). Its format — entry names,
-bounded reads, atomic writes, the lock — is :mod:`lab.runfolder`, below everything; here are the store
-(:mod:`~lab.runs.store`), the snapshots (:mod:`~lab.runs.snapshot`), the recorder that writes a training run
-(:mod:`~lab.runs.recorder`), how a run is resumed (:mod:`~lab.runs.resume`) and the catalog that lists and checks the
-folders found on disk (:mod:`~lab.runs.catalog`). The names below are imported when first used, so reading a run
-folder does not import the training code the recorder needs: the store and the catalog import neither torch nor the
-models (checkpoints are written and loaded by :mod:`lab.train.checkpoint`).
+One folder per run is the contract between the work that trains (:mod:`lab.train`, :mod:`lab.jobs`, ``lab train``,
+``torchrun``, sweeps) and everything that reads it back (the pages, :mod:`lab.reports`, ``lab resume``). Its format —
+entry names, bounded reads, atomic writes, the lock — is :mod:`lab.runfolder`, below everything; here are the store
+(:mod:`~lab.runs.store`: a run's status, config, metrics and saved snapshots' arrays) and the catalog that lists and
+checks the folders found on disk (:mod:`~lab.runs.catalog`). What writes a training run into its folder is training's
+(:mod:`lab.train.recorder`, :mod:`lab.train.checkpoint`, :mod:`lab.train.resume`), and what a snapshot is,
+:mod:`lab.snapshots`.
 """
 
-from importlib import import_module
-from typing import Any
+from lab.runs.catalog import RunCatalog
+from lab.runs.store import FINISHED, STATES, CheckpointError, Run, RunStore, default_runs_dir, sanitize_name
 
-_HOMES = {"RunRecorder": "lab.runs.recorder", "Snapshot": "lab.runs.snapshot", "FINISHED": "lab.runs.store",
-          "STATES": "lab.runs.store", "CheckpointError": "lab.runs.store", "Run": "lab.runs.store",
-          "RunStore": "lab.runs.store", "default_runs_dir": "lab.runs.store", "sanitize_name": "lab.runs.store",
-          "RunCatalog": "lab.runs.catalog"}
-
-__all__ = sorted(_HOMES)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(import_module(_HOMES[name]), name)
-    raise AttributeError(f"module 'lab.runs' has no attribute {name!r}")
+__all__ = ["FINISHED", "STATES", "CheckpointError", "Run", "RunCatalog", "RunStore", "default_runs_dir",
+           "sanitize_name"]

@@ -38,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from lab.data.roots import resolve_data_path
 from lab.runfolder import layout
 from lab.runfolder.entries import (
     LIMITS,
@@ -97,8 +98,6 @@ def resolve_run_path(text: str, roots: list[Path]) -> Path:
         PermissionError: it lies outside every root (symbolic links are resolved first).
         FileNotFoundError: it lies inside but is not a folder.
     """
-    from lab.data.roots import resolve_data_path  # here: the package lab.data imports torch; a listing needs none
-
     where = ", ".join(map(str, roots))
     try:
         return resolve_data_path(text, roots)

@@ -37,7 +37,6 @@ from lab.runfolder import layout
 from lab.runfolder.entries import LIMITS, open_entry, read_bytes, read_json, read_jsonl, read_npz
 from lab.runfolder.layout import Checkpoint
 from lab.runfolder.writes import atomic_write_bytes, atomic_write_json, json_text, open_append
-from lab.runs.snapshot import Snapshot
 
 STATES = tuple(layout.RunState)
 FINISHED = layout.FINISHED
@@ -87,6 +86,19 @@ def environment_info() -> dict[str, Any]:
                              cwd=Path(__file__).resolve().parent)
         commit = out.stdout.strip() or None if out.returncode == 0 else None
     return {"versions": versions, "git_commit": commit}
+
+
+ERROR_CHARS = 600
+"""The most characters of an exception's message a run's status quotes (a registry's list of names, a long path):
+the status line stays readable, and the traceback beside it has the rest."""
+
+
+def error_text(err: BaseException, chars: int = ERROR_CHARS) -> str:
+    """``"Type: message"`` of ``err``, its message cut to ``chars`` characters with how many more it had."""
+    message = str(err)
+    if len(message) > chars:
+        message = f"{message[:chars]} … ({len(message) - chars:,} more characters)"
+    return f"{type(err).__name__}: {message}" if message else type(err).__name__
 
 
 @dataclass(frozen=True)
@@ -303,11 +315,12 @@ class Run:
         versions = ((layout.snapshot_version(kind, p.name), p) for p in folder.glob(f"{kind}-*"))
         return sorted(v for v, p in versions if v is not None and not p.is_symlink())
 
-    def load_snapshot(self, kind: str, version: int | None = None) -> tuple[int, Snapshot] | None:
-        """``(version, snapshot)`` of the given snapshot of ``kind``, or of the latest readable one (of the newest
+    def load_snapshot(self, kind: str, version: int | None = None) -> tuple[int, dict[str, np.ndarray]] | None:
+        """``(version, arrays)`` of the given snapshot of ``kind``, or of the latest readable one (of the newest
         three: one being replaced, or a damaged one, gives way to the one before); None if there is none.
 
-        Arrays come back as stored (large float arrays as float16; :meth:`Snapshot.float32` widens them); every
+        Arrays come back as stored (large float arrays as float16; :func:`lab.snapshots.snapshot.load_saved` gives the
+        snapshot, widened, that the views draw); every
         snapshot is checked before it is loaded (:func:`~lab.runfolder.entries.read_npz`).
 
         Raises:
@@ -318,12 +331,12 @@ class Run:
             return None
         if version is not None:
             try:
-                return version, Snapshot(kind, read_npz(folder / layout.snapshot_name(sanitize_name(kind), version)))
+                return version, read_npz(folder / layout.snapshot_name(sanitize_name(kind), version))
             except FileNotFoundError:
                 return None
         for v in reversed(self.snapshot_versions(kind)[-3:]):
             with contextlib.suppress(OSError):
-                return v, Snapshot(kind, read_npz(folder / layout.snapshot_name(sanitize_name(kind), v)))
+                return v, read_npz(folder / layout.snapshot_name(sanitize_name(kind), v))
         return None
 
     def prune_snapshots(self, kind: str, keep_last: int = 5, keep_history: int = 50) -> None:

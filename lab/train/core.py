@@ -76,7 +76,13 @@ class Trainable(TrainerView, Protocol):
 
 
 class Callback:
-    """Subscribe to a trainer's events; every method is optional. Set ``trainer.should_stop`` to stop."""
+    """Subscribe to a trainer's events; every method is optional. Set ``trainer.should_stop`` to stop.
+
+    The one callback type of every engine: given to a trainer, it sees that trainer; given per member of an
+    ensemble (run recorders), it sees the member (:class:`~lab.train.ensemble.EnsembleMember`); given to the
+    ensemble as a whole (progress, signals), it sees the :class:`~lab.train.ensemble.EnsembleTrainer`, and a
+    step's ``loss`` is then ``{member: loss}`` and an evaluation's ``metrics`` ``{member: metrics}``.
+    """
 
     def on_train_start(self, trainer: TrainerView) -> None: ...
 

@@ -84,22 +84,6 @@ MODEL = "residual_mlp"
 _BLOCK = "blocks."
 
 
-class EnsembleCallback:
-    """Subscribe to an :class:`EnsembleTrainer`'s events as a whole (progress, signals); every method is optional.
-
-    Member-level subscribers (run recorders) are ordinary :class:`lab.train.core.Callback` objects given per
-    member; they see an :class:`EnsembleMember`. Set ``ensemble.should_stop`` to stop every member.
-    """
-
-    def on_train_start(self, ensemble: EnsembleTrainer) -> None: ...
-
-    def on_step_end(self, ensemble: EnsembleTrainer, losses: dict[int, float]) -> None: ...
-
-    def on_eval_end(self, ensemble: EnsembleTrainer, metrics: dict[int, dict[str, float]]) -> None: ...
-
-    def on_train_end(self, ensemble: EnsembleTrainer) -> None: ...
-
-
 def shared_settings(cfg: ExperimentConfig) -> dict[str, Any]:
     """The settings every member of one ensemble must share: the config's dotted keys minus :data:`MEMBER_KEYS`,
     model keys as the builder sees them (an unset key reads as the builder's default)."""
@@ -154,7 +138,7 @@ class EnsembleMember:
     """Member k presented as a trainer (a :class:`lab.train.core.TrainerView`), for
     :class:`lab.train.core.Callback` subscribers (run recorders):
     ``cfg``, ``step``, ``epoch``, ``total_steps``, ``last_eval``, ``optimizer.param_groups[0]["lr"]``, ``model``,
-    ``state_dict()`` and ``should_stop`` mean what they mean on a :class:`Trainer`.
+    ``state_dict()`` and ``should_stop`` mean what they mean on a :class:`~lab.train.Trainer`.
 
     After the member ends, ``step`` stays at its last step and ``diverged`` holds the divergence, if that ended it.
     """
@@ -195,7 +179,7 @@ class EnsembleMember:
         return self.ensemble.member_model(self.index)
 
     def state_dict(self) -> dict[str, Any]:
-        """A checkpoint in :meth:`Trainer.state_dict`'s format."""
+        """A checkpoint in :meth:`~lab.train.Trainer.state_dict`'s format."""
         return self.ensemble.member_state_dict(self.index)
 
     def emit(self, event: str, *args: Any) -> None:
@@ -270,7 +254,7 @@ class EnsembleTrainer:
     """
 
     def __init__(self, cfgs: Sequence[ExperimentConfig], callbacks: Sequence[Iterable[Callback]] | None = None,
-                 group_callbacks: Iterable[EnsembleCallback] = (), data: ToyData | None = None) -> None:
+                 group_callbacks: Iterable[Callback] = (), data: ToyData | None = None) -> None:
         cfgs = list(cfgs)
         if not cfgs:
             raise ValueError("an ensemble needs at least one member")
@@ -371,9 +355,10 @@ class EnsembleTrainer:
         return model
 
     def member_state_dict(self, index: int) -> dict[str, Any]:
-        """Member ``index``'s checkpoint in :meth:`Trainer.state_dict`'s format: ``model`` loads into
+        """Member ``index``'s checkpoint in :meth:`~lab.train.Trainer.state_dict`'s format: ``model`` loads into
         :class:`ResidualMLP`, ``optimizer`` into the member's own torch.optim optimiser, and ``step``, the mask
-        generator and the last ResidualDroppath masks let a solo :class:`Trainer` resume the member exactly."""
+        generator and the last ResidualDroppath masks let a solo :class:`~lab.train.Trainer` resume the member
+        exactly."""
         if index in self._final:
             return self._final[index]
         slot = self._live.index(index)

@@ -15,10 +15,10 @@ import numpy as np
 import panel as pn
 
 from lab.analysis.node_maps import NodeMaps
-from lab.jobs.kinds import NODES, SnapshotError, check_snapshot
 from lab.runfolder import layout
-from lab.runs.snapshot import Snapshot
 from lab.runs.store import Run
+from lab.snapshots.kinds import NODES, SnapshotError, check_snapshot
+from lab.snapshots.snapshot import Snapshot, load_saved
 from lab.ui.text import html_text
 from lab.ui.views.replays import REPLAYS
 from lab.viz.node_grid import node_grid
@@ -85,9 +85,9 @@ def run_view(run: Run) -> pn.viewable.Viewable:
     records = run.metric_records()
     if records:
         parts.append(pn.pane.HoloViews(training_curves(records)))
-    latest = run.load_snapshot(NODES)
+    latest = load_saved(run, NODES)
     if latest is not None:
-        parts.append(pn.pane.HoloViews(node_grid(latest[1].float32())))
+        parts.append(pn.pane.HoloViews(node_grid(latest[1])))
     return pn.Column(*parts)
 
 

@@ -277,7 +277,7 @@ class JobFollower(pn.viewable.Viewer):
 def can_schedule() -> bool:
     """Whether a periodic callback can run here: in a served session, or on a running event loop (a kernel).
 
-    Elsewhere (a plain script, a test) nothing would call it; the owner polls by hand with :meth:`poll`.
+    Elsewhere (a plain script, a test) nothing would call it; the owner polls by hand with :meth:`JobFollower.poll`.
     """
     if session_id() is not None:
         return True

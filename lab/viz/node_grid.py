@@ -3,7 +3,7 @@ node's output over the input plane, and the weights between layers.
 
 Layout, left to right (H rows × (2N+1) columns, §3.1 of that paper): the input column (x and y as tiles in rows 0
 and 1), then per shown layer a weights column (lines from the previous column's nodes; colour = sign, blue
-positive, orange negative; strength ∝ |w|) and a node-output column (each node's ``[R, R]`` map, Playground's
+positive, orange negative; strength ∝ ``|w|``) and a node-output column (each node's ``[R, R]`` map, Playground's
 orange/white/blue, white at 0). The training points go on a separate, larger decision tile right of the last
 column, not on every last-layer tile: 32 tiles × a few hundred dots would hide the maps they sit on, while the
 decision map is what the points are judged against (as in the Playground's output panel).
@@ -153,7 +153,7 @@ def mosaic(snapshot: dict, *, layers: tuple[int, int] | None = None, nodes: tupl
             nodes at the default 1040; at least 8).
         gap_px: vertical gap between tiles.
         weight_px: width of a weights column (default ``tile_px``).
-        normalize: colour range of a node map: ``"tile"`` (its own max |v|), ``"layer"`` (max |v| over the
+        normalize: colour range of a node map: ``"tile"`` (its own max ``|v|``), ``"layer"`` (max ``|v|`` over the
             shown nodes of its layer) or ``"global"`` (over all shown tiles). Always symmetric so white = 0.
         lines: draw the snapshot's weights as lines in the weights columns (:func:`draw_weights`).
         fit_width: the width in pixels the default tile size fits the mosaic into.
@@ -263,13 +263,13 @@ def draw_weights(m: Mosaic, weights: np.ndarray, normalize: str = "tile") -> Non
     solid. Where lines overlap their normalised weights add: a pixel's value is ``Σw / max(Σ|w|, 1)``, so one
     line shows its own strength and sign, and a bundle saturates to the sign of its majority (drawn at
     :data:`LINE_SATURATION`). Weights are
-    normalised by the largest |w| of their column (of all columns for ``normalize="global"``), so small branch
+    normalised by the largest ``|w|`` of their column (of all columns for ``normalize="global"``), so small branch
     weights stay visible next to the stem's; those under :data:`LINE_FLOOR` of it, and zeros, draw nothing.
 
     Args:
         m: the mosaic to draw on.
         weights: ``[L+1, H, H_in]`` as in :func:`node_grid`.
-        normalize: ``"global"`` scales by the largest |w| shown; otherwise per weights column.
+        normalize: ``"global"`` scales by the largest ``|w|`` shown; otherwise per weights column.
     """
     mats = weight_matrices(m, np.asarray(weights, np.float32))
     if not mats.size:
@@ -346,7 +346,7 @@ def node_grid(snapshot: dict, *, layers: tuple[int, int] | None = None, nodes: t
     """The TFMeter figure for one nodes snapshot, drawn as a single plot (one Bokeh figure).
 
     Args:
-        snapshot: a nodes snapshot (:func:`lab.jobs.builders.nodes_snapshot`): ``maps [L+1, H, R, R]``,
+        snapshot: a nodes snapshot (:func:`lab.snapshots.builders.nodes_snapshot`): ``maps [L+1, H, R, R]``,
             ``weights [L+1, H, H_in]`` (the stem's ``[H, in_dim]`` zero-padded, then each block's branch input
             weights), optionally ``decision [R, R]``, ``limit`` and ``step``.
         layers, nodes: inclusive-exclusive ranges into maps' first and second axes. The input column is drawn

@@ -18,8 +18,8 @@ from lab.jobs.child import NICE, PIPE_BYTES, ChildJob, _receive, _send, _widen
 from lab.jobs.manager import JobManager
 from lab.nn import registry
 from lab.nn.mlp import ResidualMLP
-from lab.runs.snapshot import Snapshot
 from lab.runs.store import Run, RunStore
+from lab.snapshots.snapshot import Snapshot
 from lab.train.checkpoint import load_checkpoint
 from tests.jobs.helpers import StuckStep, tiny, wait_for
 from tests.waiting import scaled
@@ -89,7 +89,7 @@ def test_a_sweep_trains_in_a_child_and_is_controlled_and_drawn_like_a_sweep_job(
     """One ensemble of an α_min sweep in a child: paused with its snapshot, single steps, on-demand rank snapshots, its
     members' metrics tagged by member; killed, it is reported failed and its members' folders stay."""
     from lab.config import load_config
-    from lab.jobs.kinds import RANK
+    from lab.snapshots.kinds import RANK
 
     cfg = load_config("configs/spiral.yaml", ["model.depth=3", "model.width=8", "data.n=512", "model.shortcut=linear",
                                               "train.epochs=1000", "train.eval_every=10", "train.log_every=5"])
@@ -392,7 +392,7 @@ def test_a_kind_the_model_cannot_give_is_dropped_with_a_note_and_the_run_trains_
     script = textwrap.dedent(f"""
         import json
         from lab.config import ExperimentConfig, apply_overrides
-        from lab.jobs.builders import nodes_snapshot
+        from lab.snapshots.builders import nodes_snapshot
         from lab.jobs.manager import JobManager
         from plain_models import weight_norms
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from lab.jobs.job import error_text, exited_status, record_failure
+from lab.jobs.job import exited_status, record_failure
 from lab.runfolder.layout import Checkpoint
 from lab.runs.store import RunStore
 
@@ -39,8 +39,3 @@ def test_a_failure_no_trainer_recorded_is_recorded_with_the_error_in_the_run_and
     assert "Traceback" in status["traceback"] and [m["state"] for m in status["members"]] == ["failed", "completed"]
     assert member.read_status()["message"] == status["message"] and done.read_status()["state"] == "completed"
     assert record_failure(folder, RuntimeError("later"), [member, done]) == status, "an ended run keeps its end"
-
-
-def test_an_error_text_is_its_type_and_a_bounded_message():
-    assert error_text(KeyError("x")) == "KeyError: 'x'" and error_text(MemoryError()) == "MemoryError"
-    assert error_text(ValueError("y" * 700), chars=600) == f"ValueError: {'y' * 600} … (100 more characters)"

@@ -3,8 +3,8 @@ from types import SimpleNamespace
 
 from lab.config import apply_overrides, load_config
 from lab.jobs.lockstep import Lockstep
-from lab.jobs.runner import make_trainer
 from lab.train.core import Callback, Diverged
+from lab.train.runner import make_trainer
 
 
 class Watch(Callback):

@@ -6,7 +6,7 @@ import psutil
 import pytest
 
 from lab.jobs.manager import JobManager, ManagerBusy
-from lab.runs.resume import ResumeRefused
+from lab.train.resume import ResumeRefused
 from tests.jobs.helpers import tiny, wait_for
 
 

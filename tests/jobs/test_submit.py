@@ -14,12 +14,12 @@ import torch
 
 from lab.cli import main
 from lab.config import ConfigError, save_config
-from lab.jobs.runner import train_and_evaluate
-from lab.jobs.submit import MemberJob, Resources, parse_time, submit_sweep
+from lab.jobs.submit import Resources, SubmittedMember, parse_time, submit_sweep
 from lab.runfolder.lock import read_holder
 from lab.runs.store import RunStore
 from lab.sweeps import plan_sweep, read_sweep
 from lab.train.checkpoint import load_checkpoint
+from lab.train.runner import train_and_evaluate
 from tests.jobs.helpers import tiny, wait_for
 
 STEPS = 3000
@@ -158,7 +158,7 @@ def test_submitit_is_imported_by_a_job_or_a_submission_only():
                           timeout=120).stdout.strip() == "False"
     import submitit
 
-    job = MemberJob("runs/a-member")
+    job = SubmittedMember("runs/a-member")
     requeued = job.checkpoint()  # what submitit pickles again when it requeues the job
     assert isinstance(requeued, submitit.helpers.DelayedSubmission)
     assert requeued.function is job and requeued.args == () and requeued.kwargs == {}

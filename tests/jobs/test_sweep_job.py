@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from lab.config import config_of_run, load_config
-from lab.jobs.kinds import RANK
 from lab.jobs.manager import JobManager, ManagerBusy
 from lab.jobs.sweep_job import SweepJob, group_plan, plan_from_config
 from lab.runs.store import Run, RunStore
+from lab.snapshots.kinds import RANK
 from lab.sweeps import create_sweep, plan_sweep, read_sweep
 from lab.train import build_model
 from lab.train.checkpoint import load_checkpoint

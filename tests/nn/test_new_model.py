@@ -11,7 +11,6 @@ from torch import nn
 
 import lab.nn
 from lab.config import load_config
-from lab.jobs.runner import resolved, train_and_evaluate
 from lab.nn import registry
 from lab.nn.block import ResidualBlock
 from lab.nn.registry import create_model, list_models, model_info, register_model, signature_of
@@ -20,6 +19,7 @@ from lab.reports.alignment import alignment_report
 from lab.runfolder import layout
 from lab.runs.store import RunStore
 from lab.shortcuts import block_scales
+from lab.train.runner import resolved, train_and_evaluate
 
 
 class ConvNeXtBranch(nn.Module):

@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from lab.config import to_dict
-from lab.jobs.runner import make_trainer
 from lab.reports.sweep_snapshot import checkpoint_rank_snapshot, rank_snapshot
 from lab.runs.store import RunStore
 from lab.sweeps import create_sweep, plan_sweep, train_sweep
 from lab.train.checkpoint import save_checkpoint
+from lab.train.runner import make_trainer
 
 SMALL = ["model.depth=4", "model.width=8", "data.n=512", "train.epochs=2"]
 

@@ -46,14 +46,18 @@ def test_reading_and_listing_run_folders_loads_no_torch_and_no_model(tmp_path):
             "from lab.runs import RunCatalog, RunStore; "
             f"root = Path({str(tmp_path)!r}); catalog = RunCatalog(); "
             "[summary] = catalog.summaries([root]); reader = catalog.reader(summary['path']); "
+            "from lab.runs.catalog import resolve_run_path; "
+            "key = catalog.key(Path(summary['path']), [root]); opened = resolve_run_path(key, [root]); "
             "run = next(RunStore(root).runs()); "
             "print(json.dumps({'state': summary['state'], 'acc': summary['metrics']['test_acc'], "
             "'config': reader.config()[0], 'steps': sorted(c['step'] for c in reader.checkpoints()), "
-            "'snapshot': run.load_snapshot('nodes')[0], 'modules': sorted(sys.modules)}))")
+            "'snapshot': run.load_snapshot('nodes')[0], 'opened': opened == Path(summary['path']).resolve(), "
+            "'modules': sorted(sys.modules)}))")
     out = json.loads(subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                                     check=True).stdout)
     assert (out["state"], out["acc"], out["steps"], out["snapshot"]) == ("running", 0.75, [7, 7], 7)
+    assert out["opened"], "the run's key, typed back, opens the run"
     assert out["config"]["model"]["depth"] == 4
     assert "torch" not in out["modules"], "reading run folders imports torch"
-    heavy = {m for m in out["modules"] if m.startswith(("lab.nn", "lab.train", "lab.config", "lab.data"))}
+    heavy = {m for m in out["modules"] if m.startswith(("lab.nn", "lab.train", "lab.config", "lab.data.toy2d"))}
     assert not heavy, heavy

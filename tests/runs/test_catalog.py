@@ -20,9 +20,9 @@ from lab.runs.catalog import (
     run_roots,
     run_summary,
 )
-from lab.runs.stop import STOP_FILE
 from lab.runs.store import Run, RunStore
 from lab.train.checkpoint import save_checkpoint
+from lab.train.stop import STOP_FILE
 from lab.ui.pages.runs_scan import Followed, follow
 
 

@@ -6,7 +6,16 @@ import pytest
 import torch
 
 from lab.runfolder.entries import EntryError
-from lab.runs.store import CheckpointError, Run, RunFolderError, RunStore, default_runs_dir, end_state, sanitize_name
+from lab.runs.store import (
+    CheckpointError,
+    Run,
+    RunFolderError,
+    RunStore,
+    default_runs_dir,
+    end_state,
+    error_text,
+    sanitize_name,
+)
 from lab.train.checkpoint import load_checkpoint, save_checkpoint
 
 
@@ -243,7 +252,7 @@ def test_a_run_folders_subfolders_replaced_by_links_are_never_written_through(tm
 def test_a_killed_writers_half_written_files_are_removed_when_the_run_starts_again(tmp_path):
     """A run killed while writing a checkpoint leaves ``.last.pt.<random>.tmp`` behind (109 MB after four kills);
     the next start of its training removes such files, and nothing else, never through a link."""
-    from lab.runs.recorder import RunRecorder
+    from lab.train.recorder import RunRecorder
 
     run = RunStore(tmp_path / "runs").create("r")
     half = [run.path / "checkpoints" / ".last.pt.a1b2c3.tmp", run.path / ".status.json.x9.tmp"]
@@ -262,3 +271,8 @@ def test_a_killed_writers_half_written_files_are_removed_when_the_run_starts_aga
     recorder.on_train_start(_Trainer())
     recorder.close()
     assert not any(p.exists() for p in half) and kept.read_text() == "mine" and victim.read_text() == "precious"
+
+
+def test_an_error_text_is_its_type_and_a_bounded_message():
+    assert error_text(KeyError("x")) == "KeyError: 'x'" and error_text(MemoryError()) == "MemoryError"
+    assert error_text(ValueError("y" * 700), chars=600) == f"ValueError: {'y' * 600} … (100 more characters)"

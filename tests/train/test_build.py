@@ -4,10 +4,10 @@ import torch
 from lab.config import load_config
 from lab.data.images import DatasetNotFoundError
 from lab.data.keyed import IMAGENET_MEAN, IMAGENET_STD
-from lab.jobs.runner import make_trainer
 from lab.nn.resnets import ConvResNet, FCResNet
 from lab.train import build_data, build_model
 from lab.train.build import pixel_scale, raw_images
+from lab.train.runner import make_trainer
 
 
 def test_digits_are_standardised_and_size_the_model():

@@ -5,10 +5,10 @@ import torch
 
 from lab.config import ExperimentConfig, apply_overrides
 from lab.data.toy2d import ToyData
-from lab.jobs.runner import make_trainer
 from lab.nn.mlp import ResidualMLP
 from lab.train import Callback, Diverged, EnsembleTrainer, build_data, build_model, ensemble_groups
 from lab.train.ensemble import shared_settings
+from lab.train.runner import make_trainer
 
 STEPS = 30
 TOL = 1e-10

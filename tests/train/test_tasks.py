@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from lab.config import ConfigError, ExperimentConfig, apply_overrides
-from lab.jobs.runner import make_trainer
 from lab.seeds import step_seed
+from lab.train.runner import make_trainer
 from lab.train.tasks import PROBE_T, T_MIN, TIME_DIM, PixelTask
 
 

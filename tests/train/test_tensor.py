@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from lab.config import ExperimentConfig, apply_overrides, load_config
-from lab.jobs.runner import make_trainer
 from lab.train import Callback, Diverged, Trainer, build_data, build_model
 from lab.train.core import droppath_mode
+from lab.train.runner import make_trainer
 
 
 def small(**overrides) -> ExperimentConfig:

@@ -8,7 +8,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from lab.analysis.node_maps import node_maps
 from lab.jobs.manager import JobManager
 from lab.nn import ResidualMLP
-from lab.runs.snapshot import Snapshot
+from lab.snapshots.snapshot import Snapshot, load_saved
 from lab.ui.display import VIEWS, register, run_view, snapshot_view
 from tests.jobs.helpers import tiny
 
@@ -32,9 +32,10 @@ def test_run_shows_its_state_settings_curves_and_latest_snapshot(run):
 
 
 def test_snapshot_shows_its_arrays_and_its_kinds_view(run):
-    version, snap = run.load_snapshot("nodes")
+    assert run.load_snapshot("nodes")[1]["maps"].dtype == np.float16  # stored compact
+    version, snap = load_saved(run, "nodes")  # read back as the views draw it
     assert isinstance(snap, Snapshot) and snap.kind == "nodes" and snap.step == version
-    assert snap["maps"].dtype == np.float16 and snap.float32()["maps"].dtype == np.float32  # stored compact
+    assert snap["maps"].dtype == np.float32
     view = snapshot_view(snap)
     assert "maps" in view[0].object and "[5, 8, 50, 50]" in view[0].object
     assert [type(p).__name__ for p in view[1:]] == ["Bokeh", "Bokeh"]  # the Runs page's replay: grid, decision map
@@ -48,8 +49,8 @@ def test_ipython_displays_them_through_their_views(run):
     register(shell)
     pn.extension()  # as a notebook's first cell does
     maps = node_maps(ResidualMLP(depth=2, width=3))
-    for obj in (run, run.load_snapshot("nodes")[1], maps):
-        assert type(obj) in VIEWS
+    for obj in (run, load_saved(run, "nodes")[1], maps):
+        assert isinstance(obj, tuple(VIEWS))  # a job's run is a NotedRun: displayed as a run
         data, _ = shell.display_formatter.format(obj)
         assert any(k.startswith("application/vnd.holoviews") or k == "text/html" for k in data), data.keys()
         assert "text/plain" in data

@@ -44,7 +44,7 @@ def _hostile_run(root):
 
 def _nodes_snapshot():
     from lab.config import ExperimentConfig, apply_overrides
-    from lab.jobs.builders import nodes_snapshot
+    from lab.snapshots.builders import nodes_snapshot
     from lab.train.build import build_model
 
     return nodes_snapshot(build_model(apply_overrides(ExperimentConfig(), {"model.depth": 2, "model.width": 3})))

@@ -406,8 +406,8 @@ def test_browser_runs_page_lists_runs_and_follows_the_opened_one(server, tmp_pat
     import numpy as np
 
     from lab.config import to_dict
-    from lab.jobs.builders import nodes_snapshot
     from lab.runs.store import RunStore
+    from lab.snapshots.builders import nodes_snapshot
     from lab.sweeps import create_sweep, plan_sweep, train_sweep
     from lab.train.build import build_data, build_model
     from tests.jobs.helpers import tiny

@@ -5,9 +5,9 @@ from the server's data folders) and the page redraws RA1–RA4 and neural collap
 contrast is one switch away: the same network without skip connections, trained in lockstep beside it (same
 initialisation seed, same batches, same step), drawn in a second column.
 
-Snapshots are on demand: the job builds the next one (:func:`lab.jobs.builders.alignment_builder`, on the training
+Snapshots are on demand: the job builds the next one (:func:`lab.snapshots.builders.alignment_builder`, on the training
 thread between steps) only after the page has drawn the last and at least ``every`` steps later. Before training,
-the untrained networks' snapshots come from a bounded child process (:func:`lab.jobs.builders.alignment_preview` in
+the untrained networks' snapshots come from a bounded child process (:func:`lab.snapshots.builders.alignment_preview` in
 a :class:`~lab.ui.views.task_panel.TaskPanel`, with its progress and Cancel): the page answers at once and the
 preview arrives after. Sizes a link asks for beyond :data:`LINK_LIMITS` are clamped, and the page says so.
 
@@ -38,11 +38,11 @@ from lab.config import ConfigError, ExperimentConfig, ModelConfig, apply_overrid
 from lab.data.images import IMAGE_DATASETS
 from lab.data.roots import resolve_data_path
 from lab.jobs.bounded import TaskFailed
-from lab.jobs.builders import alignment_builder_of, alignment_preview
-from lab.jobs.kinds import ALIGNMENT
 from lab.jobs.manager import JobManager
 from lab.nn.registry import list_models, model_info, model_parameters
 from lab.reports.lenses import Analysis
+from lab.snapshots.builders import alignment_builder_of, alignment_preview
+from lab.snapshots.kinds import ALIGNMENT
 from lab.ui.follower import JobFollower
 from lab.ui.pages.knobs import Knob, bounded_text, config_overrides, knob_class, view_names
 from lab.ui.pages.training import Export, TrainingPage

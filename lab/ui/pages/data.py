@@ -10,8 +10,8 @@ import param
 
 from lab.config import ConfigError, ExperimentConfig, apply_overrides
 from lab.data.toy2d import make_toy_data
-from lab.jobs.kinds import NODES
 from lab.jobs.manager import JobManager
+from lab.snapshots.kinds import NODES
 from lab.ui.pages.knobs import Knob, config_overrides, knob_class, toy_data_knobs
 from lab.ui.pages.page import Page
 from lab.ui.views.live_curves import LiveCurves

@@ -18,8 +18,8 @@ from lab.ui.views.task_panel import SessionTasks
 
 
 class Page(pn.viewable.Viewer):
-    """Base of the lab's pages. Subclasses declare their parameters from ``knobs`` (:func:`~lab.ui.pages.knobs.
-    knob_class`) and implement :meth:`controls` and :meth:`views`.
+    """Base of the lab's pages. Subclasses declare their parameters from ``knobs``
+    (:func:`~lab.ui.pages.knobs.knob_class`) and implement :meth:`controls` and :meth:`views`.
 
     Attributes:
         follower: starts and follows the page's job (status line, progress bar, alerts).

@@ -30,11 +30,12 @@ from PIL import Image
 from lab.analysis.node_maps import RESOLUTION
 from lab.config import ConfigError, ExperimentConfig, apply_overrides
 from lab.data.toy2d import make_toy_data
-from lab.jobs.builders import nodes_snapshot, similarity_snapshot
-from lab.jobs.kinds import KINDS, NODES, SIMILARITY, SnapshotError, check_snapshot
 from lab.jobs.manager import JobManager
 from lab.nn.mlp import ACTIVATIONS
 from lab.shortcuts import DECAYED, SCHEDULES, block_scales
+from lab.snapshots.builders import nodes_snapshot, similarity_snapshot
+from lab.snapshots.kinds import KINDS, NODES, SIMILARITY, SnapshotError, check_snapshot
+from lab.snapshots.snapshot import load_saved
 from lab.train.build import build_model
 from lab.ui.pages.knobs import Knob, config_overrides, knob_class, toy_data_knobs, view_names
 from lab.ui.pages.training import Export, TrainingPage
@@ -274,9 +275,9 @@ class PlaygroundPage(knob_class("_PlaygroundKnobs", KNOBS, TrainingPage)):
         on_disk = [v for v in self.job.run.snapshot_versions(NODES) if v <= wanted]
         found = None
         with contextlib.suppress(OSError):  # a snapshot being replaced: the one on screen stays
-            found = self.job.run.load_snapshot(NODES, on_disk[-1]) if on_disk else None
+            found = load_saved(self.job.run, NODES, on_disk[-1]) if on_disk else None
         if found is not None:
-            self.snapshot = found[1].float32()
+            self.snapshot = found[1]
             self._draw()
 
     def _similarity_view(self, key: str, view, data: dict[str, np.ndarray] | None) -> hv.Image:

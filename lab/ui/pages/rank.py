@@ -31,12 +31,12 @@ import yaml
 
 from lab.analysis.embed import umap_embed
 from lab.config import PIXEL_TASKS, ConfigError, ExperimentConfig, apply_overrides, to_dict
-from lab.jobs.kinds import RANK
 from lab.jobs.manager import JobManager
 from lab.nn.mlp import ACTIVATIONS
 from lab.reports.lenses import Analysis
 from lab.reports.sweep_snapshot import rank_preview
 from lab.runfolder.layout import RunState
+from lab.snapshots.kinds import RANK
 from lab.ui.pages.knobs import Knob, bounded_text, config_overrides, knob_class, toy_data_knobs
 from lab.ui.pages.training import Export, TrainingPage
 from lab.ui.text import md

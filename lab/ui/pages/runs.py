@@ -11,7 +11,7 @@ under its ``runs/``.
 The table shows per run its model, state (``running (stale)`` when its heartbeat is old), progress, newest metrics
 and the time of its last heartbeat, and what is wrong with a damaged folder; it is refreshed every ``refresh_s``
 seconds from file sizes and mtimes (:class:`~lab.runs.catalog.RunCatalog`: unchanged files are not read again).
-Opening a run (a row, or ``?run=`` in the URL) follows it read-only (:class:`~lab.runs.catalog.WatchedRun` through
+Opening a run (a row, or ``?run=`` in the URL) follows it read-only (:class:`~lab.jobs.watch.WatchedRun` through
 the page's :class:`~lab.ui.follower.JobFollower`): status line, progress, alert with the reason of a failed or
 diverged run, and its curves growing as ``metrics.jsonl`` grows; beside them its config and checkpoints, and its
 saved snapshots replayed read-only in the views that drew them (:mod:`lab.ui.views.saved_snapshots`). A sweep folder

@@ -81,7 +81,7 @@ class TrainingPage(Page):
 
     @property
     def followers(self) -> tuple[JobFollower, ...]:
-        """The followers of the page's jobs; the first is :attr:`follower`, whose job says whether the page's run is
+        """The followers of the page's jobs; the first is ``follower``, whose job says whether the page's run is
         paused."""
         return (self.follower,)
 

@@ -1,7 +1,8 @@
 """The browser's side of a live view's pace: it says when it has drawn the last frame it was sent, and only while
 the view is on screen.
 
-A job builds its next on-demand snapshot once the page asks (:meth:`lab.jobs.cadence.Cadence.request`); a page that asks
+A job builds its next on-demand snapshot once the page asks (:meth:`lab.snapshots.cadence.Cadence.request`); a page
+that asks
 on a timer is capped by the timer on a fast browser and queues frames for a slow one. :class:`FrameClock` wraps the
 view it paces: the server counts each frame it pushes (:attr:`FrameClock.sent`), and the browser answers with that
 count (:attr:`FrameClock.drawn`) once it has painted it, two animation frames later, if the view is visible (not in a

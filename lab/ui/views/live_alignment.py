@@ -1,4 +1,4 @@
-"""The views of a Residual Alignment snapshot (:func:`lab.jobs.builders.alignment_builder`), redrawn in place.
+"""The views of a Residual Alignment snapshot (:func:`lab.snapshots.builders.alignment_builder`), redrawn in place.
 
 One :class:`AlignmentViews` draws one run: RA1 trajectories, the RA2 mosaic of alignment matrices with one pair
 enlarged, RA3 spectra, RA4 1/σ₁ with its fitted line, and neural collapse by layer. Every figure is a raw Bokeh
@@ -38,7 +38,7 @@ POINT = 0.5
 
 
 def mosaic(grid: np.ndarray, gap: int = 1) -> np.ndarray:
-    """The L × L tiles |A_ij| [L, L, K, K] laid out as one image [L·(K+gap)−gap, same], each tile divided by its
+    """The L × L tiles ``|A_ij|`` [L, L, K, K] laid out as one image [L·(K+gap)−gap, same], each tile divided by its
     own maximum (so its structure shows whatever its scale); gaps and undefined tiles are NaN. Row i of tiles is
     block i's Jacobian, column j the basis of block j; image row 0 is the top."""
     L, _, K, _ = grid.shape

@@ -78,7 +78,7 @@ class LiveDecision:
     range and title change at every snapshot, the ticks and the points with the data set.
 
     A Bokeh figure of the map, repainted at every snapshot, cost the browser about 12 ms of its main thread per
-    frame of the Playground; here a frame is one colour lookup over ``size``² pixels. Hover names the map and its
+    frame of the Playground; here a frame is one colour lookup over ``size ** 2`` pixels. Hover names the map and its
     range as the grid's decision tile does; the exports and a run's replay draw the figure
     (:func:`lab.viz.toy2d.decision_overlay`).
 
@@ -93,7 +93,7 @@ class LiveDecision:
         self._layout_key: tuple | None = None
 
     def show(self, decision: np.ndarray, step: int, x: np.ndarray, y: np.ndarray, limit: float = 1.0) -> None:
-        """Draw ``decision [R, R]`` (grid order, :func:`lab.data.grid.grid`) at ``step`` over points ``x [n, 2]``,
+        """Draw ``decision [R, R]`` (grid order, :func:`lab.data.grid`) at ``step`` over points ``x [n, 2]``,
         ``y [n]``, the square spanning ``±limit``."""
         p = np.asarray(decision, np.float32)
         change = {"pixels": decision_pixels(p, self.size), "ranges": np.array([[p.min(), p.max()]], np.float32),

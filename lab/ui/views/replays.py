@@ -8,9 +8,9 @@ own, has its job build the kind's snapshots at the kind's cadence, and draws eac
 
 A new live view is one module in :mod:`lab.ui.views.kind_views` (every module there is imported with this one), or
 in another package as a plugin (entry-point groups ``residual_lab.kinds`` and ``residual_lab.views``,
-:mod:`lab.plugins`): the builder, the view
-(a class with ``panes()`` and ``show()``) and one :func:`register` call with the :class:`~lab.jobs.kinds.Kind`
-record.
+:mod:`lab.plugins`): the kind, registered with its builder where every kind is (:func:`lab.snapshots.kinds.register`
+with a :class:`~lab.snapshots.kinds.Kind` record), and its view (a class with ``panes()`` and ``show()``), registered
+here against the kind's name (:func:`register`).
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ import numpy as np
 import panel as pn
 
 from lab import plugins
-from lab.jobs import kinds
-from lab.jobs.kinds import KINDS, Kind
+from lab.snapshots.kinds import KINDS, Kind
 
 
 class Replay(Protocol):
@@ -43,12 +42,13 @@ LIVE_ON: dict[str, tuple[str, ...]] = {}
 """Kind → the pages (by title) that draw it live beside their own views."""
 
 
-def register(kind: str | Kind, make: Callable[[], Replay], *, live_on: tuple[str, ...] = ()) -> None:
+def register(kind: str, make: Callable[[], Replay], *, live_on: tuple[str, ...] = ()) -> None:
     """Draw ``kind``'s snapshots in the view ``make()`` returns: saved ones on the Runs page and in notebooks, live
-    ones on the pages ``live_on``.
+    ones on the pages ``live_on``. The kind itself is registered where every kind is, below the pages
+    (:func:`lab.snapshots.kinds.register`), so a training never imports a view.
 
     Args:
-        kind: a registered kind's name, or a new kind's record (registered in :data:`lab.jobs.kinds.KINDS` here).
+        kind: a registered kind's name.
         make: makes the view.
         live_on: titles of the pages that draw the kind live; the kind then needs a builder and a cadence.
 
@@ -56,17 +56,14 @@ def register(kind: str | Kind, make: Callable[[], Replay], *, live_on: tuple[str
         ValueError: ``kind`` is no registered kind of snapshot, has a view already, or is drawn live without a
             builder and a cadence.
     """
-    name = kind.name if isinstance(kind, Kind) else kind
-    if name in REPLAYS or (name not in KINDS and not isinstance(kind, Kind)):
-        raise ValueError(f"{name!r} is not a snapshot kind without a view; kinds: {', '.join(KINDS)}")
-    record = kind if isinstance(kind, Kind) else KINDS[name]
+    if kind in REPLAYS or kind not in KINDS:
+        raise ValueError(f"{kind!r} is not a snapshot kind without a view; kinds: {', '.join(KINDS)}")
+    record = KINDS[kind]
     if live_on and (record.builder is None or record.cadence is None):
-        raise ValueError(f"{name!r} is drawn live on {', '.join(live_on)}: its kind needs a builder and a cadence")
-    if name not in KINDS:
-        kinds.register(record)
-    REPLAYS[name] = make
+        raise ValueError(f"{kind!r} is drawn live on {', '.join(live_on)}: its kind needs a builder and a cadence")
+    REPLAYS[kind] = make
     if live_on:
-        LIVE_ON[name] = tuple(live_on)
+        LIVE_ON[kind] = tuple(live_on)
 
 
 def live_kinds(page: str) -> list[Kind]:

@@ -20,8 +20,8 @@ class RunDetails:
 
     Attributes:
         header: the run's name, folder, model, state, heartbeat, message and problems.
-        config, checkpoints: its config (YAML) and its checkpoints, in two cards (:attr:`details`).
-        picture, caption: the newest reconstruction picture and what it shows (:attr:`figure`).
+        config: its config (YAML); ``checkpoints`` its checkpoints: two cards (``details``).
+        picture: the newest reconstruction picture; ``caption`` what it shows (``figure``).
         shown_figure: the picture file on screen (a scan reads only a newer one).
     """
 

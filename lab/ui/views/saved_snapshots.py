@@ -7,7 +7,7 @@ node grid and decision map (over the run's training points, rebuilt from its con
 :meth:`SavedSnapshots.show_points`), ``alignment`` snapshots in the Alignment views. Nothing is trained and nothing
 is written. A snapshot comes from a run folder, so it is checked before it is drawn: read through
 :func:`~lab.runfolder.entries.read_npz` (whose checks bound what loading it costs), then against its kind's contract
-(:func:`~lab.jobs.kinds.check_snapshot`); a snapshot that cannot be read or drawn leaves the one on screen and says
+(:func:`~lab.snapshots.kinds.check_snapshot`); a snapshot that cannot be read or drawn leaves the one on screen and says
 why. On a served page given an executor, the reading and checking run in its worker thread, not on the event loop
 every session shares, and only the drawing of a checked snapshot comes back to the session's loop.
 """
@@ -21,9 +21,9 @@ from concurrent.futures import Executor, Future
 import numpy as np
 import panel as pn
 
-from lab.jobs.kinds import KINDS, NODES, SnapshotError, check_snapshot
-from lab.runs.snapshot import Snapshot
 from lab.runs.store import Run
+from lab.snapshots.kinds import KINDS, NODES, SnapshotError, check_snapshot
+from lab.snapshots.snapshot import Snapshot, load_saved
 from lab.ui.text import markdown_pane, md
 from lab.ui.views.replays import REPLAYS, Replay
 
@@ -165,9 +165,9 @@ def read_checked(run: Run, kind: str, step: int) -> Snapshot | None:
     Raises:
         OSError, SnapshotError: it cannot be read, or does not fit its kind or its run.
     """
-    loaded = run.load_snapshot(kind, step)
+    loaded = load_saved(run, kind, step)
     if loaded is None:
         return None
-    snapshot = loaded[1].float32()
+    snapshot = loaded[1]
     check_snapshot(kind, snapshot, run.read_config().get("model"))
     return snapshot

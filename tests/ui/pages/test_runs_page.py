@@ -13,11 +13,12 @@ from pathlib import Path
 import panel as pn
 import pytest
 
-from lab.jobs.kinds import ALIGNMENT, NODES
 from lab.runfolder.writes import atomic_write_json
-from lab.runs.stop import STOP_FILE
 from lab.runs.store import Run, RunStore
+from lab.snapshots.kinds import ALIGNMENT, NODES
+from lab.snapshots.snapshot import load_saved
 from lab.train.checkpoint import save_checkpoint
+from lab.train.stop import STOP_FILE
 from lab.ui.pages.runs import RunsPage
 from lab.ui.views.run_details import EMPTY
 from lab.ui.views.run_views import COLUMNS, format_age, format_clock, format_metrics, format_progress
@@ -375,7 +376,7 @@ def test_a_runs_saved_snapshots_replay_read_only_in_the_views_that_drew_them(man
     import numpy as np
 
     from lab.config import ExperimentConfig, apply_overrides
-    from lab.jobs.builders import alignment_builder
+    from lab.snapshots.builders import alignment_builder
     from lab.train.build import build_data, build_model
 
     job = manager.start_thread(tiny(**{"train.max_steps": 40}), cadence={"nodes": (10, 0.0)},
@@ -423,8 +424,8 @@ def test_another_run_opened_replays_its_own_snapshots_also_at_the_same_steps(man
     saved.views[NODES].show = lambda snapshot, *args: (drawn.append(snapshot["maps"]), show(snapshot, *args))
     page.run = jobs[1].run.id
     assert saved.step.options == [0, 10, 20] and len(drawn) == 1
-    assert np.array_equal(drawn[0], jobs[1].run.load_snapshot("nodes", 20)[1].float32()["maps"])
-    assert not np.array_equal(drawn[0], jobs[0].run.load_snapshot("nodes", 20)[1].float32()["maps"])
+    assert np.array_equal(drawn[0], load_saved(jobs[1].run, "nodes", 20)[1]["maps"])
+    assert not np.array_equal(drawn[0], load_saved(jobs[0].run, "nodes", 20)[1]["maps"])
     saved.step.value = 10
     assert len(drawn) == 2 and saved.views[NODES].grid.object.title.text == "step 10"
 

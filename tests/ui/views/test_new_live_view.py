@@ -12,8 +12,9 @@ from bokeh.models import ColumnDataSource
 from bokeh.plotting import figure
 
 import lab.ui.views.kind_views
-from lab.jobs.kinds import KINDS, Kind
-from lab.runs.snapshot import Snapshot
+from lab.snapshots import kinds
+from lab.snapshots.kinds import KINDS, Kind
+from lab.snapshots.snapshot import Snapshot, load_saved
 from lab.ui.display import snapshot_view
 from lab.ui.pages.playground import PlaygroundPage
 from lab.ui.views import replays
@@ -51,8 +52,8 @@ class WeightNormBars:
 @pytest.fixture
 def registered():
     """The registration (undone after the test)."""
-    replays.register(Kind(KIND, "Weight norms per matrix", {"norms": 1}, weight_norms, (2, 0.0)), WeightNormBars,
-                     live_on=("Playground",))
+    kinds.register(Kind(KIND, "Weight norms per matrix", {"norms": 1}, weight_norms, (2, 0.0)))
+    replays.register(KIND, WeightNormBars, live_on=("Playground",))
     yield KIND
     for table in (KINDS, replays.REPLAYS, replays.LIVE_ON):
         table.pop(KIND, None)
@@ -65,10 +66,16 @@ def test_every_module_of_kind_views_is_imported_so_a_new_module_registers_itself
     assert {"nodes", "alignment"} <= set(replays.REPLAYS)
 
 
-def test_a_kind_drawn_live_needs_a_builder_and_a_cadence():
-    with pytest.raises(ValueError, match="builder and a cadence"):
-        replays.register(Kind("no_builder", "t", {"x": 1}), WeightNormBars, live_on=("Playground",))
-    assert "no_builder" not in KINDS and "no_builder" not in replays.REPLAYS
+def test_a_view_registers_against_a_registered_kind_and_one_drawn_live_needs_a_builder_and_a_cadence():
+    with pytest.raises(ValueError, match="'never_registered' is not a snapshot kind"):
+        replays.register("never_registered", WeightNormBars)
+    kinds.register(Kind("no_builder", "t", {"x": 1}))
+    try:
+        with pytest.raises(ValueError, match="builder and a cadence"):
+            replays.register("no_builder", WeightNormBars, live_on=("Playground",))
+        assert "no_builder" not in replays.REPLAYS
+    finally:
+        KINDS.pop("no_builder")
 
 
 def test_a_new_kind_is_drawn_live_replayed_from_the_run_folder_and_shown_in_a_notebook(registered, manager):
@@ -92,7 +99,7 @@ def test_a_new_kind_is_drawn_live_replayed_from_the_run_folder_and_shown_in_a_no
     replay = saved.views[KIND]
     assert replay.steps and replay.steps[-1] == run.snapshot_versions(KIND)[-1]
     # in a notebook, a snapshot of the kind shows its arrays and the same view
-    step, snap = run.load_snapshot(KIND)
+    step, snap = load_saved(run, KIND)
     shown = snapshot_view(snap)
     assert any(isinstance(p, pn.pane.Bokeh) and p.object.title.text == f"Weight norms at step {step}"
                for p in _descendants(shown))

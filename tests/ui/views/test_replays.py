@@ -2,7 +2,7 @@
 
 import pytest
 
-from lab.jobs.kinds import ALIGNMENT, KINDS, NODES, SIMILARITY, Kind
+from lab.snapshots.kinds import ALIGNMENT, KINDS, NODES, SIMILARITY
 from lab.ui.views import replays
 from lab.ui.views.kind_views.nodes import NodesReplay
 
@@ -13,8 +13,6 @@ def test_a_view_is_registered_only_for_a_kind_without_one():
         replays.register("no-such-kind", NodesReplay)
     with pytest.raises(ValueError, match="not a snapshot kind"):
         replays.register(NODES, NodesReplay)  # it has one
-    with pytest.raises(ValueError, match="not a snapshot kind"):
-        replays.register(Kind(NODES, "again", {"maps": 4}), NodesReplay)  # a record of a name taken
     # the refused calls added nothing
     assert set(replays.REPLAYS) == {NODES, SIMILARITY, ALIGNMENT} and KINDS[NODES].title != "again"
     assert replays.live_kinds("Playground") == []  # the lab's own kinds are laid out by their pages
@@ -117,10 +115,10 @@ def test_a_served_replay_reads_and_checks_its_snapshot_off_the_event_loop(tmp_pa
 def test_the_similarity_snapshots_every_playground_job_writes_replay_on_the_runs_page(tmp_path):
     """Every Playground job writes ``similarity`` snapshots beside its node maps; they replay as the Playground's
     layer-similarity view, at their step."""
-    from lab.jobs.builders import similarity_snapshot
-    from lab.jobs.kinds import KINDS, SIMILARITY
     from lab.nn import ResidualMLP
     from lab.runs.store import RunStore
+    from lab.snapshots.builders import similarity_snapshot
+    from lab.snapshots.kinds import KINDS, SIMILARITY
     from lab.ui.views.kind_views.similarity import SimilarityReplay
     from lab.ui.views.saved_snapshots import SavedSnapshots
 

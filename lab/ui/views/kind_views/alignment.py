@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import panel as pn
 
-from lab.jobs.kinds import ALIGNMENT
+from lab.snapshots.kinds import ALIGNMENT
 from lab.ui.views.live_alignment import AlignmentViews
 from lab.ui.views.replays import register
 

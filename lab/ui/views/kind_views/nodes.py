@@ -6,7 +6,7 @@ import holoviews as hv
 import numpy as np
 import panel as pn
 
-from lab.jobs.kinds import NODES
+from lab.snapshots.kinds import NODES
 from lab.ui.views.replays import register
 from lab.viz.node_grid import node_grid
 from lab.viz.toy2d import decision_overlay

@@ -6,7 +6,7 @@ import holoviews as hv
 import numpy as np
 import panel as pn
 
-from lab.jobs.kinds import SIMILARITY
+from lab.snapshots.kinds import SIMILARITY
 from lab.ui.views.replays import register
 from lab.viz.node_grid import similarity_heatmaps
 

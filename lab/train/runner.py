@@ -10,19 +10,18 @@ from typing import Any
 
 from lab.config import GENERATIVE, LOADER_ONLY, ConfigError, ExperimentConfig, apply_overrides, to_dict
 from lab.data.toy2d import ToyData
-from lab.jobs.job import error_text
 from lab.runfolder import layout
 from lab.runfolder.layout import Checkpoint, RunState
 from lab.runfolder.lock import RunLock, RunLocked
 from lab.runfolder.writes import atomic_write_bytes
-from lab.runs.recorder import RunRecorder
-from lab.runs.resume import ResumePlan, ResumeRefused, load_resume_state, plan_resume
-from lab.runs.store import Run, end_state
+from lab.runs.store import Run, end_state, error_text
 from lab.train.build import build_data, build_model, build_task, check_data, loader_data
 from lab.train.core import Callback, Diverged, resolve_device
 from lab.train.distributed import World, broadcast, launched_by_torchrun
 from lab.train.loader import LoaderData, LoaderTrainer, ResumeMismatch
 from lab.train.progress import ProgressBar
+from lab.train.recorder import RunRecorder
+from lab.train.resume import ResumePlan, ResumeRefused, load_resume_state, plan_resume
 from lab.train.tensor import Trainer
 
 
@@ -85,15 +84,15 @@ def train_and_evaluate(cfg: ExperimentConfig, run: Run, *, callbacks: Iterable[C
     A new run's config.json is written first, so a run that fails at any point leaves a complete folder: state
     ``failed`` and the reason. A non-finite loss ends the run as ``diverged`` (its message names the step and the
     likely cause; the last finite checkpoint stays); a callback setting ``trainer.should_stop`` ends it as
-    ``stopped``; an exception ends it as ``failed`` with the error as message (:func:`~lab.jobs.job.error_text`: type
+    ``stopped``; an exception ends it as ``failed`` with the error as message (:func:`~lab.runs.store.error_text`: type
     and message, bounded; the traceback beside it), and is re-raised.
 
     Args:
         cfg: the experiment (for a resume: the run's config with any resume overrides).
         run: its folder.
         callbacks: extra subscribers (snapshot publishers, stop checks).
-        resume: continue the run (:mod:`lab.runs.resume`): True continues from ``checkpoints/last.pt``; a
-            :class:`~lab.runs.resume.ResumePlan` names the checkpoint (or a restart) and the settings changed.
+        resume: continue the run (:mod:`lab.train.resume`): True continues from ``checkpoints/last.pt``; a
+            :class:`~lab.train.resume.ResumePlan` names the checkpoint (or a restart) and the settings changed.
             Model, optimizer, step and mask generator are restored; metric records after that step are set aside
             under ``history/``, so none is duplicated and none is lost.
         progress: show a tqdm progress bar.

@@ -1,6 +1,6 @@
 """The kinds of snapshot: one record per kind of snapshot a job publishes and a view draws.
 
-A *snapshot* (:class:`~lab.runs.snapshot.Snapshot`) is one kind's arrays at one training step. A :class:`Kind` says
+A *snapshot* (:class:`~lab.snapshots.snapshot.Snapshot`) is one kind's arrays at one training step. A :class:`Kind` says
 everything the lab knows about a kind below the pages: its name, how a chooser names it, the numeric arrays its
 views draw (the snapshot's contract, checked before a snapshot read from a run folder is drawn), the builder that
 makes it from any model and its default cadence, when it has them. The views that draw a kind live with the pages:
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from lab import plugins
-from lab.jobs.builders import Builder, nodes_snapshot, similarity_snapshot
+from lab.snapshots.builders import Builder, nodes_snapshot, similarity_snapshot
 
 NODES, SIMILARITY, ALIGNMENT, RANK = "nodes", "similarity", "alignment", "rank"
 

@@ -3,7 +3,12 @@ it (``snapshots/<kind>-<version>.npz``)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from lab.runs.store import Run
 
 
 class Snapshot(dict):
@@ -26,3 +31,10 @@ class Snapshot(dict):
         """The same snapshot with float16 arrays (as stored on disk) widened back to float32."""
         return Snapshot(self.kind, {k: (v.astype(np.float32) if getattr(v, "dtype", None) == np.float16 else v)
                                     for k, v in self.items()})
+
+
+def load_saved(run: Run, kind: str, version: int | None = None) -> tuple[int, Snapshot] | None:
+    """``(version, snapshot)`` of ``run``'s saved snapshot of ``kind`` (that version, or the latest readable one:
+    :meth:`~lab.runs.store.Run.load_snapshot`), widened back to float32 for the views; None if there is none."""
+    found = run.load_snapshot(kind, version)
+    return None if found is None else (found[0], Snapshot(kind, found[1]).float32())

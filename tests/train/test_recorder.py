@@ -4,9 +4,9 @@ import math
 
 import torch
 
-from lab.runs.recorder import RunRecorder, copied
 from lab.runs.store import RunStore
 from lab.train.checkpoint import load_checkpoint, save_checkpoint
+from lab.train.recorder import RunRecorder, copied
 
 
 class _Trainer:
@@ -49,7 +49,7 @@ def test_checkpoints_are_copied_between_steps_written_in_the_background_and_by_t
     """The first evaluation's state is written at once, later ones at most every checkpoint_s seconds, the last
     one at the end of training (also after a divergence: it is the last finite state); a state changed after its
     evaluation is written as it was then."""
-    from lab.runs import recorder as recorder_module
+    from lab.train import recorder as recorder_module
 
     clock = [1000.0]
     monkeypatch.setattr(recorder_module.time, "monotonic", lambda: clock[0])

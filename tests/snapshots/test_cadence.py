@@ -1,6 +1,6 @@
 """The one rule of when a snapshot kind is due, shared by every publisher."""
 
-from lab.jobs.cadence import Cadence
+from lab.snapshots.cadence import Cadence
 
 
 def test_every_n_steps_never_twice_at_one_step():

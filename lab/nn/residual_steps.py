@@ -1,5 +1,5 @@
-"""The base of the lab's views of a network as residual steps that share its modules (timm's ViTs, the lab's MAE as
-sub-layers, a network's blocks named by pattern): the network under ``.model``, its steps named ``blocks.{j}``."""
+"""A network read as residual steps that share its modules (timm's ViTs, the lab's MAE as sub-layers, a network's
+blocks named by pattern): the network under ``.model``, its steps named ``blocks.{j}``; the base of each."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from collections.abc import Iterator, Sequence
 
 from torch import Tensor, nn
 
-__all__ = ["StepsView"]
+__all__ = ["ResidualSteps"]
 
 
-class StepsView(nn.Module):
+class ResidualSteps(nn.Module):
     """``model`` seen through ``steps`` (modules built on ``model``'s own, owning nothing new).
 
     The steps are kept in a list, not registered: their parameters are ``model``'s, under its keys, so the view's
@@ -22,7 +22,7 @@ class StepsView(nn.Module):
         self.model = model
         self._steps = [(f"blocks.{j}", step) for j, step in enumerate(steps)]
 
-    def train(self, mode: bool = True) -> StepsView:
+    def train(self, mode: bool = True) -> ResidualSteps:
         super().train(mode)
         for _, step in self._steps:
             step.train(mode)

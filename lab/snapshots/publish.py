@@ -1,10 +1,10 @@
 """Publishing snapshots: the training callback that builds each kind when its cadence says it is due and hands
 the snapshot to the job, and the sink that keeps snapshots in the run folder.
 
-Each kind has its own cadence (:class:`~lab.jobs.cadence.Cadence`) because costs differ: node maps are one forward
+Each kind has its own cadence (:class:`~lab.snapshots.cadence.Cadence`) because costs differ: node maps are one forward
 pass of the grid; layer similarity needs a Gram matrix. A kind can be on demand: built only when due and asked for,
 so snapshots nobody will draw cost nothing. What a kind holds, and whether a snapshot is fit to publish, is its
-builder's (:mod:`lab.jobs.builders`). A view is optional and training is not: a builder that raises (a plugin
+builder's (:mod:`lab.snapshots.builders`). A view is optional and training is not: a builder that raises (a plugin
 model without ``forward_intermediates`` has no node maps) drops its kind for the run, with a note that names the kind
 and the error (:mod:`lab.jobs.notes`), and the other kinds and the training go on.
 """
@@ -18,12 +18,12 @@ from collections.abc import Callable, Iterable
 import numpy as np
 from torch import nn
 
-from lab.jobs.builders import Builder, judged
-from lab.jobs.cadence import Cadence
-from lab.jobs.job import error_text
-from lab.jobs.kinds import default_builders, default_cadence
-from lab.jobs.shadow import ShadowBuilds
-from lab.runs.snapshot import Snapshot
+from lab.runs.store import error_text
+from lab.snapshots.builders import Builder, judged
+from lab.snapshots.cadence import Cadence
+from lab.snapshots.kinds import default_builders, default_cadence
+from lab.snapshots.shadow import ShadowBuilds
+from lab.snapshots.snapshot import Snapshot
 from lab.train.core import Callback, TrainerView
 
 
@@ -33,13 +33,13 @@ class Publisher(Callback):
     Args:
         sink: receives each published payload (with ``step`` added); a job's memory slot or the run folder.
         cadence: per kind, ``(every_n_steps, every_t_seconds)``; either may be 0 (off). Default: the kinds'
-            own (:func:`~lab.jobs.kinds.default_cadence`).
-        builders: snapshot builders by kind; each judges its own snapshots (:func:`~lab.jobs.builders.judged`).
-            Default: the kinds' own (:func:`~lab.jobs.kinds.default_builders`).
+            own (:func:`~lab.snapshots.kinds.default_cadence`).
+        builders: snapshot builders by kind; each judges its own snapshots (:func:`~lab.snapshots.builders.judged`).
+            Default: the kinds' own (:func:`~lab.snapshots.kinds.default_builders`).
         on_demand: kinds built only when due and requested (:meth:`request`); a request is used up by one build.
             A forced publish (start, pause, end) builds them regardless.
         beside: build the snapshots due at a step from a copy of the model, on a thread of their own
-            (:class:`~lab.jobs.shadow.ShadowBuilds`), so training goes on meanwhile. Snapshots are taken at the
+            (:class:`~lab.snapshots.shadow.ShadowBuilds`), so training goes on meanwhile. Snapshots are taken at the
             same steps as without: a step at which kinds fall due while the last build still runs waits for it (no
             longer than building on the training thread would have taken). A forced publish builds from the model
             itself, after the running build: the snapshot a run paused or ended with is exactly its model, and the
@@ -85,7 +85,7 @@ class Publisher(Callback):
             self.beside.close()
 
     def publish(self, trainer: TrainerView, force: bool = False) -> None:
-        """Build every kind that is due (all of them when ``force``d) and hand the snapshots their builders keep to
+        """Build every kind that is due (all of them when forced) and hand the snapshots their builders keep to
         the sink; a snapshot a builder refuses leaves the last good one in place, and a builder that raises drops its
         kind (:meth:`drop`)."""
         now = time.monotonic()

@@ -1,5 +1,5 @@
 """Snapshot builders: what a job publishes for the views, computed from the model between steps (by the training
-thread, or by a page's job from a copy taken between steps, beside training: :mod:`lab.jobs.shadow`).
+thread, or by a page's job from a copy taken between steps, beside training: :mod:`lab.snapshots.shadow`).
 
 A builder maps a model to a dict of float32 numpy arrays (the publisher adds the step). Builders take the model,
 not the trainer, so a page can draw an untrained model, a loaded checkpoint or a training one alike.

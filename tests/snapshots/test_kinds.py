@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 
 from lab.config import ExperimentConfig, apply_overrides
-from lab.jobs.builders import alignment_builder
-from lab.jobs.kinds import (
+from lab.reports.sweep_snapshot import rank_snapshot
+from lab.snapshots.builders import alignment_builder
+from lab.snapshots.kinds import (
     ALIGNMENT,
     KINDS,
     NODES,
@@ -19,7 +20,6 @@ from lab.jobs.kinds import (
     default_cadence,
     register,
 )
-from lab.reports.sweep_snapshot import rank_snapshot
 from lab.train.build import build_data, build_model
 
 

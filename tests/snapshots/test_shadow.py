@@ -5,7 +5,7 @@ import threading
 import pytest
 import torch
 
-from lab.jobs.shadow import ShadowBuilds
+from lab.snapshots.shadow import ShadowBuilds
 
 
 def _model() -> torch.nn.Module:

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from lab.jobs.builders import SelfJudged, nodes_snapshot
-from lab.jobs.publish import Publisher, compact
 from lab.nn import ResidualMLP
+from lab.snapshots.builders import SelfJudged, nodes_snapshot
+from lab.snapshots.publish import Publisher, compact
 
 
 def _trainer(step: int, model=None):
