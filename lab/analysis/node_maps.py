@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from lab.data.grid import grid
+from lab.data.evaluation_grid import grid
 from lab.hooks import eval_mode, iter_blocks
 
 
@@ -18,7 +18,7 @@ class NodeMaps:
 
     Attributes:
         maps: ``[L+1, H, R, R]`` residual-stream value of node k at depth l over the grid (l = 0 is the stem's
-            output); rows run along y, columns along x (:func:`lab.data.grid`). May be a strided view;
+            output); rows run along y, columns along x (:func:`lab.data.evaluation_grid.grid`). May be a strided view;
             ``np.ascontiguousarray`` it before handing it to code that needs contiguous memory.
         weights: ``[L+1, H, H_in]`` zero-padded weight matrices feeding each layer: the stem's ``[H, in_dim]``
             first, then each block's branch input layer ``[H, H]``.

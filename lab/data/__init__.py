@@ -7,7 +7,7 @@ need no torch (:mod:`lab.data.roots`, where a path typed into a page is resolved
 from importlib import import_module
 from typing import Any
 
-_HOMES = {**{name: "lab.data.grid" for name in ("grid", "grid_axis")},
+_HOMES = {**{name: "lab.data.evaluation_grid" for name in ("grid", "grid_axis")},
           **{name: "lab.data.toy2d" for name in ("TOY_DATASETS", "ToyData", "circle", "gauss", "make_points",
                                                  "make_toy_data", "playground_spiral", "spiral", "train_test_split",
                                                  "xor")}}

@@ -150,12 +150,11 @@ class SweepJob(InProcessJob):
     ``step``. A diverged member's rows describe its last finite parameters.
 
     Snapshots are built between steps, after the step and before its evaluation (so a snapshot at an evaluation step
-    shows the previous one's accuracies; ``eval_step`` says which): when due by ``cadence`` (and, if
-    ``on_demand``, asked for with :meth:`request`; the rule of every publisher,
-    :class:`~lab.snapshots.cadence.Cadence`),
-    and always at the start, at a pause and at the end, unless the newest snapshot already shows that state. NaN in a
-    snapshot means "undefined" (a correlation over fewer than three members, accuracies before the first evaluation):
-    snapshots are published as built.
+    shows the previous one's accuracies; ``eval_step`` says which): when due by ``cadence`` (and, if ``on_demand``,
+    asked for with :meth:`request`; the rule of every publisher, :class:`~lab.snapshots.cadence.Cadence`), and always at
+    the start, at a pause and at the end, unless the newest snapshot already shows that state. NaN in a snapshot means
+    "undefined" (a correlation over fewer than three members, accuracies before the first evaluation): snapshots are
+    published as built.
 
     Args:
         plan: a plan with one ensemble group (:func:`group_plan` takes one out of a larger plan).

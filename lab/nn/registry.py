@@ -2,9 +2,8 @@
 
 Each registered model also carries what the lab needs to know of it beyond its knobs (:class:`ModelInfo`): its
 family, the task its forward serves — which decides how it trains —, the extras of the lab it needs beyond the core
-(so a training that cannot run is refused before its run folder is made: :func:`lab.train.requires.require_extras`) and
-a
-small example the tests build it from, as timm's registry carries each model's default configuration.
+(so a training that cannot run is refused before its run folder is made: :func:`lab.train.requires.require_extras`)
+and a small example the tests build it from, as timm's registry carries each model's default configuration.
 """
 
 from __future__ import annotations

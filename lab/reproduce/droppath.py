@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from lab.analysis.retransformation import backtrack, standardised_distances
-from lab.data.grid import grid
+from lab.data.evaluation_grid import grid
 from lab.hooks import eval_mode
 from lab.reports.alignment import load_trained
 from lab.reproduce.claims import Claim, Curves, Result, mean, mean_sd

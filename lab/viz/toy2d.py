@@ -27,7 +27,7 @@ def points(x: np.ndarray, y: np.ndarray, *, label: str = "", size: int = 4, alph
 
 def decision_map(decision: np.ndarray, limit: float = 1.0, *, title: str = "") -> hv.Image:
     """``decision [R, R]``: probability of class 1 over the grid (row i at the i-th y from the bottom, as
-    :func:`lab.data.grid` orders points), drawn orange → blue. ``hv.Image`` puts row 0 at the top, hence
+    :func:`lab.data.evaluation_grid.grid` orders points), drawn orange → blue. ``hv.Image`` puts row 0 at the top, hence
     the flip."""
     img = hv.Image(np.flipud(np.asarray(decision, np.float32)), bounds=(-limit, -limit, limit, limit),
                    kdims=["x", "y"], vdims=[hv.Dimension("p1", range=(0, 1))])

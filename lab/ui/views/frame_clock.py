@@ -1,16 +1,14 @@
 """The browser's side of a live view's pace: it says when it has drawn the last frame it was sent, and only while
 the view is on screen.
 
-A job builds its next on-demand snapshot once the page asks (:meth:`lab.snapshots.cadence.Cadence.request`); a page
-that asks
-on a timer is capped by the timer on a fast browser and queues frames for a slow one. :class:`FrameClock` wraps the
-view it paces: the server counts each frame it pushes (:attr:`FrameClock.sent`), and the browser answers with that
-count (:attr:`FrameClock.drawn`) once it has painted it, two animation frames later, if the view is visible (not in a
-hidden tab or page, not scrolled out of sight). The page sends the next snapshot on that answer (it asked the job for
-it when it sent the last, :class:`~lab.ui.follower.JobFollower`): a slow browser gets fewer, newer snapshots; a fast
-one as many as the job makes; a hidden view is sent nothing. Until a browser shows the clock (a script, a test, a
-notebook executed headless) :attr:`FrameClock.browser` is false and the page asks after each poll, as it would
-without one.
+A job builds its next on-demand snapshot once the page asks (:meth:`lab.snapshots.cadence.Cadence.request`); a page that
+asks on a timer is capped by the timer on a fast browser and queues frames for a slow one. :class:`FrameClock` wraps the
+view it paces: the server counts each frame it pushes (:attr:`FrameClock.sent`), and the browser answers with that count
+(:attr:`FrameClock.drawn`) once it has painted it, two animation frames later, if the view is visible (not in a hidden
+tab or page, not scrolled out of sight). The page sends the next snapshot on that answer (it asked the job for it when
+it sent the last, :class:`~lab.ui.follower.JobFollower`): a slow browser gets fewer, newer snapshots; a fast one as many
+as the job makes; a hidden view is sent nothing. Until a browser shows the clock (a script, a test, a notebook executed
+headless) :attr:`FrameClock.browser` is false and the page asks after each poll, as it would without one.
 """
 
 from __future__ import annotations

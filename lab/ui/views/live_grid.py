@@ -93,8 +93,8 @@ class LiveDecision:
         self._layout_key: tuple | None = None
 
     def show(self, decision: np.ndarray, step: int, x: np.ndarray, y: np.ndarray, limit: float = 1.0) -> None:
-        """Draw ``decision [R, R]`` (grid order, :func:`lab.data.grid`) at ``step`` over points ``x [n, 2]``,
-        ``y [n]``, the square spanning ``±limit``."""
+        """Draw ``decision [R, R]`` (grid order, :func:`lab.data.evaluation_grid.grid`) at ``step`` over points
+        ``x [n, 2]``, ``y [n]``, the square spanning ``±limit``."""
         p = np.asarray(decision, np.float32)
         change = {"pixels": decision_pixels(p, self.size), "ranges": np.array([[p.min(), p.max()]], np.float32),
                   "title": f"Decision boundary at step {step}"}
