@@ -94,23 +94,45 @@ def test_cli_trains_an_image_model_with_alignment_snapshots(trained_digits_run):
 
 def test_cli_analyze_alignment_writes_the_report(trained_digits_run, capsys):
     run = trained_digits_run
-    assert main(["analyze", "alignment", str(run), "--inputs", "16", "--k", "12"]) == 0
+    assert main(["analyze", "alignment", str(run), "--inputs", "16", "--k", "20"]) == 0
     out = capsys.readouterr().out
     assert "RA2 alignment score" in out and "RA4 1/sigma_1 slope" in out
     report = json.loads((run / "analysis" / "alignment.json").read_text())
     for key in ("align_offdiag", "baseline_mean", "topk_ratio", "inv_sigma1_slope", "inv_sigma1_r2",
                 "straightness", "spacing_cv", "nc1", "nc2_equinorm", "nc3", "nc4", "sigma1", "inv_sigma"):
         assert key in report, key
-    assert report["k"] == 12 and report["inputs"] == 16 and report["num_classes"] == 10
-    assert report["ra4_fit_from"] == 2 and "RA4 1/sigma_1 slope from block 2" in out  # 3 blocks: the last two
+    assert report["k"] == 20 and report["inputs"] == 16 and report["num_classes"] == 10
+    assert report["ra4_fit_from"] == 2 and report["ra4_fit_to"] == 3  # 3 blocks: the last two
+    assert "RA4 1/sigma_1 slope, blocks 2-3" in out and "over 6 pairs" in out
+    assert report["topk_ratio"] is not None and report["reasons"] == {}, "K = 2C: RA3's top 10 against the next 10"
+    lo, hi = report["align_offdiag_ci"]
+    assert lo <= report["align_offdiag"] <= hi and f"[{lo:.4g}, {hi:.4g}]" in out
     assert report["nc2_maxangle"][-1] is not None and report["nc2_w_equiangular"][-1] is not None
     assert len(report["nc1"]) == 4 and len(report["inv_sigma"]) == 3
     assert 0 <= report["align_offdiag"] <= 1 and 0 <= report["baseline_mean"] <= 1
     import numpy as np
 
     arrays = np.load(run / "analysis" / "alignment.npz")
-    assert arrays["sigma"].shape == (3, 12) and arrays["grid"].shape == (1, 3, 3, 12, 12)
+    assert arrays["sigma"].shape == (3, 20) and arrays["grid"].shape == (1, 3, 3, 20, 20)
     assert report["sigma1"] == pytest.approx(arrays["sigma"][:, 0].tolist())
+
+
+def test_cli_analyze_rank_names_each_column_for_its_matrix_eq6_first(trained_digits_run, capsys):
+    """The rank report's "effective rank" is Roy & Vetterli's on the uncentred features, not Eq. 6's spectrum: each
+    column says which matrix it is taken on, Eq. 6's entropy and its exp(H) first."""
+    import numpy as np
+
+    run = trained_digits_run
+    assert main(["analyze", "rank", str(run), "--inputs", "64"]) == 0
+    out = capsys.readouterr().out
+    report = json.loads((run / "analysis" / "layer_rank.json").read_text())
+    assert list(report)[:3] == ["eq6_entropy", "eq6_rank", "effective_rank"]
+    np.testing.assert_allclose(report["eq6_rank"], np.exp(report["eq6_entropy"]), rtol=1e-5)
+    assert not np.allclose(report["eq6_rank"], report["effective_rank"], rtol=1e-2), "two matrices, two ranks"
+    lines = [line for line in out.splitlines() if line.startswith("  ")]
+    assert lines[0].startswith("  Eq. 6 entropy H of the sample covariance's spectrum (nats):")
+    assert lines[1].startswith("  Eq. 6 rank exp(H), the same spectrum:")
+    assert lines[2].startswith("  effective rank of the uncentred features [n, D]:")
 
 
 def test_cli_analyze_collapse_follows_neural_collapse_over_the_kept_checkpoints(tmp_path, capsys):

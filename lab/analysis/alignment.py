@@ -257,7 +257,7 @@ def top_singular_values(jacobians: Jacobians, k: int, *, svds: Sequence[SVDTripl
     return torch.stack([s[1][:k] for s in svds])
 
 
-def inverse_sigma_fit(sigma1: Tensor | np.ndarray | Sequence[float], start: int = 0) -> dict:
+def inverse_sigma_fit(sigma1: Tensor | np.ndarray | Sequence[float], start: int = 0, stop: int | None = None) -> dict:
     """RA4: least-squares line through 1/σ₁ against the 1-based block index i.
 
     Under RA4 σ₁(J_i) ≈ 1/i after RA begins, i.e. slope ≈ 1 (the paper's Fig. 4b: 0.992 after block 5).
@@ -265,6 +265,8 @@ def inverse_sigma_fit(sigma1: Tensor | np.ndarray | Sequence[float], start: int 
     Args:
         sigma1: top singular value of each block [L].
         start: 0-based position of the first block included in the fit (e.g. 4 to fit from block 5).
+        stop: 0-based position after the last block fitted (default L: to the last block). A conv network's fit
+            stays within one stage: its blocks' Jacobians act on one space.
 
     Returns:
         ``slope``, ``intercept``, ``r2`` (floats; r2 is NaN if 1/σ₁ is constant over the fit), ``index`` [L]
@@ -272,14 +274,16 @@ def inverse_sigma_fit(sigma1: Tensor | np.ndarray | Sequence[float], start: int 
     """
     s = torch.as_tensor(sigma1).detach().cpu().double().numpy()
     L = len(s)
-    if s.ndim != 1 or not 0 <= start <= L - 2:
-        raise ValueError(f"need sigma1 [L] and at least two blocks from start={start}, got shape {s.shape}")
-    if not np.all(s[start:] > 0):
+    stop = L if stop is None else stop
+    if s.ndim != 1 or not 0 <= start <= stop - 2 or stop > L:
+        raise ValueError(f"need sigma1 [L] and at least two blocks from start={start} to stop={stop}, got shape "
+                         f"{s.shape}")
+    if not np.all(s[start:stop] > 0):
         raise ValueError("sigma1 must be positive over the fitted blocks")
     index = np.arange(1, L + 1, dtype=np.float64)
     with np.errstate(divide="ignore"):
         inv = 1.0 / s
-    x, y = index[start:], inv[start:]
+    x, y = index[start:stop], inv[start:stop]
     xc = x - x.mean()
     slope = float((xc * (y - y.mean())).sum() / (xc**2).sum())
     intercept = float(y.mean() - slope * x.mean())

@@ -175,9 +175,9 @@ def alignment_stats(model: nn.Module, x: Tensor, k: int, *, grid_inputs: int = 1
         float32 CPU tensors: ``sigma [N, L, k]`` (descending), ``scores [N, L, L]`` (row i = Jacobian, column j =
         basis, as :func:`~lab.analysis.alignment.alignment_grid`; the diagonal is 1), ``grid [grid_inputs, L, L,
         k, k]`` (U_{j,k}ᵀ J_i V_{j,k}), ``baseline [L]`` and ``baseline_std [L]`` (mean and sample std over the
-        trials; std 0 for one trial). Pairs of blocks whose Jacobians act on different spaces (their input or
-        output layouts differ, as between conv stages, even where the sizes agree) are NaN in ``scores`` and
-        ``grid``.
+        trials; std 0 for one trial) and ``baseline_trials [baseline_trials, L]`` (each trial's score). Pairs of
+        blocks whose Jacobians act on different spaces (their input or output layouts differ, as between conv
+        stages, even where the sizes agree) are NaN in ``scores`` and ``grid``.
 
     Raises:
         ValueError: if k is out of range, x is empty, grid_inputs is not in 0 … N, or baseline_trials < 1.
@@ -223,4 +223,4 @@ def alignment_stats(model: nn.Module, x: Tensor, k: int, *, grid_inputs: int = 1
                     progress(done, N * L)
     std = trial_scores.double().std(dim=0) if baseline_trials > 1 else torch.zeros(L, dtype=torch.float64)
     return {"sigma": sigma, "scores": scores, "grid": grid, "baseline": trial_scores.double().mean(dim=0).float(),
-            "baseline_std": std.float()}
+            "baseline_std": std.float(), "baseline_trials": trial_scores}

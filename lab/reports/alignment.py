@@ -16,7 +16,15 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from lab.analysis.residual_alignment import NC_KEYS, PAPER_K, RA4_FIT_START, SCALARS, collapse_of, residual_alignment
+from lab.analysis.residual_alignment import (
+    NC_KEYS,
+    PAPER_K,
+    RA4_FIT_START,
+    SCALARS,
+    alignment_reasons,
+    collapse_of,
+    residual_alignment,
+)
 from lab.config import ExperimentConfig, config_of_run
 from lab.data.toy2d import ToyData
 from lab.nn.networks import residual_steps
@@ -88,7 +96,11 @@ def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inp
         What ``alignment.json`` holds: the scalars of :data:`~lab.analysis.residual_alignment.SCALARS`, then per
         layer ``sigma1``, ``inv_sigma``, ``inv_sigma_fit``, ``baseline``, the NC keys
         (:data:`~lab.analysis.residual_alignment.NC_KEYS`), and ``step``, ``inputs``, ``k``, ``num_classes``,
-        ``checkpoint``, ``ra4_fit_from`` (the first fitted block, 1-based).
+        ``checkpoint``, ``ra4_fit_from`` and ``ra4_fit_to`` (the fitted blocks, 1-based, within one stage),
+        ``align_offdiag_ci`` and ``baseline_ci`` (95 % intervals over inputs and over the random draws),
+        ``ra2_pairs`` (the block pairs the score averages), ``stage`` (each state's stage), ``ra1_stage`` (the
+        stage RA1's headline measures, 1-based), ``straightness_by_stage``, ``spacing_cv_by_stage`` and
+        ``reasons`` (why a number is n/a, :func:`~lab.analysis.residual_alignment.alignment_reasons`).
     """
     _, model, data, step = load_trained(run, checkpoint)
     try:
@@ -114,7 +126,11 @@ def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inp
                    inv_sigma_fit=plain(out["inv_sigma_fit"]), baseline=plain(out["baseline"]),
                    **{key: plain(out[key]) for key in NC_KEYS},
                    step=step, inputs=len(x), k=k, num_classes=C, checkpoint=checkpoint,
-                   ra4_fit_from=int(out["fit_start"]) + 1)
+                   ra4_fit_from=int(out["fit_start"]) + 1, ra4_fit_to=int(out["fit_stop"]),
+                   align_offdiag_ci=plain(out["align_offdiag_ci"]), baseline_ci=plain(out["baseline_ci"]),
+                   ra2_pairs=int(out["ra2_pairs"]), stage=plain(out["stage"]), ra1_stage=int(out["ra1_stage"]) + 1,
+                   straightness_by_stage=plain(out["straightness_by_stage"]),
+                   spacing_cv_by_stage=plain(out["spacing_cv_by_stage"]), reasons=alignment_reasons(out))
     atomic_write_json(run.analysis_path(layout.ALIGNMENT), summary)
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **out)
@@ -139,7 +155,8 @@ def collapse_report(run: Run, *, nc_inputs: int = 500) -> dict[str, Any]:
     x, y = data.x_train[:nc_inputs], data.y_train[:nc_inputs]
 
     def point(model: nn.Module, step: int) -> dict[str, Any]:
-        return {"step": step, **{key: plain(values[-1]) for key, values in collapse_of(model.eval(), x, y).items()}}
+        nc = collapse_of(model.eval(), x, y, num_classes=data.num_classes)
+        return {"step": step, **{key: plain(values[-1]) for key, values in nc.items()}}
 
     curve = {0: point(build_model(cfg, data), 0)}  # the network at initialisation (cfg.model.seed), where it starts
     for name in [*run.saved_checkpoints(), Checkpoint.LAST]:
@@ -151,21 +168,40 @@ def collapse_report(run: Run, *, nc_inputs: int = 500) -> dict[str, Any]:
 
 
 def format_alignment(summary: dict[str, Any]) -> str:
-    """The report as a table for the terminal: one line per scalar, then 1/σ₁ and NC1 by block."""
-    names = {"align_offdiag": "RA2 alignment score, i != j (mean)", "baseline_mean": "  random-basis baseline",
-             "topk_ratio": "RA3 mean top-C sigma / mean next sigma",
-             "inv_sigma1_slope": f"RA4 1/sigma_1 slope from block {summary['ra4_fit_from']}",
-             "inv_sigma1_r2": "RA4 1/sigma_1 fit R^2", "straightness": "RA1 trajectory straightness (1 = line)",
-             "spacing_cv": "RA1 step-length CV (0 = equal)"}
+    """The report as a table for the terminal: one line per scalar (an interval where there is one, the reason
+    where a number is n/a), RA1 by stage, then 1/σ₁ and NC1 by block."""
+    fit_from, fit_to = summary["ra4_fit_from"], summary.get("ra4_fit_to", len(summary["inv_sigma"]))
+    pairs = summary.get("ra2_pairs")
+    names = {"align_offdiag": "RA2 alignment score, i != j (mean)" + (f" over {pairs} pairs" if pairs else ""),
+             "baseline_mean": "  random-basis baseline (about 1/K)",
+             "topk_ratio": "RA3 mean top-C sigma / mean next-C sigma",
+             "inv_sigma1_slope": f"RA4 1/sigma_1 slope, blocks {fit_from}-{fit_to}",
+             "inv_sigma1_r2": "RA4 1/sigma_1 fit R^2",
+             "straightness": "RA1 trajectory straightness (1 = line)", "spacing_cv": "RA1 step-length CV (0 = equal)"}
+    intervals = {"align_offdiag": "align_offdiag_ci", "baseline_mean": "baseline_ci"}
+    reasons = summary.get("reasons", {})
 
     def num(v: Any) -> str:
         return "n/a" if v is None else f"{v:.4g}"
 
     lines = [f"Residual Alignment at step {summary['step']}: {summary['inputs']} test inputs, K = {summary['k']}, "
              f"C = {summary['num_classes']}"]
-    lines += [f"  {names[key]:<42}{num(summary[key]):>10}" for key in SCALARS]
+    for key in SCALARS:
+        ci = summary.get(intervals.get(key, ""))
+        line = f"  {names[key]:<46}{num(summary[key]):>10}"
+        if ci and None not in ci:
+            line += f"  [{num(ci[0])}, {num(ci[1])}]"
+        if summary[key] is None and key in reasons:
+            line += f"  ({reasons[key]})"
+        lines.append(line)
+    if "straightness_by_stage" in summary and len(summary["straightness_by_stage"]) > 1:
+        lines.append(f"  RA1 by stage (headline: stage {summary['ra1_stage']}): " + ", ".join(
+            f"{s + 1}: {num(a)} / {num(b)}" for s, (a, b) in
+            enumerate(zip(summary["straightness_by_stage"], summary["spacing_cv_by_stage"], strict=True))))
     lines.append("  1/sigma_1 by block: " + " ".join(num(v) for v in summary["inv_sigma"]))
     lines.append("  NC1 by layer:       " + " ".join(num(v) for v in summary["nc1"]))
     last = {key: summary[key][-1] for key in NC_KEYS}
     lines.append("  last layer: " + ", ".join(f"{key} {num(v)}" for key, v in last.items()))
+    if "head" in reasons:
+        lines.append(f"  note: {reasons['head']}")
     return "\n".join(lines)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -45,7 +46,10 @@ def layer_rank_report(run: Run, *, points: int = 512, checkpoint: str = Checkpoi
     """Rank and probe accuracy at every layer of a run's checkpoint, written to ``analysis/layer_rank.json``.
 
     Returns:
-        What the file holds: per layer ``effective_rank``, ``eq6_entropy``, ``probe_acc``, ``width``; ``steps``
+        What the file holds: per layer, Eq. 6's measures first — ``eq6_entropy`` (the entropy H, in nats, of the
+        spectrum of the sample-by-sample covariance, the number the paper plots) and ``eq6_rank`` (exp(H) of that
+        spectrum) — then ``effective_rank`` (Roy & Vetterli's exp(H) of the *uncentred* feature matrix ``[n, D]``'s
+        singular values, another matrix: the two ranks differ), ``probe_acc``, ``width``; ``steps``
         (the residual steps' names), ``step``, ``points`` (training and test inputs each), ``checkpoint``.
 
     Raises:
@@ -57,6 +61,7 @@ def layer_rank_report(run: Run, *, points: int = 512, checkpoint: str = Checkpoi
     x_test, y_test = data.x_test[:points], data.y_test[:points]
     out = layer_rank_metrics(layer_features(model, x_train), y_train, layer_features(model, x_test), y_test,
                              num_classes=data.num_classes)
+    out = {"eq6_entropy": out["eq6_entropy"], "eq6_rank": np.exp(out["eq6_entropy"]), **out}
     summary: dict[str, Any] = {key: plain(value) for key, value in out.items()}
     summary.update(steps=[name for name, _ in model.iter_blocks()], step=step, points=len(x_test),
                    checkpoint=checkpoint)
@@ -65,13 +70,14 @@ def layer_rank_report(run: Run, *, points: int = 512, checkpoint: str = Checkpoi
 
 
 def format_layer_rank(summary: dict[str, Any]) -> str:
-    """The report for the terminal: each measure by layer."""
+    """The report for the terminal: each measure by layer, named for the matrix it is taken on, Eq. 6's first."""
 
     def row(key: str) -> str:
         return " ".join("n/a" if v is None else f"{v:.3g}" for v in summary[key])
 
     return "\n".join([f"Rank by layer at step {summary['step']}: {summary['points']} test inputs, "
                       f"{len(summary['steps'])} residual steps",
-                      f"  Eq. 6 entropy (nats): {row('eq6_entropy')}",
-                      f"  effective rank:       {row('effective_rank')}",
-                      f"  ridge probe accuracy: {row('probe_acc')}"])
+                      f"  Eq. 6 entropy H of the sample covariance's spectrum (nats): {row('eq6_entropy')}",
+                      f"  Eq. 6 rank exp(H), the same spectrum:                       {row('eq6_rank')}",
+                      f"  effective rank of the uncentred features [n, D]:            {row('effective_rank')}",
+                      f"  ridge probe accuracy:                                       {row('probe_acc')}"])
