@@ -113,8 +113,8 @@ def test_blocks_named_by_pattern_are_seen_as_the_network_runs_them_with_exact_re
     assert stats["sigma"].shape == (2, 12, 3) and torch.isfinite(stats["scores"][:, 0, 1]).all()
     with pytest.raises(ValueError, match="matches --blocks 'layers.*'.*stem"):
         NamedBlocks(raw, "layers.*")
-    with pytest.raises(ValueError, match="stages.1 is no residual block"):
-        NamedBlocks(raw, "stages.*").forward_intermediates(x)  # a stage downsamples: no h + F(h)
+    with pytest.raises(ValueError, match="stages.1 is no residual block h .* not a sum with its input"):
+        NamedBlocks(raw, "stages.*")  # a stage that downsamples first: no h + F(h) (stage 0's identity is one)
     with pytest.raises(ValueError, match="--blocks PATTERN"):
         residual_view(raw)
     built = create_model("named_blocks", network="timm:convnext_atto", blocks="stages.*.blocks.*", num_classes=4,
