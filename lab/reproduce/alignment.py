@@ -140,8 +140,7 @@ class CollapseOverTraining(Callback):
 def _model_overrides(kind: str, sizes: dict) -> list[str]:
     if kind == "fc":
         return [f"model.depth={sizes['depth']}", f"model.width={sizes['width']}"]
-    return ["model.name=conv_resnet", f"model.depths=[{sizes['blocks']}]", f"model.channels=[{sizes['channels']}]",
-            "model.feature_size=8"]
+    return [f"model.depths=[{sizes['blocks']}]", f"model.channels=[{sizes['channels']}]"]
 
 
 def scale(kind: str, budget: str) -> str:
@@ -187,10 +186,11 @@ def _train_pairs(kind: str, budget: str, seeds: int, store: RunStore, tick: Call
             overrides = [*_model_overrides(kind, sizes), f"model.shortcut={shortcut}", f"model.seed={seed}",
                          f"train.seed={seed}", f"train.epochs={sizes['epochs']}",
                          *(plain_recipe(kind, budget)[0] if shortcut == "none" else ())]
-            data = build_data(config("ra_fc_digits", overrides))
+            base = f"ra_{kind}_digits"  # configs/ra_fc_digits.yaml, configs/ra_conv_digits.yaml
+            data = build_data(config(base, overrides))
             n = sizes["nc_inputs"]
             collapse = CollapseOverTraining(data.x_train[:n], data.y_train[:n])
-            run, line = train("ra_fc_digits", overrides, store, f"ra-{kind}-{shortcut}-s{seed}",
+            run, line = train(base, overrides, store, f"ra-{kind}-{shortcut}-s{seed}",
                               callbacks=[collapse], data=data)
             reports[shortcut].append(alignment_report(run, inputs=inputs, nc_inputs=sizes["nc_inputs"]))
             curves[shortcut].append(collapse.curve)
@@ -278,7 +278,7 @@ def judged(kind: str, reports: dict[str, list[dict]], curves: dict[str, list[Cur
         log_gap = [math.log(a) - math.log(b) if a > 0 and b > 0 else math.nan
                    for a, b in zip(r_with, r_without, strict=True)]
         out.append(result("ra3", {"with skips": r_with, "without skips": r_without},
-                          f"top-C σ / next σ = {mean_sd(r_with)} with skips, {mean_sd(r_without)} without",
+                          f"top-C σ / next-C σ = {mean_sd(r_with)} with skips, {mean_sd(r_without)} without",
                           judge(log_gap, what="log spectral drop after C, with skips minus without",
                                 preconditions=learned, smoke=smoke)))
     slope, r2 = report_values(skip, "inv_sigma1_slope"), report_values(skip, "inv_sigma1_r2")

@@ -210,12 +210,11 @@ def measure_table1(budget: str, seeds: int, store: RunStore, tick: Callable[[], 
     commands = []
     for seed in range(seeds):
         for name, mode in MODES.items():
-            overrides = ["model.name=conv_resnet", f"model.depths=[{sizes['blocks']}]",
-                         f"model.channels=[{sizes['channels']}]", "model.feature_size=8",
+            overrides = [f"model.depths=[{sizes['blocks']}]", f"model.channels=[{sizes['channels']}]",
                          f"train.epochs={sizes['table_epochs']}", f"train.droppath={mode}",
                          f"train.drop_path_rate={0.1 if mode != 'off' else 0.0}", f"model.seed={seed}",
                          f"train.seed={seed}"]
-            run, line = train("ra_fc_digits", overrides, store, f"table1-{mode}-s{seed}")
+            run, line = train("ra_conv_digits", overrides, store, f"table1-{mode}-s{seed}")
             acc[name].append(float(run.read_status()["metrics"]["test_acc"]))
             if seed == 0:
                 commands.append(line)

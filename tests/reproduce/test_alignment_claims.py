@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from lab.analysis.alignment import inverse_sigma_fit
+from lab.config import to_dict
 from lab.reproduce import alignment
 from lab.reproduce.runs import config
 
@@ -182,3 +183,21 @@ def test_ra4_verdict_without_an_exponent_is_unchanged():
     compared = alignment.ra4_verdict(slope, r2, without, 8, [], exponent=[-1.0, -1.0, -1.0])
     assert bare.verdict == compared.verdict
     assert "1/i" not in bare.reason and "lies inside it" in compared.reason
+
+
+@pytest.mark.parametrize("kind", ["fc", "conv"])
+def test_the_reproductions_own_configs_switch_no_model(kind):
+    """The conv experiments start from the conv config: a plan built over the FC one switched ``model.name`` and
+    warned the user of keys it dropped, at every run of ``lab reproduce``."""
+    import warnings
+
+    for budget in ("smoke", "cpu"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            cfg = config(f"ra_{kind}_digits", alignment._model_overrides(kind, alignment.SIZES[budget]))
+        sizes, model = alignment.SIZES[budget], to_dict(cfg)["model"]
+        if kind == "conv":
+            assert (model["name"], model["depths"], model["channels"], model["feature_size"]) == (
+                "conv_resnet", [sizes["blocks"]], [sizes["channels"]], 8)
+        else:
+            assert (model["name"], model["depth"], model["width"]) == ("fc_resnet", sizes["depth"], sizes["width"])
