@@ -2,9 +2,9 @@
 
 The core (``pip install residual-lab``) trains, resumes, analyses and reproduces from the command line, the U-ViTs
 on the VP-SDE included. The pages and notebooks, the discrete schedule's U-ViT and its sampler, latents, FID and
-digits-FD, cluster submission and the UMAP embedding each come with an extra (``pip install "residual-lab[ui]"``,
-``[diffusion]``, ``[cluster]``, ``[embed]``, or ``[all]``): a command that needs one that is not installed says which
-to install, never a traceback. A training is checked before its run folder is made
+digits-FD, cluster submission, the UMAP embedding and Hugging Face models each come with an extra (``pip install
+"residual-lab[ui]"``, ``[diffusion]``, ``[cluster]``, ``[embed]``, ``[hf]``, or ``[all]``): a command that needs one
+that is not installed says which to install, never a traceback. A training is checked before its run folder is made
 (:func:`lab.train.requires.require_extras`).
 """
 
@@ -20,6 +20,7 @@ EXTRAS: dict[str, str] = {
     "diffusers": "diffusion", "torchmetrics": "diffusion", "torch_fidelity": "diffusion",
     "submitit": "cluster",
     "umap": "embed",
+    "transformers": "hf",
 }
 """Top-level module → the extra that installs it."""
 NAMES = tuple(dict.fromkeys(EXTRAS.values()))
