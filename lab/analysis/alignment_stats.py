@@ -42,6 +42,7 @@ from torch import Tensor, nn
 from lab.analysis.alignment import alignment_score, haar_bases
 from lab.analysis.jacobian import jacobian_layouts, jacobian_operator, residual_jacobians
 from lab.analysis.svd import LinearOperator, block_krylov_svd
+from lab.analysis.token_jacobian import check_positions, token_jacobian_operator, token_jacobians
 from lab.hooks import eval_mode
 
 __all__ = ["alignment_stats"]
@@ -90,45 +91,50 @@ def _trial_scores(J_apply: Callable[[Tensor], Tensor], U_t: Tensor, V_t: Tensor,
     return out
 
 
-def _dense_chunks(model: nn.Module, x: Tensor, blocks: list[int], shape: tuple[int, int], k: int, bases: Bases,
-                  seed: int) -> Iterator[_Chunk]:
-    """Dense path: the Jacobians of a chunk of inputs, then, a few inputs at a time (as many as fit in cache), one
-    batched Krylov SVD of all their Jacobians and one alignment product per input."""
+def _dense_chunks(jacobians: Callable[[Tensor, Tensor | None], Tensor], x: Tensor, rows_per_input: int, Lg: int,
+                  shape: tuple[int, int], k: int, bases: Bases, seed: int) -> Iterator[_Chunk]:
+    """Dense path: the Jacobians of a chunk of inputs (``jacobians(xs, out)`` → ``[rows, Lg, m, n]``, R rows per
+    input), then, a few rows at a time (as many as fit in cache), one batched Krylov SVD of all their Jacobians and
+    one alignment product per row."""
     m, n = shape
-    Lg, N, T = len(blocks), len(x), len(bases[0])
-    per_input = Lg * m * n
-    step = min(N, max(1, _CHUNK_ELEMENTS // per_input))  # inputs per chunk of Jacobians
-    sub = min(step, max(1, _CACHE_ELEMENTS // per_input))  # inputs per Krylov SVD call
+    R, T = rows_per_input, len(bases[0])
+    N = len(x) * R  # rows: inputs, or (input, token position) pairs
+    per_row = Lg * m * n
+    step = min(len(x), max(1, _CHUNK_ELEMENTS // (per_row * R)))  # inputs per chunk of Jacobians
+    sub = min(step * R, max(1, _CACHE_ELEMENTS // per_row))  # rows per Krylov SVD call
     dim = J = JV = None  # J and JV are buffers reused over the chunks: fresh memory costs page faults
-    for start in range(0, N, step):
-        xs = x[start:start + step]
-        reuse = J if J is not None and len(J) == len(xs) else None
-        J = residual_jacobians(model, xs, blocks=blocks, chunk=step, out=reuse).reshape(len(xs), Lg, m, n)
+    for first in range(0, len(x), step):
+        xs = x[first:first + step]
+        start = first * R
+        reuse = J if J is not None and len(J) == len(xs) * R else None
+        J = jacobians(xs, reuse).reshape(len(xs) * R, Lg, m, n)
         if JV is None:
             JV = J.new_empty(sub, Lg * m, Lg * k)
             U_t, V_t = bases[0].to(J.device, J.dtype), bases[1].to(J.device, J.dtype)
-        S, tiles, trials = J.new_empty(len(xs), Lg, k), J.new_empty(len(xs), Lg, Lg, k, k), {}
-        for a in range(0, len(xs), sub):
+        S, tiles, trials = J.new_empty(len(J), Lg, k), J.new_empty(len(J), Lg, Lg, k, k), {}
+        for a in range(0, len(J), sub):
             Js = J[a:a + sub]  # [s, Lg, m, n]
             svd = block_krylov_svd(Js, k, dim=dim, tol=_TOL, seed=seed)
             dim = svd.dim  # the Krylov dimension these spectra need: the next inputs start there
             S[a:a + sub] = svd.S
-            Vcat = svd.V.permute(0, 2, 1, 3).reshape(len(Js), n, Lg * k)  # [V_1 … V_Lg] per input
+            Vcat = svd.V.permute(0, 2, 1, 3).reshape(len(Js), n, Lg * k)  # [V_1 … V_Lg] per row
             JV_s = torch.matmul(Js.reshape(len(Js), Lg * m, n), Vcat, out=JV[:len(Js)])
             _tiles(JV_s, svd.U, tiles[a:a + sub])
             for b, Jb in enumerate(Js.reshape(len(Js), Lg * m, n), start=start + a):
-                own = [t for t in range(T) if t % N == b]  # trial t is evaluated at input t mod N
+                own = [t for t in range(T) if t % N == b]  # trial t is evaluated at row t mod N
                 trials.update(_trial_scores(lambda X, Jb=Jb: (Jb @ X).reshape(Lg, m, -1), U_t, V_t, own))
         yield _Chunk(start, S, tiles, trials)
 
 
-def _operator_chunks(model: nn.Module, x: Tensor, blocks: list[int], shape: tuple[int, int], k: int,
+def _operator_chunks(operators: Callable[[int], list[LinearOperator]], rows: int, shape: tuple[int, int], k: int,
                      bases: Bases, seed: int) -> Iterator[_Chunk]:
-    """Operator path: per input, each block's J as a jvp/vjp operator, Krylov SVD, alignment products."""
-    m, Lg, N, T = shape[0], len(blocks), len(x), len(bases[0])
+    """Operator path: per row (an input, or an input at one token position), each block's J as a jvp/vjp operator
+    (``operators(row)``), Krylov SVD, alignment products."""
+    m, N, T = shape[0], rows, len(bases[0])
     dim = None
-    for i_x in range(N):
-        ops: list[LinearOperator] = [jacobian_operator(model, x[i_x:i_x + 1], i) for i in blocks]
+    for row in range(N):
+        ops = operators(row)
+        Lg = len(ops)
         svds = []
         for op in ops:
             svds.append(block_krylov_svd(op, k, dim=dim, tol=_TOL, seed=seed))
@@ -141,13 +147,13 @@ def _operator_chunks(model: nn.Module, x: Tensor, blocks: list[int], shape: tupl
             return torch.stack([op.matmat(X.to(op.dtype)).to(work) for op in ops])  # J_i X of each block: [Lg, m, c]
 
         tiles = _tiles(apply(Vcat).reshape(1, Lg * m, Lg * k), U[None], U.new_empty(1, Lg, Lg, k, k))
-        own = [t for t in range(T) if t % N == i_x]
+        own = [t for t in range(T) if t % N == row]
         trials = _trial_scores(apply, bases[0].to(U.device, work), bases[1].to(U.device, work), own)
-        yield _Chunk(i_x, torch.stack([s.S for s in svds])[None], tiles, trials)
+        yield _Chunk(row, torch.stack([s.S for s in svds])[None], tiles, trials)
 
 
 def alignment_stats(model: nn.Module, x: Tensor, k: int, *, grid_inputs: int = 1, baseline_trials: int = 8,
-                    dense_max_dim: int = 2048, seed: int = 0,
+                    dense_max_dim: int = 2048, seed: int = 0, positions: Sequence[int] | None = None,
                     progress: Callable[[int, int], None] | None = None) -> dict[str, Tensor]:
     """σ, alignment scores, alignment matrices and random baseline of every block at every input of a batch.
 
@@ -168,6 +174,10 @@ def alignment_stats(model: nn.Module, x: Tensor, k: int, *, grid_inputs: int = 1
         dense_max_dim: largest max(D_out, D_in) whose Jacobians are formed densely; larger blocks use jvp / vjp
             operators, one input at a time.
         seed: seed of the baseline's bases and of the Krylov start block.
+        positions: for a sequence model (states ``[B, T, D]``), the token positions whose per-token Jacobians
+            are analysed (:mod:`lab.analysis.token_jacobian`): every (input, position) pair is then one row of the
+            results, ``b · P + p``, and N below is ``len(x) · P``. None: each block's Jacobian over its whole
+            state.
         progress: called as ``progress(done, total)`` after each chunk with the (input, block) Jacobians done out
             of N · L (a progress bar's feed).
 
@@ -182,14 +192,23 @@ def alignment_stats(model: nn.Module, x: Tensor, k: int, *, grid_inputs: int = 1
     Raises:
         ValueError: if k is out of range, x is empty, grid_inputs is not in 0 … N, or baseline_trials < 1.
     """
-    N = len(x)
-    if N < 1:
+    if len(x) < 1:
         raise ValueError("x must hold at least one input")
+    if positions is None:
+        layouts = jacobian_layouts(model, x)
+        R = 1
+    else:
+        with torch.no_grad(), eval_mode(model):
+            first = model.forward_intermediates(x[:1], intermediates_only=True)
+        tokens, width = first[0].shape[1:]
+        positions = check_positions(positions, tokens)
+        layouts = [((width,), (width,))] * (len(first) - 1)  # one token's state to its own
+        R = len(positions)
+    N = len(x) * R
     if not 0 <= grid_inputs <= N:
         raise ValueError(f"grid_inputs must be in 0 … {N} (the number of inputs), got {grid_inputs}")
     if baseline_trials < 1:
         raise ValueError(f"baseline_trials must be >= 1, got {baseline_trials}")
-    layouts = jacobian_layouts(model, x)
     L = len(layouts)
     smallest = min(math.prod(s) for layout in layouts for s in layout)
     if not 1 <= k <= smallest:
@@ -208,9 +227,22 @@ def alignment_stats(model: nn.Module, x: Tensor, k: int, *, grid_inputs: int = 1
         for (out_shape, in_shape), blocks in groups.items():
             m, n = math.prod(out_shape), math.prod(in_shape)
             bases = haar_bases(m, n, k, baseline_trials, seed=seed)  # as random_baseline draws them
-            path = _dense_chunks if max(m, n) <= dense_max_dim else _operator_chunks
+            if max(m, n) <= dense_max_dim:
+                if positions is None:
+                    def jacobians(xs: Tensor, out: Tensor | None, blocks: list[int] = blocks) -> Tensor:
+                        return residual_jacobians(model, xs, blocks=blocks, chunk=len(xs), out=out)
+                else:
+                    def jacobians(xs: Tensor, out: Tensor | None, blocks: list[int] = blocks) -> Tensor:
+                        return token_jacobians(model, xs, positions, blocks=blocks, out=out)
+                chunks = _dense_chunks(jacobians, x, R, len(blocks), (m, n), k, bases, seed)
+            else:
+                def operators(row: int, blocks: list[int] = blocks) -> list[LinearOperator]:
+                    one = x[row // R:row // R + 1]
+                    return [jacobian_operator(model, one, i) if positions is None else
+                            token_jacobian_operator(model, one, positions[row % R], i) for i in blocks]
+                chunks = _operator_chunks(operators, N, (m, n), k, bases, seed)
             rows, cols = torch.tensor(blocks)[:, None], torch.tensor(blocks)[None, :]
-            for chunk in path(model, x, blocks, (m, n), k, bases, seed):
+            for chunk in chunks:
                 stop = chunk.start + len(chunk.S)
                 sigma[chunk.start:stop, blocks] = chunk.S.float().cpu()
                 scores[chunk.start:stop, rows, cols] = alignment_score(chunk.tiles).float().cpu()

@@ -46,6 +46,7 @@ from lab.analysis.alignment import inverse_sigma_fit
 from lab.analysis.alignment_stats import alignment_stats
 from lab.analysis.collapse import collapse_by_layer
 from lab.analysis.jacobian import jacobian_layouts
+from lab.analysis.token_jacobian import check_positions
 from lab.analysis.trajectories import project_trajectories, trajectory_stats
 from lab.hooks import eval_mode
 
@@ -149,8 +150,8 @@ def collapse_of(model: nn.Module, x: Tensor, y: Tensor, num_classes: int | None 
 def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: Tensor | None = None,
                        nc_y: Tensor | None = None, num_classes: int | None = None, grid_inputs: int = 1,
                        baseline_trials: int = 8, fit_start: int = RA4_FIT_START,
-                       seed: int = 0, progress: Callable[[int, int], None] | None = None
-                       ) -> dict[str, np.ndarray]:
+                       seed: int = 0, positions: Sequence[int] | None = None,
+                       progress: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
     """RA1–RA4 at the inputs ``x`` and NC1–NC4 at ``nc_x``, in eval mode (the training flags are restored).
 
     Args:
@@ -160,12 +161,16 @@ def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: 
         k: singular triplets per block (the paper: K from 10 to 30, :data:`PAPER_K` in its Fig. 2).
         nc_x: inputs for neural collapse (training inputs; several per class); default ``x``.
         nc_y: their labels.
-        num_classes: C, for ``topk_ratio`` and the head (default: the model's ``num_classes``).
+        num_classes: C, for ``topk_ratio`` and the head (default: the model's ``num_classes``); 0 for a network
+            without classes (a language model): RA3 and neural collapse are then n/a.
         grid_inputs: inputs whose K × K alignment matrices are kept.
         baseline_trials: random basis pairs per block for the baseline.
         fit_start: first block (0-based) in the 1/σ₁ fit (default 4: from block 5, as the paper's Fig. 4b); a
             model with fewer blocks fits its last two; the fit stays within one stage (:func:`fit_range`).
         seed: seed of the randomized parts (baseline, Gaussian directions, bootstrap).
+        positions: for a sequence model (states ``[B, T, D]``, a Transformer decoder), the token positions analysed
+            one by one (:mod:`lab.analysis.token_jacobian`): every (input, position) pair is then one input of
+            RA1–RA4, row ``b · P + p`` of the per-input results, labelled with its input's label.
         progress: ``progress(done, total)`` of the Jacobians (:func:`~lab.analysis.alignment_stats.alignment_stats`).
 
     Returns:
@@ -181,9 +186,10 @@ def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: 
         ``fit_start``, ``fit_stop`` and ``head_classes`` (the head's outputs; 0 without a head). Pairs (i, j) whose
         Jacobians act on different spaces (different conv stages) are NaN.
     """
-    C = int(num_classes or getattr(model, "num_classes", 0) or int(y.max()) + 1)
+    y_inputs = y  # one label per input (NC reads the inputs whole)
+    C = int(num_classes if num_classes is not None else getattr(model, "num_classes", 0) or int(y.max()) + 1)
     stats = alignment_stats(model, x, k, grid_inputs=grid_inputs, baseline_trials=baseline_trials, seed=seed,
-                            progress=progress)
+                            positions=positions, progress=progress)
     sigma = stats["sigma"].double().mean(dim=0)  # [L, K]
     per_input = stats["scores"].double()  # [N, L, L]
     scores = per_input.nanmean(dim=0)  # [L, L]
@@ -195,12 +201,18 @@ def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: 
     by_input = per_input[:, off].numpy()  # [N, L(L-1)]
     with np.errstate(all="ignore"):
         offdiag_per_input = np.array([np.nanmean(r) if np.isfinite(r).any() else np.nan for r in by_input])
-    topk_ratio = float(sigma[:, :C].mean() / sigma[:, C:2 * C].mean()) if k >= 2 * C else math.nan
+    topk_ratio = float(sigma[:, :C].mean() / sigma[:, C:2 * C].mean()) if C >= 1 and k >= 2 * C else math.nan
 
     with torch.no_grad(), eval_mode(model):
         states = model.forward_intermediates(x, intermediates_only=True)
+    if positions is None:
+        square = np.array([out_shape == in_shape for out_shape, in_shape in jacobian_layouts(model, x[:1])])
+    else:  # one token's state at a time: [B, T, D] → [B·P, D]; a token's Jacobian maps its state to itself
+        pos = check_positions(positions, states[0].shape[1])
+        states = [h[:, pos].reshape(-1, h.shape[-1]) for h in states]
+        y = y.repeat_interleave(len(pos))
+        square = np.ones(L, dtype=bool)
     stage = stages_of([tuple(h.shape[1:]) for h in states])
-    square = np.array([out_shape == in_shape for out_shape, in_shape in jacobian_layouts(model, x[:1])])
     fit_start = max(0, min(fit_start, L - 2))
     lo, hi = fit_range(stage[:L], square, fit_start)
     line = np.full(L, np.nan)
@@ -239,8 +251,9 @@ def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: 
         traj_pca=pca_xy.numpy(), traj_gauss=gauss_xy.numpy(), labels=y.cpu().numpy().astype(np.int64),
         class_of_means=classes.numpy().astype(np.int64), traj_means_pca=means["pca"].numpy(),
         traj_means_gauss=means["gauss"].numpy(),
-        straightness_per_input=traj["straightness_per_input"] if traj else np.full(len(x), np.nan),
-        **collapse_of(model, x if nc_x is None else nc_x, y if nc_y is None else nc_y, num_classes=C),
+        straightness_per_input=traj["straightness_per_input"] if traj else np.full(len(y), np.nan),
+        **(collapse_of(model, x if nc_x is None else nc_x, y_inputs if nc_y is None else nc_y, num_classes=C)
+           if C >= 2 else {key: np.full(L + 1, np.nan) for key in NC_KEYS}),
     )
     scalars = {"align_offdiag": align_offdiag, "baseline_mean": float(stats["baseline"].double().mean()),
                "topk_ratio": topk_ratio, "inv_sigma1_slope": slope, "inv_sigma1_r2": r2, "fit_start": lo,
@@ -271,7 +284,7 @@ def alignment_reasons(out: dict[str, np.ndarray]) -> dict[str, str]:
 
     Returns:
         ``{scalar: reason}`` for the scalars of :data:`SCALARS` that are NaN (``baseline_mean`` never is), plus
-        ``head`` when the head's outputs differ from the data's classes.
+        ``head`` when the head's outputs differ from the data's classes and ``nc`` when there are no classes.
     """
     sigma, stage = np.asarray(out["sigma"]), np.asarray(out["stage"])
     L, C, k = len(sigma), int(out["num_classes"]), int(out["k"])
@@ -290,7 +303,10 @@ def alignment_reasons(out: dict[str, np.ndarray]) -> dict[str, str]:
             reasons["align_offdiag"] = "no two blocks act on one space (every stage of the network has one block)"
         else:
             reasons["align_offdiag"] = because_zero or "every pair of blocks' alignment matrix is zero"
-    if not np.isfinite(out["topk_ratio"]):
+    if not np.isfinite(out["topk_ratio"]) and C < 1:
+        reasons["topk_ratio"] = ("RA3 compares a Jacobian's rank with the number of classes C; the network has no "
+                                 "classes (a language model)")
+    elif not np.isfinite(out["topk_ratio"]):
         reasons["topk_ratio"] = (f"RA3 compares the top C = {C} singular values with the next {C}: it needs K ≥ {2 * C}"
                                  f", and K = {k}" if k < 2 * C else because_zero or "the next C singular values are 0")
     if not np.isfinite(out["inv_sigma1_slope"]):
@@ -309,6 +325,8 @@ def alignment_reasons(out: dict[str, np.ndarray]) -> dict[str, str]:
             reasons[key] = (f"RA1 measures a trajectory over two or more blocks of one layout; the network's longest "
                             f"stage has {n} block{'s' if n != 1 else ''}" if n < 2 else
                             "the trajectories do not move (every step is zero)")
+    if C < 2:
+        reasons["nc"] = "neural collapse (NC1–NC4) is measured per class; the network has none (a language model)"
     head = int(out.get("head_classes", 0))
     if head and head != C:
         reasons["head"] = (f"the network's head has {head} outputs and the data {C} classes: it is not read as the "

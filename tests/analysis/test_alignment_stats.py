@@ -73,7 +73,7 @@ def test_shapes_and_dtypes(fc_case):
     _, x, k, stats, _ = fc_case
     N, L = len(x), 4
     expected = {"sigma": (N, L, k), "scores": (N, L, L), "grid": (2, L, L, k, k), "baseline": (L,),
-                "baseline_std": (L,)}
+                "baseline_std": (L,), "baseline_trials": (8, L)}
     assert {key: tuple(v.shape) for key, v in stats.items()} == expected
     assert all(v.dtype == torch.float32 and v.device.type == "cpu" for v in stats.values())
 
