@@ -1,0 +1,72 @@
+"""Text a language model is analysed on: a user's file, tokenised by the model's own tokenizer, in windows.
+
+``--data text=FILE`` with a Hugging Face decoder: the file is read as UTF-8 (at most :data:`MAX_TEXT_BYTES`), encoded
+by the tokenizer saved beside the model (``save_pretrained``'s ``tokenizer.json`` and friends, read from that folder
+alone), and cut into consecutive, non-overlapping windows of ``length`` tokens — the analysed "inputs" — the last
+partial window dropped. Nothing is downloaded and no code from the folder runs.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import BinaryIO
+
+import torch
+from torch import Tensor
+
+from lab.extras import require
+
+__all__ = ["MAX_TEXT_BYTES", "load_tokenizer", "text_windows"]
+
+MAX_TEXT_BYTES = 64 * 2**20
+"""The most text read from a file: 64 MiB is tens of millions of tokens, far more windows than any analysis takes."""
+
+
+def load_tokenizer(folder: str | Path):
+    """The tokenizer ``save_pretrained`` wrote into ``folder``, read from that folder alone.
+
+    Raises:
+        MissingExtra: transformers is not installed (the ``[hf]`` extra).
+        FileNotFoundError: the folder holds no tokenizer.
+    """
+    transformers = require("transformers")
+    path = Path(folder).expanduser()
+    if not any((path / name).is_file() for name in ("tokenizer.json", "vocab.json", "tokenizer.model")):
+        raise FileNotFoundError(f"{path} holds no tokenizer (tokenizer.json, vocab.json or tokenizer.model): save "
+                                "the model's tokenizer beside it with tokenizer.save_pretrained(folder)")
+    return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
+
+
+def text_windows(source: str | Path | BinaryIO, tokenizer, length: int, windows: int | None = None) -> Tensor:
+    """Token ids ``[N, length]`` of consecutive windows of the text in ``source``.
+
+    Args:
+        source: a path, or a binary file already open (a page opens it inside its data folders).
+        tokenizer: a transformers tokenizer (:func:`load_tokenizer`).
+        length: tokens per window (at least 2).
+        windows: at most this many windows, the first ones (None: all).
+
+    Raises:
+        ValueError: ``length`` below 2, text that is not UTF-8, or too little text for one window.
+        FileNotFoundError: no such file.
+    """
+    if length < 2:
+        raise ValueError(f"a window holds at least 2 tokens; got {length}")
+    if isinstance(source, str | Path):
+        with open(Path(source).expanduser(), "rb") as f:
+            raw = f.read(MAX_TEXT_BYTES)
+        name = str(source)
+    else:
+        raw = source.read(MAX_TEXT_BYTES)
+        name = getattr(source, "name", "the text")
+    try:
+        text = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8", errors="strict").read()
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{name} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+    need = length * (windows or 1)
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    count = len(ids) // length if windows is None else min(windows, len(ids) // length)
+    if count < 1:
+        raise ValueError(f"{name} holds {len(ids)} tokens: one window needs {length} (asked: {need})")
+    return torch.tensor(ids[:count * length], dtype=torch.long).reshape(count, length)
