@@ -41,8 +41,17 @@ def check_positions(positions: Sequence[int], tokens: int) -> list[int]:
     return out
 
 
-def _step_fn(block: nn.Module, h: Tensor, t: int):
-    """``v [D] ↦ F(h with token t set to v)_t [D]``: the branch at token t, the other tokens fixed at h ``[T, D]``."""
+def _step_fn(model: nn.Module, block: nn.Module, h: Tensor, t: int):
+    """``v [D] ↦ F(h with token t set to v)_t [D]``: the branch at token t, the other tokens fixed at h ``[T, D]``.
+
+    Only what token t's output depends on is computed: a step marked ``tokenwise`` (an MLP) sees token t alone, and
+    a causal model's step the tokens up to t — the same numbers at a fraction of the cost (T times less for an MLP).
+    """
+    if getattr(block, "tokenwise", False):
+        return lambda v: block.branch(v[None, None])[0, 0]
+    if getattr(model, "causal", False):
+        h = h[:t + 1]
+
     def fn(v: Tensor) -> Tensor:
         return block.branch(torch.cat([h[:t], v[None], h[t + 1:]])[None])[0, t]
     return fn
@@ -79,7 +88,7 @@ def token_jacobians(model: nn.Module, x: Tensor, positions: Sequence[int], *, bl
             for b in range(len(x)):
                 h = states[i][b]
                 for p, t in enumerate(pos):
-                    fn = _step_fn(named[i], h, t)
+                    fn = _step_fn(model, named[i], h, t)
                     v = h[t]
                     rows = [vmap(lambda e, fn=fn, v=v: jvp(fn, (v,), (e,))[1])(chunk) for chunk in basis.split(cols)]
                     out[b * P + p, col] = torch.cat(rows).mT  # row e of the stack is J e_e: transpose to J
@@ -100,7 +109,7 @@ def token_jacobian_operator(model: nn.Module, x: Tensor, position: int, i: int) 
     with eval_mode(model), torch.no_grad():
         h = model.forward_intermediates(x, intermediates_only=True)[i][0]
         (t,) = check_positions([position], h.shape[0])
-        fn = _step_fn(block, h, t)
+        fn = _step_fn(model, block, h, t)
         v = h[t]
         _, pullback = vjp(fn, v)
     D = v.numel()

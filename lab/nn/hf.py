@@ -39,15 +39,17 @@ ENCODERS = {"vit": "ViT", "deit": "DeiT"}
 
 class HFStep(nn.Module):
     """One residual step ``h + F(h)`` of a transformers block, ``F`` its pre-norm branch (a function over the
-    block's own modules; the step owns nothing). α = β = 1, no post-activation."""
+    block's own modules; the step owns nothing). α = β = 1, no post-activation. ``tokenwise``: F acts on each token
+    alone (an MLP), which per-token Jacobians use (:mod:`lab.analysis.token_jacobian`)."""
 
     alpha = 1.0
     beta = 1.0
     post_act = None
 
-    def __init__(self, branch: Callable[[Tensor], Tensor]) -> None:
+    def __init__(self, branch: Callable[[Tensor], Tensor], tokenwise: bool = False) -> None:
         super().__init__()
         self.branch = branch
+        self.tokenwise = tokenwise
 
     def forward(self, h: Tensor) -> Tensor:
         return h + self.branch(h)
@@ -70,7 +72,7 @@ def _gpt2_steps(model: nn.Module) -> list[HFStep]:
         def mlp(h: Tensor, b: nn.Module = block) -> Tensor:
             return b.mlp(b.ln_2(h))
 
-        steps += [HFStep(attn), HFStep(mlp)]
+        steps += [HFStep(attn), HFStep(mlp, tokenwise=True)]
     return steps
 
 
@@ -87,7 +89,7 @@ def _llama_steps(model: nn.Module) -> list[HFStep]:
         def mlp(h: Tensor, layer: nn.Module = layer) -> Tensor:
             return layer.mlp(layer.post_attention_layernorm(h))
 
-        steps += [HFStep(attn), HFStep(mlp)]
+        steps += [HFStep(attn), HFStep(mlp, tokenwise=True)]
     return steps
 
 
@@ -100,7 +102,7 @@ def _vit_steps(encoder: nn.Module) -> list[HFStep]:
         def mlp(h: Tensor, layer: nn.Module = layer) -> Tensor:
             return layer.dropout(layer.mlp(layer.layernorm_after(h)))
 
-        steps += [HFStep(attn), HFStep(mlp)]
+        steps += [HFStep(attn), HFStep(mlp, tokenwise=True)]
     return steps
 
 
