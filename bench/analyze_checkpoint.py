@@ -14,7 +14,16 @@ memory is its own): the network is built, its weights written as safetensors and
   (:func:`lab.analysis.rank_sweep.layer_rank_metrics`), and
   :func:`lab.analysis.retransformation.retransformation` of the stream at ``--rank-inputs`` inputs.
 
-Run: ``python bench/analyze_checkpoint.py [--inputs 2] [--k 10] [--rank-inputs 64] [--cases resnet18@64,...]``.
+``--entry-points`` measures the whole of an analysis from a weights file instead, as a user runs it: a timm ResNet-18
+saved as timm builds it (three channels, ten classes) analysed on the digits (``lab analyze alignment --model
+timm:resnet18 --weights FILE``) by the command, a process of its own, and by ``lab.analyze`` in a process whose torch
+was left on one thread, as ``lab train`` run in a notebook leaves it: with the command's threads (the default) and on
+that one thread (what ``lab.analyze`` did before it took the command's). Each runs in a child process; the table
+gives wall-clock and CPU seconds (the CPU time tells a busy machine from a slow analysis), and the bytes each call
+left in its run folder's ``checkpoints/``.
+
+Run: ``python bench/analyze_checkpoint.py [--inputs 2] [--k 10] [--rank-inputs 64] [--cases resnet18@64,...]`` or
+``python bench/analyze_checkpoint.py --entry-points [--inputs 8] [--k 8] [--image-size 32]``.
 The table gives seconds and peak MB of each part, the ratio of each case's total time to the reference case
 (ResNet-18 at 64 px, measured in the same run), the largest Jacobian (D), and the numbers themselves: RA2's mean
 off-diagonal alignment score beside its random baseline, and the last state's rank.
@@ -100,6 +109,59 @@ def run_case(case: str, inputs: int, k: int, rank_inputs: int) -> dict:
             "backtrack": float(moved["backtrack"])}
 
 
+ENTRY_POINTS = ("command", "lab.analyze", "lab.analyze, 1 thread")
+
+
+def entry_point(case: str, weights: str, runs: str, inputs: int, k: int, image_size: int) -> None:
+    """One entry point's analysis, in this process (a child of :func:`entry_points`)."""
+    settings = [f"data.image_size={image_size}"] if image_size else []
+    if case == "command":
+        from lab.cli import main as command
+
+        sets = [arg for item in settings for arg in ("--set", item)]
+        sys.exit(command(["analyze", "alignment", "--model", "timm:resnet18", "--weights", weights, *sets, "--inputs",
+                          str(inputs), "--k", str(k), "--nc-inputs", "100", "--runs-dir", runs, "--no-progress"]))
+    import torch
+
+    import lab
+
+    torch.set_num_threads(1)  # as `lab train` in the same process leaves it
+    lab.analyze("timm:resnet18", weights=weights, settings=settings, analyses=("alignment",), inputs=inputs, k=k,
+                nc_inputs=100, runs_dir=runs, threads=1 if case.endswith("1 thread") else None)
+
+
+def entry_points(inputs: int, k: int, image_size: int) -> None:
+    """The table of :data:`ENTRY_POINTS`: wall-clock and CPU seconds, and the bytes left in ``checkpoints/``."""
+    import resource
+
+    import timm
+    import torch
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        weights = Path(tmp) / "resnet18.pt"
+        torch.save(timm.create_model("resnet18", pretrained=False, num_classes=10).state_dict(), weights)
+        print(f"timm resnet18 (3 channels, 10 classes), {weights.stat().st_size / 1e6:.1f} MB; digits at "
+              f"{image_size or 224} px; RA at {inputs} inputs, K = {k}, NC at 100; {os.cpu_count()} CPUs", flush=True)
+        for case in ENTRY_POINTS:
+            runs = Path(tmp) / case.replace(" ", "-").replace(",", "")
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.perf_counter()
+            child = subprocess.run([sys.executable, __file__, "--entry", case, "--weights", str(weights), "--runs",
+                                    str(runs), "--inputs", str(inputs), "--k", str(k), "--image-size",
+                                    str(image_size)], capture_output=True, text=True, cwd=ROOT)
+            wall = time.perf_counter() - start
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if child.returncode:
+                print(f"{case}: failed\n{child.stderr[-2000:]}", flush=True)
+                continue
+            cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+            copied = sum(f.stat().st_size for f in runs.glob("*/checkpoints/*"))
+            rows.append([case, f"{wall:.1f}", f"{cpu:.1f}", f"{copied:,}"])
+            print(f"{case}: {wall:.1f} s", flush=True)
+    print(table(["entry point", "wall s", "CPU s", "bytes in checkpoints/"], rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--inputs", type=int, default=2, help="inputs of the RA analysis (default 2)")
@@ -109,7 +171,19 @@ def main() -> None:
                                                                      "(default 64)")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma list of arch@px (default {','.join(CASES)})")
     parser.add_argument("--case", default=None, help=argparse.SUPPRESS)  # one case, in a child process
+    parser.add_argument("--entry-points", action="store_true", help="time the command against lab.analyze on a "
+                                                                    "weights file instead (see the module)")
+    parser.add_argument("--image-size", type=int, default=32, help="--entry-points: the digits' side (0: the "
+                                                                   "network's own, 224)")
+    for hidden in ("--entry", "--weights", "--runs"):  # one entry point, in a child process
+        parser.add_argument(hidden, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.entry:
+        entry_point(args.entry, args.weights, args.runs, args.inputs, args.k, args.image_size)
+        return
+    if args.entry_points:
+        entry_points(args.inputs, args.k, args.image_size)
+        return
     if args.case:
         print(json.dumps(run_case(args.case, args.inputs, args.k, args.rank_inputs)))
         return

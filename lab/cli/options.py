@@ -61,12 +61,17 @@ def add_network_source(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--data", default="digits", metavar="NAME[=DIR]",
                        help="the data it is analysed on (default digits; e.g. cifar10=/data/cifar)")
     group.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                       help="another setting of the analysed experiment, e.g. data.image_size=32 (repeatable)")
+                       help="another setting of the analysed experiment (repeatable), e.g. data.image_size=32 (the "
+                            "side the network sees; default its own, 224 for a timm or torchvision ResNet) or "
+                            "data.normalize=model|data|none (its inputs normalised with its library's mean/std, the "
+                            "data's own statistics, or raw pixels in [0, 1]; default model for a library network "
+                            "on its library's 3 channels, else data)")
     group.add_argument("--blocks", default=None, metavar="PATTERN",
                        help="the residual blocks of a timm/torchvision network the lab has no adapter for, by module "
                             "name (fnmatch: 'stages.*.blocks.*'); each must compute h + F(h)")
     group.add_argument("--strict", default="true", choices=["true", "false"],
-                       help="false: load the keys that fit, keep the model's own values for the rest (named)")
+                       help="false: load the keys that fit, keep the network's initialisation for the rest (named in "
+                            "the output and in config.json's imported record)")
 
 
 def add_sampling(parser: argparse.ArgumentParser) -> None:

@@ -104,11 +104,16 @@ class ImageSplit:
             std=tuple(std_all.tolist()),
         )
 
-    def standardize(self) -> ImageSplit:
-        """Normalize with the per-channel mean and std of the *training* images (test statistics never leak in)."""
+    def statistics(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """`(mean, std)` per channel of the *training* images, as `standardize` normalizes with them (std at least
+        1e-8); computed without a normalized copy."""
         dims = [d for d in range(self.x_train.ndim) if d != 1]
         std, mean = torch.std_mean(self.x_train, dim=dims, correction=0)
-        return self.normalized(mean.tolist(), std.clamp_min(1e-8).tolist())
+        return tuple(mean.tolist()), tuple(std.clamp_min(1e-8).tolist())
+
+    def standardize(self) -> ImageSplit:
+        """Normalize with the per-channel mean and std of the *training* images (test statistics never leak in)."""
+        return self.normalized(*self.statistics())
 
     def datasets(self) -> tuple[TensorDataset, TensorDataset]:
         """`(train, test)` as `TensorDataset`s for a `DataLoader`."""

@@ -3,12 +3,12 @@ through the block views the lab's analyses take.
 
 ``timm:<arch>`` and ``torchvision:<arch>`` build that library's network (never pretrained: nothing is downloaded),
 a registered name builds the lab's model (:func:`~lab.nn.registry.create_model`). Weights are read by
-:func:`~lab.nn.weights.load_weights` into the library's own module, under its own keys, before it is wrapped; then
-:func:`residual_view` finds the residual blocks: a lab model has them already, a timm or torchvision ResNet gets
-:class:`~lab.nn.timm_adapter.TimmResNet` / :class:`~lab.nn.timm_adapter.TorchvisionResNet` (every block with its
-branch and shortcut, projection shortcuts marked), a timm ViT :class:`~lab.nn.timm_vit.TimmViT` (attention and MLP
-as two residual steps per block). A network whose blocks the lab cannot find is refused with the
-modules it has, by name.
+:func:`~lab.nn.weights.load_weights` into the library's own module, under its own keys, before it is wrapped (the
+network built as the file says, :mod:`lab.nn.network_shape`); then :func:`residual_view` finds the residual blocks:
+a lab model has them already, a timm or torchvision ResNet gets :class:`~lab.nn.timm_adapter.TimmResNet` /
+:class:`~lab.nn.timm_adapter.TorchvisionResNet` (every block with its branch and shortcut, projection shortcuts
+marked), a timm ViT :class:`~lab.nn.timm_vit.TimmViT` (attention and MLP as two residual steps per block). A network
+whose blocks the lab cannot find is refused with the modules it has, by name.
 """
 
 from __future__ import annotations
@@ -19,11 +19,12 @@ from torch import nn
 
 from lab.nn.mae import MaskedAutoencoderViT
 from lab.nn.named_blocks import check_pattern
+from lab.nn.network_shape import read_shape
 from lab.nn.registry import create_model, list_models
 from lab.nn.timm_adapter import TimmResNet, TorchvisionResNet
 from lab.nn.timm_vit import TimmViT
 from lab.nn.vit_steps import SublayerSteps
-from lab.nn.weights import LoadReport, load_weights
+from lab.nn.weights import LoadReport, load_state, read_weights
 
 LIBRARY_BUILDERS = {"timm": "timm_resnet", "torchvision": "torchvision_resnet"}
 """``<library>:<arch>`` → the registered builder that takes ``arch`` (timm's ViTs: ``timm_vit``)."""
@@ -121,10 +122,24 @@ def open_network(name: str, weights: str | Path | None = None, *, strict: bool =
     """The network ``name`` (:func:`build_network`) with the weights file ``weights`` (none: as initialised), seen
     through :func:`residual_view`, in eval mode; and how the file's keys matched.
 
+    The network is built as the file says (:func:`~lab.nn.network_shape.read_shape`: a timm network's input
+    channels, classes and a ViT's patch and image size; a torchvision network's classes), where ``kwargs`` leave
+    those unset.
+
     Raises:
         ValueError: see :func:`build_network` and :func:`residual_view`; :class:`~lab.nn.weights.WeightsError` (a
             ValueError) for a file that cannot be loaded; FileNotFoundError: no such file.
     """
+    if weights is None:
+        return residual_view(build_network(name, **kwargs)).eval(), None
+    file = read_weights(weights)
+    library, sep, _ = name.partition(":")
+    if sep and library in LIBRARY_BUILDERS:
+        shape = read_shape(network_overrides(name), file.state)
+        given = {"num_classes": shape.head_classes}
+        if library == "timm":
+            given.update(in_chans=shape.in_chans, img_size=shape.img_size, patch_size=shape.patch_size)
+        kwargs = {**{k: v for k, v in given.items() if v is not None}, **kwargs}
     model = build_network(name, **kwargs)
-    report = load_weights(model, weights, strict=strict) if weights is not None else None
+    report = load_state(model, file, strict=strict)
     return residual_view(model).eval(), report

@@ -9,7 +9,10 @@ Bottleneck nets) has a downsample projection on its shortcut and maps one space 
 ``has_projection`` so analyses can skip it or treat its rectangular Jacobian apart.
 
 The adapter runs the model through those views, so probes (:func:`lab.hooks.capture`) see every block's input,
-output and branch. Weights are never downloaded (``pretrained=False``); load a checkpoint into ``.model`` instead.
+output and branch. Weights are never downloaded (``pretrained=False``); load a checkpoint into ``.model`` instead. A
+network imported from a weights file may take other inputs than the lab's tensors (RGB at 224 px, its library's
+mean and std): its ``input_stage`` (:class:`~lab.nn.input_stage.InputStage`, the builders' ``inputs``) makes them,
+first thing in :meth:`TimmResNet.stem`.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import torch
 from torch import nn
 
 from lab.nn.droppath import DropPath
+from lab.nn.input_stage import InputStage, input_stage
 from lab.nn.intermediates import check_format, collect, last_state
 from lab.nn.registry import register_model, signature_of
 
@@ -108,11 +112,14 @@ class TimmResNet(nn.Module):
 
     Args:
         model: a ``timm.models.ResNet``.
+        inputs: what makes the lab's tensors into the network's inputs (None: it takes them as they are); it holds
+            no weights, so the state dict is the network's.
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, inputs: InputStage | None = None) -> None:
         super().__init__()
         self.model = model
+        self.input_stage = inputs
         self.num_classes = model.fc.out_features if isinstance(model.fc, nn.Linear) else model.num_classes
         stages = [getattr(model, f"layer{s}") for s in range(1, 5)]
         self._views = [TimmBlock(b) for stage in stages for b in stage]  # a list, so not registered as children
@@ -128,10 +135,14 @@ class TimmResNet(nn.Module):
         for i, view in enumerate(self._views):
             yield f"blocks.{i}", view
 
+    def adapt(self, x: torch.Tensor) -> torch.Tensor:
+        """The lab's tensors as the network's inputs (through :attr:`input_stage`, when there is one)."""
+        return x if self.input_stage is None else self.input_stage(x)
+
     def stem(self, x: torch.Tensor) -> torch.Tensor:
-        """``[B, in_chans, H, W]`` → h_0 ``[B, C, H/4, W/4]`` (conv, norm, act, max-pool)."""
+        """``[B, in_chans, H, W]`` → h_0 ``[B, C, H/4, W/4]`` (conv, norm, act, max-pool), after the input stage."""
         m = self.model
-        return m.maxpool(m.act1(m.bn1(m.conv1(x))))
+        return m.maxpool(m.act1(m.bn1(m.conv1(self.adapt(x)))))
 
     def pool(self, h: torch.Tensor) -> torch.Tensor:
         """h_L ``[B, C, H, W]`` → pooled features ``[B, C]`` (timm's pre-logits)."""
@@ -197,7 +208,7 @@ class TorchvisionResNet(TimmResNet):
 
     def stem(self, x: torch.Tensor) -> torch.Tensor:
         m = self.model
-        return m.maxpool(m.relu(m.bn1(m.conv1(x))))
+        return m.maxpool(m.relu(m.bn1(m.conv1(self.adapt(x)))))
 
     def pool(self, h: torch.Tensor) -> torch.Tensor:
         return torch.flatten(self.model.avgpool(h), 1)
@@ -236,7 +247,7 @@ def set_drop_path(model: nn.Module, rate: float, *, schedule: str = "linear") ->
 
 @register_model(family="timm_resnet", example={"num_classes": 3, "arch": "resnet18"}, input_shape=(3, 32, 32))
 def timm_resnet(arch: str = "resnet18", num_classes: int = 1000, in_chans: int = 3, drop_path_rate: float = 0.0,
-                zero_init: bool = False, **timm_kwargs) -> TimmResNet:
+                zero_init: bool = False, inputs: dict | None = None, **timm_kwargs) -> TimmResNet:
     """A timm ResNet by name (``resnet18``, ``resnet34``, ``resnet50``, ``resnet50d``, …), never pretrained.
 
     Args:
@@ -246,6 +257,8 @@ def timm_resnet(arch: str = "resnet18", num_classes: int = 1000, in_chans: int =
         drop_path_rate: stochastic depth, timm's linear rule (:func:`set_drop_path`).
         zero_init: zero the last norm of every branch (timm's ``zero_init_last``; timm's default is True, the
             lab's is False so an untrained net has non-zero residual Jacobians).
+        inputs: the settings of an input stage (:class:`~lab.nn.input_stage.InputStage`) that makes the lab's
+            tensors into this network's inputs; an imported network's (None: it takes them as they are).
         **timm_kwargs: passed on to ``timm.create_model``.
     """
     import timm  # imported here: it takes seconds, and only these builders need it
@@ -253,9 +266,10 @@ def timm_resnet(arch: str = "resnet18", num_classes: int = 1000, in_chans: int =
     if arch not in timm.list_models(module="resnet"):
         raise ValueError(f"timm's {arch!r} is no ResNet (nor a ViT): the lab sees timm's and torchvision's ResNets "
                          "and timm's ViTs block by block")
+    stage = input_stage(inputs)
     model = timm.create_model(arch, pretrained=False, num_classes=num_classes, in_chans=in_chans,
                               zero_init_last=zero_init, **timm_kwargs)
-    adapter = TimmResNet(model)
+    adapter = TimmResNet(model, stage)
     if drop_path_rate > 0:
         set_drop_path(adapter, drop_path_rate)
     return adapter
@@ -263,7 +277,7 @@ def timm_resnet(arch: str = "resnet18", num_classes: int = 1000, in_chans: int =
 
 @register_model(family="torchvision_resnet", example={"num_classes": 3, "arch": "resnet18"}, input_shape=(3, 32, 32))
 def torchvision_resnet(arch: str = "resnet18", num_classes: int = 1000, in_chans: int = 3,
-                       drop_path_rate: float = 0.0) -> TorchvisionResNet:
+                       drop_path_rate: float = 0.0, inputs: dict | None = None) -> TorchvisionResNet:
     """A torchvision ResNet by name (``resnet18`` … ``resnet152``, ``resnext50_32x4d``, ``wide_resnet50_2``), never
     pretrained: what a weights file written by torchvision's training loads into (its keys, under ``model.``).
 
@@ -272,12 +286,15 @@ def torchvision_resnet(arch: str = "resnet18", num_classes: int = 1000, in_chans
         num_classes: classifier outputs.
         in_chans: input channels (torchvision's stem takes 3; another count gets a stem convolution of its own).
         drop_path_rate: stochastic depth, timm's linear rule (:func:`set_drop_path`).
+        inputs: the settings of an input stage (:class:`~lab.nn.input_stage.InputStage`), as :func:`timm_resnet`
+            takes them.
 
     Raises:
         ValueError: ``arch`` is not a torchvision ResNet.
     """
     import torchvision
 
+    stage = input_stage(inputs)
     model = torchvision.models.get_model(arch, weights=None, num_classes=num_classes)
     if type(model).__name__ != "ResNet":
         raise ValueError(f"torchvision's {arch!r} is no ResNet")
@@ -285,7 +302,7 @@ def torchvision_resnet(arch: str = "resnet18", num_classes: int = 1000, in_chans
         conv = model.conv1
         model.conv1 = nn.Conv2d(in_chans, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
                                 bias=False)
-    adapter = TorchvisionResNet(model)
+    adapter = TorchvisionResNet(model, stage)
     if drop_path_rate > 0:
         set_drop_path(adapter, drop_path_rate)
     return adapter

@@ -6,7 +6,8 @@ analyses of the three papers (Residual Alignment's Jacobians, rank and probes pe
 blocks they are: :class:`TimmViT` names them ``blocks.{2i}`` (block i's attention) and ``blocks.{2i+1}`` (its
 MLP), as every lab model names its blocks, and its ``forward_intermediates`` returns the stream ``[B, tokens, D]``
 after the embedding (h_0) and after every step.
-``self.model`` owns every parameter under timm's keys; weights are never downloaded.
+``self.model`` owns every parameter under timm's keys; weights are never downloaded. An imported ViT's
+``input_stage`` (:class:`~lab.nn.input_stage.InputStage`) makes the lab's tensors into its inputs first.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from lab.nn.input_stage import InputStage, input_stage
 from lab.nn.intermediates import check_format, collect, last_state
 from lab.nn.registry import register_model
 from lab.nn.residual_steps import ResidualSteps
@@ -46,11 +48,13 @@ class TimmViT(ResidualSteps):
 
     Args:
         model: a ``timm.models.vision_transformer.VisionTransformer``.
+        inputs: what makes the lab's tensors into the network's inputs (None: it takes them as they are).
     """
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, inputs: InputStage | None = None) -> None:
         super().__init__(model, [ViTStep(*parts) for b in model.blocks for parts in (
             (b.norm1, b.attn, b.ls1, b.drop_path1), (b.norm2, b.mlp, b.ls2, b.drop_path2))])  # even j: attention
+        self.input_stage = inputs
         self.num_classes = model.num_classes
 
     def no_weight_decay(self) -> set[str]:
@@ -59,8 +63,10 @@ class TimmViT(ResidualSteps):
         return {f"model.{n}" for n in self.model.no_weight_decay()} & own.keys()
 
     def stem(self, x: torch.Tensor) -> torch.Tensor:
-        """``[B, C, H, W]`` → h_0 ``[B, tokens, D]``: patches, class token and positions, as timm's forward."""
+        """``[B, C, H, W]`` → h_0 ``[B, tokens, D]``: patches, class token and positions, as timm's forward (after
+        the input stage)."""
         m = self.model
+        x = x if self.input_stage is None else self.input_stage(x)
         return m.norm_pre(m.patch_drop(m._pos_embed(m.patch_embed(x))))
 
     def forward_intermediates(self, x: torch.Tensor, indices: int | Sequence[int] | None = None, norm: bool = False,
@@ -92,16 +98,30 @@ class TimmViT(ResidualSteps):
 
 @register_model(family="timm_vit", example={"num_classes": 3, "img_size": 32}, input_shape=(3, 32, 32))
 def timm_vit(arch: str = "vit_tiny_patch16_224", num_classes: int = 1000, in_chans: int = 3, img_size: int = 224,
-             drop_path_rate: float = 0.0) -> TimmViT:
+             drop_path_rate: float = 0.0, patch_size: int = 0, inputs: dict | None = None) -> TimmViT:
     """A timm Vision Transformer by name (``vit_tiny_patch16_224``, ``vit_base_patch16_224``, …) at ``img_size``,
     never pretrained.
 
+    Args:
+        arch: a timm ViT architecture name.
+        num_classes: classifier outputs.
+        in_chans: input channels.
+        img_size: image side (a multiple of the patch size).
+        drop_path_rate: stochastic depth (timm's ``drop_path_rate``).
+        patch_size: patch side (0: the architecture's own, 16 for ``vit_*_patch16_*``).
+        inputs: the settings of an input stage (:class:`~lab.nn.input_stage.InputStage`) that makes the lab's
+            tensors into this network's inputs; an imported network's (None: it takes them as they are).
+
     Raises:
-        ValueError: ``arch`` is not one of timm's ViTs.
+        ValueError: ``arch`` is not one of timm's ViTs, or ``patch_size`` is negative.
     """
     import timm
 
     if arch not in timm.list_models(module="vision_transformer"):
         raise ValueError(f"timm's {arch!r} is no Vision Transformer")
+    if patch_size < 0:
+        raise ValueError(f"model.patch_size must be 0 (the architecture's own) or a side in pixels; got {patch_size}")
+    stage = input_stage(inputs)
+    own = {"patch_size": patch_size} if patch_size else {}
     return TimmViT(timm.create_model(arch, pretrained=False, num_classes=num_classes, in_chans=in_chans,
-                                     img_size=img_size, drop_path_rate=drop_path_rate))
+                                     img_size=img_size, drop_path_rate=drop_path_rate, **own), stage)

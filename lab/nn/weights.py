@@ -8,7 +8,10 @@ The keys are then matched against the model's: missing, unexpected and mismatche
 them refuses the load unless ``strict=False``. Nothing is fetched from a hub: the lab runs offline.
 
 The file is read once, from a path or from a file already open (a page opens it inside its data folders and hands
-over the open file, so nothing is looked up by name again); its SHA-256 is computed from the very bytes loaded.
+over the open file, so nothing is looked up by name again); its SHA-256 is computed from the very bytes loaded. An
+imported network keeps no copy of its weights: its run records the file's path, size and SHA-256, and
+:func:`read_recorded` reads the file again when an analysis needs the weights, refusing it if it is gone or its bytes
+are no longer those recorded (the size is compared before anything is read, the digest before anything is used).
 Nothing is allocated from what a file declares before the declaration is checked against the file's own size and
 the ceilings below: a small file cannot make the lab allocate gigabytes. So a safetensors header must fit in the
 file and each tensor's declared shape in its stored bytes; a PyTorch file must be the zip archive ``torch.save``
@@ -80,6 +83,12 @@ class LoadReport:
     def exact(self) -> bool:
         return not (self.missing or self.unexpected or self.mismatched)
 
+    @property
+    def initialised(self) -> list[str]:
+        """The model's tensors the file did not give (missing from it, or of another shape there): a load with
+        ``strict=False`` leaves them at their initialisation."""
+        return self.missing + [entry.partition(": ")[0] for entry in self.mismatched]
+
     def text(self) -> str:
         """Each kind of difference, with at most :data:`LISTED` keys named."""
         parts = []
@@ -92,10 +101,11 @@ class LoadReport:
 
 
 @dataclass
-class _Read:
-    """A weights file's tensors and the bytes they came from."""
+class WeightsFile:
+    """A weights file's tensors (unwrapped, prefix stripped) and the bytes they came from: the file's name (its path
+    when it has one), size in bytes and SHA-256."""
 
-    state: dict[str, torch.Tensor]
+    state: dict[str, torch.Tensor] = field(repr=False)
     name: str
     sha256: str
     size: int
@@ -113,41 +123,78 @@ def read_state_dict(source: str | Path | BinaryIO) -> dict[str, torch.Tensor]:
         WeightsError: it holds pickled objects, or no state dict of tensors; it declares more than the file holds
             or more than the ceilings of the module (each refusal says what and the limit); it cannot be read.
     """
-    return _read(source).state
+    return read_weights(source).state
 
 
-def _read(source: str | Path | BinaryIO) -> _Read:
+def read_weights(source: str | Path | BinaryIO) -> WeightsFile:
+    """The tensors of a weights file and which bytes they are, read once (see the module and
+    :func:`read_state_dict`, which says what is refused)."""
     data, name = _bytes(source)
+    return _parsed(data, name)
+
+
+def read_recorded(path: str | Path, sha256: str, size: int | None = None) -> WeightsFile:
+    """The weights file an imported run recorded, read again: the same checks as :func:`read_weights`, and the bytes
+    must be those recorded.
+
+    Args:
+        path: the file's path as recorded.
+        sha256: the SHA-256 recorded of its bytes.
+        size: its size in bytes as recorded: a file of another size is refused before it is read (None: not checked).
+
+    Raises:
+        FileNotFoundError: the file is gone (or is no regular file).
+        WeightsError: its size or SHA-256 is no longer the one recorded (the message says to import it again), or
+            it cannot be read.
+    """
+    changed = (f"{path} has changed since the network was imported, so its weights are no longer those analysed: "
+               "import it again (lab analyze … --model … --weights FILE)")
+    data, name = _bytes(path, expect_size=size, changed=changed)
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha256:
+        raise WeightsError(f"{changed} (its SHA-256 is {digest[:12]}…, {sha256[:12]}… when imported)")
+    return _parsed(data, name)
+
+
+def _parsed(data: bytes, name: str) -> WeightsFile:
     state = _safetensors_state(data, name) if _is_safetensors(name, data) else _torch_state(data, name)
     state = _prefix_stripped(_unwrapped(state, name))
     if len(state) > MAX_TENSORS:
         raise WeightsError(f"{name} holds {len(state):,} tensors; the lab loads at most {MAX_TENSORS:,} from a file")
-    return _Read(state, name, hashlib.sha256(data).hexdigest(), len(data))
+    return WeightsFile(state, name, hashlib.sha256(data).hexdigest(), len(data))
 
 
-def _bytes(source: str | Path | BinaryIO) -> tuple[bytes, str]:
-    """The whole content of ``source``, read once, and the name to say it by."""
+def _bytes(source: str | Path | BinaryIO, *, expect_size: int | None = None, changed: str = ""
+           ) -> tuple[bytes, str]:
+    """The whole content of ``source``, read once, and the name to say it by (a path of another size than
+    ``expect_size`` is refused, with the message ``changed``, before it is read)."""
     if isinstance(source, (str, Path)):
         path = Path(source)
         try:  # non-blocking: a FIFO named by mistake is refused below rather than waited on
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:
-            raise FileNotFoundError(f"no weights file {path}") from None
+            raise FileNotFoundError(f"no weights file {path}" + (f" any more: {changed}" if changed else "")) from None
         except OSError as err:
             raise WeightsError(f"{path} cannot be opened ({err.strerror or err})") from None
         with open(fd, "rb", closefd=True) as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
                 raise FileNotFoundError(f"{path} is not a weights file but a folder or other special file")
+            if expect_size is not None and info.st_size != expect_size:
+                raise WeightsError(f"{changed} (it is {info.st_size:,} bytes long, {expect_size:,} when imported)")
             os.set_blocking(f.fileno(), True)
-            return _read_all(f, str(path)), str(path)
+            data = _read_all(f, str(path), None if expect_size is None else expect_size + 1)
+            if expect_size is not None and len(data) != expect_size:  # it grew or shrank as it was read
+                raise WeightsError(f"{changed} (it changed size as it was read)")
+            return data, str(path)
     name = getattr(source, "name", None)
     name = name if isinstance(name, str) and name else "the weights file"
     return _read_all(source, name), name
 
 
-def _read_all(f: BinaryIO, name: str) -> bytes:
+def _read_all(f: BinaryIO, name: str, limit: int | None = None) -> bytes:
     try:
-        data = f.read()
+        data = f.read() if limit is None else f.read(limit)
     except OSError as err:
         raise WeightsError(f"{name} cannot be read ({err.strerror or err})") from None
     if not isinstance(data, bytes | bytearray | memoryview):
@@ -313,14 +360,23 @@ def load_weights(model: nn.Module, source: str | Path | BinaryIO, *, strict: boo
         FileNotFoundError, WeightsError: see :func:`read_state_dict`; and, when ``strict``, keys that do not match
             (every kind named, with the first keys of each).
     """
-    read = _read(source)
-    report = match(model, read.state)
-    report.name, report.sha256, report.size = read.name, read.sha256, read.size
+    return load_state(model, read_weights(source), strict=strict)
+
+
+def load_state(model: nn.Module, weights: WeightsFile, *, strict: bool = True) -> LoadReport:
+    """Load the tensors of a weights file already read (:func:`read_weights`) into ``model``; as
+    :func:`load_weights`, which reads and loads in one call.
+
+    Raises:
+        WeightsError: when ``strict``, keys that do not match (every kind named, with the first keys of each).
+    """
+    report = match(model, weights.state)
+    report.name, report.sha256, report.size = weights.name, weights.sha256, weights.size
     if strict and not report.exact:
-        raise WeightsError(f"{Path(read.name).name} does not fit {type(model).__name__}: {report.text()} (load it "
+        raise WeightsError(f"{Path(weights.name).name} does not fit {type(model).__name__}: {report.text()} (load it "
                            "anyway, keeping the model's own values there, with strict=False / --strict false)")
     own = model.state_dict()
-    fitting = {k: v for k, v in read.state.items() if k in own and v.shape == own[k].shape}
+    fitting = {k: v for k, v in weights.state.items() if k in own and v.shape == own[k].shape}
     model.load_state_dict(fitting, strict=False)
     report.loaded = len(fitting)
     return report

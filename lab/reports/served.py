@@ -2,15 +2,20 @@
 
 What the "Analyse a checkpoint" card sends: the network's name, the weights file's path as typed, the folders it
 may lie in, and a short list of data settings. The file is opened once, inside those folders and without following
-a link (:func:`~lab.data.roots.open_data_file`), and read from that descriptor alone: what is checked is what is
-analysed, and its SHA-256 is of those bytes. Nothing else typed reaches the config: the settings are the data's
-(image size, samples per class) and the analysis's (inputs, K), never a model's construction keys or a path.
+a link (:func:`~lab.data.roots.open_data_file`), and read from that descriptor: what is checked is what is
+analysed, and its SHA-256 is of those bytes. The imported run keeps no copy: its analyses read the file again from
+its path and use it only if its size and SHA-256 are still those recorded (:func:`~lab.nn.weights.read_recorded`).
+Nothing else typed reaches the config: the settings are the data's (image size, samples per class) and the
+analysis's (inputs, K), never a model's construction keys or a path. The analysis keeps the torch threads of the
+process it runs in (a bounded child's: :mod:`lab.jobs.bounded`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+import torch
 
 from lab.data.roots import open_data_file
 from lab.reports.lenses import Analysis, analyze
@@ -50,4 +55,5 @@ def analyze_served(network: str, weights: str, roots: Sequence[Path], *, data: s
         [f"data.max_per_class={max_per_class}"] * bool(max_per_class)
     with open_data_file(weights, roots) as file:
         return analyze(network, weights=file, data=f"{data}={data_root}" if data_root else data, settings=settings,
-                       analyses=analyses, inputs=inputs, k=k, runs_dir=runs_dir, progress=progress, blocks=blocks)
+                       analyses=analyses, inputs=inputs, k=k, runs_dir=runs_dir, progress=progress, blocks=blocks,
+                       threads=torch.get_num_threads())

@@ -120,3 +120,57 @@ def test_blocks_named_by_pattern_are_seen_as_the_network_runs_them_with_exact_re
     built = create_model("named_blocks", network="timm:convnext_atto", blocks="stages.*.blocks.*", num_classes=4,
                          in_chans=1)
     assert len(list(built.iter_blocks())) == 12
+
+
+def test_an_input_stage_gives_a_library_network_its_own_inputs_from_the_labs_tensors():
+    """The lab's tensors (grey, 8 px, standardised with the data's statistics) become what timm's ResNet was trained
+    on, as its library's transform makes them: RGB at 224 px, bicubic, pixels in [0, 1], then its mean and std."""
+    from torchvision.transforms.v2 import functional as TF
+
+    from lab.nn.input_stage import InputStage, plan_inputs
+    from lab.nn.network_shape import IMAGENET
+
+    torch.manual_seed(0)
+    pixels = torch.rand(4, 1, 8, 8)
+    mean, std = pixels.mean().item(), pixels.std(correction=0).item()
+    lab_tensors = (pixels - mean) / std
+    planned = plan_inputs(data="digits", data_channels=1, data_size=8, data_scale=((mean,), (std,)), channels=3,
+                          size=224, library=(*IMAGENET, "bicubic", "timm pretrained_cfg"))
+    assert planned.normalize == "model" and planned.text == ("digits 8 px → 3 × 224 × 224, grayscale repeated, "
+                                                             "normalised with the model's mean/std (timm "
+                                                             "pretrained_cfg)")
+    model = create_model("timm_resnet", arch="resnet18", num_classes=10, inputs=planned.stage)
+    reference = TF.normalize(TF.resize(pixels.expand(-1, 3, -1, -1), [224, 224],
+                                       interpolation=TF.InterpolationMode.BICUBIC, antialias=True).clamp(0, 1),
+                             list(IMAGENET[0]), list(IMAGENET[1]))
+    with torch.no_grad():
+        assert torch.allclose(model.input_stage(lab_tensors), reference, atol=1e-5)
+        assert torch.allclose(model.eval()(lab_tensors), model.model.eval()(reference), atol=1e-4)
+    assert set(model.state_dict()) == {f"model.{k}" for k in model.model.state_dict()}, "the stage saves nothing"
+    raw = InputStage(channels=1, pixels=((mean,), (std,)))  # data.normalize=none: the pixels themselves
+    assert torch.allclose(raw(lab_tensors), pixels, atol=1e-6)
+
+
+def test_inputs_a_network_cannot_be_given_are_refused_saying_what_to_choose():
+    from lab.nn.input_stage import plan_inputs
+
+    common = {"data": "cifar10", "data_size": 32, "data_scale": ((0.5,) * 3, (0.25,) * 3), "size": 32}
+    with pytest.raises(ValueError, match="takes 1 input channels and cifar10 has 3"):
+        plan_inputs(data_channels=3, channels=1, library=None, **common)
+    with pytest.raises(ValueError, match="the lab's own models take the data's statistics"):
+        plan_inputs(data_channels=3, channels=3, library=None, normalize="model", **common)
+    with pytest.raises(ValueError, match=r"differ in normalisation .*data.normalize=data"):
+        plan_inputs(data_channels=3, channels=3, library=((0.5,) * 3, (0.5,) * 3, "bicubic", "timm"),
+                    normalize="none", stage=False, **common)
+    with pytest.raises(ValueError, match="one of auto, model, data, none"):
+        plan_inputs(data_channels=3, channels=3, library=None, normalize="imagenet", **common)
+
+
+@pytest.mark.parametrize(("name", "kwargs"), [("timm:resnet18", {"in_chans": 1, "num_classes": 7}),
+                                              ("timm:vit_tiny_patch16_224", {"patch_size": 4, "img_size": 32}),
+                                              ("torchvision:resnet18", {"num_classes": 7})])
+def test_a_network_is_opened_as_its_weights_file_says(name, kwargs, tmp_path):
+    raw = build_network(name, **kwargs)
+    torch.save(raw.state_dict(), tmp_path / "w.pt")
+    view, report = open_network(name, tmp_path / "w.pt")  # no shape given: the file's
+    assert report.exact and report.loaded == len(raw.state_dict())

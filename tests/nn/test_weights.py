@@ -214,3 +214,29 @@ def test_a_safetensors_header_that_declares_more_than_the_file_holds_is_refused(
         read_state_dict(tmp_path / "forged.safetensors")
     with pytest.raises(WeightsError, match=words):
         read_state_dict(io.BytesIO(content))  # no name: told apart by its content
+
+
+def test_a_recorded_file_is_read_again_only_while_its_bytes_are_those_recorded(tmp_path):
+    path = tmp_path / "w.pt"
+    torch.save(torch.nn.Linear(3, 2).state_dict(), path)
+    first = weights.read_weights(path)
+    again = weights.read_recorded(path, first.sha256, first.size)
+    assert again.sha256 == first.sha256 and all(torch.equal(again.state[k], v) for k, v in first.state.items())
+    raw = path.read_bytes()
+    path.write_bytes(raw[:-1] + bytes([raw[-1] ^ 1]))  # the same size, one bit else
+    with pytest.raises(WeightsError, match=r"w.pt has changed since the network was imported.*import it again"):
+        weights.read_recorded(path, first.sha256, first.size)
+    path.write_bytes(raw + b"more")  # another size: refused before a byte is read
+    with pytest.raises(WeightsError, match=f"it is {first.size + 4:,} bytes long, {first.size:,} when imported"):
+        weights.read_recorded(path, first.sha256, first.size)
+    path.unlink()
+    with pytest.raises(FileNotFoundError, match="no weights file .*w.pt any more"):
+        weights.read_recorded(path, first.sha256, first.size)
+
+
+def test_a_lenient_load_names_the_tensors_left_at_initialisation(tmp_path):
+    target = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 4))
+    torch.save({"0.weight": torch.ones(2, 3), "1.weight": torch.ones(5, 2)}, tmp_path / "w.pt")
+    report = load_weights(target, tmp_path / "w.pt", strict=False)
+    assert report.initialised == ["0.bias", "1.bias", "1.weight"] and report.loaded == 1
+    assert torch.equal(target[0].weight, torch.ones(2, 3))

@@ -67,3 +67,28 @@ def test_a_huge_blocks_pattern_is_refused_before_it_is_matched(tmp_path):
     with pytest.raises(ValueError, match=f"at most {MAX_PATTERN_CHARS}"):
         match_blocks(torch.nn.Sequential(torch.nn.Linear(2, 2)), "[" * 30_000)  # as a config file may name it
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_lab_analyze_runs_on_the_threads_the_command_takes_whatever_an_earlier_training_left(tmp_path, monkeypatch):
+    """``lab train`` run in a notebook leaves torch on one thread (a toy model's setting), and the analysis then
+    ran on it, where ``python -m lab analyze`` takes every core: it runs on the command's threads, or on those
+    asked for, and gives the caller's back."""
+    import timm
+
+    from lab.reports.lenses import command_threads
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # as torch would start with, and the command then runs on
+    assert command_threads() == 3
+    torch.save(timm.create_model("resnet18", pretrained=False, num_classes=10, in_chans=1).state_dict(),
+               tmp_path / "w.pt")
+    before = torch.get_num_threads()
+    try:
+        for threads, expected in ((None, 3), (2, 2)):
+            torch.set_num_threads(1)
+            seen: set[int] = set()
+            lab.analyze("timm:resnet18", weights=tmp_path / "w.pt", analyses=("alignment",), inputs=2, k=1,
+                        nc_inputs=20, runs_dir=tmp_path / "runs", threads=threads,
+                        progress=lambda done, total, seen=seen: seen.add(torch.get_num_threads()))
+            assert seen == {expected} and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
