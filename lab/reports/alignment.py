@@ -202,6 +202,4 @@ def format_alignment(summary: dict[str, Any]) -> str:
     lines.append("  NC1 by layer:       " + " ".join(num(v) for v in summary["nc1"]))
     last = {key: summary[key][-1] for key in NC_KEYS}
     lines.append("  last layer: " + ", ".join(f"{key} {num(v)}" for key, v in last.items()))
-    if "head" in reasons:
-        lines.append(f"  note: {reasons['head']}")
     return "\n".join(lines)

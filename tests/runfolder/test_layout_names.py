@@ -26,6 +26,7 @@ PATH_CALLS = {"Path", "open", "glob", "rglob", "joinpath", "with_name", "is_file
 """Every call that builds a path inside a run folder from its arguments (each path builder of the format)."""
 ALLOWED = {
     ("data/latents.py", "config.json"): "a VAE folder's diffusers config, not a run folder's",
+    ("nn/hf.py", "config.json"): "a Hugging Face model folder's config, not a run folder's",
 }
 SUFFIXES = (".npz", ".jsonl", ".json", ".pt")
 """How the run folder's files end: an f-string that makes a name ending so is one of its names."""
