@@ -226,8 +226,28 @@ def _pixels(page, name: str) -> list[dict]:
     return plots
 
 
+def test_the_alignment_pages_first_document_holds_its_sidebar_and_no_figure(server):
+    """Served, the Alignment page paints in parts. The document a session first sends (pulled here by a plain client,
+    which never reports a drawn page) holds the sidebar — buttons, settings as the URL set them, the preview's status
+    — and the views' placeholder, and no figure: the figures, the curves and the checkpoint form are made once a
+    browser has drawn that (the next test waits for them in one)."""
+    from bokeh.client import pull_session
+    from bokeh.models import Button, Plot, Slider
+
+    with pull_session(url=f"{server}/apps", arguments={"page": "Alignment", "depth": "3"}) as session:
+        models = list(session.document.models)
+    labels = {m.label for m in models if isinstance(m, Button)}
+    assert {"Start / pause", "One step", "Reset"} <= labels and "Analyse" not in labels, labels
+    assert [m.value for m in models if isinstance(m, Slider) and m.title == "Depth"] == [3]
+    texts = " ".join(m.text for m in models if isinstance(getattr(m, "text", None), str))
+    assert "The untrained networks are drawn once" in texts and "The views are laid out once" in texts, texts
+    assert not [m for m in models if isinstance(m, Plot)], "no figure before the page is drawn"
+
+
 @needs_chromium
 def test_browser_alignment_page_trains_both_networks_and_every_view_shows_data(server):
+    """The figures join the page once the browser has drawn its sidebar (the first document holds none: the test
+    above), then the untrained networks' preview; both networks train in lockstep and every view follows."""
     url = server
     titles = ("RA1 trajectories", "RA2 |U_jᵀ J_i V_j|", "U_1ᵀ J_2 V_1", "RA3 top singular values", "RA4 1/σ₁",
               "Neural collapse by layer")
@@ -240,6 +260,8 @@ def test_browser_alignment_page_trains_both_networks_and_every_view_shows_data(s
         plots = _plots(page)
         for title in titles:  # each view twice: with skips and without
             assert sum(p["title"].startswith(title) for p in plots) == 2, (title, [p["title"] for p in plots])
+        assert page.get_by_text("The views are laid out once").count() == 0, "the placeholder gave way to them"
+        assert page.get_by_text("Analyse a checkpoint").is_visible(), "and the checkpoint form joined the sidebar"
         untrained = [p for p in plots if p["title"] not in ("Loss", "Accuracy")]  # no curves before training
         assert not plots_off_their_data(untrained), plots_off_their_data(untrained)
         sigma_before = page.evaluate(JS_SPECTRA)

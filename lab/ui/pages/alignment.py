@@ -9,7 +9,9 @@ Snapshots are on demand: the job builds the next one (:func:`lab.snapshots.build
 thread between steps) only after the page has drawn the last and at least ``every`` steps later. Before training,
 the untrained networks' snapshots come from a bounded child process (:func:`lab.snapshots.builders.alignment_preview` in
 a :class:`~lab.ui.views.task_panel.TaskPanel`, with its progress and Cancel): the page answers at once and the
-preview arrives after. Sizes a link asks for beyond :data:`LINK_LIMITS` are clamped, and the page says so.
+preview arrives after. Served, the page's first document holds its sidebar and no figure: the figures join it once
+the browser has drawn that, and the preview starts then. Sizes a link asks for beyond :data:`LINK_LIMITS` are
+clamped, and the page says so.
 
 The analysis starts from the paper's choices: K = 30 singular triplets per block (its Fig. 2; fewer when a block
 is narrower), the 1/σ₁ line fitted from block 5 on (its Fig. 4b), and trajectories projected on two random
@@ -46,6 +48,7 @@ from lab.snapshots.kinds import ALIGNMENT
 from lab.ui.follower import JobFollower
 from lab.ui.pages.knobs import Knob, bounded_text, config_overrides, knob_class, view_names
 from lab.ui.pages.training import Export, TrainingPage
+from lab.ui.text import markdown_pane
 from lab.ui.views.checkpoint_source import CheckpointSource
 from lab.ui.views.live_alignment import VIEWS, AlignmentViews
 from lab.ui.views.live_curves import LiveCurves
@@ -137,11 +140,17 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
     """Train a ResNet on images and watch Residual Alignment emerge, with and without skip connections.
 
     Shown as a notebook cell's value it is the whole page; served, the shell puts :meth:`controls` in the sidebar
-    and :meth:`views` in the main area.
+    and :meth:`views` in the main area. Served, the page paints in parts: its sidebar and a placeholder first, its
+    figures once the browser has drawn those (:meth:`_lay_out`), the untrained networks once their preview has run.
 
     Attributes:
         main, twin: the views of the configured network and of its switched-skips twin.
+        curves, twin_curves: their loss and accuracy.
+        checkpoint: the form of **Analyse a checkpoint**.
         twin_follower: follows the twin's job (the page's ``follower`` follows the main one).
+
+    ``main``, ``twin``, their curves and ``checkpoint`` exist once the page is laid out: at once in a notebook or a
+    script, served once the browser has drawn the sidebar.
     """
 
     title = "Alignment"
@@ -153,23 +162,43 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
     def __init__(self, manager: JobManager | None = None, **params: Any) -> None:
         super().__init__(manager, **params)
         self.twin_follower = JobFollower(self.follower.manager)
+        self.preview = TaskPanel("The untrained networks are drawn once the preview has run.", session=self.tasks)
+        self._unbuildable: str | None = None  # why the last preview could not build the settings' networks
+        self._twin_parts: list[pn.viewable.Viewable] = []  # what the contrast switch shows or hides
+        self._laid_out = False  # whether the figures, curves and checkpoint form are made (:meth:`_lay_out`)
+        self._views = pn.Column(markdown_pane("The views are laid out once the page has been drawn.",
+                                              margin=(0, 10)))
+        self._card = pn.Column(sizing_mode="stretch_width")  # the checkpoint form's card, once laid out
+        self.follower.add_views(self._views)
+        self.twin_follower.add_views(self._views)
+        # served, once the page is drawn: the figures, then the preview; in a notebook, before the cell returns
+        self.preview.first(self._rebuild)
+
+    def _lay_out(self) -> None:
+        """Make the figures, the curves and the checkpoint form, and put them on the page (once).
+
+        They are most of what the page costs to show: 16 figures, some 860 Bokeh models, which the server makes
+        and sends and the browser draws before anything else. So a served page's first document holds its sidebar
+        and a placeholder only, and they are made at its first :meth:`_rebuild`, which :meth:`TaskPanel.first
+        <lab.ui.views.task_panel.TaskPanel.first>` calls once the browser has drawn that; in a notebook or a script
+        it calls it at once, and a notebook's output is rendered once, with them (see there why).
+        """
+        if self._laid_out:
+            return
+        self._laid_out = True
         self.main = AlignmentViews("with skips")
         self.twin = AlignmentViews("without skips")
         self.curves = LiveCurves(width=300, height=160)
         self.twin_curves = LiveCurves(width=300, height=160)
-        self.preview = TaskPanel("The untrained networks are drawn once the preview has run.", session=self.tasks)
-        self._unbuildable: str | None = None  # why the last preview could not build the settings' networks
+        self.checkpoint = CheckpointSource(self.follower.manager.store.root, on_result=self._show_checkpoint,
+                                           session=self.tasks)
         self.follower.on_snapshot(ALIGNMENT, self.main.show)
         self.follower.on_metrics(self.curves.extend)
         self.twin_follower.on_snapshot(ALIGNMENT, self.twin.show)
         self.twin_follower.on_metrics(self.twin_curves.extend)
-        self._twin_parts: list[pn.viewable.Viewable] = []  # what the contrast switch shows or hides
-        self._views = pn.Column(*self._rows(), self._downloads())
-        self.checkpoint = CheckpointSource(self.follower.manager.store.root, on_result=self._show_checkpoint,
-                                           session=self.tasks)
-        self.follower.add_views(self._views)
-        self.twin_follower.add_views(self._views)
-        self.preview.first(self._rebuild)  # served, once the page is drawn; in a notebook, before the cell returns
+        self._view_changed()  # the view settings given before (the URL's, the constructor's)
+        self._views[:] = [*self._rows(), self._downloads()]
+        self._card[:] = [self.checkpoint.card()]
 
     # -- configuration ----------------------------------------------------------------------------------------
     def config(self, twin: bool = False) -> ExperimentConfig:
@@ -197,7 +226,8 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
 
     def _rebuild(self) -> None:
         """Untrained networks from the settings: their snapshots, computed in a bounded child, are drawn before any
-        training (a newer preview replaces one still running)."""
+        training (a newer preview replaces one still running). The first call lays the page out."""
+        self._lay_out()
         try:
             cfgs = [self.config()] + ([self.config(twin=True)] if self.contrast else [])
         except (ConfigError, ValueError, PermissionError, FileNotFoundError) as err:
@@ -243,8 +273,15 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
         for part in self._twin_parts:
             part.visible = False
 
+    def _training_changed(self, *events: param.parameterized.Event) -> None:
+        """As every training page's, once laid out; before (served: the URL's settings, applied before the browser
+        has drawn the page), nothing: the first preview, at the page's load, reads them."""
+        if self._laid_out:
+            super()._training_changed(*events)
+
     # -- actions ----------------------------------------------------------------------------------------------
     def _start(self, paused: bool) -> bool:
+        self._lay_out()
         self.curves.clear()
         self.twin_curves.clear()
         self.preview.cancel()
@@ -282,11 +319,15 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
         callbacks do each; a notebook or a test calls this)."""
         changed = super().poll()
         changed = self.preview.poll() or changed
-        return self.checkpoint.poll() or changed
+        if self._laid_out:
+            changed = self.checkpoint.poll() or changed
+        return changed
 
     # -- view settings ----------------------------------------------------------------------------------------
     @param.depends(*VIEW, watch=True)
     def _view_changed(self) -> None:
+        if not self._laid_out:  # the views take these settings when they are made
+            return
         for views in (self.main, self.twin):
             views.set_projection(self.projection)
             views.set_pair(self.pair_i, self.pair_j)
@@ -340,7 +381,7 @@ class AlignmentPage(knob_class("_AlignmentKnobs", KNOBS, TrainingPage)):
         return [*super()._messages(), self.preview]
 
     def _cards(self) -> list[pn.viewable.Viewable]:
-        return [self.checkpoint.card()]
+        return [self._card]
 
     def views(self) -> pn.viewable.Viewable:
         """RA1–RA4, neural collapse and the curves of each run (the served page's main area)."""

@@ -2,6 +2,7 @@
 
 
 import numpy as np
+import panel as pn
 import pytest
 import yaml
 
@@ -45,6 +46,31 @@ def test_untrained_networks_are_drawn_with_and_without_skips(manager2):
     assert page.main.heading.object == "### without skips" and page.twin.heading.object == "### with skips"
     page.contrast = False
     assert not any(part.visible for part in page._twin_parts)
+
+
+def test_served_the_figures_are_made_once_the_browser_has_drawn_the_sidebar(manager2, monkeypatch):
+    """Served, the page first holds its sidebar and a placeholder, and computes nothing: settings the URL applies
+    before the browser has drawn it start no preview. Once drawn (``pn.state.onload``) its figures, curves and
+    checkpoint form are made, with the view settings given before, and the preview of the settings then in use
+    starts."""
+    loads = []
+    monkeypatch.setattr("lab.ui.views.task_panel.session_id", lambda: "a browser session")
+    monkeypatch.setattr(pn.state, "onload", loads.append)
+    page = AlignmentPage(manager=manager2, **SMALL)
+    sidebar = page.controls()
+    assert {"Start / pause", "One step", "Reset"} <= {b.name for b in sidebar.select(pn.widgets.Button)}
+    assert "Analyse" not in {b.name for b in sidebar.select(pn.widgets.Button)}, "the checkpoint form comes later"
+    assert not page.views().select(pn.pane.Bokeh) and not hasattr(page, "main")
+    page.param.update(depth=4, pair_i=2, projection="pca")  # the URL's settings, before the page is drawn
+    assert page.preview.task is None and not page.poll(), "nothing is computed before the page is drawn"
+    assert len(loads) == 1
+    loads.pop()()  # the browser has drawn the page
+    assert len(page.views().select(pn.pane.Bokeh)) == 2 * 6 + 2 * 2, "six views and two curves per network"
+    assert "Analyse" in {b.name for b in sidebar.select(pn.widgets.Button)}, "the form joins the sidebar shown"
+    assert (page.main.pair, page.twin.projection) == ((2, 0), "pca")
+    previewed(page)
+    assert page.main.snapshot["sigma"].shape == (4, 12) and _all_views_have_data(page.twin)
+    assert not loads
 
 
 def test_the_papers_analysis_settings_are_the_defaults(manager2):
