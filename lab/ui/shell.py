@@ -62,7 +62,7 @@ class LabShell(pn.viewable.Viewer):
         self._factories = pages or default_pages()
         self.param.page.objects = list(self._factories)
         self.param.page.check_on_set = True  # a name that is no page is refused (from the URL: see _unknown_page)
-        params.setdefault("page", next(iter(self._factories)))
+        params.setdefault("page", self._linked_page() or next(iter(self._factories)))
         super().__init__(**params)
         self.notice = alert_pane("", alert_type="warning", visible=False, margin=(5, 10))
         self.manager = manager or get_manager()
@@ -75,6 +75,14 @@ class LabShell(pn.viewable.Viewer):
         self._controls = pn.Column(sizing_mode="stretch_width")
         self.main = pn.Column(sizing_mode="stretch_both")
         self._show()
+
+    def _linked_page(self) -> str | None:
+        """The page a served session's link names (``?page=Alignment``), or None: the shell shows it from the start,
+        rather than building the first page only to leave it when the URL is synced (a page costs a model's forward
+        pass and its document)."""
+        raw = (pn.state.session_args.get("page") or [b""])[0]
+        name = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        return name if name in self._factories else None
 
     def get_page(self, name: str) -> Page:
         """The page called ``name``, built on first use."""

@@ -16,6 +16,17 @@ def test_shell_builds_and_navigates(manager):
     assert isinstance(shell.__panel__(), pn.Row)
 
 
+def test_a_link_to_a_page_builds_that_page_first_and_only(manager, monkeypatch):
+    """A served ``?page=Data`` builds the Data page alone: the first page (the Playground, a model's forward pass and
+    its document) is no longer made only to be left when the URL is synced; a name that is no page falls back."""
+    args = {"page": [b"Data"]}
+    monkeypatch.setattr(type(pn.state), "session_args", property(lambda self: args))
+    shell = LabShell(manager=manager)
+    assert shell.page == "Data" and list(shell._pages) == ["Data"]
+    args["page"] = [b"<nope>"]
+    assert LabShell(manager=manager).page == "Playground"
+
+
 def test_data_page_draws_the_chosen_set(manager):
     page = DataPage(manager=manager)
     first = page.data_pane.object
