@@ -183,8 +183,9 @@ def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: 
         ``traj_means_pca`` and ``traj_means_gauss [T, C', 2]`` (class means of the projected trajectories),
         ``straightness_per_input [N]``, the NC keys ``[L+1]``, and 0-d arrays for the scalars in :data:`SCALARS`,
         ``num_classes``, ``k``, ``ra2_pairs`` (block pairs of one layout the score averages), ``ra1_stage``,
-        ``fit_start``, ``fit_stop`` and ``head_classes`` (the head's outputs; 0 without a head). Pairs (i, j) whose
-        Jacobians act on different spaces (different conv stages) are NaN.
+        ``fit_asked`` (the first block asked for), ``fit_start``, ``fit_stop`` and ``head_classes`` (the head's
+        outputs; 0 without a head). Pairs (i, j) whose Jacobians act on different spaces (different conv stages)
+        are NaN.
     """
     y_inputs = y  # one label per input (NC reads the inputs whole)
     C = int(num_classes if num_classes is not None else getattr(model, "num_classes", 0) or int(y.max()) + 1)
@@ -256,8 +257,8 @@ def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: 
            if C >= 2 else {key: np.full(L + 1, np.nan) for key in NC_KEYS}),
     )
     scalars = {"align_offdiag": align_offdiag, "baseline_mean": float(stats["baseline"].double().mean()),
-               "topk_ratio": topk_ratio, "inv_sigma1_slope": slope, "inv_sigma1_r2": r2, "fit_start": lo,
-               "fit_stop": hi, "straightness": traj["straightness"] if measured else math.nan,
+               "topk_ratio": topk_ratio, "inv_sigma1_slope": slope, "inv_sigma1_r2": r2, "fit_asked": fit_start,
+               "fit_start": lo, "fit_stop": hi, "straightness": traj["straightness"] if measured else math.nan,
                "spacing_cv": traj["spacing_cv"] if measured else math.nan, "num_classes": C, "k": k,
                "ra2_pairs": pairs, "ra1_stage": ra1_stage,
                "head_classes": int(head.shape[0]) if head is not None and head.ndim == 2 else 0}
@@ -312,9 +313,10 @@ def alignment_reasons(out: dict[str, np.ndarray]) -> dict[str, str]:
     if not np.isfinite(out["inv_sigma1_slope"]):
         lo, hi = int(out["fit_start"]), int(out["fit_stop"])
         if hi - lo < 2:
-            reasons["inv_sigma1_slope"] = (f"RA4 fits 1/σ₁ over two or more blocks of one stage from block "
-                                           f"{int(out['fit_start']) + 1} on (blocks that keep the layout); the "
-                                           f"network has {hi - lo} there")
+            asked = int(out.get("fit_asked", out["fit_start"])) + 1
+            reasons["inv_sigma1_slope"] = (f"RA4 fits 1/σ₁ over two or more blocks of one stage that keep its layout"
+                                           f"; from block {asked} on, no stage of the network has more than "
+                                           f"{hi - lo}")
         else:
             reasons["inv_sigma1_slope"] = because_zero or "σ₁ is 0 in a fitted block"
     if not np.isfinite(out["inv_sigma1_r2"]):
@@ -324,7 +326,7 @@ def alignment_reasons(out: dict[str, np.ndarray]) -> dict[str, str]:
             n = int(np.bincount(stage).max()) - 1
             reasons[key] = (f"RA1 measures a trajectory over two or more blocks of one layout; the network's longest "
                             f"stage has {n} block{'s' if n != 1 else ''}" if n < 2 else
-                            "the trajectories do not move (every step is zero)")
+                            because_zero or "the trajectories do not move (every step is zero)")
     if C < 2:
         reasons["nc"] = "neural collapse (NC1–NC4) is measured per class; the network has none (a language model)"
     head = int(out.get("head_classes", 0))

@@ -96,7 +96,8 @@ def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inp
         What ``alignment.json`` holds: the scalars of :data:`~lab.analysis.residual_alignment.SCALARS`, then per
         layer ``sigma1``, ``inv_sigma``, ``inv_sigma_fit``, ``baseline``, the NC keys
         (:data:`~lab.analysis.residual_alignment.NC_KEYS`), and ``step``, ``inputs``, ``k``, ``num_classes``,
-        ``checkpoint``, ``ra4_fit_from`` and ``ra4_fit_to`` (the fitted blocks, 1-based, within one stage),
+        ``checkpoint``, ``ra4_from`` (the first block asked for), ``ra4_fit_from`` and ``ra4_fit_to`` (the blocks
+        fitted, 1-based, within one stage),
         ``align_offdiag_ci`` and ``baseline_ci`` (95 % intervals over inputs and over the random draws),
         ``ra2_pairs`` (the block pairs the score averages), ``stage`` (each state's stage), ``ra1_stage`` (the
         stage RA1's headline measures, 1-based), ``straightness_by_stage``, ``spacing_cv_by_stage`` and
@@ -126,7 +127,8 @@ def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inp
                    inv_sigma_fit=plain(out["inv_sigma_fit"]), baseline=plain(out["baseline"]),
                    **{key: plain(out[key]) for key in NC_KEYS},
                    step=step, inputs=len(x), k=k, num_classes=C, checkpoint=checkpoint,
-                   ra4_fit_from=int(out["fit_start"]) + 1, ra4_fit_to=int(out["fit_stop"]),
+                   ra4_from=int(out["fit_asked"]) + 1, ra4_fit_from=int(out["fit_start"]) + 1,
+                   ra4_fit_to=int(out["fit_stop"]),
                    align_offdiag_ci=plain(out["align_offdiag_ci"]), baseline_ci=plain(out["baseline_ci"]),
                    ra2_pairs=int(out["ra2_pairs"]), stage=plain(out["stage"]), ra1_stage=int(out["ra1_stage"]) + 1,
                    straightness_by_stage=plain(out["straightness_by_stage"]),
@@ -175,7 +177,8 @@ def format_alignment(summary: dict[str, Any]) -> str:
     names = {"align_offdiag": "RA2 alignment score, i != j (mean)" + (f" over {pairs} pairs" if pairs else ""),
              "baseline_mean": "  random-basis baseline (about 1/K)",
              "topk_ratio": "RA3 mean top-C sigma / mean next-C sigma",
-             "inv_sigma1_slope": f"RA4 1/sigma_1 slope, blocks {fit_from}-{fit_to}",
+             "inv_sigma1_slope": (f"RA4 1/sigma_1 slope, blocks {fit_from}-{fit_to}" if fit_to - fit_from >= 1 else
+                                  f"RA4 1/sigma_1 slope from block {summary.get('ra4_from', fit_from)}"),
              "inv_sigma1_r2": "RA4 1/sigma_1 fit R^2",
              "straightness": "RA1 trajectory straightness (1 = line)", "spacing_cv": "RA1 step-length CV (0 = equal)"}
     intervals = {"align_offdiag": "align_offdiag_ci", "baseline_mean": "baseline_ci"}

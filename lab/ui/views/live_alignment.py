@@ -307,7 +307,7 @@ class AlignmentViews:
             return f"{v:.3f}" if math.isfinite(v) else "n/a"
 
         return (f"**Step {int(f['step']) if 'step' in f else 0}.** RA2 alignment (i ≠ j) **{num('align_offdiag')}** vs "
-                f"random {num('baseline_mean')} · RA3 top-C / next σ {num('topk_ratio')} · RA4 slope "
+                f"random {num('baseline_mean')} · RA3 top-C / next-C σ {num('topk_ratio')} · RA4 slope "
                 f"{num('inv_sigma1_slope')}, R² {num('inv_sigma1_r2')} · RA1 straightness {num('straightness')}, "
                 f"spacing CV {num('spacing_cv')}")
 
