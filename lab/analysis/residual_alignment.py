@@ -225,16 +225,13 @@ def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: 
         line[lo:hi] = fit["fit"][lo:hi]  # drawn where it was fitted, not extrapolated
 
     S = int(stage.max()) + 1
-    by_stage = {"straightness": np.full(S, np.nan), "spacing_cv": np.full(S, np.nan)}
-    for s in range(S):
-        members = np.flatnonzero(stage == s)
-        if len(members) >= 3:  # two steps at least: one step is trivially straight and evenly spaced
-            t = trajectory_stats(torch.stack([states[i].flatten(1) for i in members]).double())
-            by_stage["straightness"][s], by_stage["spacing_cv"][s] = t["straightness"], t["spacing_cv"]
+    trajectories = [torch.stack([states[i].flatten(1) for i in np.flatnonzero(stage == s)]).double()
+                    for s in range(S)]
+    # two steps at least: one step is trivially straight and evenly spaced
+    per_stage = [trajectory_stats(t) if len(t) >= 3 else None for t in trajectories]
+    by_stage = {key: np.array([t[key] if t else np.nan for t in per_stage]) for key in ("straightness", "spacing_cv")}
     ra1_stage = _longest(stage, np.ones(len(stage), dtype=bool))
-    trajectory = torch.stack([states[i].flatten(1) for i in np.flatnonzero(stage == ra1_stage)]).double()
-    measured = len(trajectory) >= 3
-    traj = trajectory_stats(trajectory) if len(trajectory) >= 2 else None
+    trajectory, traj = trajectories[ra1_stage], per_stage[ra1_stage]
     pca_xy = project_trajectories(trajectory, basis="pca")
     gauss_xy = project_trajectories(trajectory, basis="gaussian", seed=seed)
     classes = torch.unique(y.cpu())
@@ -258,8 +255,8 @@ def residual_alignment(model: nn.Module, x: Tensor, y: Tensor, k: int, *, nc_x: 
     )
     scalars = {"align_offdiag": align_offdiag, "baseline_mean": float(stats["baseline"].double().mean()),
                "topk_ratio": topk_ratio, "inv_sigma1_slope": slope, "inv_sigma1_r2": r2, "fit_asked": fit_start,
-               "fit_start": lo, "fit_stop": hi, "straightness": traj["straightness"] if measured else math.nan,
-               "spacing_cv": traj["spacing_cv"] if measured else math.nan, "num_classes": C, "k": k,
+               "fit_start": lo, "fit_stop": hi, "straightness": traj["straightness"] if traj else math.nan,
+               "spacing_cv": traj["spacing_cv"] if traj else math.nan, "num_classes": C, "k": k,
                "ra2_pairs": pairs, "ra1_stage": ra1_stage,
                "head_classes": int(head.shape[0]) if head is not None and head.ndim == 2 else 0}
     out.update({key: np.asarray(value, np.float64) for key, value in scalars.items()})
