@@ -8,7 +8,6 @@ partial window dropped. Nothing is downloaded and no code from the folder runs.
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import BinaryIO
 
@@ -61,12 +60,11 @@ def text_windows(source: str | Path | BinaryIO, tokenizer, length: int, windows:
         raw = source.read(MAX_TEXT_BYTES)
         name = getattr(source, "name", "the text")
     try:
-        text = io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8", errors="strict").read()
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         raise ValueError(f"{name} is not UTF-8 text ({err.reason} at byte {err.start})") from None
-    need = length * (windows or 1)
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     count = len(ids) // length if windows is None else min(windows, len(ids) // length)
     if count < 1:
-        raise ValueError(f"{name} holds {len(ids)} tokens: one window needs {length} (asked: {need})")
+        raise ValueError(f"{name} holds {len(ids)} tokens: one window needs {length}")
     return torch.tensor(ids[:count * length], dtype=torch.long).reshape(count, length)
