@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["IMAGENET", "LibraryInputs", "NetworkShape", "library_network", "read_shape"]
+__all__ = ["IMAGENET", "LibraryInputs", "NetworkShape", "hf_shape", "library_network", "read_shape"]
 
 IMAGENET = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
 """ImageNet's mean and std per RGB channel: torchvision's normalisation, and timm's default."""
@@ -89,6 +89,34 @@ def read_shape(network: Mapping[str, str], state: Mapping[str, torch.Tensor]) ->
     if library == "timm":
         return _timm_shape(arch, state, vit=network.get("model.name") == "timm_vit")
     return _torchvision_shape(arch, state, resnet=network.get("model.name") == "torchvision_resnet")
+
+
+RESAMPLE = {2: "bilinear", 3: "bicubic"}
+"""A Hugging Face image processor's ``resample`` (PIL's codes) as the input stage's interpolation."""
+
+
+def hf_shape(config: Mapping[str, object], preprocessor: Mapping[str, object] | None) -> NetworkShape:
+    """The shape of a Hugging Face network from its ``config.json`` (a vision encoder's ``num_channels``,
+    ``image_size``, ``patch_size``; a classifier's ``num_labels``) and its inputs from its
+    ``preprocessor_config.json`` (``size``, ``image_mean``, ``image_std``, ``resample``); an empty shape for a
+    language model, whose inputs are token ids."""
+    if "num_channels" not in config:
+        return NetworkShape()
+    side = config.get("image_size")
+    side = side[0] if isinstance(side, list | tuple) else side
+    classifier = any(str(a).endswith("ForImageClassification") for a in config.get("architectures") or [])
+    heads = config.get("id2label")
+    library = None
+    if preprocessor and "image_mean" in preprocessor and "image_std" in preprocessor:
+        size = preprocessor.get("size")
+        size = size.get("height", side) if isinstance(size, dict) else size or side
+        library = LibraryInputs(int(size), tuple(preprocessor["image_mean"]), tuple(preprocessor["image_std"]),
+                                RESAMPLE.get(preprocessor.get("resample"), "bilinear"),
+                                "the model's preprocessor_config.json")
+    return NetworkShape(in_chans=int(config["num_channels"]),
+                        head_classes=(len(heads) if isinstance(heads, dict) else None) if classifier else None,
+                        img_size=int(side) if side else None,
+                        patch_size=int(config["patch_size"]) if config.get("patch_size") else None, library=library)
 
 
 def _dim(state: Mapping[str, torch.Tensor], key: str | None, ndim: int, axis: int) -> int | None:

@@ -8,7 +8,9 @@ network built as the file says, :mod:`lab.nn.network_shape`); then :func:`residu
 a lab model has them already, a timm or torchvision ResNet gets :class:`~lab.nn.timm_adapter.TimmResNet` /
 :class:`~lab.nn.timm_adapter.TorchvisionResNet` (every block with its branch and shortcut, projection shortcuts
 marked), a timm ViT :class:`~lab.nn.timm_vit.TimmViT` (attention and MLP as two residual steps per block). A network
-whose blocks the lab cannot find is refused with the modules it has, by name.
+whose blocks the lab cannot find is refused with the modules it has, by name. ``hf:DIR`` names a Hugging Face
+``save_pretrained`` folder (:mod:`lab.nn.hf`: GPT-2, Llama-style decoders, ViT and DeiT, each sub-layer a residual
+step); its weights are the folder's file, loaded by transformers (:func:`load_file`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 
 from torch import nn
 
+from lab.nn.hf import HF_PREFIX, load_saved, saved_model
 from lab.nn.mae import MaskedAutoencoderViT
 from lab.nn.named_blocks import check_pattern
 from lab.nn.network_shape import read_shape
@@ -24,24 +27,33 @@ from lab.nn.registry import create_model, list_models
 from lab.nn.timm_adapter import TimmResNet, TorchvisionResNet
 from lab.nn.timm_vit import TimmViT
 from lab.nn.vit_steps import SublayerSteps
-from lab.nn.weights import LoadReport, load_state, read_weights
+from lab.nn.weights import LoadReport, WeightsFile, load_state, read_weights
 
 LIBRARY_BUILDERS = {"timm": "timm_resnet", "torchvision": "torchvision_resnet"}
 """``<library>:<arch>`` → the registered builder that takes ``arch`` (timm's ViTs: ``timm_vit``)."""
 LIBRARIES = tuple(LIBRARY_BUILDERS)
 """The prefixes of a network that comes from a library rather than the lab's registry."""
-WRAPPED = ("timm_resnet", "torchvision_resnet", "timm_vit", "named_blocks")
+WRAPPED = ("timm_resnet", "torchvision_resnet", "timm_vit", "named_blocks", "hf_transformer")
 """The builders whose model wraps the library's network as ``.model`` (the weights file's keys are that network's)."""
+HF_BUILDER = "hf_transformer"
+"""The registered builder of a Hugging Face network (``hf:DIR``)."""
 
 
 def network_overrides(spec: str, blocks: str | None = None) -> dict[str, str]:
-    """The config's model settings for ``spec`` (``timm:<arch>``, ``torchvision:<arch>`` or a registered model's
-    name, as :func:`build_network` takes): the registered builder that wraps that network, and its ``arch``; with
+    """The config's model settings for ``spec`` (``timm:<arch>``, ``torchvision:<arch>``, ``hf:DIR`` or a registered
+    model's name): the registered builder that wraps that network, and its ``arch`` (a Hugging Face network: its
+    ``config.json``, read from the folder); with
     ``blocks``, the library network whose residual blocks that pattern names (:mod:`lab.nn.named_blocks`).
 
     Raises:
+        FileNotFoundError: an ``hf:DIR`` that holds no ``config.json`` or weights file.
         ValueError: no such network, or ``blocks`` with a network other than a library's, or a pattern longer than
             :data:`~lab.nn.named_blocks.MAX_PATTERN_CHARS` (checked first: a long one is costly to match with)."""
+    if spec.startswith(HF_PREFIX):
+        if blocks:
+            raise ValueError("--blocks names the blocks of a timm or torchvision network; the lab reads a Hugging Face "
+                             "network's attention and MLP sub-layers itself")
+        return {"model.name": HF_BUILDER, "model.config": saved_model(spec.removeprefix(HF_PREFIX)).config}
     library, sep, arch = spec.partition(":")
     if blocks:
         check_pattern(blocks)
@@ -59,6 +71,20 @@ def network_overrides(spec: str, blocks: str | None = None) -> dict[str, str]:
         if arch in timm.list_models(module="vision_transformer"):
             return {"model.name": "timm_vit", "model.arch": arch}
     return {"model.name": LIBRARY_BUILDERS[library], "model.arch": arch}
+
+
+def load_file(model: nn.Module, builder: str, weights: WeightsFile, *, strict: bool = True) -> LoadReport:
+    """Load a weights file already read (:func:`~lab.nn.weights.read_weights`) into ``model``, the lab model the
+    registered ``builder`` made: a Hugging Face network through transformers (:func:`~lab.nn.hf.load_saved`, which
+    converts a saved file's keys), a wrapped library network into the library's module (under its keys), any other
+    as it is.
+
+    Raises:
+        WeightsError: when ``strict``, keys that do not match.
+    """
+    if builder == HF_BUILDER:
+        return load_saved(model, weights, strict=strict)
+    return load_state(model.model if builder in WRAPPED else model, weights, strict=strict)
 
 
 def build_network(name: str, **kwargs) -> nn.Module:
