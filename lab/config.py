@@ -28,6 +28,7 @@ import yaml
 from lab import strict
 from lab.data.images import IMAGE_DATASETS
 from lab.data.latents import LATENT_FOLDER
+from lab.data.text import TEXT
 from lab.data.toy2d import TOY_DATASETS
 from lab.nn.diffusion import SAMPLERS, SCHEDULE_SAMPLERS
 from lab.nn.mlp import ACTIVATIONS
@@ -65,7 +66,7 @@ PRECISIONS = ("auto", "fp32", "bf16")
 WEIGHT_DECAY_ON = ("weights", "all")
 AUGMENTS = ("none", "flip", "mae", "resized_crop", "crop_flip", "timm")
 NORMALIZE = ("imagenet", "symmetric")
-DATASETS = (*TOY_DATASETS, *IMAGE_DATASETS, LATENT_FOLDER)
+DATASETS = (*TOY_DATASETS, *IMAGE_DATASETS, LATENT_FOLDER, TEXT)
 DEVICE_NAME = re.compile(r"auto|cpu|mps|cuda(:[0-9]{1,4})?")
 """The devices ``train.device`` may name; a config from elsewhere naming any other would fail only once its run
 folder exists (torch refuses it when the model is moved)."""
@@ -178,7 +179,7 @@ class DataConfig:
                                                                           "digits, image folders)")
     seed: int = bounded(0, lo=0, hi=SEED_MAX, doc="seed for sampling the data and splitting it")
     root: str = bounded("", doc="image sets other than digits: the local folder holding the files (latent_folder: "
-                               "the folder `python -m lab latents` wrote)")
+                               "the folder `python -m lab latents` wrote; text: the UTF-8 file)")
     classes: int = bounded(0, lo=0, doc="image sets: keep the first N classes (0 = all)")
     max_per_class: int = bounded(0, lo=0, doc="image sets: at most N training images per class (0 = all)")
     image_size: int = bounded(0, lo=0, hi=4096, doc="digits and image folders: resize to N × N (0 = 8 for digits, "
@@ -191,6 +192,10 @@ class DataConfig:
                                                          "training transform with its defaults (image folders); "
                                                          "none")
     workers: int = bounded(4, lo=0, hi=256, doc="loader engine: data-loading worker processes per training process")
+    tokens: int = bounded(128, lo=2, hi=65536, doc="text: tokens per window (the inputs are the file's consecutive "
+                                                   "windows, each labelled with the token after it)")
+    tokenizer: str = bounded("", doc="text: the folder holding the tokenizer save_pretrained wrote (an imported "
+                                     "hf:DIR sets its own)")
     normalize: str = bounded("imagenet", choices=NORMALIZE, doc="image folders: pixels standardised with ImageNet's "
                                                                 "mean and std, or symmetric: mapped to [-1, 1], as the "
                                                                 "U-ViT reference")
@@ -212,6 +217,9 @@ class DataConfig:
             raise ConfigError(f"data.image_size, data.classes, data.max_per_class and data.augment are chosen when a "
                               f"{LATENT_FOLDER} is encoded (python -m lab latents; mirror images are in it); leave "
                               "them unset")
+        if (self.name == TEXT) != bool(self.tokenizer) or (self.name == TEXT and not self.root):
+            raise ConfigError("data.name=text reads data.root (a UTF-8 file) with data.tokenizer (a folder "
+                              "save_pretrained wrote a tokenizer into); data.tokenizer applies to text alone")
         if self.max_per_class and self.name == "digits":
             raise ConfigError("data.max_per_class applies to image sets read from files; digits has ~180 images "
                               "per class: use data.train_fraction")

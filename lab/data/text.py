@@ -4,19 +4,30 @@
 by the tokenizer saved beside the model (``save_pretrained``'s ``tokenizer.json`` and friends, read from that folder
 alone), and cut into consecutive, non-overlapping windows of ``length`` tokens — the analysed "inputs" — the last
 partial window dropped. Nothing is downloaded and no code from the folder runs.
+
+As a data set of the lab (``data.name=text``, :func:`text_data`), each window of ``data.tokens`` tokens is labelled
+with the token that follows it — what a language model's features at its last token predict — and the first
+``data.train_fraction`` of the windows are the training split, the rest the test split.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 import torch
 from torch import Tensor
 
 from lab.extras import require
 
-__all__ = ["MAX_TEXT_BYTES", "load_tokenizer", "text_windows"]
+if TYPE_CHECKING:
+    from lab.config import DataConfig
+    from lab.data.toy2d import ToyData
+
+__all__ = ["MAX_TEXT_BYTES", "TEXT", "load_tokenizer", "text_data", "text_windows"]
+
+TEXT = "text"
+"""The data set name of a text file read by a model's tokenizer."""
 
 MAX_TEXT_BYTES = 64 * 2**20
 """The most text read from a file: 64 MiB is tens of millions of tokens, far more windows than any analysis takes."""
@@ -68,3 +79,23 @@ def text_windows(source: str | Path | BinaryIO, tokenizer, length: int, windows:
     if count < 1:
         raise ValueError(f"{name} holds {len(ids)} tokens: one window needs {length}")
     return torch.tensor(ids[:count * length], dtype=torch.long).reshape(count, length)
+
+
+def text_data(cfg: DataConfig) -> ToyData:
+    """The text set ``cfg`` describes (``data.root`` the file, ``data.tokenizer`` the tokenizer's folder): token ids
+    ``x [n, tokens]`` of consecutive windows, ``y [n]`` the token after each; the first ``train_fraction`` of the
+    windows train, the rest test (one at least each).
+
+    Raises:
+        ValueError: too little text for two windows, or text that is not UTF-8; FileNotFoundError: no such file or
+            tokenizer.
+    """
+    from lab.data.toy2d import ToyData
+
+    windows = text_windows(cfg.root, load_tokenizer(cfg.tokenizer), cfg.tokens + 1)
+    if len(windows) < 2:
+        raise ValueError(f"{cfg.root} holds one window of {cfg.tokens} tokens and the token after it: a train and a "
+                         "test split need two (a longer text, or a smaller data.tokens)")
+    n = min(max(int(len(windows) * cfg.train_fraction), 1), len(windows) - 1)
+    x, y = windows[:, :-1].contiguous(), windows[:, -1].contiguous()
+    return ToyData(x[:n], y[:n], x[n:], y[n:], TEXT)

@@ -23,6 +23,7 @@ from lab.data.keyed import (
 )
 from lab.data.latents import LATENT_FOLDER, LatentDataset, decoder, read_latent_folder
 from lab.data.readers import image_folder_files
+from lab.data.text import TEXT, text_data
 from lab.data.toy2d import TOY_DATASETS, ToyData, make_toy_data
 from lab.nn.registry import create_model, model_parameters
 from lab.train.loader import LoaderData
@@ -32,8 +33,9 @@ from lab.train.tasks import PixelTask
 def build_data(cfg: ExperimentConfig, raw: ImageSplit | None = None) -> ToyData:
     """The train/test split of ``cfg.data``, as whole tensors.
 
-    Toy sets: ``x [n, 2]``. Image sets: ``x [n, C, H, W]`` standardised per channel with the training images'
-    statistics (fully-connected models flatten their input themselves); ``raw``: the set's pixels
+    Toy sets: ``x [n, 2]``. Text: token ids ``x [n, data.tokens]``, each window labelled with the token after it
+    (:func:`~lab.data.text.text_data`). Image sets: ``x [n, C, H, W]`` standardised per channel with the training
+    images' statistics (fully-connected models flatten their input themselves); ``raw``: the set's pixels
     (:func:`raw_images`) when the caller has them already.
 
     Raises:
@@ -43,6 +45,8 @@ def build_data(cfg: ExperimentConfig, raw: ImageSplit | None = None) -> ToyData:
     d = cfg.data
     if d.name in TOY_DATASETS:
         return make_toy_data(d)
+    if d.name == TEXT:
+        return text_data(d)
     split = (raw if raw is not None else raw_images(cfg)).standardize()
     return ToyData(split.x_train, split.y_train, split.x_test, split.y_test, d.name)
 
@@ -55,8 +59,8 @@ def raw_images(cfg: ExperimentConfig) -> ImageSplit:
         DatasetNotFoundError: the set's files are not under ``data.root``.
     """
     d = cfg.data
-    if d.name in TOY_DATASETS:
-        raise ValueError(f"data.name={d.name} is a toy set of points, not images")
+    if d.name in TOY_DATASETS or d.name == TEXT:
+        raise ValueError(f"data.name={d.name} is a {'toy set of points' if d.name != TEXT else 'text'}, not images")
     if d.name == LATENT_FOLDER:
         raise ValueError(f"data.name={LATENT_FOLDER} holds a VAE's latents, not images: it trains a diffusion model "
                          "with the loader engine (train.task=diffusion)")

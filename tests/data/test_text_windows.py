@@ -48,3 +48,24 @@ def test_bad_text_and_folders_are_said(tmp_path):
         text_windows(tmp_path / "short.txt", tokenizer, 8)
     with pytest.raises(ValueError, match="at least 2 tokens"):
         text_windows(tmp_path / "short.txt", tokenizer, 1)
+
+
+def test_the_text_set_labels_each_window_with_the_token_after_it_and_splits_in_order(tmp_path):
+    from lab.config import ConfigError, load_config
+    from lab.train.build import build_data
+
+    _saved_tokenizer(tmp_path / "model")
+    (tmp_path / "text.txt").write_text(TEXT)
+    cfg = load_config(None, {"data.name": "text", "data.root": str(tmp_path / "text.txt"),
+                             "data.tokenizer": str(tmp_path / "model"), "data.tokens": 6,
+                             "data.train_fraction": 0.75})
+    data = build_data(cfg)
+    every = load_tokenizer(tmp_path / "model")(TEXT, add_special_tokens=False)["input_ids"]
+    n = len(every) // 7  # windows of 6 tokens and the one after
+    assert len(data.x_train) == int(n * 0.75) and len(data.x_train) + len(data.x_test) == n
+    assert data.x_train.shape[1] == 6 and data.x_train[0].tolist() == every[:6] and data.y_train[0] == every[6]
+    assert data.x_test[0].tolist() == every[7 * len(data.x_train):7 * len(data.x_train) + 6]
+    for settings in ({"data.name": "text", "data.root": str(tmp_path / "text.txt")},  # no tokenizer
+                     {"data.name": "digits", "data.tokenizer": str(tmp_path / "model")}):
+        with pytest.raises(ConfigError, match="data.tokenizer"):
+            load_config(None, settings)
