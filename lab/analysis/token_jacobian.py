@@ -24,9 +24,21 @@ from torch.func import jvp, vjp, vmap
 from lab.analysis.svd import LinearOperator
 from lab.hooks import eval_mode, iter_blocks
 
-__all__ = ["check_positions", "token_jacobian_operator", "token_jacobians"]
+__all__ = ["POSITIONS", "check_positions", "spread_positions", "token_jacobian_operator", "token_jacobians"]
 
 _BASIS_ELEMENTS = 2**24  # tangent entries per vmapped call: basis columns × T × D (64 MB of float32)
+
+
+POSITIONS = 4
+"""Token positions a decoder's analysis takes per window by default (:func:`spread_positions`)."""
+
+
+def spread_positions(tokens: int, count: int = POSITIONS) -> list[int]:
+    """``count`` token positions spread evenly over a window of ``tokens``, the last one included (the token whose
+    state predicts the next), e.g. ``[31, 63, 95, 127]`` of 128: a token late in the window attends to many before
+    it, an early one to few, and the analysis sees both."""
+    count = max(1, min(count, tokens))
+    return sorted({tokens * (i + 1) // count - 1 for i in range(count)})
 
 
 def check_positions(positions: Sequence[int], tokens: int) -> list[int]:

@@ -54,12 +54,15 @@ def add_network_source(parser: argparse.ArgumentParser) -> None:
     """The options that analyse a network the lab did not train (:mod:`lab.reports.imported`) instead of a run."""
     group = parser.add_argument_group("a network of your own, instead of RUN")
     group.add_argument("--model", default=None, metavar="NAME",
-                       help="timm:<arch>, torchvision:<arch> (ResNets) or a registered model")
+                       help="timm:<arch>, torchvision:<arch> (ResNets), hf:DIR (a Hugging Face save_pretrained "
+                            "folder: GPT-2, Llama-style, ViT, DeiT; its weights are the folder's) or a registered "
+                            "model")
     group.add_argument("--weights", default=None, metavar="FILE",
                        help="its weights: .safetensors or a PyTorch file of tensors (a release's {'model': ...}, "
                             "DDP's module. prefix)")
     group.add_argument("--data", default="digits", metavar="NAME[=DIR]",
-                       help="the data it is analysed on (default digits; e.g. cifar10=/data/cifar)")
+                       help="the data it is analysed on (default digits; e.g. cifar10=/data/cifar; text=FILE for a "
+                            "language model: windows of data.tokens tokens, 128 by default, read by its tokenizer)")
     group.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                        help="another setting of the analysed experiment (repeatable), e.g. data.image_size=32 (the "
                             "side the network sees; default its own, 224 for a timm or torchvision ResNet) or "

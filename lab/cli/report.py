@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 
 from lab.config import ConfigError
+from lab.nn.hf import HF_PREFIX
 from lab.reports.imported import data_settings, import_weights
 from lab.runs.store import CheckpointError, Run, RunStore
 from lab.train.resume import find_run
@@ -38,10 +39,11 @@ def source(args: argparse.Namespace, store: RunStore) -> Run:
         raise ValueError("name a run, or a network with --model NAME --weights FILE (not both)")
     if args.run is not None:
         return find_run(args.run, store)
-    if args.weights is None:
-        raise ValueError("--model needs --weights FILE (the lab downloads nothing)")
+    if args.weights is None and not model.startswith(HF_PREFIX):
+        raise ValueError("--model needs --weights FILE (the lab downloads nothing; a Hugging Face folder, hf:DIR, "
+                         "holds its own)")
     settings = data_settings(args.data, args.set)
     run, imported = import_weights(store, args.model, args.weights, settings, strict=args.strict == "true",
                                    blocks=args.blocks)
-    print(f"imported {args.model} from {args.weights} into {run.path} ({imported.text()})", file=sys.stderr)
+    print(f"imported {args.model} from {imported.name} into {run.path} ({imported.text()})", file=sys.stderr)
     return run

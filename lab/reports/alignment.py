@@ -25,6 +25,7 @@ from lab.analysis.residual_alignment import (
     collapse_of,
     residual_alignment,
 )
+from lab.analysis.token_jacobian import spread_positions
 from lab.config import ExperimentConfig, config_of_run
 from lab.data.toy2d import ToyData
 from lab.nn.networks import residual_steps
@@ -96,7 +97,8 @@ def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inp
         What ``alignment.json`` holds: the scalars of :data:`~lab.analysis.residual_alignment.SCALARS`, then per
         layer ``sigma1``, ``inv_sigma``, ``inv_sigma_fit``, ``baseline``, the NC keys
         (:data:`~lab.analysis.residual_alignment.NC_KEYS`), and ``step``, ``inputs``, ``k``, ``num_classes``,
-        ``checkpoint``, ``ra4_from`` (the first block asked for), ``ra4_fit_from`` and ``ra4_fit_to`` (the blocks
+        ``checkpoint``, ``positions`` (a language model's token positions, 0-based; None otherwise), ``ra4_from``
+        (the first block asked for), ``ra4_fit_from`` and ``ra4_fit_to`` (the blocks
         fitted, 1-based, within one stage),
         ``align_offdiag_ci`` and ``baseline_ci`` (95 % intervals over inputs and over the random draws),
         ``ra2_pairs`` (the block pairs the score averages), ``stage`` (each state's stage), ``ra1_stage`` (the
@@ -109,10 +111,13 @@ def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inp
     except RuntimeError as err:  # an unknown name, or CUDA asked for where there is none
         raise ValueError(f"device {device!r}: {err}") from None
     model = residual_steps(model).to(dev)  # a ViT's attention and MLP: one residual step each
-    C = data.num_classes
     x, y = data.x_test[:inputs].to(dev), data.y_test[:inputs].to(dev)
+    sequence = getattr(model, "causal", False)  # a language model: token by token, without classes
+    positions = spread_positions(x.shape[1]) if sequence else None
+    C = 0 if sequence else data.num_classes
     with torch.no_grad():
-        width = min(v.numel() for v in model.forward_intermediates(x[:1], intermediates_only=True))
+        states = model.forward_intermediates(x[:1], intermediates_only=True)
+    width = min(v.shape[-1] if sequence else v.numel() for v in states)
     k = min(k or PAPER_K, width)
     with tqdm(unit="Jacobian", desc="Residual Alignment", disable=progress is not True, leave=False) as bar:
         def feed(done: int, total: int) -> None:
@@ -121,12 +126,12 @@ def alignment_report(run: Run, *, inputs: int = 64, k: int | None = None, nc_inp
 
         out = residual_alignment(model, x, y, k, nc_x=data.x_train[:nc_inputs].to(dev),
                                  nc_y=data.y_train[:nc_inputs].to(dev), num_classes=C, fit_start=fit_start,
-                                 seed=seed, progress=progress if callable(progress) else feed)
+                                 seed=seed, positions=positions, progress=progress if callable(progress) else feed)
     summary: dict[str, Any] = {key: plain(out[key]) for key in SCALARS}
     summary.update(sigma1=plain(out["sigma"][:, 0]), inv_sigma=plain(out["inv_sigma"]),
                    inv_sigma_fit=plain(out["inv_sigma_fit"]), baseline=plain(out["baseline"]),
                    **{key: plain(out[key]) for key in NC_KEYS},
-                   step=step, inputs=len(x), k=k, num_classes=C, checkpoint=checkpoint,
+                   step=step, inputs=len(x), k=k, num_classes=C, checkpoint=checkpoint, positions=positions,
                    ra4_from=int(out["fit_asked"]) + 1, ra4_fit_from=int(out["fit_start"]) + 1,
                    ra4_fit_to=int(out["fit_stop"]),
                    align_offdiag_ci=plain(out["align_offdiag_ci"]), baseline_ci=plain(out["baseline_ci"]),
@@ -187,8 +192,10 @@ def format_alignment(summary: dict[str, Any]) -> str:
     def num(v: Any) -> str:
         return "n/a" if v is None else f"{v:.4g}"
 
-    lines = [f"Residual Alignment at step {summary['step']}: {summary['inputs']} test inputs, K = {summary['k']}, "
-             f"C = {summary['num_classes']}"]
+    positions = summary.get("positions")
+    at = f" at token positions {', '.join(str(p + 1) for p in positions)}" if positions else ""
+    lines = [f"Residual Alignment at step {summary['step']}: {summary['inputs']} test inputs{at}, K = {summary['k']}, "
+             f"C = {summary['num_classes'] or 'none'}"]
     for key in SCALARS:
         ci = summary.get(intervals.get(key, ""))
         line = f"  {names[key]:<46}{num(summary[key]):>10}"

@@ -39,14 +39,16 @@ from typing import Any, BinaryIO
 import torch
 import yaml
 
-from lab.config import ExperimentConfig, ModelConfig, apply_overrides, to_dict
+from lab.config import DataConfig, ExperimentConfig, ModelConfig, apply_overrides, to_dict
 from lab.data.latents import LATENT_FOLDER
+from lab.data.text import TEXT
 from lab.data.toy2d import TOY_DATASETS, ToyData
+from lab.nn.hf import DECODERS, HF_PREFIX, saved_model
 from lab.nn.input_stage import NORMALIZE, PlannedInputs, plan_inputs
-from lab.nn.network_shape import NetworkShape, read_shape
-from lab.nn.networks import WRAPPED, network_overrides, residual_steps
+from lab.nn.network_shape import NetworkShape, hf_shape, read_shape
+from lab.nn.networks import load_file, network_overrides, residual_steps
 from lab.nn.registry import model_info, model_parameters
-from lab.nn.weights import LoadReport, WeightsFile, load_state, read_weights
+from lab.nn.weights import LoadReport, WeightsFile, read_weights
 from lab.runfolder.layout import RunState
 from lab.runs.store import Run, RunStore
 from lab.train.build import build_data, build_model, raw_images
@@ -61,7 +63,7 @@ CHECK_INPUTS = 2
 shape)."""
 
 
-def import_weights(store: RunStore, spec: str, weights: str | Path | BinaryIO,
+def import_weights(store: RunStore, spec: str, weights: str | Path | BinaryIO | None,
                    settings: dict[str, object] | None = None, *, strict: bool = True, blocks: str | None = None
                    ) -> tuple[Run, LoadReport]:
     """Write the imported run of the network ``spec`` with the weights file ``weights``, analysed on the data
@@ -70,9 +72,11 @@ def import_weights(store: RunStore, spec: str, weights: str | Path | BinaryIO,
     adapter for, by name pattern (:mod:`lab.nn.named_blocks`).
 
     ``weights`` is a path (expanded and resolved, then read once) or a binary file already open whose ``name`` is
-    its path (a page opens it inside its data folders; it is read from that descriptor, never reopened by name).
-    Either way the file is read once now, and the SHA-256 recorded is that of the bytes loaded; the analyses read it
-    again from that path and check those bytes.
+    its path (a page opens it inside its data folders; it is read from that descriptor, never reopened by name);
+    None for a Hugging Face folder (``hf:DIR``), whose weights file is its own. Either way the file is read once now,
+    and the SHA-256 recorded is that of the bytes loaded; the analyses read it again from that path and check those
+    bytes. A Hugging Face language model is analysed on text (``data.name=text``, ``data.root`` the file), read by
+    the tokenizer saved in its folder.
 
     Returns:
         The run, and how the file's keys matched the network's.
@@ -83,8 +87,27 @@ def import_weights(store: RunStore, spec: str, weights: str | Path | BinaryIO,
             a file that holds pickled objects, or keys that do not fit (when ``strict``); FileNotFoundError: no such
             file or data folder. Nothing is written then.
     """
+    saved = saved_model(spec.removeprefix(HF_PREFIX)) if spec.startswith(HF_PREFIX) else None
+    if saved is not None:
+        spec = f"{HF_PREFIX}{saved.folder}"
+        if weights is None:
+            weights = saved.weights
+    if weights is None:
+        raise ValueError(f"{spec} needs its weights file (the lab downloads nothing)")
     source = Path(weights).expanduser().resolve() if isinstance(weights, str | Path) else _open_with_path(weights)
     settings = dict(settings or {})
+    if settings.get("data.name") == TEXT:
+        if saved is None or saved.config.get("model_type") not in DECODERS:
+            raise ValueError("data text is read by a language model's own tokenizer: give a Hugging Face decoder "
+                             "(hf:DIR of GPT-2 or a Llama-style model)")
+        settings.setdefault("data.tokenizer", str(saved.folder))
+        longest = saved.config.get("n_positions") or saved.config.get("max_position_embeddings")
+        if isinstance(longest, int) and longest >= 2:  # the position embedding's length: the longest window
+            if "data.tokens" not in settings:
+                settings["data.tokens"] = min(longest, DataConfig.tokens)
+            elif isinstance(settings["data.tokens"], int) and settings["data.tokens"] > longest:
+                raise ValueError(f"data.tokens={settings['data.tokens']}: this model reads at most {longest} tokens "
+                                 "(its position embedding); set data.tokens to that or less")
     normalize = str(settings.pop("data.normalize", "auto"))
     if normalize not in NORMALIZE:
         raise ValueError(f"data.normalize for an imported network is one of {', '.join(NORMALIZE)} (how its inputs "
@@ -94,14 +117,15 @@ def import_weights(store: RunStore, spec: str, weights: str | Path | BinaryIO,
     takes_stage = "inputs" in params
     size = _stage_size(settings, takes_stage)
     file = read_weights(source)
-    shape = read_shape(network, file.state)
+    shape = read_shape(network, file.state) if saved is None else hf_shape(saved.config, saved.preprocessor)
     if settings.get("data.name") == "image_folder" and "data.image_size" not in settings and takes_stage:
         side = shape.img_size or (shape.library.size if shape.library is not None and shape.in_chans in (None, 3)
                                   else None)
         if side:  # read the files at the network's side rather than at 32 px, then upsampled
             settings["data.image_size"] = side
     task = model_info(network["model.name"]).task  # what the network's forward serves: classify, mae, diffusion
-    base = ExperimentConfig(name=f"imported-{spec.replace(':', '-')}", model=ModelConfig(name="residual_mlp"))
+    label = f"hf-{saved.folder.name}" if saved is not None else spec.replace(":", "-")
+    base = ExperimentConfig(name=f"imported-{label}", model=ModelConfig(name="residual_mlp"))
     cfg = apply_overrides(base, {"data.name": "digits", "train.task": task,
                                  "train.engine": "tensor" if task == "classify" else "loader", **network,
                                  **shape.overrides(params), **settings})
@@ -109,7 +133,7 @@ def import_weights(store: RunStore, spec: str, weights: str | Path | BinaryIO,
     if planned.stage is not None:
         cfg = apply_overrides(cfg, {"model.inputs": planned.stage})
     model = build_model(cfg, data)
-    report = load_state(model.model if cfg.model.name in WRAPPED else model, file, strict=strict)
+    report = load_file(model, cfg.model.name, file, strict=strict)
     if task in ("classify", "mae"):
         _check_runs(model, data, spec)
     record = _record(spec, file, report, strict, blocks, shape, planned, model, data, task)
@@ -149,10 +173,14 @@ def _stage_size(settings: dict[str, object], takes_stage: bool) -> int | None:
 def _data_and_inputs(cfg: ExperimentConfig, shape: NetworkShape, normalize: str, size: int | None,
                      takes_stage: bool) -> tuple[ToyData, PlannedInputs]:
     """The data as the analyses will build them, and how they become the network's inputs."""
-    if cfg.data.name in TOY_DATASETS or cfg.data.name == LATENT_FOLDER:
+    if cfg.data.name in TOY_DATASETS or cfg.data.name in (LATENT_FOLDER, TEXT):
         if normalize != "auto" or size is not None:
             raise ValueError(f"data.normalize and data.image_size adapt images; {cfg.data.name} holds none")
-        return build_data(cfg), PlannedInputs(None, "data", f"{cfg.data.name} as the lab gives it")
+        data = build_data(cfg)
+        words = (f"{cfg.data.root} in {len(data.x_train) + len(data.x_test)} windows of {cfg.data.tokens} tokens "
+                 f"(tokenised by {cfg.data.tokenizer}'s tokenizer), each labelled with the token after it"
+                 if cfg.data.name == TEXT else f"{cfg.data.name} as the lab gives it")
+        return data, PlannedInputs(None, "data", words)
     raw = raw_images(cfg)
     scale = raw.statistics()  # what build_data standardises with, and the input stage undoes
     data = build_data(cfg, raw)
@@ -201,11 +229,12 @@ def _record(spec: str, file: WeightsFile, report: LoadReport, strict: bool, bloc
             ) -> dict[str, Any]:
     """The ``imported`` record of config.json."""
     head = shape.head_classes
-    if head is None and task == "classify":
+    text = data.name == TEXT  # a language model: no classes, its head predicts the next token
+    if head is None and task == "classify" and not text:
         head = getattr(model, "num_classes", None) or data.num_classes
     return {"network": spec, "weights": file.name, "sha256": file.sha256, "size": file.size, "keys": report.text(),
             "strict": strict, "blocks": blocks, "initialised": report.initialised, "head_classes": head,
-            "data_classes": data.num_classes, "inputs": planned.text, "normalize": planned.normalize}
+            "data_classes": None if text else data.num_classes, "inputs": planned.text, "normalize": planned.normalize}
 
 
 def data_settings(data: str = "digits", sets: Sequence[str] = ()) -> dict[str, object]:

@@ -32,13 +32,16 @@ BATCH = 128
 
 
 def layer_features(model: nn.Module, x: Tensor, batch: int = BATCH) -> list[Tensor]:
-    """Every state h_0 … h_L at inputs ``x`` as a linear rule reads it, ``[N, width_l]`` each (eval mode, no grad)."""
+    """Every state h_0 … h_L at inputs ``x`` as a linear rule reads it, ``[N, width_l]`` each (eval mode, no grad):
+    a feature map averaged over its positions, a token stream over its tokens — a language model's (``causal``) at
+    its last token instead, the state that predicts the next token (its features, and its label's)."""
+    causal = getattr(model, "causal", False)
     batches = []  # per batch, its pooled states
     with torch.no_grad(), eval_mode(model):
         for start in range(0, len(x), batch):
             states = model.forward_intermediates(x[start:start + batch], intermediates_only=True)
-            batches.append([h.mean(dim=(2, 3)) if h.ndim == 4 else h.mean(dim=1) if h.ndim == 3 else h.flatten(1)
-                            for h in states])
+            batches.append([h.mean(dim=(2, 3)) if h.ndim == 4 else (h[:, -1] if causal else h.mean(dim=1))
+                            if h.ndim == 3 else h.flatten(1) for h in states])
     return [torch.cat(layer) for layer in zip(*batches, strict=True)]
 
 

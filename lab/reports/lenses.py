@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
+from lab.nn.hf import HF_PREFIX
 from lab.nn.registry import list_models
 from lab.reports.alignment import alignment_report
 from lab.reports.imported import data_settings, import_weights
@@ -82,7 +83,8 @@ def analyze(source: str | Path | Run, *, weights: str | Path | BinaryIO | None =
 
     Args:
         source: a run (its id in ``runs_dir``, its folder, or a :class:`Run`), or a network with ``weights``:
-            ``timm:<arch>``, ``torchvision:<arch>`` or a registered lab model.
+            ``timm:<arch>``, ``torchvision:<arch>`` or a registered lab model; or a Hugging Face ``save_pretrained``
+            folder, ``hf:DIR``, whose weights are its own (a language model with ``data="text=FILE"``).
         weights: the network's weights file (``.safetensors`` or a PyTorch file of tensors): its path, or the file
             already open in binary mode (read once from it, never reopened by name); only with a network.
         data: the data it is analysed on, ``NAME`` or ``NAME=FOLDER`` (as ``--data``; digits ships with the lab).
@@ -123,7 +125,7 @@ def analyze(source: str | Path | Run, *, weights: str | Path | BinaryIO | None =
     store = RunStore(Path(runs_dir) if runs_dir is not None else default_runs_dir())
     with _torch_threads(threads or command_threads()):
         network = None
-        if weights is not None:
+        if weights is not None or str(source).startswith(HF_PREFIX):
             if isinstance(source, Run):
                 raise ValueError("weights= goes with a network (timm:<arch>, torchvision:<arch> or a lab model), not "
                                  "a run")

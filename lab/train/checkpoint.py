@@ -99,8 +99,8 @@ def imported_checkpoint(run: Run, imported: dict[str, Any], map_location: str | 
         CheckpointError: the file is gone, changed, or no longer fits the run's model.
     """
     from lab.config import config_of_run  # here: reading a checkpoint's step needs neither config nor model
-    from lab.nn.networks import WRAPPED
-    from lab.nn.weights import WeightsError, load_state, read_recorded
+    from lab.nn.networks import HF_BUILDER, WRAPPED, load_file
+    from lab.nn.weights import WeightsError, read_recorded
     from lab.train.build import build_model
 
     where = f"the weights of the imported network {run.path.name}"
@@ -109,13 +109,13 @@ def imported_checkpoint(run: Run, imported: dict[str, Any], map_location: str | 
     except (FileNotFoundError, WeightsError) as err:
         raise CheckpointError(f"{where}: {err}") from None
     cfg = config_of_run(run)
-    prefix = "model." if cfg.model.name in WRAPPED else ""
-    if imported.get("strict", True):
+    if imported.get("strict", True) and cfg.model.name != HF_BUILDER:
+        prefix = "model." if cfg.model.name in WRAPPED else ""
         state = {f"{prefix}{key}": value for key, value in weights.state.items()}
-    else:  # what the file gives over the model as initialised
+    else:  # what the file gives over the model as initialised (a Hugging Face file: read as transformers reads it)
         model = build_model(cfg)
         try:
-            load_state(model.model if prefix else model, weights, strict=False)
+            load_file(model, cfg.model.name, weights, strict=imported.get("strict", True))
         except WeightsError as err:
             raise CheckpointError(f"{where}: {err}") from None
         state = model.state_dict()
