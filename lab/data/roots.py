@@ -32,7 +32,7 @@ path up cheap."""
 
 _FOLDER_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC  # non-blocking: a FIFO does not hang
-_NO_LINKS = "the lab does not follow links inside the server's folders: name the file itself"
+NO_LINKS = "the lab does not follow links inside the server's folders: name the file itself"
 
 
 def data_roots() -> list[Path]:
@@ -135,6 +135,22 @@ def _inside(path: Path, roots: list[Path], given: Sequence[str | Path]) -> list[
     return found
 
 
+def resolve_data_file(text: str, roots: Sequence[str | Path] | None = None) -> Path:
+    """The regular file ``text`` names inside one of ``roots`` (default :func:`data_roots`), checked as
+    :func:`open_data_file` opens it (no link below a root, no ``..``), for a reader that takes a path (a text file
+    read by a tokenizer).
+
+    Raises:
+        PermissionError, FileNotFoundError, ValueError: as :func:`open_data_file`.
+    """
+    roots = data_roots() if roots is None else roots
+    if not roots:
+        raise PermissionError("this server reads no data folders: start it with LAB_DATA_DIRS=/path/to/data "
+                              "to read a file of your own")
+    with open_data_file(text, roots) as f:
+        return Path(f.name)
+
+
 def open_data_file(text: str, roots: Sequence[str | Path]) -> io.BufferedReader:
     """The file ``text`` names (a weights file typed into a page), inside one of ``roots``, opened once for reading.
 
@@ -235,7 +251,7 @@ def _why(err: OSError, parent: int, name: str, shown: str, last: bool) -> tuple[
             link = err.errno == errno.ELOOP
         if link:
             where = "is a link" if last else f"passes through the link {name!r}"
-            return 4, PermissionError(f"{shown} {where}: {_NO_LINKS}")
+            return 4, PermissionError(f"{shown} {where}: {NO_LINKS}")
         return 1, FileNotFoundError(f"no file {shown}: {name!r} is a file, not a folder")
     if err.errno == errno.ENOENT:
         return 0, FileNotFoundError(f"no file {shown} (no {'file' if last else 'folder'} {name!r} there)")

@@ -1,7 +1,8 @@
 """A page's "checkpoint" source: a network of your own, from a weights file on the server, analysed in the background.
 
-The form takes a network (``timm:<arch>``, ``torchvision:<arch>`` or a registered lab model), a weights file, the
-data it is analysed on and a short list of settings — the data's image size (at most
+The form takes a network (``timm:<arch>``, ``torchvision:<arch>``, a registered lab model, or a Hugging Face
+``save_pretrained`` folder ``hf:DIR`` whose weights are its own), a weights file, the data it is analysed on (a
+language model: a text file, read by its tokenizer) and a short list of settings — the data's image size (at most
 :data:`~lab.reports.served.MAX_IMAGE_SIZE`) and samples per class, the analysis's inputs and K — never a model's
 construction keys or a path. The weights file and the data folder resolve only inside the folders the server was
 started with (its runs folders and ``LAB_DATA_DIRS``): a path typed into a page never reads anywhere else on disk.
@@ -22,7 +23,9 @@ import panel as pn
 import param
 
 from lab.data.images import IMAGE_DATASETS
-from lab.data.roots import data_roots, resolve_data_path
+from lab.data.roots import data_roots, resolve_data_file, resolve_data_path
+from lab.data.text import TEXT
+from lab.nn.hf import HF_PREFIX
 from lab.reports.lenses import Analysis
 from lab.reports.served import MAX_IMAGE_SIZE, MAX_PER_CLASS, analyze_served
 from lab.runs.catalog import run_roots
@@ -47,13 +50,15 @@ class CheckpointSource(pn.viewable.Viewer):
         session: the session's analyses (one runs at a time; default: the served session's).
     """
 
-    network = bounded_text(doc="timm:<arch>, torchvision:<arch> or a registered lab model", chars=200)
+    network = bounded_text(doc="timm:<arch>, torchvision:<arch>, a registered lab model, or hf:DIR (a Hugging Face "
+                               "save_pretrained folder inside the server's folders)", chars=200)
     weights = bounded_text(doc="its weights file (.safetensors or a PyTorch file of tensors), inside the server's "
-                               "folders")
+                               "folders (none for hf:DIR: its own)")
     blocks = bounded_text(doc="for a network the lab has no adapter for: its residual blocks by module name "
                               "(stages.*.blocks.*), each computing h + F(h)", chars=BLOCKS_CHARS)
-    dataset = param.Selector(default="digits", objects=list(IMAGE_DATASETS), doc="the data it is analysed on")
-    data_folder = bounded_text(doc="that data set's folder, inside the server's data folders")
+    dataset = param.Selector(default="digits", objects=[*IMAGE_DATASETS, TEXT], doc="the data it is analysed on "
+                                                                                   "(text: a language model's)")
+    data_folder = bounded_text(doc="that data set's folder (text: its UTF-8 file), inside the server's data folders")
     image_size = param.Integer(default=0, bounds=(0, MAX_IMAGE_SIZE), doc="images resized to N × N (0: the data "
                                                                           "set's own)")
     max_per_class = param.Integer(default=0, bounds=(0, MAX_PER_CLASS), doc="at most N images per class (0: all)")
@@ -96,18 +101,23 @@ class CheckpointSource(pn.viewable.Viewer):
         network, weights = self.network.strip(), self.weights.strip()
         try:
             if not network:
-                raise ValueError("name the network (timm:<arch>, torchvision:<arch> or a registered lab model)")
-            if not weights:
+                raise ValueError("name the network (timm:<arch>, torchvision:<arch>, a registered lab model or "
+                                 "hf:DIR)")
+            if not weights and not network.startswith(HF_PREFIX):
                 raise FileNotFoundError("name its weights file")
-            data_root = resolve_data_path(self.data_folder) if self.data_folder.strip() else None
+            if self.dataset == TEXT and not self.data_folder.strip():
+                raise FileNotFoundError("name the text file a language model is analysed on")
+            resolve = resolve_data_file if self.dataset == TEXT else resolve_data_path
+            data_root = resolve(self.data_folder) if self.data_folder.strip() else None
         except (ValueError, PermissionError, FileNotFoundError) as err:
             self.task.fail(f"Cannot analyse: {md(err)}")
             return False
+        source = f" from {code(Path(weights).name)}" if weights else ""
         return self.task.start(
-            f"Analysing {code(network)} from {code(Path(weights).name)}", analyze_served, network, weights,
-            self.roots, data=self.dataset, data_root=data_root, image_size=self.image_size,
-            max_per_class=self.max_per_class, inputs=self.inputs, k=self.k, blocks=self.blocks.strip() or None,
-            analyses=self.analyses, runs_dir=self.runs_dir, on_result=self._show)
+            f"Analysing {code(network)}{source}", analyze_served, network, weights, self.roots, data=self.dataset,
+            data_root=data_root, image_size=self.image_size, max_per_class=self.max_per_class, inputs=self.inputs,
+            k=self.k, blocks=self.blocks.strip() or None, analyses=self.analyses, runs_dir=self.runs_dir,
+            on_result=self._show)
 
     def _show(self, result: Analysis) -> None:
         self.result = result

@@ -269,3 +269,33 @@ def test_the_page_answers_at_once_at_any_size_and_its_preview_is_cancelled_or_bo
     assert page.preview.wait(120) is False
     assert "time bound of 2 s (LAB_PAGE_SECONDS)" in shown(page.preview.alert)
     assert not page.follower.status.alert.visible, "a bound is no reason to refuse to train"
+
+
+def test_a_hugging_face_language_model_in_the_servers_folders_is_analysed_on_a_text_file(manager2, tmp_path,
+                                                                                          monkeypatch):
+    """``hf:DIR`` and a text file, typed on the card: the folder's own weights, read by transformers, the text by its
+    tokenizer; the page draws its four residual steps. A folder holding a link is refused: its config and tokenizer
+    are read by name."""
+    pytest.importorskip("transformers")
+    from tests.reports.hf_folders import saved_gpt2, text_file
+
+    root, data = tmp_path / "runs", tmp_path / "data"
+    root.mkdir(exist_ok=True)
+    data.mkdir()
+    monkeypatch.setenv("LAB_DATA_DIRS", str(data))
+    text = text_file(data)
+    folder, _ = saved_gpt2(root, text)
+    page = previewed(AlignmentPage(manager=manager2, **SMALL))
+    source = page.checkpoint
+    source.network, source.dataset, source.data_folder = "hf:linked", "text", "nowhere.txt"
+    assert not source.start() and "nowhere.txt" in shown(source.alert)
+    source.data_folder = text.name
+    (root / "linked").mkdir()
+    (root / "linked" / "config.json").symlink_to(folder / "config.json")
+    assert source.start() and source.wait(60) is False and "link" in shown(source.alert)
+    source.network, source.inputs, source.k = f"hf:{folder.name}", 2, 6
+    assert source.start() and source.wait(300), shown(source.alert)
+    assert shown(page.main.heading) == f"checkpoint hf:{folder}"
+    assert page.main.snapshot["scores"].shape == (4, 4)  # two layers: attention and MLP steps
+    assert source.result.summary["positions"] == [15, 31, 47, 63]  # 64 tokens: the longest window it reads
+    assert source.result.summary["num_classes"] == 0
