@@ -25,6 +25,7 @@ from bokeh.models import ColorBar, ColumnDataSource, HoverTool, LinearColorMappe
 from bokeh.palettes import Category10_10, RdBu11, Viridis256
 from bokeh.plotting import figure
 
+from lab.analysis.residual_alignment import alignment_reasons
 from lab.ui.text import markdown_pane, md
 from lab.ui.views.ranges import finite_range, set_range
 from lab.viz.palette import BLUE, ORANGE
@@ -35,6 +36,12 @@ VIEWS = ("trajectories", "grid", "pair", "spectrum", "ra4", "collapse")
 """The figures of one run, in the order a page shows them."""
 POINT = 0.5
 """Margin of a fitted range around a lone zero."""
+
+
+REASON_NAMES = {"align_offdiag": "RA2", "topk_ratio": "RA3", "inv_sigma1_slope": "RA4", "straightness": "RA1",
+                "head": "Neural collapse", "nc": "Neural collapse"}
+"""The numbers whose reason the summary gives when they are n/a (RA4's R² and RA1's spacing share their
+neighbour's)."""
 
 
 def mosaic(grid: np.ndarray, gap: int = 1) -> np.ndarray:
@@ -297,7 +304,9 @@ class AlignmentViews:
 
     # -- words ------------------------------------------------------------------------------------------------
     def describe(self) -> str:
-        """One line of the snapshot's numbers, each beside what it is compared with."""
+        """The snapshot's numbers, each beside what it is compared with, RA2 and its baseline with their 95 %
+        intervals over inputs and draws; then, for each number that is n/a, why
+        (:func:`~lab.analysis.residual_alignment.alignment_reasons`)."""
         f = self.snapshot
         if f is None:
             return "No snapshot yet: start a run."
@@ -306,10 +315,20 @@ class AlignmentViews:
             v = float(f[key])
             return f"{v:.3f}" if math.isfinite(v) else "n/a"
 
-        return (f"**Step {int(f['step']) if 'step' in f else 0}.** RA2 alignment (i ≠ j) **{num('align_offdiag')}** vs "
-                f"random {num('baseline_mean')} · RA3 top-C / next-C σ {num('topk_ratio')} · RA4 slope "
-                f"{num('inv_sigma1_slope')}, R² {num('inv_sigma1_r2')} · RA1 straightness {num('straightness')}, "
-                f"spacing CV {num('spacing_cv')}")
+        def interval(key: str) -> str:
+            lo, hi = (float(v) for v in np.asarray(f.get(key, (math.nan, math.nan))).reshape(-1)[:2])
+            return f" [{lo:.3f}, {hi:.3f}]" if math.isfinite(lo) and math.isfinite(hi) else ""
+
+        line = (f"**Step {int(f['step']) if 'step' in f else 0}.** RA2 alignment (i ≠ j) **{num('align_offdiag')}**"
+                f"{interval('align_offdiag_ci')} vs random {num('baseline_mean')}{interval('baseline_ci')} · RA3 "
+                f"top-C / next-C σ {num('topk_ratio')} · RA4 slope {num('inv_sigma1_slope')}, R² "
+                f"{num('inv_sigma1_r2')} · RA1 straightness {num('straightness')}, spacing CV {num('spacing_cv')}")
+        try:
+            reasons = alignment_reasons(f)
+        except KeyError:  # a snapshot written before the reasons' arrays were kept
+            reasons = {}
+        said = [f"{REASON_NAMES[key]} n/a: {md(why)}" for key, why in reasons.items() if key in REASON_NAMES]
+        return "\n\n".join([line, *said])
 
     def rows(self, other: AlignmentViews | None = None) -> list[pn.Row]:
         """One row per view: this run's figure, then ``other``'s (a second run drawn beside it)."""

@@ -1,5 +1,6 @@
 """The Alignment page driven through its parameters: every view shows data, before and while training."""
 
+import re
 
 import numpy as np
 import panel as pn
@@ -38,6 +39,9 @@ def test_untrained_networks_are_drawn_with_and_without_skips(manager2):
         assert _all_views_have_data(views), views.points()
         assert views.snapshot["sigma"].shape == (3, 12) and views.snapshot["grid"].shape == (1, 3, 3, 12, 12)
     assert page.main.heading.object == "### with skips" and page.twin.heading.object == "### without skips"
+    words = shown(page.main.summary)  # RA2 and its baseline with their intervals; RA3 n/a, and why (K = 12 < 2C)
+    assert re.search(r"RA2 alignment \(i ≠ j\) [0-9.]+ \[[0-9.]+, [0-9.]+\] vs random [0-9.]+ \[", words), words
+    assert "RA3 n/a: RA3 compares the top C = 10 singular values with the next 10: it needs K ≥ 20, and K = 12" in words
     cfg = page.config()
     assert cfg.model.name == "fc_resnet" and cfg.model.builder_kwargs()["depth"] == 3
     assert cfg.model.shortcut == "identity" and page.config(twin=True).model.shortcut == "none"
