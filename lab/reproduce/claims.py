@@ -52,6 +52,9 @@ class Claim:
         extension: the lab's own extension of the paper (a claim the paper does not make, such as neural collapse
             in a conv net where the paper shows it for FC ones): judged in a Holm family of its own
             (:func:`family_of`), so it neither weakens nor borrows the paper's.
+        family: for an extension, the key of a Holm family of its own apart from the paper's other extensions
+            (:data:`FAMILIES`: ``transformers`` judges the claims on Transformers as ``alignment+transformers``);
+            empty: the paper's extensions family.
     """
 
     id: str
@@ -63,17 +66,23 @@ class Claim:
     paper_scale: str = ""
     relative: float | None = None
     extension: bool = False
+    family: str = ""
+
+
+FAMILIES = {"extensions": "the lab's extensions", "transformers": "the lab's extension to Transformers"}
+"""The families of the lab's extensions, apart from each paper's own (:func:`family_of`), in words."""
 
 
 def family_of(claim: Claim) -> str:
-    """The Holm family a claim is judged in: its paper's key, or ``<paper>+extensions`` for the lab's extensions."""
-    return f"{claim.paper}+extensions" if claim.extension else claim.paper
+    """The Holm family a claim is judged in: its paper's key, ``<paper>+extensions`` for the lab's extensions, or
+    ``<paper>+<family>`` for an extension with a family of its own (:attr:`Claim.family`)."""
+    return f"{claim.paper}+{claim.family or 'extensions'}" if claim.extension else claim.paper
 
 
 def family_name(key: str) -> str:
     """A family's name in words (:func:`family_of`)."""
     paper, _, extension = key.partition("+")
-    return PAPERS[paper] + (" (the lab's extensions)" if extension else "")
+    return PAPERS[paper] + (f" ({FAMILIES.get(extension, extension)})" if extension else "")
 
 
 @dataclass(frozen=True)
