@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 
 
 HIDDEN = ("panel", "holoviews", "pyviz_comms", "param", "jupyterlab", "IPython", "ipywidgets", "diffusers",
-          "torchmetrics", "torch_fidelity", "submitit", "umap", "pynndescent")
+          "torchmetrics", "torch_fidelity", "submitit", "umap", "pynndescent", "transformers", "tokenizers")
 """What only the extras install: a core install (``pip install residual-lab``, no extras) has none of it."""
 
 BLOCKER = """import importlib.abc, sys
@@ -155,11 +155,15 @@ def test_the_core_trains_and_reproduces_without_any_extra_and_names_the_extra_a_
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert "pipeline only" in (core[1] / "rep" / "report.md").read_text()
     claims = {c["id"]: c for c in json.loads((core[1] / "rep" / "claims.json").read_text())["claims"]}
-    assert len(claims) == 18 and set(claims) == {line.split()[0] for line in out.stdout.splitlines()}
+    assert len(claims) == 25 and set(claims) == {line.split()[0] for line in out.stdout.splitlines()}
     needs = {key: c["reason"] for key, c in claims.items() if c["verdict"] != "pipeline only"}
     pip = 'needs the [diffusion] extra: pip install "residual-lab[diffusion]" (or "residual-lab[all]")'
-    assert needs == {"decayed.diffusion_fid": pip}  # digits-FD: torchmetrics' distance; the rest runs in the core
-    assert f"decayed.diffusion_fid    not measurable  {pip}" in out.stdout
+    hf = 'needs the [hf] extra: pip install "residual-lab[hf]" (or "residual-lab[all]")'
+    transformers = {key for key in claims if key.startswith(("alignment.ra", "alignment.nc")) and
+                    key.endswith((".vit", ".gpt2"))}
+    assert len(transformers) == 7  # RA in Transformers: transformers' models
+    assert needs == {"decayed.diffusion_fid": pip, **dict.fromkeys(transformers, hf)}  # the rest runs in the core
+    assert re.search(rf"^decayed\.diffusion_fid +not measurable  {re.escape(pip)}$", out.stdout, re.M), out.stdout
     for args, extra in ((("-m", "lab", "serve", "--port", "0", "--runs-dir", "runs"), "ui"),
                         (("-m", "lab", "submit", "spiral", "--executor", "local", "--runs-dir", "runs"), "cluster")):
         out = _run(core, *args, timeout=120)

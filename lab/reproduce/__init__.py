@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from lab.extras import missing_extra
 from lab.jobs.submit import Resources
-from lab.reproduce import alignment, decayed, droppath, toy_mae
+from lab.reproduce import alignment, decayed, droppath, ra_transformers, toy_mae
 from lab.reproduce.claims import (
     MAX_SEEDS,
     PAPERS,
@@ -56,8 +56,9 @@ SEEDS = {"smoke": 1, "cpu": 3}
 """The seeds of an experiment :data:`EXPERIMENT_SEEDS` does not list (and of every experiment given ``--seeds``)."""
 EXPERIMENT_SEEDS = {
     "smoke": {},
-    "cpu": {"alignment.fc": 10, "alignment.conv": 12, "decayed.rank": 4, "decayed.toy_mae": 20, "decayed.mae": 3,
-            "decayed.diffusion": 3, "droppath.figure3": 10, "droppath.table1": 5},
+    "cpu": {"alignment.fc": 10, "alignment.conv": 12, "alignment.transformers": 11, "decayed.rank": 4,
+            "decayed.toy_mae": 20, "decayed.mae": 3, "decayed.diffusion": 3, "droppath.figure3": 10,
+            "droppath.table1": 5},
 }
 """Per budget, per experiment, its seeds: as many as the claims need for power 0.8 at their family's Holm level where
 the budget's 25 minutes allow (the power column of the report says where they do not). Seeds of the MLPs train as
@@ -67,8 +68,9 @@ SCOPE = {
              "runs and writes its report; it cannot show any claim, and judges none (every row reads 'pipeline "
              "only').",
     "cpu": "CPU budget: toy models (residual MLPs on a 2-D spiral and on 8 × 8 digits, small ResNets, a tiny MAE and "
-           "a tiny U-ViT on digits), trained for minutes, over 3 to 10 seeds per experiment (each row gives its "
-           "own). It can show whether each "
+           "a tiny U-ViT on digits; as the lab's extension, a small ViT on digits and a small GPT-2 on a generated "
+           "text), trained for minutes, over 3 to 12 seeds per experiment (each row gives its own). It can show "
+           "whether each "
            "mechanism appears at this scale, beyond seed noise; it cannot show the papers' numbers, which come from "
            "ImageNet-scale models trained for days — each row names both settings. 'holds': the effect appears "
            "beyond seed noise; 'differs': the lab's numbers argue against the paper at this scale (significantly "
@@ -84,8 +86,8 @@ def experiment_seeds(budget: str, seeds: int | None = None) -> dict[str, int]:
     return {key: seeds or EXPERIMENT_SEEDS[budget].get(key, SEEDS[budget]) for key in EXPERIMENTS}
 
 
-EXPERIMENTS = ("alignment.fc", "alignment.conv", "decayed.rank", "decayed.toy_mae", "decayed.mae",
-               "decayed.diffusion", "droppath.figure3", "droppath.table1")
+EXPERIMENTS = ("alignment.fc", "alignment.conv", "alignment.transformers", "decayed.rank", "decayed.toy_mae",
+               "decayed.mae", "decayed.diffusion", "droppath.figure3", "droppath.table1")
 """The experiments of a toy budget, in report order (:func:`_experiments`)."""
 
 
@@ -99,6 +101,8 @@ def _experiments(budget: str, seeds: dict[str, int], store: RunStore, out: Path
          lambda tick: alignment.measure("fc", budget, n["alignment.fc"], store, tick)),
         ("alignment", alignment.claims_of("conv"), 2 * n["alignment.conv"],
          lambda tick: alignment.measure("conv", budget, n["alignment.conv"], store, tick)),
+        ("alignment", ra_transformers.all_claims(), 2 * n["alignment.transformers"],
+         lambda tick: ra_transformers.measure(budget, n["alignment.transformers"], store, tick)),
         ("decayed", [decayed.CLAIMS["rank"]], len(decayed.SIZES[budget]["depths"])
          + len(decayed.SIZES[budget]["extension"]),
          lambda tick: decayed.measure_rank(budget, n["decayed.rank"], store, tick)),

@@ -9,7 +9,7 @@ import pytest
 
 from lab.cli import main
 from lab.extras import MissingExtra
-from lab.reproduce import reproduce
+from lab.reproduce import ra_transformers, reproduce
 from lab.reproduce.alignment import claims_of
 from lab.reproduce.claims import PAPERS, Claim, Curves, Result, mean_sd
 from lab.reproduce.decayed import CLAIMS as DECAYED
@@ -21,7 +21,8 @@ from lab.reproduce.verdict import judge
 from lab.runs.store import RunStore
 from tests.test_extras import hide
 
-EVERY_CLAIM = [c.id for c in (*claims_of("fc"), *claims_of("conv"), DECAYED["rank"], *TOY_MAE.values(),
+EVERY_CLAIM = [c.id for c in (*claims_of("fc"), *claims_of("conv"), *ra_transformers.all_claims(), DECAYED["rank"],
+                              *TOY_MAE.values(),
                               *(DECAYED[k] for k in ("mae", "diffusion_fid", "diffusion_probe")), *DROPPATH.values())]
 NUMBERS = ("effect", "ci95", "p_value", "seeds", "floor", "scale")
 
@@ -37,7 +38,7 @@ def test_smoke_checks_every_pipeline_and_judges_no_claim(smoke):
     record = json.loads((smoke / "claims.json").read_text())
     assert record["budget"] == "smoke" and record["seeds"] == 1 and "judges none" in record["scope"]
     claims = {c["id"]: c for c in record["claims"]}
-    assert list(claims) == EVERY_CLAIM and len(EVERY_CLAIM) == 18
+    assert list(claims) == EVERY_CLAIM and len(EVERY_CLAIM) == 25
     for claim in claims.values():
         assert claim["verdict"] == "pipeline only", claim  # a smoke run shows no claim either way
         assert all(key in claim for key in NUMBERS) and claim["seeds"] <= 1 and claim["p_value"] is None
@@ -55,12 +56,12 @@ def test_smoke_checks_every_pipeline_and_judges_no_claim(smoke):
     md = (smoke / "report.md").read_text()
     parts = sum(len(c["parts"]) for c in claims.values())  # a combined claim's parts, each on a row of its own
     assert parts >= 2 * 6 and all(p["what"] and p["verdict"] for c in claims.values() for p in c["parts"])
-    assert "judges none" in md and md.count("\n| ") == 1 + 18 + parts  # header, one row per claim and per part
+    assert "judges none" in md and md.count("\n| ") == 1 + 25 + parts  # header, one row per claim and per part
     assert ("| 95% CI | p (Holm) | p against (Holm) | target | seeds | power (seeds for 0.8) | floor "
             "| scale (lab / paper) |") in md
     page = (smoke / "report.html").read_text()
     assert not re.search(r"<(script|link)[^>]+(src|href)=['\"]?https?:", page)  # nothing fetched: opens offline
-    assert page.count("class='pipeline-only'") == 18 + parts and "judges none" in page
+    assert page.count("class='pipeline-only'") == 25 + parts and "judges none" in page
 
 
 def test_a_failed_experiment_is_an_error_not_a_verdict_and_the_others_go_on(tmp_path, monkeypatch, capsys):
