@@ -25,6 +25,14 @@ are read, other sets by the stage). ``data.normalize`` (and ``data.image_size`` 
 the import's: they are recorded in the network's input stage (``model.inputs``) and the ``imported`` record, not in
 the data section.
 
+**Hugging Face folders.** ``hf:DIR`` names a ``save_pretrained`` folder (:mod:`lab.nn.hf`): the run's model is
+``hf_transformer`` with the folder's ``config.json`` as ``model.config``, its weights file the folder's own, loaded by
+transformers (which converts a saved file's keys), its shape and inputs from ``config.json`` and
+``preprocessor_config.json`` (:func:`~lab.nn.network_shape.hf_shape`). A language model is analysed on text
+(``data.name=text``): ``data.tokenizer`` is the folder, ``data.tokens`` at most what its position embedding holds
+(128 by default, or fewer where it holds fewer); it has no classes, and its record says so (``head_classes`` and
+``data_classes`` None).
+
 Nothing is written until the weights fit, the data are read and the network has run on them: any refusal leaves no
 run folder.
 """
