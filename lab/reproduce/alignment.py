@@ -412,7 +412,8 @@ def exponent_words(exponent: Sequence[float]) -> str:
 
 
 def ra4_verdict(slope: list[float], r2: list[float], r2_without: list[float], fitted: int, learned: list[str],
-                smoke: bool = False, *, exponent: Sequence[float] | None = None) -> Verdict:
+                smoke: bool = False, *, exponent: Sequence[float] | None = None,
+                arms: tuple[str, str] = ("with skips", "without"), unit: str = "blocks") -> Verdict:
     """RA4's verdict from per-seed fits of 1/σ₁ against the block index: the slope with skips above 0 (σ₁ falls
     with depth), and its R² above the network's without skips, paired by seed (a line fits, and not without skips,
     where the paper finds no RA); the floor is a mean R² above :data:`RA4_R2` over at least :data:`RA4_BLOCKS`
@@ -428,13 +429,16 @@ def ra4_verdict(slope: list[float], r2: list[float], r2_without: list[float], fi
         learned: failed preconditions (networks that did not train).
         smoke: judge nothing.
         exponent: per seed, the exponent b of σ₁ ∝ i^b with skips over the same blocks; None: not compared.
+        arms: how the two networks are named (the paper's: with skips, without; the Transformers': trained, at
+            initialisation).
+        unit: what the fit runs over (blocks; a Transformer's residual steps).
     """
-    short = [f"the fit covers {fitted} blocks; a test of linearity needs at least {RA4_BLOCKS}"] \
+    short = [f"the fit covers {fitted} {unit}; a test of linearity needs at least {RA4_BLOCKS}"] \
         if fitted < RA4_BLOCKS else []
     floor = Floor("a linear fit (mean R²)", RA4_R2, tuple(r2))
-    verdict = combine([judge(slope, what="slope of 1/σ₁ against depth, with skips", floor=floor,
+    verdict = combine([judge(slope, what=f"slope of 1/σ₁ against depth, {arms[0]}", floor=floor,
                              preconditions=[*learned, *short], smoke=smoke),
-                       judge(_diff(r2, r2_without), what="R² of that fit, with skips minus without", floor=floor,
+                       judge(_diff(r2, r2_without), what=f"R² of that fit, {arms[0]} minus {arms[1]}", floor=floor,
                              preconditions=[*learned, *short], smoke=smoke)], "1/σ₁ rising linearly with depth")
     if exponent is None or verdict.verdict not in JUDGED:
         return verdict

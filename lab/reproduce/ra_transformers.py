@@ -36,10 +36,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from lab.reproduce.alignment import RA4_BLOCKS, RA4_R2, exponent_words, ra4_exponent, report_values
+from lab.reproduce.alignment import ra4_exponent, ra4_verdict, report_values
 from lab.reproduce.claims import Claim, Curves, Result, mean, mean_sd
 from lab.reproduce.runs import command
-from lab.reproduce.verdict import JUDGED, Floor, Verdict, combine, judge
+from lab.reproduce.verdict import Verdict, combine, judge
 from lab.runs.store import RunStore
 
 P = "alignment"
@@ -331,26 +331,6 @@ def _diff(a: list[float], b: list[float]) -> list[float]:
     return [x - y for x, y in zip(a, b, strict=True)]
 
 
-def ra4_verdict(slope: list[float], r2: list[float], r2_init: list[float], fitted: int, learned: list[str],
-                smoke: bool, exponent: Sequence[float]) -> Verdict:
-    """RA4's verdict on trained networks against their initialisation: the rule of
-    :func:`lab.reproduce.alignment.ra4_verdict` (slope above 0, R² above the other arm's paired by seed, a mean R²
-    above :data:`~lab.reproduce.alignment.RA4_R2` over at least :data:`~lab.reproduce.alignment.RA4_BLOCKS` fitted
-    steps as the floor), its other arm the same network at initialisation, and the exponent of σ₁ ∝ i^b beside it
-    (:func:`~lab.reproduce.alignment.exponent_words`), not judged."""
-    short = [f"the fit covers {fitted} steps; a test of linearity needs at least {RA4_BLOCKS}"] \
-        if fitted < RA4_BLOCKS else []
-    floor = Floor("a linear fit (mean R²)", RA4_R2, tuple(r2))
-    verdict = combine([judge(slope, what="slope of 1/σ₁ against depth, trained", floor=floor,
-                             preconditions=[*learned, *short], smoke=smoke),
-                       judge(_diff(r2, r2_init), what="R² of that fit, trained minus at initialisation", floor=floor,
-                             preconditions=[*learned, *short], smoke=smoke)], "1/σ₁ rising linearly with depth")
-    if verdict.verdict not in JUDGED:
-        return verdict
-    words = f"against the paper's σ₁ close to 1/i: {exponent_words(exponent)}"
-    return replace(verdict, reason=f"{verdict.core}; {words}" + (f"; {verdict.sizing}" if verdict.sizing else ""))
-
-
 def judged(kind: str, init: list[dict], trained: list[dict], learned: list[float], setting: str,
            commands: list[str], seconds: float, smoke: bool, *, entropy: float = math.nan) -> list[Result]:
     """The claims of :func:`claims_of` for ``kind`` from per-seed reports (:func:`report_of`) at initialisation and
@@ -410,7 +390,8 @@ def judged(kind: str, init: list[dict], trained: list[dict], learned: list[float
     steps = list(range(1, len(trained[0]["inv_sigma"]) + 1))
     figure = Curves(f"1/σ₁ by residual step ({NAMES[kind]}, seed 0)", "step i", "1/σ₁",
                     {"trained": (steps, trained[0]["inv_sigma"]), "at initialisation": (steps, init[0]["inv_sigma"])})
-    verdict = ra4_verdict(slope, r2, r2_init, fit_to - fit_from + 1, failed, smoke, exponent)
+    verdict = ra4_verdict(slope, r2, r2_init, fit_to - fit_from + 1, failed, smoke, exponent=exponent,
+                          arms=("trained", "at initialisation"), unit="steps")
     out.append(result("ra4", {"slope": slope, "r2": r2, "exponent": exponent, "slope at initialisation": slope_init,
                               "r2 at initialisation": r2_init, "exponent at initialisation": exponent_init},
                       f"1/σ₁ over steps {fit_from}–{fit_to}: slope {mean_sd(slope)}, R² {mean_sd(r2)}, b = "
