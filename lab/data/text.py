@@ -13,16 +13,13 @@ with the token that follows it — what a language model's features at its last 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO
 
 import torch
 from torch import Tensor
 
+from lab.data.toy2d import ToyData
 from lab.extras import require
-
-if TYPE_CHECKING:
-    from lab.config import DataConfig
-    from lab.data.toy2d import ToyData
 
 __all__ = ["MAX_TEXT_BYTES", "TEXT", "load_tokenizer", "text_data", "text_windows"]
 
@@ -81,21 +78,19 @@ def text_windows(source: str | Path | BinaryIO, tokenizer, length: int, windows:
     return torch.tensor(ids[:count * length], dtype=torch.long).reshape(count, length)
 
 
-def text_data(cfg: DataConfig) -> ToyData:
-    """The text set ``cfg`` describes (``data.root`` the file, ``data.tokenizer`` the tokenizer's folder): token ids
-    ``x [n, tokens]`` of consecutive windows, ``y [n]`` the token after each; the first ``train_fraction`` of the
-    windows train, the rest test (one at least each).
+def text_data(root: str | Path, tokenizer: str | Path, tokens: int, train_fraction: float) -> ToyData:
+    """The text set of the config's ``data`` section: the file ``root`` read by the tokenizer saved in ``tokenizer``,
+    token ids ``x [n, tokens]`` of consecutive windows, ``y [n]`` the token after each; the first ``train_fraction``
+    of the windows train, the rest test (one at least each).
 
     Raises:
         ValueError: too little text for two windows, or text that is not UTF-8; FileNotFoundError: no such file or
             tokenizer.
     """
-    from lab.data.toy2d import ToyData
-
-    windows = text_windows(cfg.root, load_tokenizer(cfg.tokenizer), cfg.tokens + 1)
+    windows = text_windows(root, load_tokenizer(tokenizer), tokens + 1)
     if len(windows) < 2:
-        raise ValueError(f"{cfg.root} holds one window of {cfg.tokens} tokens and the token after it: a train and a "
-                         "test split need two (a longer text, or a smaller data.tokens)")
-    n = min(max(int(len(windows) * cfg.train_fraction), 1), len(windows) - 1)
+        raise ValueError(f"{root} holds one window of {tokens} tokens and the token after it: a train and a test split "
+                         "need two (a longer text, or a smaller data.tokens)")
+    n = min(max(int(len(windows) * train_fraction), 1), len(windows) - 1)
     x, y = windows[:, :-1].contiguous(), windows[:, -1].contiguous()
     return ToyData(x[:n], y[:n], x[n:], y[n:], TEXT)

@@ -46,7 +46,7 @@ def build_data(cfg: ExperimentConfig, raw: ImageSplit | None = None) -> ToyData:
     if d.name in TOY_DATASETS:
         return make_toy_data(d)
     if d.name == TEXT:
-        return text_data(d)
+        return text_data(d.root, d.tokenizer, d.tokens, d.train_fraction)
     split = (raw if raw is not None else raw_images(cfg)).standardize()
     return ToyData(split.x_train, split.y_train, split.x_test, split.y_test, d.name)
 
