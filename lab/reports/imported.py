@@ -104,8 +104,12 @@ def import_weights(store: RunStore, spec: str, weights: str | Path | BinaryIO | 
         raise ValueError(f"{spec} needs its weights file (the lab downloads nothing)")
     source = Path(weights).expanduser().resolve() if isinstance(weights, str | Path) else _open_with_path(weights)
     settings = dict(settings or {})
+    decoder = saved is not None and saved.config.get("model_type") in DECODERS
+    if decoder and settings.get("data.name", "digits") != TEXT:
+        raise ValueError(f"{spec} is a language model: it is analysed on text, --data text=FILE (read by its own "
+                         "tokenizer)")
     if settings.get("data.name") == TEXT:
-        if saved is None or saved.config.get("model_type") not in DECODERS:
+        if not decoder:
             raise ValueError("data text is read by a language model's own tokenizer: give a Hugging Face decoder "
                              "(hf:DIR of GPT-2 or a Llama-style model)")
         settings.setdefault("data.tokenizer", str(saved.folder))

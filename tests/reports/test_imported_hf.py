@@ -141,6 +141,8 @@ def test_what_cannot_be_read_is_refused_before_any_run_folder(tmp_path):
     gpt, _ = saved_gpt2(tmp_path, text_file(tmp_path))
     with pytest.raises(ValueError, match="one window of 16 tokens"):
         import_weights(store, f"hf:{gpt}", None, {"data.name": "text", "data.root": str(text), "data.tokens": 16})
+    with pytest.raises(ValueError, match="is a language model: it is analysed on text, --data text=FILE"):
+        import_weights(store, f"hf:{gpt}", None)
     with pytest.raises(ValueError, match="reads at most 64 tokens"):
         import_weights(store, f"hf:{gpt}", None, {"data.name": "text", "data.root": str(text), "data.tokens": 65})
     assert _folders(tmp_path) == []
